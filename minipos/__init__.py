@@ -1,0 +1,27 @@
+"""minipos: a NumPy reference for the position schemes of transformer attention.
+
+Shape legend (used in every docstring and einsum string):
+
+    B  batch             H  heads             T  query positions
+    S  key positions     D  head dim          K  buckets / relative range
+    ...  any leading dims
+
+Attention tensors are ``(..., H, T, D)``; additive biases are ``(H, T, S)`` or broadcastable to
+``(..., H, T, S)``. Masks are boolean with ``True`` = may attend. Frequencies, angles, slopes and
+logs are computed in float64; outputs keep the input's floating dtype. Weights are
+``(d_in, d_out)`` and used as ``x @ W`` (a torch ``nn.Linear.weight`` is ``W.T``).
+
+Every scheme enters attention through one of four seams:
+
+    input             sinusoidal, learned absolute      (minipos.sinusoidal)
+    rotate            RoPE and its scalings, xPos       (minipos.rope, rope_scaling, xpos)
+    bias              ALiBi, T5 buckets                 (minipos.alibi, minipos.t5)
+    content-position  Transformer-XL, DeBERTa           (minipos.transformer_xl, minipos.deberta)
+"""
+
+__version__ = "0.1.0"
+
+from . import attention  # noqa: E402
+from .attention import attention as attend, causal_mask, softmax  # noqa: E402,F401
+
+__all__ = ["__version__", "attention", "attend", "causal_mask", "softmax"]

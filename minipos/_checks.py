@@ -1,0 +1,131 @@
+"""Argument checks shared by every module.
+
+Each helper raises ``ValueError`` or ``TypeError`` with a message that names the argument and
+says what was expected, so that bad input never turns into silent broadcasting or NaN.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "check_int",
+    "check_positive_int",
+    "check_even_int",
+    "check_float",
+    "as_float_array",
+    "as_positions",
+    "check_finite",
+    "check_ndim",
+    "check_choice",
+    "float_dtype",
+]
+
+
+def check_int(value, name: str, *, minimum: int | None = None) -> int:
+    """Return ``value`` as a Python int, or raise if it is not an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def check_positive_int(value, name: str) -> int:
+    """Return ``value`` as an int >= 1, or raise naming ``name``."""
+    return check_int(value, name, minimum=1)
+
+
+def check_even_int(value, name: str) -> int:
+    """Return ``value`` as an even int >= 2, or raise naming ``name``."""
+    value = check_int(value, name, minimum=2)
+    if value % 2:
+        raise ValueError(f"{name} must be even, got {value}")
+    return value
+
+
+def check_float(value, name: str, *, positive: bool = False, minimum: float | None = None) -> float:
+    """Return ``value`` as a finite Python float, optionally > 0 or >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def float_dtype(*arrays) -> np.dtype:
+    """The floating dtype of a result: the promoted dtype of float inputs, float64 otherwise."""
+    dtypes = [a.dtype for a in arrays if np.issubdtype(a.dtype, np.floating)]
+    return np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+
+
+def as_float_array(x, name: str, *, finite: bool = True) -> np.ndarray:
+    """``x`` as a floating array (float inputs keep their dtype; ints and bools become float64).
+
+    Raises ``TypeError`` for complex or non-numeric input, ``ValueError`` for NaN/inf when
+    ``finite`` (they would poison every output they touch).
+    """
+    arr = np.asarray(x)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool
+    ):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        arr = arr.astype(np.float64)
+    if finite:
+        check_finite(arr, name)
+    return arr
+
+
+def check_finite(arr: np.ndarray, name: str) -> None:
+    """Raise ``ValueError`` if ``arr`` holds NaN or +-inf."""
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} must be finite, but it holds {bad} NaN or inf value(s)")
+
+
+def as_positions(positions, name: str = "positions", *, allow_negative: bool = False,
+                 ndim: int | None = 1) -> np.ndarray:
+    """Integer positions as an int64 array.
+
+    ``positions`` may be an int n (meaning ``arange(n)``) or an integer array. Float arrays are
+    accepted only when every entry is an exact integer. Negative entries raise unless
+    ``allow_negative``; ``ndim`` (if given) is the required number of dimensions.
+    """
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+        n = check_int(positions, name, minimum=0)
+        return np.arange(n, dtype=np.int64)
+    arr = np.asarray(positions)
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must be an integer array or an int, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise ValueError(f"{name} must hold integers, got non-integer values")
+        arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64, copy=False)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+    if not allow_negative and arr.size and arr.min() < 0:
+        raise ValueError(f"{name} must be >= 0, got minimum {int(arr.min())}")
+    return arr
+
+
+def check_ndim(arr: np.ndarray, name: str, minimum: int, letters: str) -> None:
+    """Raise unless ``arr`` has at least ``minimum`` dims; ``letters`` is the documented shape."""
+    if arr.ndim < minimum:
+        raise ValueError(f"{name} must have shape {letters}, got shape {arr.shape}")
+
+
+def check_choice(value, name: str, choices) -> str:
+    """Raise unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
+    return value
