@@ -1,0 +1,118 @@
+"""Tests of minipos.attention. Expected values are worked by hand in the comments."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+
+from minipos.attention import attention, causal_mask, softmax
+
+
+def test_softmax_hand_worked():
+    # exp(0) : exp(ln 3) = 1 : 3  ->  [1/4, 3/4]
+    np.testing.assert_allclose(softmax(np.array([0.0, math.log(3.0)])), [0.25, 0.75], rtol=1e-15)
+
+
+def test_softmax_large_logits_do_not_overflow():
+    # [1000, 1000 + ln 3] is [0, ln 3] shifted: same weights, no overflow.
+    np.testing.assert_allclose(softmax(np.array([1000.0, 1000.0 + math.log(3.0)])), [0.25, 0.75], rtol=1e-12)
+
+
+def test_fully_masked_row_gives_zeros_without_warning():
+    x = np.array([[-np.inf, -np.inf], [0.0, math.log(3.0)]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = softmax(x)
+    np.testing.assert_array_equal(out[0], [0.0, 0.0])
+    np.testing.assert_allclose(out[1], [0.25, 0.75])
+
+
+@settings(max_examples=50, deadline=None)
+@given(arrays(np.float64, (3, 5), elements=st.floats(-50, 50)), st.floats(-100, 100))
+def test_softmax_is_shift_invariant_per_row(x, c):
+    np.testing.assert_allclose(softmax(x + c), softmax(x), atol=1e-12)
+
+
+def test_causal_mask_offsets_for_cached_queries():
+    # 2 queries are the last 2 of 3 positions: query 0 sees keys 0..1, query 1 sees 0..2.
+    expected = np.array([[True, True, False], [True, True, True]])
+    np.testing.assert_array_equal(causal_mask(2, 3), expected)
+    np.testing.assert_array_equal(causal_mask(3, 3), np.tril(np.ones((3, 3), bool)))
+
+
+def test_attention_hand_worked():
+    # One head, T=1, S=2, scale 1: logits = [ln 3, 0] -> weights [3/4, 1/4]
+    # out = 3/4 [1, 2] + 1/4 [3, 4] = [1.5, 2.5]
+    q = np.array([[[1.0, 0.0]]])                       # (H=1, T=1, D=2)
+    k = np.array([[[math.log(3.0), 0.0], [0.0, 0.0]]])  # (1, 2, 2)
+    v = np.array([[[1.0, 2.0], [3.0, 4.0]]])
+    out, w = attention(q, k, v, scale=1.0, return_weights=True)
+    np.testing.assert_allclose(w, [[[0.75, 0.25]]])
+    np.testing.assert_allclose(out, [[[1.5, 2.5]]])
+
+
+def test_attention_bias_and_default_scale():
+    # D = 4, so the default scale is 1/2: q.k = 2 ln 3 -> logit ln 3; a bias of -ln 3 on key 0
+    # cancels it: weights [1/2, 1/2].
+    q = np.array([[[1.0, 1.0, 0.0, 0.0]]])
+    k = np.array([[[math.log(3.0), math.log(3.0), 0, 0], [0, 0, 0, 0]]])
+    v = np.array([[[2.0], [4.0]]])
+    out = attention(q, k, v)
+    np.testing.assert_allclose(out, [[[0.75 * 2 + 0.25 * 4]]])
+    out = attention(q, k, v, bias=np.array([[[-math.log(3.0), 0.0]]]))
+    np.testing.assert_allclose(out, [[[3.0]]])
+
+
+def test_attention_masked_row_is_zero_and_float32_kept():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 3, 4, 8)).astype(np.float32)
+    mask = np.ones((4, 4), bool)
+    mask[1] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, w = attention(q, q, q, mask=mask, return_weights=True)
+    assert out.dtype == np.float32 and w.dtype == np.float32
+    np.testing.assert_array_equal(out[:, :, 1], 0.0)
+    np.testing.assert_allclose(w.sum(-1)[:, :, [0, 2, 3]], 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        ({"mask": np.ones((4, 4))}, TypeError, "mask"),
+        ({"mask": np.ones((5, 4), bool)}, ValueError, "mask"),
+        ({"bias": np.zeros((3, 2, 4, 4))}, ValueError, "bias"),  # would enlarge the logits
+        ({"bias": np.full((4, 4), np.nan)}, ValueError, "bias"),
+    ],
+)
+def test_attention_rejects_bad_bias_and_mask(kwargs, exc, words):
+    q = np.zeros((2, 4, 8))
+    with pytest.raises(exc, match=words):
+        attention(q, q, q, **kwargs)
+
+
+def test_attention_rejects_mismatched_shapes_and_nan():
+    q = np.zeros((2, 4, 8))
+    with pytest.raises(ValueError, match="head dim"):
+        attention(q, np.zeros((2, 4, 6)), np.zeros((2, 4, 6)))
+    with pytest.raises(ValueError, match="k and v"):
+        attention(q, q, np.zeros((2, 5, 8)))
+    with pytest.raises(ValueError, match="leading dims"):
+        attention(q, np.zeros((3, 4, 8)), np.zeros((3, 4, 8)))
+    with pytest.raises(ValueError, match="q must be finite"):
+        attention(np.full((2, 4, 8), np.nan), q, q)
+
+
+def test_softmax_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        softmax(np.array([0.0, np.nan]))
+
+
+def test_causal_mask_rejects_bad_lengths():
+    with pytest.raises(ValueError, match="k_len"):
+        causal_mask(2, -1)
+    with pytest.raises(TypeError, match="q_len"):
+        causal_mask(2.5, 3)
