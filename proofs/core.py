@@ -1,0 +1,592 @@
+r"""The derivation checker behind ``python -m proofs``.
+
+A theorem is a statement plus the checks that establish it: chains of equal expressions, each
+step with its reason; refutations by a concrete counterexample; identities checked exhaustively
+for several small sizes; and ties to the minipos function the theorem justifies. Every check
+either passes or raises a :class:`ProofFailure` naming the theorem and the step. No check ever
+returns a bool.
+
+Writing a theorem
+-----------------
+A family module ``proofs/<family>.py`` defines functions decorated with :func:`theorem`. The id
+starts with the family name; the function receives a :class:`Proof` ``p`` and records its
+checks on it::
+
+    import sympy as sp
+    from proofs.core import theorem
+
+    @theorem("rope.block.compose", "R(a) R(b) = R(a + b)",
+             checks=("minipos.rope.rotation_matrix",))
+    def _(p):
+        a, b = sp.symbols("a b", real=True)
+        (p.derive(R(a) * R(b))                                  # the start of a chain
+          .step(sp.Matrix(...), "multiply the 2x2 blocks")       # checked: equals the previous
+          .step(R(a + b), "angle addition", by="trig"))          # ``by`` picks the strategy
+
+        p.claim(lhs, rhs, "reason")                       # a one-step chain lhs = rhs
+        p.refute(lhs, rhs, {a: 1}, "reason")              # lhs != rhs, shown at a = 1
+        for D in p.cases(D=[2, 4, 6]):                    # exhaustive over small sizes;
+            p.claim(big(D), other(D), "compose blocks")   # a failure names the case
+        p.tie("minipos.rope.rotation_matrix",             # the code agrees with the math:
+              expected=R(a), symbols=(a,), points=[(0.3,), (2.0,)],
+              call=lambda f, a: f(a, 2))                  # f(...) vs lambdify(expected)(...)
+
+Step options: ``by`` is a strategy name (``"expand"``, ``"trig"``, ``"trigsimp"``, ``"doit"``,
+``"cancel"``, ``"complex"``, ``"simplify"``), a list of them, or a callable applied to the residual; by default
+the cheap ones are tried first and ``simplify`` last. ``using`` states hypotheses as
+substitutions applied to the previous expression before comparing: ``{symbol: value}`` or
+``{UndefinedFunction: callable}`` (e.g. ``{E_q: lambda i, j: KroneckerDelta(i, j)}``).
+
+Matrices are compared elementwise. Non-commutative symbols (``sp.symbols("X", commutative=False)``)
+work with the ``expand`` strategy.
+
+Failure statuses
+----------------
+``FALSE``     a step does not follow: SymPy found a non-zero residual or the numeric probe found
+              a counterexample (shown); or a refutation's point does not separate the two sides.
+``UNPROVEN``  SymPy could not decide and the probe found no counterexample at random points:
+              not a pass.
+``MISMATCH``  a tie: the minipos function disagrees with the symbolic result (point shown).
+``MISSING``   a tie's minipos function cannot be imported.
+``ERROR``     the theorem raised something else (a bug in the proof itself).
+
+Run with :func:`run` (returns :class:`Result` s, never raises for a failing theorem) or
+:meth:`Theorem.prove` (raises the :class:`ProofFailure`; what the tests use). The recorded
+checks render as LaTeX with :func:`latex_of`: each chain an ``aligned`` block whose rows carry
+their reasons as ``\text{}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy as sp
+from sympy.core.function import AppliedUndef, UndefinedFunction
+
+__all__ = [
+    "theorem", "Theorem", "Proof", "Chain", "Result", "REGISTRY",
+    "ProofFailure", "StepFalse", "StepUnproven", "TieMismatch", "MissingCode",
+    "run", "select", "latex_of", "PASS_STATUS",
+]
+
+PASS_STATUS = "PASS"
+REGISTRY: dict[str, "Theorem"] = {}
+_SHOW = 600  # characters of an expression shown in a failure message
+
+
+# --------------------------------------------------------------------------- failures
+
+class ProofFailure(AssertionError):
+    """A check that did not hold. ``status``, ``theorem`` and ``step`` say which and where."""
+
+    status = "FALSE"
+
+    def __init__(self, theorem: str, step: str, detail: str):
+        self.theorem, self.step, self.detail = theorem, step, detail
+        super().__init__(f"theorem {theorem}, {step} [{self.status}]\n{detail}")
+
+
+class StepFalse(ProofFailure):
+    status = "FALSE"
+
+
+class StepUnproven(ProofFailure):
+    status = "UNPROVEN"
+
+
+class TieMismatch(ProofFailure):
+    status = "MISMATCH"
+
+
+class MissingCode(ProofFailure):
+    status = "MISSING"
+
+
+def _show(x) -> str:
+    s = sp.sstr(x) if isinstance(x, (sp.Basic, sp.MatrixBase)) else repr(x)
+    return s if len(s) <= _SHOW else s[:_SHOW] + f" ... ({len(s)} chars)"
+
+
+# --------------------------------------------------------------------------- deciding a step
+
+def _expand_trig(e):
+    return sp.expand(sp.expand_trig(sp.expand(e)))
+
+
+def _complex(e):
+    return sp.expand(sp.expand_complex(sp.expand(e.rewrite(sp.cos))))
+
+
+STRATEGIES = {
+    "expand": sp.expand,
+    "trig": _expand_trig,
+    "trigsimp": lambda e: sp.trigsimp(sp.expand(e)),
+    "doit": lambda e: sp.expand(e.doit()),
+    "cancel": lambda e: sp.cancel(sp.expand(e)),
+    "complex": _complex,
+    "simplify": sp.simplify,
+}
+DEFAULT_STRATEGIES = ("expand", "trig", "trigsimp", "doit", "cancel", "simplify")
+
+
+def _strategies(by):
+    if by is None:
+        names = DEFAULT_STRATEGIES
+    elif callable(by):
+        return [("custom", by)]
+    else:
+        names = (by,) if isinstance(by, str) else tuple(by)
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"by must name strategies among {sorted(STRATEGIES)}, got {unknown}")
+    return [(n, STRATEGIES[n]) for n in names]
+
+
+def _is_zero(e) -> bool:
+    return e == 0 or getattr(e, "is_zero", None) is True
+
+
+def _entries(x):
+    return list(x) if isinstance(x, sp.MatrixBase) else [x]
+
+
+def _residual(prev, cur, by):
+    """Return ``(None, strategy)`` if ``prev - cur`` is zero, else ``(residuals, tried)``."""
+    if isinstance(prev, sp.MatrixBase) != isinstance(cur, sp.MatrixBase) or (
+        isinstance(prev, sp.MatrixBase) and prev.shape != cur.shape
+    ):
+        shape = lambda x: x.shape if isinstance(x, sp.MatrixBase) else "scalar"  # noqa: E731
+        return [sp.Symbol(f"<shape {shape(prev)} vs {shape(cur)}>")], "shape"
+    left = [sp.sympify(d) for d in _entries(prev - cur)]
+    used = "identity"
+    for name, f in _strategies(by):
+        if all(_is_zero(d) for d in left):
+            return None, used
+        left = [d if _is_zero(d) else f(d) for d in left]
+        used = name
+    if all(_is_zero(d) for d in left):
+        return None, used
+    return left, used
+
+
+# --------------------------------------------------------------------------- numeric probe
+
+def _sample(sym, rng):
+    """A random value respecting the symbol's assumptions (integer, even, positive, ...)."""
+    if sym.is_integer:
+        lo = 1 if sym.is_positive else (0 if sym.is_nonnegative else -6)
+        v = int(rng.integers(lo, 8))
+        if sym.is_even and v % 2:
+            v += 1
+        if sym.is_odd and not v % 2:
+            v += 1
+        return sp.Integer(v)
+    if sym.is_positive:
+        return sp.Float(rng.uniform(0.2, 3.0))
+    if sym.is_nonnegative:
+        return sp.Float(rng.uniform(0.0, 3.0))
+    if sym.is_negative:
+        return sp.Float(-rng.uniform(0.2, 3.0))
+    return sp.Float(rng.uniform(-3.0, 3.0))
+
+
+def _evaluate(exprs, point, rng, atoms):
+    """Evaluate each expression at ``point``; Indexed entries and undefined function values
+    left after ``doit`` get random values (the same value for the same atom across exprs)."""
+    out = []
+    for e in exprs:
+        v = sp.sympify(e).xreplace(point).doit()
+        extra = v.atoms(sp.Indexed, AppliedUndef) | {s for s in v.free_symbols if isinstance(s, sp.Symbol)}
+        for a in sorted(extra, key=sp.default_sort_key):
+            if a not in atoms:
+                atoms[a] = sp.Float(rng.uniform(-3.0, 3.0))
+        v = v.xreplace({a: atoms[a] for a in extra})
+        out.append(complex(sp.N(v)))
+    return out
+
+
+def _probe(prev, cur, samples: int = 8, seed: int = 0):
+    """Look for a point where ``prev != cur``. Returns (counterexample or None, points tried)."""
+    pe, ce = _entries(prev), _entries(cur)
+    syms = set()
+    for e in pe + ce:
+        syms |= {s for s in sp.sympify(e).free_symbols if isinstance(s, sp.Symbol)}
+    if any(not s.is_commutative for s in syms):
+        return None, 0
+    syms = sorted(syms, key=sp.default_sort_key)
+    rng = np.random.default_rng(seed)
+    tried = 0
+    for _ in range(samples):
+        point = {s: _sample(s, rng) for s in syms}
+        atoms = {}
+        try:
+            a = _evaluate(pe, point, rng, atoms)
+            b = _evaluate(ce, point, rng, atoms)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if not all(np.isfinite(x) for x in a + b):
+            continue
+        tried += 1
+        for i, (x, y) in enumerate(zip(a, b)):
+            if abs(x - y) > 1e-8 * (1.0 + abs(x) + abs(y)):
+                return (point, atoms, i, x, y), tried
+        if not syms and not atoms:
+            break
+    return None, tried
+
+
+def _fmt_num(z: complex) -> str:
+    return f"{z.real:.6g}" if abs(z.imag) < 1e-12 else f"{z.real:.6g}{z.imag:+.6g}j"
+
+
+# --------------------------------------------------------------------------- chains
+
+@dataclass
+class _Row:
+    expr: object
+    reason: str
+
+
+class Chain:
+    """``start = e1 = e2 = ...``; :meth:`step` checks each new expression against the last."""
+
+    def __init__(self, proof: "Proof", start, reason: str = ""):
+        self.proof, self.start, self.reason = proof, _sym(start), reason
+        self.rows: list[_Row] = []
+        self.case = proof._case
+
+    @property
+    def last(self):
+        return self.rows[-1].expr if self.rows else self.start
+
+    def step(self, expr, reason: str, *, by=None, using=None) -> "Chain":
+        """Claim ``expr`` equals the previous expression, for ``reason``. Raises if not."""
+        expr = _sym(expr)
+        prev = _apply(self.last, using) if using else self.last
+        where = self.proof._where(f"step {len(self.rows) + 1} ({reason!r})")
+        left, how = _residual(prev, expr, by)
+        if left is not None:
+            self.proof._fail_step(where, self.last, expr, left, how, prev)
+        self.rows.append(_Row(expr, reason))
+        self.proof.steps += 1
+        return self
+
+    def latex(self) -> str:
+        lines = []
+        for i, row in enumerate(self.rows):
+            head = sp.latex(self.start) if i == 0 else ""
+            lines.append(f"{head} &= {sp.latex(row.expr)} && {_text(row.reason)}")
+        return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+
+
+def _sym(x):
+    if isinstance(x, (list, tuple)):
+        return sp.Matrix(x)
+    return sp.sympify(x) if not isinstance(x, sp.MatrixBase) else sp.Matrix(x)
+
+
+def _apply(expr, using: dict):
+    """Substitute the hypotheses in ``using`` (symbols by value, functions by a callable)."""
+    funcs = {k: v for k, v in using.items() if isinstance(k, UndefinedFunction)}
+    plain = {k: v for k, v in using.items() if k not in funcs}
+    for f, g in funcs.items():
+        expr = expr.replace(f, g)
+    return expr.subs(plain) if plain else expr
+
+
+def _text(reason: str) -> str:
+    """``\\text{...}`` for a reason; ``$...$`` segments stay math, the rest is escaped."""
+    parts = re.split(r"(\$[^$]*\$)", reason)
+    esc = lambda s: re.sub(r"([#%&_{}])", r"\\\1", s).replace("^", r"\^{}")  # noqa: E731
+    return "\\text{" + "".join(p if p.startswith("$") else esc(p) for p in parts) + "}"
+
+
+@dataclass
+class _Refutation:
+    lhs: object
+    rhs: object
+    at: dict
+    left: object
+    right: object
+    reason: str
+    case: object = None
+
+    def latex(self) -> str:
+        at = ", ".join(f"{sp.latex(k)} = {sp.latex(v)}" for k, v in self.at.items())
+        return (f"\\begin{{aligned}}\n\\left.{sp.latex(self.lhs)}\\right|_{{{at}}} &= {sp.latex(self.left)}"
+                f" \\neq {sp.latex(self.right)} = \\left.{sp.latex(self.rhs)}\\right|_{{{at}}}"
+                f" && {_text(self.reason)}\n\\end{{aligned}}")
+
+
+# --------------------------------------------------------------------------- the proof context
+
+class Proof:
+    """What a theorem function receives: records and checks chains, refutations and ties."""
+
+    def __init__(self, theorem: "Theorem"):
+        self.theorem = theorem
+        self.blocks: list = []        # Chains and _Refutations, in order, for rendering
+        self.ties: list[str] = []     # dotted names of the minipos functions evaluated
+        self.steps = 0
+        self._case = None             # (name, value, all values) inside p.cases(...)
+
+    def _where(self, what: str) -> str:
+        if self._case is None:
+            return what
+        return f"{what} [case {self._case[0]} = {self._case[1]}]"
+
+    # ----- chains
+    def derive(self, start, reason: str = "") -> Chain:
+        """Start a chain at ``start``; add checked steps with ``.step(expr, reason)``."""
+        chain = Chain(self, start, reason)
+        self.blocks.append(chain)
+        return chain
+
+    def claim(self, lhs, rhs, reason: str, *, by=None, using=None) -> Chain:
+        """A one-step chain: ``lhs = rhs`` for ``reason``."""
+        return self.derive(lhs).step(rhs, reason, by=by, using=using)
+
+    def _fail_step(self, where, prev, cur, left, how, substituted):
+        tid = self.theorem.id
+        shown = "\n".join(f"  residual[{i}]: {_show(d)}" for i, d in enumerate(left) if not _is_zero(d))
+        head = (f"  previous: {_show(prev)}\n"
+                + (f"  with hypotheses: {_show(substituted)}\n" if substituted is not prev else "")
+                + f"  claimed:  {_show(cur)}\n{shown}\n  (residual after strategy {how!r})")
+        if how == "shape":
+            raise StepFalse(tid, where, head + "\n  the two sides have different shapes")
+        found, tried = _probe(substituted, cur)
+        if found is not None:
+            point, atoms, i, x, y = found
+            at = ", ".join(f"{k} = {float(v):.6g}" if v.is_Float else f"{k} = {v}"
+                           for k, v in {**point, **atoms}.items())
+            raise StepFalse(tid, where, head + f"\n  counterexample: {at or '(no free symbols)'}"
+                            f"\n    entry {i}: previous = {_fmt_num(x)}, claimed = {_fmt_num(y)},"
+                            f" difference = {_fmt_num(x - y)}")
+        note = (f"no counterexample at {tried} random point(s)" if tried
+                else "no numeric probe possible (non-commutative or unevaluable)")
+        raise StepUnproven(tid, where, head + f"\n  SymPy could not decide; {note}: UNPROVEN, not a pass")
+
+    # ----- refutations
+    def refute(self, lhs, rhs, at: dict, reason: str) -> None:
+        """``lhs`` and ``rhs`` differ: evaluated exactly at the point ``at``, they are unequal."""
+        lhs, rhs = _sym(lhs), _sym(rhs)
+        where = self._where(f"refutation ({reason!r})")
+        left = _simplify_value(_apply(lhs, at))
+        right = _simplify_value(_apply(rhs, at))
+        if _residual(left, right, None)[0] is None:
+            raise StepFalse(self.theorem.id, where,
+                            f"  at {_show(at)} both sides equal {_show(left)}: not a counterexample\n"
+                            f"  lhs: {_show(lhs)}\n  rhs: {_show(rhs)}")
+        self.blocks.append(_Refutation(lhs, rhs, dict(at), left, right, reason, self._case))
+        self.steps += 1
+
+    def require(self, condition, reason: str, detail: str = "") -> None:
+        """A fact about concrete values (e.g. of an array) that must hold; raises if not."""
+        if not bool(condition):
+            raise StepFalse(self.theorem.id, self._where(f"requirement ({reason!r})"),
+                            f"  does not hold{': ' + detail if detail else ''}")
+        self.steps += 1
+
+    # ----- exhaustive cases
+    def cases(self, **named):
+        """``for D in p.cases(D=[2, 4, 6]):`` runs the body once per value; failures name it."""
+        ((name, values),) = named.items()
+        values = list(values)
+        for v in values:
+            self._case = (name, v, values)
+            try:
+                yield v
+            finally:
+                self._case = None
+
+    # ----- ties to code
+    def tie(self, target, *, expected, points, call, symbols=(), rtol: float = 1e-9,
+            atol: float = 1e-12, reason: str = "") -> None:
+        """Evaluate the minipos function ``target`` at ``points`` and compare with ``expected``.
+
+        target: dotted name ``"minipos.module.function"`` (imported now, so a monkeypatched
+        function is the one checked) or a callable. expected: a SymPy expression/Matrix in
+        ``symbols`` (lambdified) or a callable of a point's values. call: ``call(f, *point)``
+        returns what the code gives at that point.
+        """
+        name, f = self._resolve(target, reason)
+        where = self._where(f"tie to {name} ({reason!r})" if reason else f"tie to {name}")
+        if callable(expected) and not isinstance(expected, (sp.Basic, sp.MatrixBase)):
+            want_at = expected
+        else:
+            lam = sp.lambdify(tuple(symbols), _sym(expected), modules="numpy")
+            want_at = lam
+        for point in points:
+            point = tuple(point) if isinstance(point, (tuple, list)) else (point,)
+            want = np.asarray(want_at(*point), dtype=float if _real(want_at, point) else complex)
+            try:
+                got = np.asarray(call(f, *point))
+            except Exception as exc:  # the code under test raised: a mismatch, not a proof bug
+                raise TieMismatch(self.theorem.id, where,
+                                  f"  at {_fmt_point(symbols, point)}: {name} raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            self._compare(where, name, symbols, point, want, got, rtol, atol)
+        if name not in self.ties:
+            self.ties.append(name)
+        self.steps += 1
+
+    def _resolve(self, target, reason):
+        if callable(target):
+            return getattr(target, "__qualname__", repr(target)), target
+        mod, _, attr = target.rpartition(".")
+        try:
+            return target, getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as exc:
+            if target not in self.ties:
+                self.ties.append(target)
+            raise MissingCode(self.theorem.id, self._where(f"tie to {target}"),
+                              f"  cannot import {target}: {type(exc).__name__}: {exc}") from exc
+
+    def _compare(self, where, name, symbols, point, want, got, rtol, atol):
+        at = _fmt_point(symbols, point)
+        if want.shape != got.shape:
+            raise TieMismatch(self.theorem.id, where,
+                              f"  at {at}: {name} gives shape {got.shape}, the theorem {want.shape}")
+        if not np.allclose(got, want, rtol=rtol, atol=atol):
+            diff = np.abs(got.astype(complex) - want)
+            idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
+            raise TieMismatch(self.theorem.id, where,
+                              f"  at {at}: {name} disagrees with the symbolic result\n"
+                              f"  expected: {np.array2string(want, precision=6, threshold=40)}\n"
+                              f"  got:      {np.array2string(got, precision=6, threshold=40)}\n"
+                              f"  max |difference| = {diff.max():.3g} at index {tuple(int(i) for i in idx)}"
+                              f" (rtol={rtol}, atol={atol})")
+
+
+def _real(f, point) -> bool:
+    return not np.iscomplexobj(np.asarray(f(*point)))
+
+
+def _fmt_point(symbols, point) -> str:
+    names = [str(s) for s in symbols] or [f"arg{i}" for i in range(len(point))]
+    if len(names) != len(point):
+        names = [f"arg{i}" for i in range(len(point))]
+    return ", ".join(f"{n} = {v!r}" for n, v in zip(names, point))
+
+
+def _simplify_value(x):
+    if isinstance(x, sp.MatrixBase):
+        return x.applyfunc(lambda e: sp.nsimplify(sp.simplify(e.doit())) if e.free_symbols else sp.simplify(e.doit()))
+    x = sp.sympify(x).doit()
+    return sp.simplify(x)
+
+
+# --------------------------------------------------------------------------- theorems
+
+@dataclass
+class Result:
+    """The outcome of one theorem: what ``python -m proofs`` prints."""
+
+    id: str
+    statement: str
+    status: str
+    seconds: float
+    steps: int
+    checks: list
+    message: str = ""
+    blocks: list = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASS_STATUS
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "statement": self.statement, "status": self.status,
+                "seconds": round(self.seconds, 4), "steps": self.steps, "checks": self.checks,
+                "message": self.message}
+
+
+@dataclass
+class Theorem:
+    """A statement, the function that proves it, and the minipos functions it is tied to."""
+
+    id: str
+    statement: str
+    func: object
+    checks: tuple = ()
+    latex_statement: str = ""
+
+    @property
+    def family(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def prove(self, p: Proof | None = None) -> Proof:
+        """Run the proof (recording into ``p`` if given); raise :class:`ProofFailure` on failure."""
+        p = Proof(self) if p is None else p
+        self.func(p)
+        if not p.blocks and not p.ties and not p.steps:
+            raise StepUnproven(self.id, "the whole theorem", "  it records no checks: UNPROVEN")
+        return p
+
+    def run(self) -> Result:
+        """Run the proof and report; a failure becomes a :class:`Result`, never an exception."""
+        t0 = time.perf_counter()
+        p, status, message = Proof(self), PASS_STATUS, ""
+        try:
+            self.prove(p)
+        except ProofFailure as exc:
+            status, message = exc.status, str(exc)
+        except Exception:  # a bug in the proof itself; report it and go on to the next theorem
+            status = "ERROR"
+            message = f"theorem {self.id} raised\n{traceback.format_exc(limit=-3)}"
+        seconds = time.perf_counter() - t0
+        checks = list(self.checks) + [c for c in p.ties if c not in self.checks]
+        return Result(self.id, self.statement, status, seconds, p.steps, checks, message, p.blocks)
+
+
+def theorem(id: str, statement: str, *, checks=(), latex: str = ""):
+    """Register the decorated function as the proof of ``statement`` under ``id``.
+
+    ``id`` is ``"<family>.<name>"``; ``checks`` lists the dotted names of the minipos
+    functions the theorem is tied to (shown in the table even when the proof fails early).
+    """
+    if not re.fullmatch(r"[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+", id):
+        raise ValueError(f"id must look like 'family.name', got {id!r}")
+    if id in REGISTRY:
+        raise ValueError(f"theorem id {id!r} is already registered")
+
+    def register(func):
+        REGISTRY[id] = Theorem(id, statement, func, tuple(checks), latex)
+        return func
+
+    return register
+
+
+def select(patterns=()) -> list[Theorem]:
+    """Theorems whose family equals, or whose id starts with, one of ``patterns`` (all if none)."""
+    ths = list(REGISTRY.values())
+    if not patterns:
+        return ths
+    return [t for t in ths if any(t.family == q or t.id.startswith(q) for q in patterns)]
+
+
+def run(patterns=()) -> list[Result]:
+    """Run the selected theorems independently; one failing does not stop the others."""
+    return [t.run() for t in select(patterns)]
+
+
+def latex_of(result: Result) -> str:
+    """The derivations of a run theorem as LaTeX; a block from ``p.cases`` is shown once."""
+    out, seen = [], set()
+    for b in result.blocks:
+        if b.case is not None:
+            name, value, values = b.case
+            if value != values[0]:
+                continue
+            if (name, tuple(values)) not in seen:
+                seen.add((name, tuple(values)))
+                vals = ", ".join(str(v) for v in values)
+                out.append(f"% shown for {name} = {value}; checked for {name} in {{{vals}}}")
+        out.append(b.latex())
+    return "\n".join(out)

@@ -1,0 +1,180 @@
+"""The derivation checker: a false step is FALSE with a counterexample, a true step SymPy cannot
+decide is UNPROVEN (never a pass), ties catch wrong code, and failures name theorem and step."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sp = pytest.importorskip("sympy")
+
+from proofs import core  # noqa: E402
+from proofs.core import (  # noqa: E402
+    MissingCode, StepFalse, StepUnproven, Theorem, TieMismatch, latex_of,
+)
+
+x, y = sp.symbols("x y", real=True)
+
+
+def _prove(func, id="demo.theorem"):
+    return Theorem(id, "a demo statement", func).prove()
+
+
+def test_true_chain_passes_and_counts_steps():
+    def proof(p):
+        (p.derive((x + y) ** 2)
+          .step(x**2 + 2 * x * y + y**2, "expand the square")
+          .step(sp.sin(x) ** 2 + sp.cos(x) ** 2 + x**2 + 2 * x * y + y**2 - 1, "$\\sin^2 + \\cos^2 = 1$"))
+    assert _prove(proof).steps == 2
+
+
+def test_false_step_is_false_with_counterexample():
+    def proof(p):
+        p.derive((x + y) ** 2).step(x**2 + y**2, "forget the cross term")
+    with pytest.raises(StepFalse) as err:
+        _prove(proof, "demo.false")
+    msg = str(err.value)
+    assert err.value.status == "FALSE"
+    assert "theorem demo.false, step 1 ('forget the cross term')" in msg
+    assert "claimed:  x**2 + y**2" in msg
+    assert "residual[0]: 2*x*y" in msg
+    assert "counterexample: x = " in msg
+
+
+def test_true_step_sympy_cannot_decide_is_unproven_not_pass():
+    # sin^2 + cos^2 = 1 is true, but 'expand' alone cannot show it: the probe finds no
+    # counterexample and the step is reported UNPROVEN.
+    def proof(p):
+        p.derive(sp.sin(x) ** 2 + sp.cos(x) ** 2).step(1, "Pythagoras", by="expand")
+    with pytest.raises(StepUnproven) as err:
+        _prove(proof, "demo.unproven")
+    assert "UNPROVEN, not a pass" in str(err.value)
+    assert "no counterexample at 8 random point(s)" in str(err.value)
+    assert Theorem("demo.unproven", "s", proof).run().status == "UNPROVEN"
+
+
+def test_false_step_sympy_cannot_decide_is_still_false():
+    def proof(p):
+        p.derive(sp.sin(x) ** 2 + sp.cos(x) ** 2).step(sp.cos(2 * x), "a wrong identity", by="expand")
+    with pytest.raises(StepFalse, match="counterexample: x = "):
+        _prove(proof)
+
+
+def test_matrix_steps_compare_elementwise_and_shapes():
+    a = sp.Symbol("a", real=True)
+    R = lambda t: sp.Matrix([[sp.cos(t), -sp.sin(t)], [sp.sin(t), sp.cos(t)]])  # noqa: E731
+
+    def good(p):
+        p.claim(R(a) * R(x), R(a + x), "angle addition", by="trig")
+
+    def bad(p):
+        p.claim(R(a) * R(x), R(a - x), "a flipped sign")
+
+    def shape(p):
+        p.claim(R(a), sp.Matrix([1, 2]), "wrong shape")
+    _prove(good)
+    with pytest.raises(StepFalse, match=r"step 1 \('a flipped sign'\)"):
+        _prove(bad)
+    with pytest.raises(StepFalse, match=r"shape \(2, 2\) vs \(2, 1\)"):
+        _prove(shape)
+
+
+def test_noncommutative_expansion():
+    A, B, C = sp.symbols("A B C", commutative=False)
+    _prove(lambda p: p.claim((A + B) * C, A * C + B * C, "distribute"))
+    with pytest.raises(StepUnproven, match="no numeric probe possible"):
+        _prove(lambda p: p.claim(A * B, B * A, "they do not commute"))
+
+
+def test_hypotheses_by_substitution():
+    E = sp.Function("E")
+    i, j = sp.symbols("i j", integer=True)
+
+    def proof(p):
+        p.claim(E(i, j) * E(i, j), sp.KroneckerDelta(i, j) ** 2, "unit second moments",
+                using={E: lambda a, b: sp.KroneckerDelta(a, b)})
+    _prove(proof)
+
+
+def test_refutation_needs_a_separating_point():
+    def good(p):
+        p.refute(x ** 2, 2 * x, {x: 3}, "not the same function")
+
+    def bad(p):
+        p.refute(x ** 2, 2 * x, {x: 2}, "equal at x = 2")
+    pf = _prove(good)
+    assert "\\neq" in pf.blocks[0].latex()
+    with pytest.raises(StepFalse, match="not a counterexample"):
+        _prove(bad, "demo.refute")
+
+
+def test_cases_name_the_failing_size():
+    def proof(p):
+        for n in p.cases(n=[1, 2, 3]):
+            xs = sp.symbols(f"x0:{n}", real=True)
+            p.claim(sum(xs) ** 2, sum(v**2 for v in xs), "squares only")  # true only for n = 1
+    with pytest.raises(StepFalse, match=r"\[case n = 2\]"):
+        _prove(proof)
+
+
+def test_tie_passes_mismatch_and_missing():
+    def tied(f):
+        def proof(p):
+            p.tie(f, expected=sp.Matrix([sp.cos(x), sp.sin(x)]), symbols=(x,),
+                  points=[(0.0,), (1.3,)], call=lambda g, t: g(t), reason="unit circle")
+        return proof
+    _prove(tied(lambda t: np.array([[np.cos(t)], [np.sin(t)]])))
+    with pytest.raises(TieMismatch) as err:
+        _prove(tied(lambda t: np.array([[np.cos(t)], [-np.sin(t)]])), "demo.tie")
+    msg = str(err.value)
+    assert "theorem demo.tie, tie to" in msg and "'unit circle'" in msg
+    assert "at x = 1.3" in msg and "max |difference|" in msg
+    with pytest.raises(TieMismatch, match="gives shape"):
+        _prove(tied(lambda t: np.array([np.cos(t), np.sin(t)])))
+
+    def missing(p):
+        p.tie("minipos.no_such_module.f", expected=x, symbols=(x,), points=[(1.0,)], call=lambda g, t: g(t))
+    with pytest.raises(MissingCode, match="cannot import minipos.no_such_module.f"):
+        _prove(missing)
+
+
+def test_a_theorem_without_checks_is_unproven():
+    with pytest.raises(StepUnproven):
+        _prove(lambda p: None)
+
+
+def test_run_reports_failures_without_raising():
+    def boom(p):
+        raise KeyError("bug in the proof")
+    r = Theorem("demo.error", "s", boom).run()
+    assert r.status == "ERROR" and "KeyError" in r.message and not r.ok
+
+
+def test_latex_is_an_aligned_block_with_reasons():
+    def proof(p):
+        p.derive((x + y) ** 2).step(x**2 + 2 * x * y + y**2, "expand the square_1 & more")
+    r = Theorem("demo.latex", "s", proof).run()
+    tex = latex_of(r)
+    assert tex.startswith("\\begin{aligned}") and tex.endswith("\\end{aligned}")
+    assert "&= x^{2} + 2 x y + y^{2} && \\text{expand the square\\_1 \\& more}" in tex
+
+
+def test_registry_rejects_duplicates_and_bad_ids():
+    with pytest.raises(ValueError, match="already registered"):
+        core.theorem("attention.softmax.shift", "again")
+    with pytest.raises(ValueError, match="family.name"):
+        core.theorem("NoFamily", "s")
+
+
+def test_cli_json_and_exit_status():
+    out = subprocess.run([sys.executable, "-m", "proofs", "attention.softmax", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert rows[0]["id"] == "attention.softmax.shift" and rows[0]["status"] == "PASS"
+    assert set(rows[0]) >= {"id", "statement", "status", "seconds", "checks"}
+    none = subprocess.run([sys.executable, "-m", "proofs", "no_such_family"],
+                          capture_output=True, text=True, timeout=60)
+    assert none.returncode == 2
