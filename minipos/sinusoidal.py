@@ -1,0 +1,146 @@
+"""Absolute position tables: the fixed sinusoids and the learned table (the input seam).
+
+Sinusoidal (Vaswani et al. 2017, "Attention Is All You Need", arXiv:1706.03762, §3.5):
+
+    PE(pos, 2i)     = sin(pos · w_i)
+    PE(pos, 2i + 1) = cos(pos · w_i),       w_i = base^(-2i/D),   i = 0 … D/2 - 1
+
+with ``base = 10000``. The index ``i`` runs over the D/2 sin/cos *pairs*, not over the D
+columns. Real code stores the same sinusoids in three ways, which are not interchangeable:
+
+=================  =====================  ==========================  ==========================
+layout             column order           w_i                         used by
+=================  =====================  ==========================  ==========================
+``interleaved``    sin, cos, sin, cos, …  base^(-2i/D)                the paper; XLM, DistilBERT
+``split``          [sin … | cos …]        base^(-2i/D)                Transformer-XL
+                                                                      ``PositionalEmbedding``,
+                                                                      Marian
+``tensor2tensor``  [sin … | cos …]        base^(-i/(D/2 - 1))         tensor2tensor
+                                                                      ``get_timing_signal_1d``,
+                                                                      fairseq, HF Speech2Text,
+                                                                      M2M100, FSMT
+=================  =====================  ==========================  ==========================
+
+``split`` is ``interleaved`` with its columns permuted (same numbers). ``tensor2tensor`` has
+different frequencies: its geometric sequence of timescales runs from 1 to exactly ``base``
+(``num_timescales = D // 2``, ``log_timescale_increment = log(base) / max(num_timescales - 1, 1)``,
+``w_i = exp(-i · log_timescale_increment)``), whereas the paper's lowest frequency is
+``base^(-(D-2)/D)``. For odd D, tensor2tensor and fairseq append one zero column.
+
+Porting pitfalls
+----------------
+- fairseq's ``SinusoidalPositionalEmbedding.get_embedding(num_embeddings, embedding_dim,
+  padding_idx)`` is the ``tensor2tensor`` table with row ``padding_idx`` zeroed, and
+  ``utils.make_positions`` numbers real tokens from ``padding_idx + 1`` (HF Speech2Text/M2M100:
+  "Position numbers begin at padding_idx+1"). With ``padding_idx = 1`` the first token reads
+  row 2, so fairseq's embedding of tokens ``0 … T-1`` is
+  ``sinusoidal_table(np.arange(T) + padding_idx + 1, D, layout="tensor2tensor")``.
+- fairseq divides by ``half_dim - 1`` unguarded (D = 2 or 3 divides by zero); tensor2tensor
+  guards with ``max(num_timescales - 1, 1)``, and minipos follows tensor2tensor.
+- Transformer-XL evaluates its ``split`` table at *relative distances* ``klen-1, …, 0``, and
+  bidirectional variants (XLNet) at negative ones, so negative positions are allowed here.
+- Reference implementations build the table in float32 (fairseq, Speech2Text) or in float64 and
+  cast to float32 (XLM, Marian). minipos returns float64; compare with ``rtol ≈ 1e-6``.
+
+Learned absolute positions (GPT-2 ``wpe``, BERT ``position_embeddings``): a ``(P, D)`` table,
+initialised ``normal(0, 0.02)``, whose row ``pos`` is added to token ``pos``. It has no row for
+``pos >= P``: unlike the sinusoids it cannot extrapolate. (RoBERTa offsets positions by
+``padding_idx + 1`` like fairseq, hence its 514-row table for 512 tokens.)
+
+Shapes: ``positions`` ``(T,)``; tables ``(T, D)``; frequencies ``(D // 2,)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, as_positions, check_choice, check_float, check_int
+
+__all__ = ["sinusoidal_table", "sinusoidal_frequencies", "learned_table", "absolute_embedding"]
+
+LAYOUTS = ("interleaved", "split", "tensor2tensor")
+
+
+def _check_dim(dim, layout: str) -> int:
+    """``dim`` as an int: even >= 2 for sin/cos pairs, >= 1 for tensor2tensor (zero-padded)."""
+    check_choice(layout, "layout", LAYOUTS)
+    if layout == "tensor2tensor":
+        return check_int(dim, "dim", minimum=1)
+    dim = check_int(dim, "dim", minimum=2)
+    if dim % 2:
+        raise ValueError(
+            f"dim must be even for layout {layout!r} (D/2 sin/cos pairs), got {dim}; "
+            "only layout 'tensor2tensor' pads an odd dim with a zero column"
+        )
+    return dim
+
+
+def sinusoidal_frequencies(dim: int, *, base: float = 10000.0, layout: str = "interleaved") -> np.ndarray:
+    """The angular frequencies ``w_i``, ``i = 0 … D//2 - 1``, as float64 ``(D // 2,)``.
+
+    ``"interleaved"`` and ``"split"``: ``w_i = base^(-2i/D)`` (Vaswani §3.5).
+    ``"tensor2tensor"``: ``w_i = base^(-i / max(D//2 - 1, 1))`` (first 1, last exactly 1/base).
+    """
+    dim = _check_dim(dim, layout)
+    base = check_float(base, "base", positive=True)
+    i = np.arange(dim // 2, dtype=np.float64)
+    if layout == "tensor2tensor":
+        return np.power(base, -i / max(dim // 2 - 1, 1))  # w_i = base^(-i/(D/2 - 1))
+    return np.power(base, -2.0 * i / dim)                 # w_i = base^(-2i/D)
+
+
+def sinusoidal_table(positions, dim: int, *, base: float = 10000.0, layout: str = "interleaved") -> np.ndarray:
+    """The sinusoidal position table ``(T, D)`` in float64.
+
+    positions: an int T (meaning ``arange(T)``) or an integer array ``(T,)``; negative entries
+    are allowed (relative distances). See the module docstring for the three layouts.
+    """
+    dim = _check_dim(dim, layout)
+    w = sinusoidal_frequencies(dim, base=base, layout=layout)   # (D//2,)
+    pos = as_positions(positions, "positions", allow_negative=True)
+    angles = pos.astype(np.float64)[:, None] * w[None, :]       # pos · w_i, (T, D//2)
+    sin, cos = np.sin(angles), np.cos(angles)
+    if layout == "interleaved":
+        return np.stack([sin, cos], axis=-1).reshape(len(pos), dim)  # PE(pos, 2i), PE(pos, 2i+1)
+    table = np.concatenate([sin, cos], axis=-1)                 # [sin | cos], (T, 2 * (D//2))
+    if dim % 2:
+        table = np.concatenate([table, np.zeros((len(pos), 1))], axis=-1)  # zero column, (T, D)
+    return table
+
+
+def learned_table(num_positions: int, dim: int, *, seed: int = 0, std: float = 0.02,
+                  dtype=np.float64) -> np.ndarray:
+    """A learned absolute table ``(P, D)`` at its GPT-2/BERT initialisation ``normal(0, std)``.
+
+    Deterministic given ``seed`` (``numpy.random.default_rng``); drawn in float64, then cast
+    to the floating ``dtype``.
+    """
+    P = check_int(num_positions, "num_positions", minimum=1)
+    D = check_int(dim, "dim", minimum=1)
+    std = check_float(std, "std", minimum=0.0)
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    return rng.normal(0.0, std, size=(P, D)).astype(dtype)  # (P, D)
+
+
+def absolute_embedding(table, positions) -> np.ndarray:
+    """Rows of a learned table at ``positions``: ``(T, D)`` (or ``(..., T, D)``), table's dtype.
+
+    table: ``(P, D)``. positions: an int T (meaning ``arange(T)``) or an integer array ``(T,)``
+    or ``(..., T)`` with ``0 <= pos < P``; a position ``>= P`` raises, since a learned table has
+    no row there and cannot extrapolate.
+    """
+    table = as_float_array(table, "table")
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_positions, D), got shape {table.shape}")
+    P = table.shape[0]
+    pos = as_positions(positions, "positions", ndim=None)
+    if pos.size and pos.max() >= P:
+        raise ValueError(
+            f"positions must be < num_positions = {P} (the rows of table), got maximum "
+            f"{int(pos.max())}: a learned absolute table cannot extrapolate beyond the "
+            "positions it was trained on"
+        )
+    return table[pos]  # (..., T, D)
