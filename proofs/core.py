@@ -37,8 +37,9 @@ the cheap ones are tried first and ``simplify`` last. ``using`` states hypothese
 substitutions applied to the previous expression before comparing: ``{symbol: value}`` or
 ``{UndefinedFunction: callable}`` (e.g. ``{E_q: lambda i, j: KroneckerDelta(i, j)}``).
 
-Matrices are compared elementwise. Non-commutative symbols (``sp.symbols("X", commutative=False)``)
-work with the ``expand`` strategy.
+Matrices are compared elementwise. Matrix expressions (``sp.MatrixSymbol``, with transposes) and
+non-commutative symbols (``sp.symbols("X", commutative=False)``) work with the ``expand``
+strategy; the probe substitutes random matrices for them.
 
 Failure statuses
 ----------------
@@ -149,7 +150,7 @@ def _strategies(by):
 
 
 def _is_zero(e) -> bool:
-    return e == 0 or getattr(e, "is_zero", None) is True
+    return e == 0 or getattr(e, "is_zero", None) is True or getattr(e, "is_ZeroMatrix", False)
 
 
 def _entries(x):
@@ -178,7 +179,12 @@ def _residual(prev, cur, by):
 # --------------------------------------------------------------------------- numeric probe
 
 def _sample(sym, rng):
-    """A random value respecting the symbol's assumptions (integer, even, positive, ...)."""
+    """A random value respecting the symbol's assumptions (integer, even, positive, ...);
+    a random matrix for a MatrixSymbol or a non-commutative symbol (3 x 3)."""
+    if isinstance(sym, sp.MatrixSymbol):
+        return sp.ImmutableMatrix(rng.uniform(-2.0, 2.0, size=tuple(int(n) for n in sym.shape)))
+    if not sym.is_commutative:
+        return sp.ImmutableMatrix(rng.uniform(-2.0, 2.0, size=(3, 3)))
     if sym.is_integer:
         lo = 1 if sym.is_positive else (0 if sym.is_nonnegative else -6)
         v = int(rng.integers(lo, 8))
@@ -196,9 +202,17 @@ def _sample(sym, rng):
     return sp.Float(rng.uniform(-3.0, 3.0))
 
 
+def _numbers(v) -> np.ndarray:
+    v = v.doit() if hasattr(v, "doit") else v
+    if isinstance(v, sp.MatrixBase):
+        return np.array([complex(sp.N(e)) for e in v], dtype=complex)
+    return np.array([complex(sp.N(v))], dtype=complex)
+
+
 def _evaluate(exprs, point, rng, atoms):
-    """Evaluate each expression at ``point``; Indexed entries and undefined function values
-    left after ``doit`` get random values (the same value for the same atom across exprs)."""
+    """Evaluate each expression at ``point`` as a flat complex array; Indexed entries and
+    undefined function values left after ``doit`` get random values (the same value for the
+    same atom across ``exprs``)."""
     out = []
     for e in exprs:
         v = sp.sympify(e).xreplace(point).doit()
@@ -206,8 +220,7 @@ def _evaluate(exprs, point, rng, atoms):
         for a in sorted(extra, key=sp.default_sort_key):
             if a not in atoms:
                 atoms[a] = sp.Float(rng.uniform(-3.0, 3.0))
-        v = v.xreplace({a: atoms[a] for a in extra})
-        out.append(complex(sp.N(v)))
+        out.append(_numbers(v.xreplace({a: atoms[a] for a in extra})))
     return out
 
 
@@ -216,9 +229,7 @@ def _probe(prev, cur, samples: int = 8, seed: int = 0):
     pe, ce = _entries(prev), _entries(cur)
     syms = set()
     for e in pe + ce:
-        syms |= {s for s in sp.sympify(e).free_symbols if isinstance(s, sp.Symbol)}
-    if any(not s.is_commutative for s in syms):
-        return None, 0
+        syms |= {s for s in sp.sympify(e).free_symbols if isinstance(s, (sp.Symbol, sp.MatrixSymbol))}
     syms = sorted(syms, key=sp.default_sort_key)
     rng = np.random.default_rng(seed)
     tried = 0
@@ -228,17 +239,28 @@ def _probe(prev, cur, samples: int = 8, seed: int = 0):
         try:
             a = _evaluate(pe, point, rng, atoms)
             b = _evaluate(ce, point, rng, atoms)
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError,
+                sp.ShapeError, sp.NonSquareMatrixError):
             continue
-        if not all(np.isfinite(x) for x in a + b):
+        if any(x.shape != y.shape for x, y in zip(a, b)):
+            continue
+        if not all(np.all(np.isfinite(x)) for x in a + b):
             continue
         tried += 1
         for i, (x, y) in enumerate(zip(a, b)):
-            if abs(x - y) > 1e-8 * (1.0 + abs(x) + abs(y)):
-                return (point, atoms, i, x, y), tried
+            bad = np.abs(x - y) > 1e-8 * (1.0 + np.abs(x) + np.abs(y))
+            if bad.any():
+                k = int(np.argmax(bad))
+                return (point, atoms, i, x[k], y[k]), tried
         if not syms and not atoms:
             break
     return None, tried
+
+
+def _fmt_value(v) -> str:
+    if isinstance(v, sp.MatrixBase):
+        return np.array2string(np.array(v, dtype=float), precision=3, separator=", ").replace("\n", "")
+    return f"{float(v):.6g}" if v.is_Float else str(v)
 
 
 def _fmt_num(z: complex) -> str:
@@ -278,9 +300,9 @@ class Chain:
         return self
 
     def latex(self) -> str:
-        lines = []
+        lines = [f"{sp.latex(self.start)} & && {_text(self.reason)}"] if self.reason else []
         for i, row in enumerate(self.rows):
-            head = sp.latex(self.start) if i == 0 else ""
+            head = sp.latex(self.start) if i == 0 and not self.reason else ""
             lines.append(f"{head} &= {sp.latex(row.expr)} && {_text(row.reason)}")
         return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
 
@@ -363,8 +385,7 @@ class Proof:
         found, tried = _probe(substituted, cur)
         if found is not None:
             point, atoms, i, x, y = found
-            at = ", ".join(f"{k} = {float(v):.6g}" if v.is_Float else f"{k} = {v}"
-                           for k, v in {**point, **atoms}.items())
+            at = ", ".join(f"{k} = {_fmt_value(v)}" for k, v in {**point, **atoms}.items())
             raise StepFalse(tid, where, head + f"\n  counterexample: {at or '(no free symbols)'}"
                             f"\n    entry {i}: previous = {_fmt_num(x)}, claimed = {_fmt_num(y)},"
                             f" difference = {_fmt_num(x - y)}")

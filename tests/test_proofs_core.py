@@ -84,8 +84,17 @@ def test_matrix_steps_compare_elementwise_and_shapes():
 def test_noncommutative_expansion():
     A, B, C = sp.symbols("A B C", commutative=False)
     _prove(lambda p: p.claim((A + B) * C, A * C + B * C, "distribute"))
-    with pytest.raises(StepUnproven, match="no numeric probe possible"):
+    with pytest.raises(StepFalse, match=r"counterexample: A = \[\[") as err:
         _prove(lambda p: p.claim(A * B, B * A, "they do not commute"))
+    assert "residual[0]: A*B - B*A" in str(err.value)
+
+
+def test_matrix_expressions_with_transposes():
+    X, Y = sp.MatrixSymbol("X", 1, 3), sp.MatrixSymbol("Y", 1, 3)
+    W = sp.MatrixSymbol("W", 3, 3)
+    _prove(lambda p: p.claim(X * W * (X + Y).T, X * W * X.T + X * W * Y.T, "distribute", by="expand"))
+    with pytest.raises(StepFalse, match="counterexample: W = "):
+        _prove(lambda p: p.claim(X * W * Y.T, Y * W * X.T, "W is not symmetric", by="expand"))
 
 
 def test_hypotheses_by_substitution():
