@@ -1,0 +1,300 @@
+"""Transformer-XL relative attention: four terms, a fixed sinusoidal R, and the relative shift.
+
+Source: Dai et al. 2019, "Transformer-XL: Attentive Language Models Beyond a Fixed-Length
+Context", arXiv:1901.02860, Section 3.3. For a query at position i and a key at position j the
+paper replaces the absolute-position score by
+
+    A^rel_{i,j} = E_{x_i}^T W_q^T W_{k,E} E_{x_j}      (a) content - content      q_i . k_j
+                + E_{x_i}^T W_q^T W_{k,R} R_{i-j}      (b) content - position     q_i . W_R R_{i-j}
+                + u^T W_{k,E} E_{x_j}                  (c) global content bias    u . k_j
+                + v^T W_{k,R} R_{i-j}                  (d) global position bias   v . W_R R_{i-j}
+
+with q_i = W_q E_{x_i} and k_j = W_{k,E} E_{x_j} split into heads (each head scores with its own
+D columns). Grouped: (a) + (c) = (q_i + u) . k_j and (b) + (d) = (q_i + v) . W_R R_{i-j}.
+
+- R is the FIXED sinusoidal table in the "split" layout [sin | cos] with w_c = base^(-2c/d_model),
+  c = 0 ... d_model/2 - 1 (``minipos.sinusoidal.sinusoidal_table(..., layout="split")``). R is not
+  learned; only its projection W_R is. A popular article calls this scheme "XLENT": that name is
+  a misnomer, the scheme is Transformer-XL, and its R is not a learned embedding.
+- u and v are learned (H, D) vectors, the same for every query position.
+
+Paper vs reference code (kimiyoung/transformer-xl ``pytorch/mem_transformer.py``,
+``RelPartialLearnableMultiHeadAttn``; HF's former ``modeling_transfo_xl.py`` is a copy):
+
+    paper     code                       minipos
+    u         r_w_bias  (H, D)           u
+    v         r_r_bias  (H, D)           v
+    W_{k,R}   r_net (Linear, no bias)    w_r (d_model, H*D), used as R @ w_r
+    (a)+(c)   AC                         (q + u) . k
+    (b)+(d)   BD = _rel_shift(...)       position_scores(q, r, v)
+
+The code multiplies ``AC + BD`` by ``1/sqrt(D)`` before masking and softmax. Every score
+function here returns UNSCALED logits; the caller applies that scale to both parts.
+
+Sign and order conventions. Queries are the last T of the S = M + T positions of a segment with
+a memory of length M: query row i sits at absolute position M + i, key column j at position j.
+The distance is (M + i) - j, positive for keys in the past. R is built at the DESCENDING
+distances S-1, S-2, ..., 0 (the code's ``pos_seq = arange(klen-1, -1, -1)``), so row s of R is
+distance S-1-s, and the relative shift moves R_{(M+i)-j} under key column j.
+
+Three forms, equal where they overlap (tests check it):
+
+    xl_terms / xl_scores_definitional   gather R_{i-j} for every (i, j) pair, the paper's way;
+                                        any positions, any sign of i - j; O(T S d_model)
+    xl_position_logits                  project R once per distinct distance, then gather
+                                        (b) + (d) per pair; any positions
+    rel_shift / xl_scores               the code's way: project R at S descending distances,
+                                        score every query against every row, then shift
+
+To use them with ``minipos.attention.attention``, pass ``q + u`` as the query (terms (a) + (c),
+scaled by ``1/sqrt(D)`` there) and ``position_logits / sqrt(D)`` as ``bias``: the sum is the
+reference's ``(AC + BD) * scale``.
+
+Causality. The shifted scores are exact for j <= i + M, i.e. where ``causal_mask(T, S)`` is True;
+the other entries hold the pad zero and the next row's values (garbage) that the causal mask
+removes. For any sign of i - j (a bidirectional use) take the definitional ``xl_terms``, which
+gathers R_{i-j} for every pair.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._checks import as_float_array, as_positions, check_float, check_int, float_dtype
+from .sinusoidal import sinusoidal_table
+
+__all__ = [
+    "relative_embeddings",
+    "relative_heads",
+    "rel_shift",
+    "position_scores",
+    "xl_scores",
+    "xl_position_logits",
+    "XLTerms",
+    "xl_terms",
+    "xl_scores_definitional",
+]
+
+
+def relative_embeddings(k_len: int, d_model: int, *, base: float = 10000.0,
+                        clamp_len: int | None = None) -> np.ndarray:
+    """The fixed table R at the descending distances S-1, S-2, ..., 0: shape (S, d_model).
+
+    Row s is R_{S-1-s} = [sin((S-1-s) w) | cos((S-1-s) w)], w_c = base^(-2c/d_model), as the
+    reference's ``PositionalEmbedding(pos_seq)`` with ``pos_seq = arange(klen-1, -1, -1)``.
+    ``clamp_len`` (the reference's ``clamp_len > 0``) caps every distance at that value.
+    Returns float64.
+    """
+    S = check_int(k_len, "k_len", minimum=0)
+    d_model = check_int(d_model, "d_model", minimum=2)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for the [sin | cos] table, got {d_model}")
+    base = check_float(base, "base", positive=True)
+    distances = np.arange(S - 1, -1, -1, dtype=np.int64)  # (S,)  pos_seq, descending
+    if clamp_len is not None:
+        distances = np.minimum(distances, check_int(clamp_len, "clamp_len", minimum=1))
+    return sinusoidal_table(distances, d_model, base=base, layout="split")  # (S, d_model)  R
+
+
+def relative_heads(table, w_r, num_heads: int) -> np.ndarray:
+    """Project R by W_R and split it into heads: r[h, s] = (table @ w_r)[s, h*D:(h+1)*D].
+
+    table: (S, d_model), e.g. ``relative_embeddings``; w_r: (d_model, H*D), the reference's
+    ``r_net.weight.T``. Returns r (H, S, D) in the promoted dtype of the two. The head split is
+    the reference's ``r_head_k.view(rlen, n_head, d_head)``.
+    """
+    H = check_int(num_heads, "num_heads", minimum=1)
+    table = as_float_array(table, "table")
+    w_r = as_float_array(w_r, "w_r")
+    if table.ndim != 2 or w_r.ndim != 2 or table.shape[1] != w_r.shape[0]:
+        raise ValueError(f"table (S, d_model) and w_r (d_model, H*D) do not match: got table "
+                         f"{table.shape}, w_r {w_r.shape}")
+    if w_r.shape[1] % H:
+        raise ValueError(f"w_r must have H*D columns with H = num_heads = {H}, got shape {w_r.shape}")
+    S, D = table.shape[0], w_r.shape[1] // H
+    projected = table @ w_r  # (S, H*D)  W_{k,R} R
+    return projected.reshape(S, H, D).transpose(1, 0, 2)  # (H, S, D)
+
+
+def rel_shift(x) -> np.ndarray:
+    """The pad-reshape-slice relative shift of the Transformer-XL code, on (..., T, S).
+
+    Pad one zero column on the left (..., T, S+1), view the buffer as (..., S+1, T), drop the
+    first row, view back as (..., T, S) (the reference ``_rel_shift``, here on the last two
+    axes). With M = S - T:
+
+        out[..., i, j] = x[..., i, j + T - 1 - i]     for j <= i + M,
+
+    and garbage elsewhere (the pad zero at j = i + M + 1, then the next row's leading values):
+    exactly the entries ``causal_mask(T, S)`` removes. Requires S >= T.
+    """
+    x = as_float_array(x, "x")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (..., T, S), got shape {x.shape}")
+    *lead, T, S = x.shape
+    if S < T:
+        raise ValueError(f"x must have S >= T (keys = memory + queries), got T={T}, S={S}")
+    padded = np.concatenate([np.zeros((*lead, T, 1), dtype=x.dtype), x], axis=-1)  # (..., T, S+1)
+    padded = padded.reshape(*lead, S + 1, T)  # (..., S+1, T)  the same buffer, viewed anew
+    return padded[..., 1:, :].reshape(*lead, T, S)  # (..., T, S)
+
+
+def _as_qk(q, k=None, *, causal: bool = True):
+    """q as (..., H, T, D) and k as (..., H, S, D) with the same leading dims and D."""
+    q = as_float_array(q, "q")
+    if q.ndim < 3:
+        raise ValueError(f"q must have shape (..., H, T, D), got shape {q.shape}")
+    if k is None:
+        return q, None
+    k = as_float_array(k, "k")
+    if k.ndim != q.ndim or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k must have shape (..., H, S, D) matching q {q.shape}, got shape {k.shape}")
+    if causal and k.shape[-2] < q.shape[-2]:
+        raise ValueError(f"k must have S >= T keys (memory + queries), got T={q.shape[-2]}, "
+                         f"S={k.shape[-2]}")
+    return q, k
+
+
+def _as_shaped(a, name: str, shape: tuple, letters: str) -> np.ndarray:
+    """``a`` as a float array of exactly ``shape``, or a ValueError naming ``name``."""
+    a = as_float_array(a, name)
+    if a.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {letters} = {tuple(shape)}, got shape {a.shape}")
+    return a
+
+
+def _as_w_r(w_r, H: int, D: int) -> np.ndarray:
+    """W_R as (d_model, H*D) with an even d_model (the [sin | cos] table's width)."""
+    w_r = as_float_array(w_r, "w_r")
+    if w_r.ndim != 2 or w_r.shape[1] != H * D or w_r.shape[0] % 2:
+        raise ValueError(f"w_r must have shape (d_model, H*D) = (even d_model, {H * D}), "
+                         f"got shape {w_r.shape}")
+    return w_r
+
+
+def position_scores(q, r, v) -> np.ndarray:
+    """Terms (b) + (d), unscaled: out[..., h, i, j] = (q_i + v_h) . W_R R_{(M+i)-j}.
+
+    q: (..., H, T, D); r: (H, S, D), the projected R at descending distances (r[h, s] is distance
+    S-1-s: ``relative_heads(relative_embeddings(S, d_model), w_r, H)``); v: (H, D), the code's
+    ``r_r_bias``. Returns (..., H, T, S), exact for j <= i + M (the causal entries).
+    """
+    q, _ = _as_qk(q)
+    *_, H, T, D = q.shape
+    r = as_float_array(r, "r")
+    if r.ndim != 3 or r.shape[0] != H or r.shape[2] != D or r.shape[1] < T:
+        raise ValueError(f"r must have shape (H, S, D) = ({H}, S >= {T}, {D}) for q {q.shape}, "
+                         f"got shape {r.shape}")
+    v = _as_shaped(v, "v", (H, D), "(H, D)")
+    bd = np.einsum("...htd,hsd->...hts", q + v[:, None, :], r)  # (..., H, T, S)  BD, unshifted
+    return rel_shift(bd).astype(float_dtype(q, r, v), copy=False)  # BD[i, j] <- BD[i, j+T-1-i]
+
+
+def xl_scores(q, k, r, u, v) -> np.ndarray:
+    """Unscaled Transformer-XL logits (a)+(b)+(c)+(d) = (q_i + u) . k_j + (q_i + v) . r_{(M+i)-j}.
+
+    q: (..., H, T, D), the last T of S positions; k: (..., H, S, D); r: (H, S, D), the projected
+    R at descending distances (r[h, s] is distance S-1-s); u, v: (H, D) (the code's ``r_w_bias``,
+    ``r_r_bias``). Returns (..., H, T, S) in the promoted dtype. Valid for j <= i + M: apply
+    ``causal_mask(T, S)``. The reference then multiplies by 1/sqrt(D).
+    """
+    q, k = _as_qk(q, k)
+    *_, H, T, D = q.shape
+    r = _as_shaped(r, "r", (H, k.shape[-2], D), "(H, S, D) with S = k.shape[-2]")
+    u = _as_shaped(u, "u", (H, D), "(H, D)")
+    v = _as_shaped(v, "v", (H, D), "(H, D)")
+    ac = np.einsum("...htd,...hsd->...hts", q + u[:, None, :], k)  # (..., H, T, S)  (a) + (c)
+    bd = position_scores(q, r, v)  # (..., H, T, S)  (b) + (d)
+    return (ac + bd).astype(float_dtype(q, k, r, u, v), copy=False)
+
+
+def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 10000.0,
+                       clamp_len: int | None = None) -> np.ndarray:
+    """Terms (b) + (d), unscaled, exact for EVERY pair: (q_i + v) . W_R R_{i-j}, shape (..., H, T, S).
+
+    q: (..., H, T, D); v: (H, D); w_r: (d_model, H*D); q_positions (T,), k_positions (S,) integer
+    positions of any order and sign (no causal restriction). Projects R once per distinct
+    distance, then gathers: the general form of ``rel_shift``. ``clamp_len`` as in ``xl_terms``.
+    """
+    q, _ = _as_qk(q)
+    *_, H, T, D = q.shape
+    v = _as_shaped(v, "v", (H, D), "(H, D)")
+    w_r = _as_w_r(w_r, H, D)
+    kp = as_positions(k_positions, "k_positions", allow_negative=True)
+    n = _pair_distances(q_positions, kp, T, kp.shape[0], clamp_len)  # (T, S)  i - j
+    dist, index = np.unique(n.ravel(), return_inverse=True)  # (U,) distinct distances, (T*S,)
+    table = sinusoidal_table(dist, w_r.shape[0], base=base, layout="split")  # (U, d_model)  R_n
+    r = relative_heads(table, w_r, H)  # (H, U, D)  W_R R_n
+    scores = np.einsum("...htd,hud->...htu", q + v[:, None, :], r)  # (..., H, T, U)
+    index = np.broadcast_to(index.reshape(n.shape), (*q.shape[:-1], n.shape[1]))  # (..., H, T, S)
+    return np.take_along_axis(scores, index, axis=-1).astype(float_dtype(q, v, w_r), copy=False)
+
+
+class XLTerms(NamedTuple):
+    """The four terms of A^rel_{i,j} (arXiv:1901.02860 Sec. 3.3), each (..., H, T, S)."""
+
+    a: np.ndarray  # q_i . k_j
+    b: np.ndarray  # q_i . W_R R_{i-j}
+    c: np.ndarray  # u . k_j
+    d: np.ndarray  # v . W_R R_{i-j}
+
+
+def _pair_distances(q_positions, k_positions, T: int, S: int, clamp_len) -> np.ndarray:
+    """i - j for every pair, (T, S); default positions put the queries last in arange(S)."""
+    if q_positions is None:
+        if S < T:
+            raise ValueError(f"q_positions is required when S < T, got T={T}, S={S}")
+        q_positions = np.arange(S - T, S)
+    qp = as_positions(q_positions, "q_positions", allow_negative=True)
+    kp = as_positions(np.arange(S) if k_positions is None else k_positions, "k_positions",
+                      allow_negative=True)
+    if qp.shape != (T,) or kp.shape != (S,):
+        raise ValueError(f"q_positions must have shape (T,) = ({T},) and k_positions (S,) = ({S},), "
+                         f"got {qp.shape} and {kp.shape}")
+    n = qp[:, None] - kp[None, :]  # (T, S)  i - j
+    if clamp_len is not None:
+        c = check_int(clamp_len, "clamp_len", minimum=1)
+        n = np.clip(n, -c, c)
+    return n
+
+
+def xl_terms(q, k, w_r, u, v, *, q_positions=None, k_positions=None, base: float = 10000.0,
+             clamp_len: int | None = None) -> XLTerms:
+    """The four terms of A^rel_{i,j}, gathering R_{i-j} for every (query, key) pair.
+
+    q: (..., H, T, D); k: (..., H, S, D); w_r: (d_model, H*D), W_R (``r_net.weight.T``);
+    u, v: (H, D). q_positions (T,), k_positions (S,): integer positions, default: the queries are
+    the last T of arange(S). i - j may have any sign; ``clamp_len`` clips it to
+    [-clamp_len, clamp_len]. Returns ``XLTerms(a, b, c, d)``, each (..., H, T, S), unscaled.
+    """
+    q, k = _as_qk(q, k, causal=False)
+    *_, H, T, D = q.shape
+    S = k.shape[-2]
+    u = _as_shaped(u, "u", (H, D), "(H, D)")
+    v = _as_shaped(v, "v", (H, D), "(H, D)")
+    w_r = _as_w_r(w_r, H, D)
+    n = _pair_distances(q_positions, k_positions, T, S, clamp_len)  # (T, S)
+    R = sinusoidal_table(n.ravel(), w_r.shape[0], base=base, layout="split")  # (T*S, d_model) R_{i-j}
+    r_ij = (R @ w_r).reshape(T, S, H, D)  # (T, S, H, D)  W_{k,R} R_{i-j}, head by head
+    full = (*q.shape[:-2], T, S)  # (..., H, T, S)
+    a = np.einsum("...htd,...hsd->...hts", q, k)  # (a) q_i . k_j
+    b = np.einsum("...htd,tshd->...hts", q, r_ij)  # (b) q_i . W_R R_{i-j}
+    c = np.broadcast_to(np.einsum("hd,...hsd->...hs", u, k)[..., None, :], full)  # (c) u . k_j
+    d = np.broadcast_to(np.einsum("hd,tshd->hts", v, r_ij), full)  # (d) v . W_R R_{i-j}
+    dtype = float_dtype(q, k, w_r, u, v)
+    return XLTerms(*(t.astype(dtype) for t in (a, b, c, d)))
+
+
+def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=None,
+                           base: float = 10000.0, clamp_len: int | None = None) -> np.ndarray:
+    """A^rel = (a) + (b) + (c) + (d) from ``xl_terms``, unscaled, shape (..., H, T, S).
+
+    With the default positions this equals
+    ``xl_scores(q, k, relative_heads(relative_embeddings(S, d_model), w_r, H), u, v)`` wherever
+    the shift is valid (j <= i + M).
+    """
+    a, b, c, d = xl_terms(q, k, w_r, u, v, q_positions=q_positions, k_positions=k_positions,
+                          base=base, clamp_len=clamp_len)
+    return a + b + c + d  # A^rel_{i,j}, arXiv:1901.02860 Sec. 3.3
