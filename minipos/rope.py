@@ -1,0 +1,342 @@
+"""Rotary position embedding (RoPE): rotate q and k by an angle proportional to position.
+
+Source: Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+arXiv:2104.09864, §3.2-3.4.
+
+The definition (Eq. 14-15). For an even head dim D and position m, the query and key are
+rotated by the block-diagonal orthogonal matrix
+
+    R(m) = diag(B(m θ_0), B(m θ_1), …, B(m θ_{D/2-1})),   B(a) = [[cos a, -sin a],
+                                                                   [sin a,  cos a]]
+    θ_i = base^(-2i/D),  i = 0 … D/2 - 1,  base = 10000
+
+(the paper counts i from 1 and writes θ_i = 10000^(-2(i-1)/d); same numbers). Eq. 13 is the
+D = 2 case. B(a) is the counter-clockwise rotation: it multiplies the pair, read as the
+complex number x_a + i x_b, by e^{i a}.
+
+Why the scores are relative (Eq. 16). Each B is a rotation, so B(a)^T = B(-a) and
+B(a) B(b) = B(a + b); blockwise,
+
+    R(m)^T R(n) = R(n - m),   R(m) R(n)^T = R(m - n),
+    <R(m) q, R(n) k> = q^T R(m)^T R(n) k = q^T R(n - m) k,
+
+a function of the offset n - m only (both identities are proved in ``proofs``).
+
+Two layouts: which features form a pair.
+
+    "interleaved"  pairs (2i, 2i+1)     RoFormer, Meta LLaMA (``apply_rotary_emb`` via complex
+                                        multiplication), GPT-J (``rotate_every_two``)
+    "half"         pairs (i, i + D/2)   GPT-NeoX, HF LLaMA and most HF models
+                                        (``rotate_half`` / ``apply_rotary_pos_emb``)
+
+Both use the same θ_i for pair i. For the same vector the two give different numbers; they
+agree after a fixed permutation of features, ``layout_permutation``:
+``apply_rope(x[..., perm], layout="half") == apply_rope(x, layout="interleaved")[..., perm]``.
+Applying that permutation to the q/k projection columns of every head converts a checkpoint
+from one layout to the other (``interleaved_to_half_weights``); this is what the HF LLaMA
+conversion script does to Meta's weights.
+
+The efficient form (Eq. 34). R(m) is sparse, so nobody builds it:
+
+    R(m) x = x ⊙ cos(m Θ) + rot(x) ⊙ sin(m Θ)
+
+where for "interleaved" cos/sin repeat each θ_i twice, [θ_0, θ_0, θ_1, θ_1, …], and
+rot = ``rotate_every_two``: (x_0, x_1, x_2, x_3, …) -> (-x_1, x_0, -x_3, x_2, …); for "half"
+cos/sin repeat the whole list, [θ_0 … θ_{D/2-1}, θ_0 … θ_{D/2-1}], and rot = ``rotate_half``:
+[x_1 | x_2] -> [-x_2 | x_1]. ``rotation_matrix`` is the definitional form, ``apply_rope`` the
+efficient one; the tests check they agree.
+
+What popular explanations get wrong.
+
+- The sign in B: the upper-right entry is ``-sin``. [[cos, sin], [-sin, cos]] is the
+  clockwise rotation B(-a), i.e. R(-m): self-consistent, but not the paper's nor any of the
+  implementations above (every sin term flips sign), and explanations that mix the two
+  conventions end up with R(m - n) where R(n - m) belongs.
+- The transpose: the score is q^T R(m)^T R(n) k = q^T R(n - m) k. "R(m) R(n) = R(m - n)" or
+  "R(m)^T R(n) = R(m - n)" are both false; with m the query and n the key position, the
+  relative matrix is R(n - m) (equivalently R(m - n)^T).
+- The index range: i runs over 0 … D/2 - 1 (one frequency per pair), not 0 … D - 1.
+- The layouts are not interchangeable: loading Meta (interleaved) weights into a "half"
+  implementation without permuting the q/k columns gives wrong scores, silently.
+- Precision: angles m θ_i must be computed in float32 or better. In bfloat16 (8 significant
+  bits) integers above 256 are not all representable: 4097 rounds to 4096, so neighbouring
+  positions get the same rotation. minipos computes angles in float64 and casts only cos/sin.
+
+Long-term decay (§3.4.3, Eq. 35-37): writing the score as a sum over pairs and applying Abel
+summation bounds it by a quantity that, for these θ_i, decays (as plotted in the paper, Fig. 2)
+as |n - m| grows. It is a property of the frequencies; no code here depends on it.
+
+Partial rotary (GPT-NeoX ``rotary_pct``, GPT-J ``rotary_dim``, HF ``partial_rotary_factor``).
+With ``rotary_dim = R < D`` only the first R features of each head are rotated and the last
+D - R pass through unchanged. The frequencies are those of an R-dim RoPE, θ_i = base^(-2i/R),
+and pairs are formed inside the first R features (for "half": (i, i + R/2)).
+
+Attention factor. ``attention_factor`` multiplies cos and sin, as HF does for YaRN and LongRoPE:
+the rotated features are scaled by it, so their contribution to the logits scales by its
+square. The pass-through features of a partial rotary are *not* scaled.
+
+Conventions
+-----------
+- Shapes: ``x`` ``(..., T, D)`` (attention tensors ``(..., H, T, D)``), positions ``(T,)``,
+  frequencies ``(D/2,)`` (or ``(R/2,)``), angles ``(T, D/2)``.
+- Positions are integers. Negative positions are allowed: R(m) is defined for every integer m
+  and R(-m) = R(m)^T, which is what an offset n - m < 0 needs. Non-integer positions raise
+  (position interpolation scales the frequencies instead: see ``rope_scaling``).
+- Precision: frequencies and angles in float64; cos/sin are cast to x's floating dtype and the
+  output keeps it (float32 in, float32 out; integer x becomes float64).
+- Weights are ``(d_model, H*D)`` used as ``x @ W``; a torch ``nn.Linear.weight`` is ``W.T``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import (
+    as_float_array,
+    as_positions,
+    check_choice,
+    check_even_int,
+    check_float,
+    check_int,
+    check_ndim,
+    check_positive_int,
+)
+
+__all__ = [
+    "LAYOUTS",
+    "rope_inv_freq",
+    "rope_angles",
+    "rotation_matrix",
+    "rotate_half",
+    "rotate_every_two",
+    "apply_rope",
+    "layout_permutation",
+    "inverse_layout_permutation",
+    "interleaved_to_half_weights",
+    "half_to_interleaved_weights",
+]
+
+LAYOUTS = ("interleaved", "half")
+
+
+def rope_inv_freq(dim: int, *, base: float = 10000.0) -> np.ndarray:
+    """The RoPE frequencies θ_i = base^(-2i/dim), i = 0 … dim/2 - 1, float64 ``(dim/2,)``.
+
+    These equal the sinusoidal frequencies w_i of Vaswani et al. (proved in ``proofs``).
+    ``dim`` must be even (one frequency per pair of features).
+    """
+    dim = check_even_int(dim, "dim")
+    base = check_float(base, "base", positive=True)
+    i = np.arange(dim // 2, dtype=np.float64)
+    return base ** (-2.0 * i / dim)  # Eq. 15: θ_i = base^(-2(i-1)/d), i counted from 1 there
+
+
+def _as_inv_freq(inv_freq, name: str = "inv_freq") -> np.ndarray:
+    """``inv_freq`` as a finite 1-D float64 array."""
+    inv_freq = as_float_array(inv_freq, name)
+    if inv_freq.ndim != 1:
+        raise ValueError(f"{name} must be 1-D with shape (D/2,), got shape {inv_freq.shape}")
+    return inv_freq.astype(np.float64, copy=False)
+
+
+def rope_angles(positions, inv_freq) -> np.ndarray:
+    """The rotation angles m θ_i, float64 ``(T, D/2)`` = outer(positions, inv_freq).
+
+    positions: an int n (meaning ``arange(n)``) or integer positions ``(T,)``; negative entries
+    are allowed, non-integers raise. inv_freq: ``(D/2,)``. The product is taken in float64
+    whatever the inputs (in bfloat16, position 4097 would round to 4096).
+    """
+    pos = as_positions(positions, "positions", allow_negative=True)  # (T,)
+    inv_freq = _as_inv_freq(inv_freq)                                # (D/2,)
+    return np.outer(pos.astype(np.float64), inv_freq)                # (T, D/2): m θ_i
+
+
+def _pair_indices(dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Feature indices (a_i, b_i) of pair i = 0 … dim/2 - 1 in ``layout``."""
+    i = np.arange(dim // 2)
+    if layout == "interleaved":
+        return 2 * i, 2 * i + 1  # (2i, 2i+1)
+    return i, i + dim // 2       # (i, i + D/2)
+
+
+def rotation_matrix(position: int, dim: int, *, base: float = 10000.0,
+                    layout: str = "interleaved", inv_freq=None) -> np.ndarray:
+    """The definitional block-diagonal R(m) of Eq. 15, float64 ``(D, D)``, D = ``dim``.
+
+    Pair i = (a, b) (``(2i, 2i+1)`` for "interleaved", ``(i, i + D/2)`` for "half") carries the
+    block [[cos mθ_i, -sin mθ_i], [sin mθ_i, cos mθ_i]]: R[a, a] = R[b, b] = cos,
+    R[a, b] = -sin, R[b, a] = sin. ``R(m) @ x`` rotates a single vector ``x`` ``(D,)``.
+    ``inv_freq`` ``(D/2,)`` overrides ``base``.
+    """
+    m = check_int(position, "position")
+    dim = check_even_int(dim, "dim")
+    check_choice(layout, "layout", LAYOUTS)
+    theta = rope_inv_freq(dim, base=base) if inv_freq is None else _check_len(inv_freq, dim, "dim")
+    angle = m * theta                             # (D/2,)
+    a, b = _pair_indices(dim, layout)
+    R = np.zeros((dim, dim), dtype=np.float64)
+    R[a, a] = np.cos(angle)                       # Eq. 15 block [[cos, -sin],
+    R[a, b] = -np.sin(angle)                      #               [sin,  cos]]
+    R[b, a] = np.sin(angle)
+    R[b, b] = np.cos(angle)
+    return R
+
+
+def _check_len(inv_freq, rotary_dim: int, label: str = "rotary_dim") -> np.ndarray:
+    """``inv_freq`` as float64, checked to hold one frequency per pair of ``rotary_dim``."""
+    inv_freq = _as_inv_freq(inv_freq)
+    if inv_freq.shape[0] != rotary_dim // 2:
+        raise ValueError(
+            f"inv_freq must have length {label}/2 = {rotary_dim // 2}, got length {inv_freq.shape[0]}"
+        )
+    return inv_freq
+
+
+def rotate_half(x) -> np.ndarray:
+    """[x_1 | x_2] -> [-x_2 | x_1] on the last axis (the "half" layout's rotation by 90°).
+
+    x: ``(..., D)``, D even. Same shape and dtype. HF ``rotate_half``.
+    """
+    x = as_float_array(x, "x")
+    D = x.shape[-1] if x.ndim else 0
+    if x.ndim == 0 or D % 2:
+        raise ValueError(f"x must have shape (..., D) with D even, got shape {x.shape}")
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return np.concatenate([-x2, x1], axis=-1)
+
+
+def rotate_every_two(x) -> np.ndarray:
+    """(x_0, x_1, x_2, x_3, …) -> (-x_1, x_0, -x_3, x_2, …): the "interleaved" rotation by 90°.
+
+    x: ``(..., D)``, D even. Same shape and dtype. GPT-J ``rotate_every_two``.
+    """
+    x = as_float_array(x, "x")
+    if x.ndim == 0 or x.shape[-1] % 2:
+        raise ValueError(f"x must have shape (..., D) with D even, got shape {x.shape}")
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return np.stack([-x2, x1], axis=-1).reshape(x.shape)
+
+
+def _rotary_dim(rotary_dim, D: int) -> int:
+    """The number R of rotated features: all of D by default, else an even R <= D."""
+    if rotary_dim is None:
+        if D % 2:
+            raise ValueError(f"x must have an even head dim D (last axis) for RoPE, got D = {D}")
+        return D
+    R = check_even_int(rotary_dim, "rotary_dim")
+    if R > D:
+        raise ValueError(f"rotary_dim must be <= the head dim D = {D} of x, got {R}")
+    return R
+
+
+def _cos_sin(positions, T: int, R: int, layout: str, base, inv_freq, attention_factor, dtype):
+    """cos(mθ) and sin(mθ), each ``(T, R)``, spread over the pairs of ``layout``, in ``dtype``."""
+    pos = as_positions(positions, "positions", allow_negative=True)
+    if pos.shape[0] != T:
+        raise ValueError(f"positions must have length T = {T} (x.shape[-2]), got {pos.shape[0]}")
+    if inv_freq is None:
+        inv_freq = rope_inv_freq(R, base=base)
+    elif base != 10000.0:
+        raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
+    inv_freq = _check_len(inv_freq, R)
+    factor = check_float(attention_factor, "attention_factor", positive=True)
+    angles = rope_angles(pos, inv_freq)                            # (T, R/2), float64
+    if layout == "interleaved":
+        angles = np.repeat(angles, 2, axis=-1)                     # (T, R): θ_0, θ_0, θ_1, θ_1, …
+    else:
+        angles = np.concatenate([angles, angles], axis=-1)         # (T, R): θ_0 … θ_{R/2-1}, θ_0 …
+    cos = (factor * np.cos(angles)).astype(dtype, copy=False)
+    sin = (factor * np.sin(angles)).astype(dtype, copy=False)
+    return cos, sin
+
+
+def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
+               rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
+    """Rotate ``x`` by R(m) at each position m: the efficient form of Eq. 34, no D×D matrix.
+
+    x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``. positions: ``(T,)`` integers (negative
+    allowed) or an int T meaning ``arange(T)``. layout: "interleaved" (pairs (2i, 2i+1); Meta
+    LLaMA, GPT-J) or "half" (pairs (i, i + R/2); GPT-NeoX, HF LLaMA). rotary_dim: rotate only
+    the first R features (even, <= D; default D); the rest pass through unchanged. inv_freq:
+    ``(R/2,)`` frequencies from a scaling variant, replacing ``base^(-2i/R)``. attention_factor:
+    multiplies cos and sin (not the pass-through part), so the rotated part's logits scale by
+    its square. Returns ``(..., T, D)`` in x's floating dtype.
+    """
+    x = as_float_array(x, "x")
+    check_ndim(x, "x", 2, "(..., T, D)")
+    check_choice(layout, "layout", LAYOUTS)
+    *_, T, D = x.shape
+    R = _rotary_dim(rotary_dim, D)
+    cos, sin = _cos_sin(positions, T, R, layout, base, inv_freq, attention_factor, x.dtype)  # (T, R)
+    x_rot, x_pass = x[..., :R], x[..., R:]                                 # (..., T, R), (..., T, D-R)
+    rot = rotate_every_two if layout == "interleaved" else rotate_half
+    out = x_rot * cos + rot(x_rot) * sin                   # Eq. 34: x ⊙ cos(mΘ) + rot(x) ⊙ sin(mΘ)
+    return np.concatenate([out, x_pass], axis=-1)                          # (..., T, D)
+
+
+def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray:
+    """Feature permutation from "interleaved" to "half": ``x_half = x_interleaved[..., perm]``.
+
+    perm = [0, 2, 4, …, R-2, 1, 3, 5, …, R-1, R, R+1, …, dim-1] with R = ``rotary_dim``
+    (default ``dim``): pair (2i, 2i+1) lands on (i, i + R/2); pass-through features stay put.
+    So ``apply_rope(x[..., perm], layout="half") == apply_rope(x, layout="interleaved")[..., perm]``.
+    The inverse (half -> interleaved) is ``inverse_layout_permutation`` = ``np.argsort(perm)``.
+    Returns int64 ``(dim,)``.
+    """
+    dim = check_positive_int(dim, "dim")
+    R = _rotary_dim(rotary_dim, dim) if rotary_dim is not None else check_even_int(dim, "dim")
+    rotated = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2)])  # evens, then odds
+    return np.concatenate([rotated, np.arange(R, dim)]).astype(np.int64)
+
+
+def inverse_layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray:
+    """Feature permutation from "half" to "interleaved": ``x_interleaved = x_half[..., inv]``.
+
+    ``inv = np.argsort(layout_permutation(dim))`` = [0, R/2, 1, R/2 + 1, …] then the
+    pass-through features. Returns int64 ``(dim,)``.
+    """
+    return np.argsort(layout_permutation(dim, rotary_dim=rotary_dim)).astype(np.int64)
+
+
+def _permute_heads(w, num_heads, head_dim, rotary_dim, inverse: bool) -> np.ndarray:
+    """Apply the per-head layout permutation (or its inverse) to the last axis of ``w``."""
+    w = as_float_array(w, "w")
+    H = check_positive_int(num_heads, "num_heads")
+    if w.ndim == 0 or w.shape[-1] % H:
+        raise ValueError(f"w must have shape (..., num_heads*head_dim) with num_heads = {H}, got {w.shape}")
+    D = w.shape[-1] // H if head_dim is None else check_positive_int(head_dim, "head_dim")
+    if H * D != w.shape[-1]:
+        raise ValueError(f"w must have last axis num_heads*head_dim = {H}*{D} = {H * D}, got shape {w.shape}")
+    make = inverse_layout_permutation if inverse else layout_permutation
+    perm = make(D, rotary_dim=rotary_dim)                          # (D,)
+    heads = w.reshape(*w.shape[:-1], H, D)                         # (..., H, D)
+    return heads[..., perm].reshape(w.shape)                       # (..., H*D)
+
+
+def interleaved_to_half_weights(w, num_heads: int, head_dim: int | None = None, *,
+                                rotary_dim: int | None = None) -> np.ndarray:
+    """Convert a q or k projection from the "interleaved" to the "half" RoPE layout.
+
+    w: ``(d_model, H*D)`` used as ``x @ w`` (or its bias ``(H*D,)``; any ``(..., H*D)``), with
+    H = ``num_heads`` heads *of this projection* (``num_key_value_heads`` for k under GQA/MQA)
+    and D = ``head_dim`` (default ``w.shape[-1] // num_heads``). The columns of each head are
+    reordered by ``layout_permutation(D)``, so ``apply_rope(x @ w_half, layout="half")`` equals
+    ``apply_rope(x @ w, layout="interleaved")`` with each head's features permuted, and the
+    scores q·k are unchanged. v and o projections are not touched.
+
+    This is HF's ``permute`` in ``convert_llama_weights_to_hf.py`` (Meta -> HF LLaMA):
+    ``permute(W_t, n_heads) = w.view(n_heads, D/2, 2, d_model).transpose(1, 2)`` on the torch
+    ``(out, in)`` weight ``W_t = w.T`` equals ``interleaved_to_half_weights(w, n_heads).T``.
+    """
+    return _permute_heads(w, num_heads, head_dim, rotary_dim, inverse=False)
+
+
+def half_to_interleaved_weights(w, num_heads: int, head_dim: int | None = None, *,
+                                rotary_dim: int | None = None) -> np.ndarray:
+    """Convert a q or k projection from the "half" to the "interleaved" RoPE layout.
+
+    The inverse of ``interleaved_to_half_weights`` (same arguments and shapes): each head's
+    columns are reordered by ``inverse_layout_permutation(D)``. Use it to run an HF-layout
+    checkpoint (GPT-NeoX, HF LLaMA) through an interleaved implementation (Meta, GPT-J style).
+    """
+    return _permute_heads(w, num_heads, head_dim, rotary_dim, inverse=True)
