@@ -1,0 +1,278 @@
+"""RoPE context-extension scalings, each a pure function returning ``(inv_freq, attention_factor)``.
+
+RoPE rotates pair ``i`` of a head by the angle ``m * w_i`` at position ``m``, with
+``w_i = base^(-2i/D)`` for ``i = 0 ... D/2 - 1`` (``D`` = rotary dim). A scaling changes the
+``w_i`` (and sometimes multiplies cos and sin by an ``attention_factor``) so that a model trained
+on ``L`` positions reads longer sequences. Every function here returns
+
+    inv_freq:          float64, shape (D/2,)    the new w_i
+    attention_factor:  float                     multiplies cos and sin (so the logits by its square)
+
+and is a reference for the matching function of HF transformers' ``modeling_rope_utils``
+(``ROPE_INIT_FUNCTIONS``), checked against transformers 5.24.0 in the tests.
+
+The schemes
+-----------
+- ``linear``   position interpolation (Chen et al. 2023, "Extending Context Window of Large
+  Language Models via Positional Interpolation", arXiv:2306.15595, Sec. 2.2; kaiokendev's
+  SuperHOT): ``f'(x, m) = f(x, m L / L')``, i.e. ``w_i / factor``.
+- ``ntk``      static NTK-aware scaling (bloc97, r/LocalLLaMA, June 2023): keep ``w_0 = 1`` and
+  stretch the lowest frequency by ``factor`` via a new base ``base * factor^(D/(D-2))``.
+  Not an HF ``rope_type``; HF's ``dynamic`` at ``factor = 1``, ``seq_len = factor' * L`` equals it.
+- ``dynamic``  dynamic NTK (emozilla, r/LocalLLaMA, June 2023; HF ``_compute_dynamic_ntk_parameters``):
+  the NTK base recomputed from the current length,
+  ``base * (factor * max(seq_len, L) / L - (factor - 1))^(D/(D-2))``; ``seq_len <= L`` is plain RoPE.
+- ``yarn``     YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language
+  Models", arXiv:2309.00071): Sec. 3.2 "NTK-by-parts" (a linear ramp between extrapolated and
+  interpolated frequencies, boundaries set by ``beta_fast``/``beta_slow`` rotations per ``L``) and
+  Sec. 3.4 (the temperature ``sqrt(1/t) = 0.1 ln s + 1``, applied to cos and sin).
+- ``llama3``   Llama 3.1's frequency-dependent interpolation (Meta, ``apply_scaling`` in the
+  llama-models reference; HF ``_compute_llama3_parameters``).
+- ``longrope`` LongRoPE (Ding et al. 2024, "LongRoPE: Extending LLM Context Window Beyond 2 Million
+  Tokens", arXiv:2402.13753), as shipped in Phi-3: searched per-frequency rescale factors.
+
+Configuration keys
+------------------
+Keyword names are the keys of a checkpoint's ``rope_scaling`` (older) / ``rope_parameters``
+(transformers >= 5) dict, except where the table says otherwise.
+
+    config key                                   keyword                            used by
+    rope_theta (top level in older configs)      base                               all
+    int(head_dim * partial_rotary_factor)        dim                                all
+    rope_type (older: type)                      key of REGISTRY                    all
+    factor                                       factor                             all but longrope
+    factor (optional)                            factor                             longrope
+    max_position_embeddings (TOP LEVEL config)   original_max_position_embeddings   dynamic
+    original_max_position_embeddings (*)         original_max_position_embeddings   yarn llama3 longrope
+    beta_fast, beta_slow, mscale,
+    mscale_all_dim, attention_factor, truncate   same names                         yarn
+    low_freq_factor, high_freq_factor            same names                         llama3
+    short_factor, long_factor, attention_factor  same names                         longrope
+    max_position_embeddings (top level)          max_position_embeddings            longrope
+
+(*) Phi-3 keeps it at the top level of the config, and HF gives that copy priority; when a
+yarn/llama3/longrope config lacks it, HF falls back to ``max_position_embeddings``.
+
+``seq_len`` (``dynamic``, ``longrope``) is the current length, ``max(position_ids) + 1`` in HF.
+
+Conventions and differences from HF
+-----------------------------------
+- ``base`` defaults to 10000.0 in every function (RoFormer's value). Llama 3 uses 500000.0 and
+  many checkpoints differ: always pass the checkpoint's ``rope_theta``.
+- Everything is float64; HF computes ``inv_freq`` in float32 (relative differences ~1e-7).
+- HF only warns about bad values; here they raise ``ValueError``: ``factor < 1``,
+  ``beta_fast <= beta_slow``, ``high_freq_factor <= low_freq_factor``, factor lists that are not
+  ``D/2`` positive numbers, ``base <= 1``, odd ``dim`` and non-finite numbers. HF's
+  ``beta_fast or 32`` turns a 0 into the default; here 0 is rejected.
+- ``dynamic`` and ``longrope`` are evaluated at one ``seq_len``. HF's ``dynamic_rope_update``
+  recomputes them only when the length grows past the cached length (and resets below ``L``), so
+  within one generation the frequencies track the largest length seen so far.
+- DeepSeek-V2/V3 (``mscale == mscale_all_dim``) get ``attention_factor = 1`` here, as in HF; their
+  attention module separately multiplies the softmax scale by ``(0.1 * mscale_all_dim * ln(factor) + 1)^2``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._checks import as_float_array, check_even_int, check_float, check_int, check_positive_int
+
+__all__ = ["linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "REGISTRY"]
+
+
+def _base_inv_freq(dim: int, base: float) -> np.ndarray:
+    """Plain RoPE frequencies ``w_i = base^(-2i/D)``, float64 ``(D/2,)``; checks ``dim`` and ``base``."""
+    dim = check_even_int(dim, "dim")
+    base = check_float(base, "base")
+    if base <= 1.0:
+        raise ValueError(f"base must be > 1, got {base}")
+    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)  # w_i = base^(-2i/D)
+
+
+def _check_factor(factor, name: str = "factor") -> float:
+    """A scaling factor: a finite real >= 1 (a factor below 1 would shrink the context)."""
+    return check_float(factor, name, minimum=1.0)
+
+
+def _ntk_exponent(dim: int) -> float:
+    """``D / (D - 2)``, the NTK base exponent; ``D = 2`` has no such exponent."""
+    if check_even_int(dim, "dim") < 4:
+        raise ValueError(f"dim must be >= 4 for NTK scaling (exponent D/(D-2)), got {dim}")
+    return dim / (dim - 2)
+
+
+def linear(dim: int, *, base: float = 10000.0, factor: float):
+    """Position interpolation (PI, arXiv:2306.15595 Sec. 2.2): ``w_i / factor``, attention factor 1.
+
+    Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
+    """
+    inv_freq = _base_inv_freq(dim, base)
+    factor = _check_factor(factor)
+    return inv_freq / factor, 1.0  # theta(m) = (m / s) w_i
+
+
+def ntk(dim: int, *, base: float = 10000.0, factor: float):
+    """Static NTK-aware scaling: RoPE with base ``base * factor^(D/(D-2))``, attention factor 1.
+
+    The exponent keeps ``w_0 = 1`` and divides the lowest frequency ``w_{D/2-1}`` by exactly
+    ``factor``. Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
+    """
+    _base_inv_freq(dim, base)
+    factor = _check_factor(factor)
+    new_base = base * factor ** _ntk_exponent(dim)  # b' = b s^(D/(D-2))
+    return _base_inv_freq(dim, new_base), 1.0
+
+
+def dynamic(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
+            seq_len: int):
+    """Dynamic NTK scaling at the current length ``seq_len`` (HF ``_compute_dynamic_ntk_parameters``).
+
+    With ``L = original_max_position_embeddings`` (HF reads the config's top-level
+    ``max_position_embeddings``) and ``n = max(seq_len, L)``, the base becomes
+    ``base * (factor * n / L - (factor - 1))^(D/(D-2))``; ``seq_len <= L`` gives plain RoPE.
+    Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
+    """
+    _base_inv_freq(dim, base)
+    factor = _check_factor(factor)
+    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    n = max(check_positive_int(seq_len, "seq_len"), L)
+    new_base = base * (factor * n / L - (factor - 1.0)) ** _ntk_exponent(dim)  # b (s n/L - s + 1)^(D/(D-2))
+    return _base_inv_freq(dim, new_base), 1.0
+
+
+def _yarn_correction_dim(num_rotations: float, dim: int, base: float, L: int) -> float:
+    """The (fractional) pair index whose wavelength fits ``num_rotations`` times into ``L``."""
+    return dim * math.log(L / (num_rotations * 2 * math.pi)) / (2 * math.log(base))  # 2pi b^(2i/D) = L / r
+
+
+def _yarn_ramp(dim: int, base: float, L: int, beta_fast: float, beta_slow: float,
+               truncate: bool) -> np.ndarray:
+    """YaRN's ramp, float64 ``(D/2,)``: 0 where pairs keep ``w`` (extrapolate), 1 where they get ``w/s``.
+
+    The ramp runs from the pair that turns ``beta_fast`` times in ``L`` positions (``low``) to the
+    one that turns ``beta_slow`` times (``high``), rounded outwards when ``truncate`` and clamped
+    to ``[0, D - 1]``, exactly as HF's ``find_correction_range``/``linear_ramp_factor``. It is
+    linear in the pair index ``i``, as in the YaRN reference code; the paper's ``gamma`` is
+    linear in ``r = L / lambda_i`` instead, so the two differ inside the ramp.
+    """
+    low = _yarn_correction_dim(beta_fast, dim, base, L)
+    high = _yarn_correction_dim(beta_slow, dim, base, L)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # HF's guard against a zero-width ramp
+    return np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's ``sqrt(1/t) = 0.1 * mscale * ln(s) + 1`` for ``s > 1``, else 1 (HF ``get_mscale``)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _optional_float(value, name: str, **kw) -> float | None:
+    return None if value is None else check_float(value, name, **kw)
+
+
+def _yarn_attention_factor(factor: float, mscale, mscale_all_dim, attention_factor) -> float:
+    """An explicit ``attention_factor``, else the mscale ratio (both nonzero), else ``0.1 ln s + 1``."""
+    mscale = _optional_float(mscale, "mscale")
+    mscale_all_dim = _optional_float(mscale_all_dim, "mscale_all_dim")
+    attention_factor = _optional_float(attention_factor, "attention_factor", positive=True)
+    if attention_factor is not None:
+        return attention_factor
+    if mscale and mscale_all_dim:  # HF tests truthiness: 0 counts as absent
+        return _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+    return _yarn_mscale(factor)  # sqrt(1/t) = 0.1 ln(s) + 1
+
+
+def yarn(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
+         beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float | None = None,
+         mscale_all_dim: float | None = None, attention_factor: float | None = None, truncate: bool = True):
+    """YaRN (arXiv:2309.00071), exactly HF's ``_compute_yarn_parameters``.
+
+    ``inv_freq = (1 - g_i) w_i / s + g_i w_i`` (Sec. 3.2) with ``g_i = 1 - ramp_i`` (HF's
+    ``inv_freq_extrapolation_factor``; ``ramp`` from ``_yarn_ramp``). The attention factor is
+    ``attention_factor`` if given, else ``mscale(s, mscale) / mscale(s, mscale_all_dim)`` when
+    both are given and nonzero (DeepSeek-V2/V3), else ``0.1 ln s + 1``.
+    Returns ``(inv_freq, attention_factor)``, ``inv_freq`` float64 ``(D/2,)``.
+    """
+    inv_freq = _base_inv_freq(dim, base)
+    factor = _check_factor(factor)
+    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    beta_fast = check_float(beta_fast, "beta_fast", positive=True)
+    beta_slow = check_float(beta_slow, "beta_slow", positive=True)
+    if beta_fast <= beta_slow:
+        raise ValueError(f"beta_fast must be > beta_slow, got beta_fast={beta_fast}, beta_slow={beta_slow}")
+    if not isinstance(truncate, bool):
+        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
+    attention_factor = _yarn_attention_factor(factor, mscale, mscale_all_dim, attention_factor)
+    ramp = _yarn_ramp(int(dim), float(base), L, beta_fast, beta_slow, truncate)
+    g = 1.0 - ramp                                      # extrapolation weight
+    return (1.0 - g) * inv_freq / factor + g * inv_freq, attention_factor  # h(w) = (1-g) w/s + g w
+
+
+def llama3(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
+           low_freq_factor: float = 1.0, high_freq_factor: float = 4.0):
+    """Llama 3.1 frequency-dependent interpolation (HF ``_compute_llama3_parameters``).
+
+    With wavelength ``lam_i = 2 pi / w_i`` and ``L = original_max_position_embeddings``: pairs with
+    ``lam < L / high_freq_factor`` keep ``w``; pairs with ``lam > L / low_freq_factor`` get
+    ``w / factor``; between, ``(1 - a) w / factor + a w`` with
+    ``a = (L / lam - low_freq_factor) / (high_freq_factor - low_freq_factor)``, which is
+    continuous at both ends. Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
+    """
+    inv_freq = _base_inv_freq(dim, base)
+    factor = _check_factor(factor)
+    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    lo = check_float(low_freq_factor, "low_freq_factor", positive=True)
+    hi = check_float(high_freq_factor, "high_freq_factor", positive=True)
+    if hi <= lo:
+        raise ValueError(f"high_freq_factor must be > low_freq_factor, got {hi} <= {lo}")
+    wavelen = 2 * math.pi / inv_freq                                   # lam_i = 2 pi / w_i
+    a = (L / wavelen - lo) / (hi - lo)                                 # smooth factor
+    medium = (1 - a) * inv_freq / factor + a * inv_freq
+    scaled = np.where(wavelen > L / lo, inv_freq / factor, medium)     # long wavelengths: w / s
+    return np.where(wavelen < L / hi, inv_freq, scaled), 1.0           # short wavelengths: w
+
+
+def _check_factor_list(values, name: str, size: int) -> np.ndarray:
+    """A LongRoPE rescale list: ``size`` = D/2 finite numbers > 0, as float64 ``(D/2,)``."""
+    arr = as_float_array(values, name).astype(np.float64)
+    if arr.ndim != 1 or arr.size != size:
+        raise ValueError(f"{name} must be a list of D/2 = {size} numbers, got shape {arr.shape}")
+    if np.any(arr <= 0):
+        raise ValueError(f"{name} must hold numbers > 0, got minimum {arr.min()}")
+    return arr
+
+
+def longrope(dim: int, *, base: float = 10000.0, short_factor, long_factor,
+             original_max_position_embeddings: int, max_position_embeddings: int, seq_len: int,
+             factor: float | None = None, attention_factor: float | None = None):
+    """LongRoPE (arXiv:2402.13753) as in Phi-3, exactly HF's ``_compute_longrope_parameters``.
+
+    ``inv_freq = w_i / long_factor[i]`` when ``seq_len > original_max_position_embeddings``, else
+    ``w_i / short_factor[i]``. ``factor`` defaults to ``max_position_embeddings / L`` (an explicit
+    ``factor`` key wins, as in HF); the attention factor defaults to ``sqrt(1 + ln s / ln L)``
+    (1 if ``s == 1``). Returns ``(inv_freq, attention_factor)``, ``inv_freq`` float64 ``(D/2,)``.
+    """
+    inv_freq = _base_inv_freq(dim, base)
+    L = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=2)
+    L_max = check_positive_int(max_position_embeddings, "max_position_embeddings")
+    n = check_positive_int(seq_len, "seq_len")
+    short = _check_factor_list(short_factor, "short_factor", inv_freq.size)
+    long = _check_factor_list(long_factor, "long_factor", inv_freq.size)
+    if factor is None and L_max < L:
+        raise ValueError("max_position_embeddings must be >= original_max_position_embeddings, "
+                         f"got {L_max} < {L}")
+    factor = L_max / L if factor is None else _check_factor(factor)
+    attention_factor = _optional_float(attention_factor, "attention_factor", positive=True)
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(L))
+    return inv_freq / (long if n > L else short), float(attention_factor)  # w_i / lambda_i
+
+
+REGISTRY = {"linear": linear, "ntk": ntk, "dynamic": dynamic, "yarn": yarn, "llama3": llama3,
+            "longrope": longrope}
