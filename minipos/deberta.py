@@ -1,0 +1,344 @@
+"""DeBERTa disentangled attention: content-to-content, content-to-position, position-to-content.
+
+Source: He, Liu, Gao, Chen 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention",
+arXiv:2006.03654, section 3.1, Eq. 2-4; v2/v3 log buckets and shared projections from the
+reference code (microsoft/DeBERTa ``deberta/da_utils.py``, ``disentangled_attention.py``) and
+HF transformers ``models/deberta_v2/modeling_deberta_v2.py`` (``make_log_bucket_position``,
+``build_relative_position``, ``DisentangledSelfAttention.disentangled_attention_bias``).
+
+The paper writes each token as a content vector H_i and a relative position, and keeps three of
+the four terms of ``{H_i, P_i|j} . {H_j, P_j|i}`` (Eq. 2):
+
+    Q^c = H W_q,c   K^c = H W_k,c   Q^r = P W_q,r   K^r = P W_k,r             (Eq. 4)
+    A~_ij = Q^c_i . K^c_j  +  Q^c_i . K^r_delta(i,j)  +  K^c_j . Q^r_delta(j,i)   (Eq. 4)
+    H_o = softmax(A~ / sqrt(3 D)) V                                              (Eq. 4)
+    delta(i, j) = 0 if i - j <= -k;  2k - 1 if i - j >= k;  i - j + k otherwise  (Eq. 3)
+
+so ``delta(i, j) = clip(i - j + k, 0, 2k - 1)`` indexes a table P of ``2k`` relative embeddings,
+``k = att_span``. The scale is ``sqrt(D * (1 + number of position terms))``: sqrt(3D) with
+c2p and p2c, sqrt(2D) with one of them (the code counts ``pos_att_type``).
+
+All encoder layers are relative: nothing absolute is added to the token embeddings of v2/v3
+(``position_biased_input=False``). Absolute positions enter only the enhanced mask decoder used
+in pre-training (a weight-shared extra pass whose query adds absolute position embeddings).
+
+Sign convention
+---------------
+``build_relative_position`` gives ``relative_pos[i, j] = query_i - key_j`` (``q_ids[:, None] -
+k_ids[None, :]``), log-bucketed in v2/v3. c2p reads row ``clip(relative_pos[i, j] + k, 0,
+2k - 1)`` of the key-projected table, as in the paper.
+
+The p2c index: code versus paper
+--------------------------------
+The reference code (identical in microsoft/DeBERTa and HF ``disentangled_attention_bias``) is::
+
+    p2c_pos = torch.clamp(-r_pos + att_span, 0, att_span * 2 - 1)
+    p2c_att = torch.bmm(key_layer, pos_query_layer.transpose(-1, -2))
+    p2c_att = torch.gather(p2c_att, dim=-1, index=p2c_pos...).transpose(-1, -2)
+
+Before the transpose, entry (j, i) uses ``-r_pos[j, i] = -(j - i) = i - j``; buckets are odd
+(``sign`` is kept), so this is ``relative_pos[i, j]`` in bucketed form too. Hence the code's p2c is
+``K^c_j . Q^r[clip(relative_pos[i, j] + k)]`` = ``K^c_j . Q^r_delta(i,j)``: the same index as c2p,
+whereas Eq. 4 writes ``delta(j, i) = clip(j - i + k)``. The two differ whenever ``i != j``.
+minipos follows the code (trained checkpoints were trained with it); the definitional form offers
+the paper's index as ``p2c_convention="paper"``.
+
+v2/v3 configuration mapping (HF ``DebertaV2Config`` / microsoft ``config.json``)
+--------------------------------------------------------------------------------
+- ``bucket_size = position_buckets`` (256 in v3; -1 means no buckets).
+- ``max_position = max_relative_positions``, and ``-1`` (or any value < 1) means
+  ``max_position_embeddings`` (512).
+- ``att_span = position_buckets if position_buckets > 0 else max_relative_positions``
+  (HF ``pos_ebd_size``); see :func:`spans_from_config`.
+- ``rel_embeddings``: a learned ``(2 * att_span, d_model)`` table, passed through the encoder's
+  LayerNorm when ``norm_rel_ebd`` contains ``"layer_norm"`` (v3: ``"layer_norm"``), shared by
+  all layers.
+- ``share_att_key=True`` (v2/v3): ``pos_key = rel_embeddings @ W_k + b_k`` and ``pos_query =
+  rel_embeddings @ W_q + b_q`` with the layer's own key / query projections (biases included),
+  split into heads ``(H, 2 * att_span, D)``. Without it, separate ``pos_key_proj`` /
+  ``pos_query_proj`` (v1: ``pos_proj`` without bias, ``pos_q_proj`` with bias).
+- v1 takes ``att_span = min(max(T, S), max_relative_positions)`` and the central rows
+  ``[max_rel - att_span, max_rel + att_span)`` of its table; for unbucketed ``|i - j| < max(T, S)``
+  this selects the same rows as ``att_span = max_relative_positions`` on the full table.
+
+Queries of a cached step start at the cache length: :func:`relative_positions` takes explicit
+positions. The references only support ``T == S``; for ``T != S`` minipos applies the same
+per-pair formula (HF's ``build_rpos`` passes its bucket arguments swapped on that path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import (
+    as_float_array,
+    as_positions,
+    check_choice,
+    check_int,
+    check_positive_int,
+    float_dtype,
+)
+
+__all__ = [
+    "make_log_bucket_position",
+    "relative_positions",
+    "build_relative_position",
+    "spans_from_config",
+    "relative_index",
+    "c2p_term",
+    "p2c_term",
+    "disentangled_scores",
+    "disentangled_scores_definitional",
+]
+
+_POS_ATT_TYPES = ("c2p", "p2c")
+
+
+def _as_int_array(relative_pos) -> np.ndarray:
+    """``relative_pos`` (any shape, a scalar included) as int64, or raise naming it."""
+    return as_positions(np.asarray(relative_pos), "relative_pos", allow_negative=True, ndim=None)
+
+
+def _check_buckets(bucket_size, max_position) -> tuple[int, int]:
+    bucket_size = check_int(bucket_size, "bucket_size", minimum=2)
+    mid = bucket_size // 2
+    max_position = check_int(max_position, "max_position")
+    if max_position - 1 <= mid:
+        raise ValueError(
+            f"max_position must be > bucket_size // 2 + 1 = {mid + 1} (else the log scale "
+            f"log((max_position - 1) / mid) is not positive), got {max_position}"
+        )
+    return bucket_size, max_position
+
+
+def make_log_bucket_position(relative_pos, bucket_size: int, max_position: int, *,
+                             precision: str = "float32") -> np.ndarray:
+    """Log buckets of DeBERTa v2/v3: exact for ``|r| <= bucket_size // 2``, logarithmic beyond.
+
+    With ``mid = bucket_size // 2``, ``r`` is kept where ``|r| <= mid`` (the code's
+    ``abs_pos <= mid``), and beyond it becomes
+
+        sign(r) * (ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1)) + mid)
+
+    which is ``+-mid`` at ``|r| = mid`` and ``+-(2 mid - 1)`` at ``|r| = max_position - 1``; it is
+    not clipped, so larger ``|r|`` give larger buckets (the attention index clips them).
+    For 256 / 512 the map is the identity up to |r| = 131 and first merges 131 and 132.
+
+    ``precision="float32"`` (default) reproduces HF transformers, whose torch code runs in float32:
+    the log is taken in float64 and rounded to float32, then divided, scaled and ceiled in
+    float32. This equals transformers 5.24.0 for every ``|r| <= 10^5`` (checked over ``|r| <= 10^6``
+    for 256 / 512 and nine other configs); far beyond (first at |r| = 403269 for 256 / 512) torch's
+    float32 log, which is not correctly rounded, can move a bucket by one. NumPy's own float32
+    log differs from torch's more often, so it is not used.
+
+    ``precision="float64"`` reproduces microsoft/DeBERTa ``da_utils.py`` (NumPy, float64). For
+    256 / 512 it differs from float32 within 10^5 only at |r| = 65317, 83928, 92579 (700 vs 701,
+    723 vs 724, 732 vs 733), all far beyond |bucket| = att_span where the attention index clips.
+
+    relative_pos: integer array, any shape. Returns int64, same shape.
+    """
+    r = _as_int_array(relative_pos)
+    bucket_size, max_position = _check_buckets(bucket_size, max_position)
+    check_choice(precision, "precision", ("float32", "float64"))
+    f = np.float32 if precision == "float32" else np.float64
+    mid = bucket_size // 2
+    abs_pos = np.maximum(np.abs(r), mid)                      # the code puts mid - 1 where unused
+    ratio = abs_pos.astype(f) / f(mid)
+    log_ratio = np.log(ratio.astype(np.float64)).astype(f)   # log(|r| / mid), rounded to f
+    log_scale = f(np.log(np.float64(f((max_position - 1) / mid))))
+    log_pos = np.ceil(log_ratio / log_scale * f(mid - 1)) + f(mid)
+    return np.where(np.abs(r) <= mid, r, np.sign(r) * log_pos.astype(np.int64))
+
+
+def relative_positions(q_positions, k_positions, *, bucket_size: int = -1,
+                       max_position: int = -1, precision: str = "float32") -> np.ndarray:
+    """``relative_pos[i, j] = q_positions[i] - k_positions[j]``, log-bucketed when both
+    ``bucket_size > 0`` and ``max_position > 0`` (as in the reference).
+
+    q_positions: ``(T,)`` ints or an int T; k_positions: ``(S,)`` ints or an int S.
+    Returns int64 ``(T, S)``. A cached step passes ``q_positions = arange(P, P + T)``.
+    """
+    q = as_positions(q_positions, "q_positions")
+    k = as_positions(k_positions, "k_positions")
+    rel = q[:, None] - k[None, :]  # (T, S)
+    bucket_size = check_int(bucket_size, "bucket_size")
+    max_position = check_int(max_position, "max_position")
+    if bucket_size > 0 and max_position > 0:
+        rel = make_log_bucket_position(rel, bucket_size, max_position, precision=precision)
+    return rel
+
+
+def build_relative_position(q_len: int, k_len: int, *, bucket_size: int = -1,
+                            max_position: int = -1, precision: str = "float32") -> np.ndarray:
+    """The reference's ``build_relative_position``: queries ``0..T-1``, keys ``0..S-1``.
+
+    Returns int64 ``(T, S)`` with entry ``i - j`` (bucketed when both sizes are > 0).
+    The reference returns ``(1, T, S)``; the leading 1 is dropped here.
+    """
+    T = check_int(q_len, "q_len", minimum=0)
+    S = check_int(k_len, "k_len", minimum=0)
+    return relative_positions(T, S, bucket_size=bucket_size, max_position=max_position,
+                              precision=precision)
+
+
+def spans_from_config(*, position_buckets: int = -1, max_relative_positions: int = -1,
+                      max_position_embeddings: int = 512) -> tuple[int, int, int]:
+    """``(bucket_size, max_position, att_span)`` from DeBERTa v2/v3 config fields.
+
+    ``max_relative_positions < 1`` means ``max_position_embeddings``; ``att_span`` is
+    ``position_buckets`` when it is > 0, else ``max_relative_positions``. The relative table
+    ``rel_embeddings`` has ``2 * att_span`` rows. v3: ``(256, 512, 256)``.
+    """
+    buckets = check_int(position_buckets, "position_buckets")
+    max_rel = check_int(max_relative_positions, "max_relative_positions")
+    if max_rel < 1:
+        max_rel = check_positive_int(max_position_embeddings, "max_position_embeddings")
+    return buckets, max_rel, (buckets if buckets > 0 else max_rel)
+
+
+def relative_index(relative_pos, att_span: int) -> np.ndarray:
+    """The paper's delta (Eq. 3): ``clip(relative_pos + att_span, 0, 2 * att_span - 1)``.
+
+    relative_pos: integer array, any shape (``i - j``, possibly bucketed). Returns int64.
+    """
+    k = check_positive_int(att_span, "att_span")
+    r = _as_int_array(relative_pos)
+    return np.clip(r + k, 0, 2 * k - 1)  # delta(i, j), Eq. 3
+
+
+def _check_pos_table(table, name: str, att_span: int, heads: int, dim: int) -> np.ndarray:
+    table = as_float_array(table, name)
+    want = (heads, 2 * att_span, dim)
+    if table.shape != want:
+        raise ValueError(f"{name} must have shape (H, 2 * att_span, D) = {want}, got {table.shape}")
+    return table
+
+
+def _index_for(relative_pos, att_span: int, out_shape: tuple) -> np.ndarray:
+    """The Eq. 3 index broadcast to ``out_shape`` ``(..., H, T, S)``, or raise naming it."""
+    idx = relative_index(relative_pos, att_span)
+    if idx.ndim < 2 or idx.shape[-2:] != out_shape[-2:]:
+        raise ValueError(f"relative_pos must have shape (T, S) = {out_shape[-2:]}, got {idx.shape}")
+    try:
+        return np.broadcast_to(idx, out_shape)
+    except ValueError:
+        raise ValueError(f"relative_pos of shape {idx.shape} does not broadcast to (..., H, T, S) "
+                         f"= {out_shape}") from None
+
+
+def _check_content(x, name: str, letters: str) -> np.ndarray:
+    x = as_float_array(x, name)
+    if x.ndim < 3:
+        raise ValueError(f"{name} must have shape {letters} with at least 3 dims, got {x.shape}")
+    return x
+
+
+def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
+    """Unscaled content-to-position term ``q_i . pos_key[delta(i, j)]`` (Eq. 4, second term).
+
+    q: ``(..., H, T, D)``; pos_key: ``(H, 2 * att_span, D)`` (relative embeddings through the key
+    projection); relative_pos: ``(T, S)`` ints ``i - j``. Returns ``(..., H, T, S)``.
+    Efficient form: one ``(T, D) x (D, 2K)`` product per head, then a gather along the last axis.
+    """
+    q = _check_content(q, "q", "(..., H, T, D)")
+    *lead, H, T, D = q.shape
+    att_span = check_positive_int(att_span, "att_span")
+    pos_key = _check_pos_table(pos_key, "pos_key", att_span, H, D)
+    qp = np.einsum("...htd,hkd->...htk", q, pos_key)  # (..., H, T, 2K)
+    S = np.shape(relative_pos)[-1] if np.ndim(relative_pos) else 0
+    idx = _index_for(relative_pos, att_span, (*lead, H, T, S))
+    return np.take_along_axis(qp, idx, axis=-1)  # (..., H, T, S)
+
+
+def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
+    """Unscaled position-to-content term as the code computes it: ``k_j . pos_query[delta(i, j)]``.
+
+    The paper's Eq. 4 writes ``delta(j, i)`` here; the code's gather-and-transpose gives
+    ``delta(i, j)`` (module docstring). k: ``(..., H, S, D)``; pos_query: ``(H, 2 * att_span, D)``
+    (relative embeddings through the query projection); relative_pos: ``(T, S)`` ints ``i - j``.
+    Returns ``(..., H, T, S)``. Efficient form: ``(S, D) x (D, 2K)`` per head, then a gather.
+    """
+    k = _check_content(k, "k", "(..., H, S, D)")
+    *lead, H, S, D = k.shape
+    att_span = check_positive_int(att_span, "att_span")
+    pos_query = _check_pos_table(pos_query, "pos_query", att_span, H, D)
+    kp = np.einsum("...hsd,hkd->...hks", k, pos_query)  # (..., H, 2K, S)
+    T = np.shape(relative_pos)[-2] if np.ndim(relative_pos) >= 2 else 0
+    idx = _index_for(relative_pos, att_span, (*lead, H, T, S))
+    return np.take_along_axis(kp, idx, axis=-2)  # out[i, j] = kp[idx[i, j], j]: (..., H, T, S)
+
+
+def _pos_att_types(pos_att_type) -> tuple[str, ...]:
+    """``pos_att_type`` as a tuple; a config string ``"p2c|c2p"`` is split on ``|``."""
+    if isinstance(pos_att_type, str):
+        pos_att_type = [t.strip() for t in pos_att_type.lower().split("|") if t.strip()]
+    types = tuple(pos_att_type)
+    for t in types:
+        check_choice(t, "pos_att_type", _POS_ATT_TYPES)
+    if len(set(types)) != len(types):
+        raise ValueError(f"pos_att_type must not repeat a term, got {types!r}")
+    return types
+
+
+def _check_qk(q, k):
+    q = _check_content(q, "q", "(..., H, T, D)")
+    k = _check_content(k, "k", "(..., H, S, D)")
+    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q (..., H, T, D) and k (..., H, S, D) must share ..., H and D; "
+                         f"got q {q.shape}, k {k.shape}")
+    return q, k
+
+
+def disentangled_scores(q, k, pos_key, pos_query, relative_pos, *, att_span: int,
+                        pos_att_type=("c2p", "p2c")) -> np.ndarray:
+    """Scaled DeBERTa logits ``(c2c + c2p + p2c) / sqrt(D * (1 + len(pos_att_type)))``.
+
+    q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; pos_key, pos_query: ``(H, 2 * att_span, D)``
+    (either may be None when its term is not in ``pos_att_type``); relative_pos: ``(T, S)`` ints
+    ``i - j`` (from :func:`build_relative_position` / :func:`relative_positions`).
+    pos_att_type: any of ``"c2p"``, ``"p2c"`` (a sequence, or a config string ``"p2c|c2p"``).
+    Returns ``(..., H, T, S)`` in the promoted floating dtype of the inputs; add a mask and
+    softmax (``minipos.attention.softmax``) to get the weights.
+    """
+    q, k = _check_qk(q, k)
+    types = _pos_att_types(pos_att_type)
+    tables = [t for t in (pos_key, pos_query) if t is not None]
+    dtype = float_dtype(q, k, *[np.asarray(t) for t in tables])
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)).astype(dtype)  # c2c: (..., H, T, S)
+    _index_for(relative_pos, att_span, scores.shape)  # raise early, naming relative_pos
+    if "c2p" in types:
+        scores += c2p_term(q, pos_key, relative_pos, att_span)
+    if "p2c" in types:
+        scores += p2c_term(k, pos_query, relative_pos, att_span)
+    scale = np.sqrt(q.shape[-1] * (1 + len(types)))  # sqrt(3D) with c2p and p2c (Eq. 4)
+    return scores / dtype.type(scale)
+
+
+def disentangled_scores_definitional(q, k, pos_key, pos_query, relative_pos, *, att_span: int,
+                                     pos_att_type=("c2p", "p2c"),
+                                     p2c_convention: str = "code") -> np.ndarray:
+    """Eq. 4 as the paper writes it: gather the vectors ``K^r_delta`` / ``Q^r_delta`` per pair.
+
+    ``A~_ij = q_i . k_j + q_i . pos_key[delta(i, j)] + k_j . pos_query[delta']``, scaled like
+    :func:`disentangled_scores`, with ``delta' = delta(i, j)`` for ``p2c_convention="code"``
+    (the reference implementation; equals :func:`disentangled_scores`) or the paper's
+    ``delta(j, i) = clip(-relative_pos[i, j] + att_span, ...)`` for ``"paper"``.
+    Shapes as in :func:`disentangled_scores`; memory is ``O(H T S D)``, for reading, not speed.
+    """
+    q, k = _check_qk(q, k)
+    types = _pos_att_types(pos_att_type)
+    check_choice(p2c_convention, "p2c_convention", ("code", "paper"))
+    att_span = check_positive_int(att_span, "att_span")
+    H, T, S, D = q.shape[-3], q.shape[-2], k.shape[-2], q.shape[-1]
+    idx = _index_for(relative_pos, att_span, (T, S))                           # delta(i, j)
+    scores = np.einsum("...htd,...hsd->...hts", q, k)                          # Q^c_i . K^c_j
+    if "c2p" in types:
+        kr = _check_pos_table(pos_key, "pos_key", att_span, H, D)[:, idx]      # (H, T, S, D)
+        scores = scores + np.einsum("...htd,htsd->...hts", q, kr)              # Q^c_i . K^r_delta(i,j)
+    if "p2c" in types:
+        ji = idx if p2c_convention == "code" else relative_index(-np.asarray(relative_pos), att_span)
+        qr = _check_pos_table(pos_query, "pos_query", att_span, H, D)[:, ji]   # (H, T, S, D)
+        scores = scores + np.einsum("...hsd,htsd->...hts", k, qr)              # K^c_j . Q^r_delta'
+    tables = [np.asarray(t) for t in (pos_key, pos_query) if t is not None]
+    dtype = float_dtype(q, k, *tables)
+    return (scores / np.sqrt(D * (1 + len(types)))).astype(dtype, copy=False)  # / sqrt(3D)
