@@ -62,8 +62,10 @@ v2/v3 configuration mapping (HF ``DebertaV2Config`` / microsoft ``config.json``)
   this selects the same rows as ``att_span = max_relative_positions`` on the full table.
 
 Queries of a cached step start at the cache length: :func:`relative_positions` takes explicit
-positions. The references only support ``T == S``; for ``T != S`` minipos applies the same
-per-pair formula (HF's ``build_rpos`` passes its bucket arguments swapped on that path).
+positions, and every function here applies the same per-pair formula for any ``T`` and ``S``.
+The references are exercised with ``T == S`` only: HF's ``T != S`` branch (``build_rpos``) passes
+its bucket arguments swapped and yields an ``(S, S)`` p2c term; microsoft's selects p2c rows by
+``relative_pos[:, 0]``, which is the query position only without buckets.
 """
 
 from __future__ import annotations
