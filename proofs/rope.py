@@ -1,0 +1,239 @@
+r"""Rotary position embedding (Su et al. 2021, RoFormer, arXiv:2104.09864, §3.2-3.4.3).
+
+    R(m) = diag(B(m θ_0), …, B(m θ_{D/2-1})),  B(a) = [[cos a, -sin a], [sin a, cos a]],
+    θ_i = base^(-2i/D),  i = 0 … D/2 - 1                                  (Eq. 14-15)
+
+in the interleaved layout (pair i = features (2i, 2i+1)); the half layout pairs (i, i + D/2).
+Every identity is proved on the 2x2 block B with a symbol for the angle, then the blocks are
+composed and the block-diagonal form is checked at a few explicit D (2, 4, 6, 8) with a
+symbolic base. Headline: R(m) R(n)^T = R(m - n), hence <R(m) q, R(n) k> depends on m - n
+only (written q^T R(n - m) k, Eq. 16).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from .core import theorem
+
+a, b, m, n = sp.symbols("a b m n", real=True)
+base = sp.Symbol("base", positive=True)
+CASES = [4, 2, 6, 8]
+RMAT = "minipos.rope.rotation_matrix"
+APPLY = "minipos.rope.apply_rope"
+
+
+def B(t):
+    """The 2x2 counter-clockwise rotation by angle t."""
+    return sp.Matrix([[sp.cos(t), -sp.sin(t)], [sp.sin(t), sp.cos(t)]])
+
+
+def thetas(D, b_=base):
+    """θ_i = base^(-2i/D), i = 0 … D/2 - 1 (Eq. 15, counted from 0)."""
+    return [b_ ** sp.Rational(-2 * i, D) for i in range(D // 2)]
+
+
+def R(pos, D, b_=base):
+    """The definitional R(pos), interleaved layout: blocks on pairs (2i, 2i+1), (D, D)."""
+    return sp.diag(*[B(pos * t) for t in thetas(D, b_)])
+
+
+def R_half(pos, D, b_=base):
+    """R(pos) in the half layout, written directly: block i on features (i, i + D/2), (D, D)."""
+    h, M = D // 2, sp.zeros(D, D)
+    for i, t in enumerate(thetas(D, b_)):
+        c, s = sp.cos(pos * t), sp.sin(pos * t)
+        M[i, i], M[i, i + h], M[i + h, i], M[i + h, i + h] = c, -s, s, c
+    return M
+
+
+def perm(D):
+    """x_half = x_interleaved[perm]: features 0, 2, 4, … then 1, 3, 5, …"""
+    return list(range(0, D, 2)) + list(range(1, D, 2))
+
+
+def P(D):
+    """The permutation matrix with (P x)_j = x_{perm[j]}, (D, D)."""
+    pm = perm(D)
+    return sp.Matrix(D, D, lambda r, c: 1 if pm[r] == c else 0)
+
+
+def vec(name, D):
+    return sp.Matrix(sp.symbols(f"{name}0:{D}", real=True))
+
+
+_POINTS = [(0, 0), (1, 0), (3, 7), (7, 3), (100, 4099)]
+
+
+@theorem("rope.block.group", "B(a) B(b) = B(a + b) and B(a)^T = B(-a) for the 2x2 block",
+         checks=(RMAT,))
+def _(p):
+    (p.derive(B(a) * B(b))
+      .step(sp.Matrix([[sp.cos(a) * sp.cos(b) - sp.sin(a) * sp.sin(b), -(sp.sin(a) * sp.cos(b) + sp.cos(a) * sp.sin(b))],
+                       [sp.sin(a) * sp.cos(b) + sp.cos(a) * sp.sin(b), sp.cos(a) * sp.cos(b) - sp.sin(a) * sp.sin(b)]]),
+            "multiply", by="expand")
+      .step(B(a + b), "angle addition", by="trig"))
+    p.claim(B(a).T, B(-a), "cos is even, sin is odd")
+    p.tie(RMAT, expected=B(a), symbols=(a,), points=[(0,), (1,), (-5,), (4097,)],
+          call=lambda f, x: f(x, 2), reason="D = 2: R(m) = B(m θ_0), θ_0 = 1")
+
+
+@theorem("rope.relative.transpose_left",
+         "R(m)^T R(n) = R(n - m) for the block-diagonal R of any even D",
+         checks=(RMAT,))
+def _(p):
+    (p.derive(B(a).T * B(b))
+      .step(B(-a) * B(b), "$B(a)^T = B(-a)$")
+      .step(B(b - a), "$B(a) B(b) = B(a + b)$", by="trig"))
+    for D in p.cases(D=CASES):
+        p.claim(R(m, D).T * R(n, D), R(n - m, D), "blockwise: the block identity with angles $m\\theta_i$, $n\\theta_i$",
+                by="trig")
+    for D in (4, 8):
+        p.tie(RMAT, expected=R(n - m, D, 10000), symbols=(m, n), points=_POINTS,
+              call=lambda f, x, y: f(x, D).T @ f(y, D), reason=f"R(m)^T R(n), D = {D}")
+
+
+@theorem("rope.relative.headline",
+         "R(m) R(n)^T = R(m - n) for the block-diagonal RoPE matrix of any even D "
+         "(and hence <R(m) q, R(n) k> depends on m - n only)",
+         checks=(RMAT, APPLY))
+def _(p):
+    (p.derive(B(a) * B(b).T)
+      .step(B(a) * B(-b), "$B(b)^T = B(-b)$")
+      .step(B(a - b), "$B(a) B(b) = B(a + b)$", by="trig"))
+    for D in p.cases(D=CASES):
+        p.claim(R(m, D) * R(n, D).T, R(m - n, D), "blockwise, for each pair i", by="trig")
+    D = 4
+    q, k = vec("q", D), vec("k", D)
+    (p.derive(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$\\langle R(m) q, R(n) k \\rangle$, D = 4")
+      .step((q.T * R(m, D).T * R(n, D) * k)[0, 0], "$(R q)^T = q^T R^T$", by="expand")
+      .step((q.T * R(n - m, D) * k)[0, 0], "$R(m)^T R(n) = R(n - m)$: m and n enter only as n - m",
+            by="trig"))
+    for D in (4, 8):
+        p.tie(RMAT, expected=R(m - n, D, 10000), symbols=(m, n), points=_POINTS,
+              call=lambda f, x, y: f(x, D) @ f(y, D).T, reason=f"R(m) R(n)^T, D = {D}")
+    _tie_score(p)
+
+
+def _tie_score(p):
+    """apply_rope(q, m) . apply_rope(k, n) = q^T R(n - m) k in both layouts (q, k fixed, D = 8)."""
+    D = 8
+    rng = np.random.default_rng(1)
+    qv, kv = rng.normal(size=D), rng.normal(size=D)
+    for layout, Rl in (("interleaved", R), ("half", R_half)):
+        want = (sp.Matrix(qv).T * Rl(n - m, D, 10000) * sp.Matrix(kv))[0, 0]
+        p.tie(APPLY, expected=want, symbols=(m, n), points=_POINTS,
+              call=lambda f, x, y: f(qv[None], [x], layout=layout)[0] @ f(kv[None], [y], layout=layout)[0],
+              reason=f"score <R(m) q, R(n) k> = q^T R(n - m) k, {layout}, D = 8")
+
+
+@theorem("rope.orthogonal", "R(m) is orthogonal with determinant 1", checks=(RMAT,))
+def _(p):
+    p.claim(B(a).T * B(a), sp.eye(2), "$\\cos^2 + \\sin^2 = 1$", by="pythagoras")
+    p.claim(B(a).det(), 1, "$\\det B(a) = \\cos^2 + \\sin^2 = 1$", by="pythagoras")
+    for D in p.cases(D=CASES):
+        p.claim(R(m, D).T * R(m, D), sp.eye(D), "blockwise: $B^T B = I$", by="pythagoras")
+        p.claim(sp.prod([B(m * t).det() for t in thetas(D)]), 1,
+                "det of a block-diagonal matrix = product of block dets = 1", by="pythagoras")
+    for D in (2, 8):
+        p.tie(RMAT, expected=sp.eye(D), symbols=(m,), points=[(0,), (3,), (4097,)],
+              call=lambda f, x: f(x, D).T @ f(x, D), reason=f"R(m)^T R(m) = I, D = {D}")
+        p.tie(RMAT, expected=sp.Integer(1), symbols=(m,), points=[(0,), (3,), (4097,)],
+              call=lambda f, x: np.linalg.det(f(x, D)), reason=f"det R(m) = 1, D = {D}")
+
+
+@theorem("rope.complex",
+         "(x_{2k} + i x_{2k+1}) e^{i m θ_k} is the real rotation of the pair (x_{2k}, x_{2k+1})",
+         checks=(APPLY,))
+def _(p):
+    x0, x1, t = sp.symbols("x0 x1 theta", real=True)
+    z = sp.expand((x0 + sp.I * x1) * sp.exp(sp.I * m * t))
+    (p.derive(sp.Matrix([sp.re(z), sp.im(z)]), "real and imaginary parts of the product")
+      .step(sp.Matrix([x0 * sp.cos(m * t) - x1 * sp.sin(m * t), x0 * sp.sin(m * t) + x1 * sp.cos(m * t)]),
+            "Euler: $e^{i m\\theta} = \\cos m\\theta + i \\sin m\\theta$", by="complex")
+      .step(B(m * t) * sp.Matrix([x0, x1]), "as the block $B(m\\theta)$", by="expand"))
+    D = 8
+    x = vec("x", D)
+    zs = [sp.expand_complex((x[2 * j] + sp.I * x[2 * j + 1]) * sp.exp(sp.I * m * th))
+          for j, th in enumerate(thetas(D, 10000))]
+    want = sp.Matrix([part for zj in zs for part in (sp.re(zj), sp.im(zj))])
+    rng = np.random.default_rng(2)
+    pts = [(mm, *rng.normal(size=D)) for mm in (0, 5, 4097)]
+    p.tie(APPLY, expected=want, symbols=(m, *x), points=pts,
+          call=lambda f, mm, *xv: f(np.array([xv]), [mm])[0][:, None],
+          reason="Meta LLaMA's complex multiplication = apply_rope interleaved, D = 8")
+
+
+@theorem("rope.layouts",
+         "R_half(m) = P R(m) P^T for the layout permutation P, so the layouts agree once the "
+         "q/k weight columns are permuted",
+         checks=(RMAT, "minipos.rope.layout_permutation", APPLY))
+def _(p):
+    for D in p.cases(D=CASES):
+        p.claim(R_half(m, D), P(D) * R(m, D) * P(D).T, "pair i moves from (2i, 2i + 1) to (i, i + D/2)")
+    D = 4
+    q, k = vec("q", D), vec("k", D)
+    Pm = P(D)
+    (p.derive(((R_half(m, D) * Pm * q).T * (R_half(n, D) * Pm * k))[0, 0],
+              "half layout on permuted q, k (q/k weight columns permuted)")
+      .step(((Pm * R(m, D) * q).T * (Pm * R(n, D) * k))[0, 0], "$R_{half}(m) P = P R(m)$", by="expand")
+      .step(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$P^T P = I$: the interleaved score", by="expand"))
+    for D in (2, 8):
+        p.tie("minipos.rope.layout_permutation", expected=sp.Matrix(perm(D)), points=[()],
+              call=lambda f: f(D)[:, None], reason=f"perm = evens then odds, D = {D}")
+        p.tie(RMAT, expected=R_half(m, D, 10000), symbols=(m,), points=[(0,), (3,), (4097,)],
+              call=lambda f, x: f(x, D, layout="half"), reason=f"half layout, D = {D}")
+    D = 8
+    x = vec("x", D)
+    rng = np.random.default_rng(3)
+    pts = [(mm, *rng.normal(size=D)) for mm in (0, 5, 4097)]
+    pm = perm(D)
+    p.tie(APPLY, expected=(P(D) * R(m, D, 10000) * x), symbols=(m, *x), points=pts,
+          call=lambda f, mm, *xv: f(np.array([xv])[:, pm], [mm], layout="half")[0][:, None],
+          reason="apply_rope(x[perm], half) = (R(m) x)[perm], D = 8")
+
+
+def rotate_half_sym(x):
+    h = len(x) // 2
+    return sp.Matrix([-v for v in x[h:]] + list(x[:h]))
+
+
+@theorem("rope.rotate_half",
+         "x * cos(mΘ) + rotate_half(x) * sin(mΘ) = R(m) x in the half layout (RoFormer Eq. 34)",
+         checks=("minipos.rope.rotate_half", APPLY))
+def _(p):
+    for D in p.cases(D=CASES):
+        x = vec("x", D)
+        ang = [m * t for t in thetas(D)] * 2          # θ_0 … θ_{D/2-1}, θ_0 … θ_{D/2-1}
+        cos, sin = sp.Matrix([sp.cos(v) for v in ang]), sp.Matrix([sp.sin(v) for v in ang])
+        p.claim(x.multiply_elementwise(cos) + rotate_half_sym(x).multiply_elementwise(sin),
+                R_half(m, D) * x, "entry i: $x_i \\cos - x_{i+D/2} \\sin$; entry i + D/2: "
+                "$x_{i+D/2} \\cos + x_i \\sin$", by="expand")
+    D = 8
+    x = vec("x", D)
+    rng = np.random.default_rng(4)
+    xs = [tuple(rng.normal(size=D)) for _ in range(2)]
+    p.tie("minipos.rope.rotate_half", expected=rotate_half_sym(x), symbols=tuple(x), points=xs,
+          call=lambda f, *xv: f(np.array(xv))[:, None], reason="[x1 | x2] -> [-x2 | x1], D = 8")
+    pts = [(mm, *xv) for mm in (0, 5, 4097) for xv in xs[:1]]
+    for layout, Rl in (("half", R_half), ("interleaved", R)):
+        p.tie(APPLY, expected=Rl(m, D, 10000) * x, symbols=(m, *x), points=pts,
+              call=lambda f, mm, *xv: f(np.array([xv]), [mm], layout=layout)[0][:, None],
+              reason=f"apply_rope = R(m) x, {layout}, D = 8")
+
+
+@theorem("rope.abel",
+         "sum_i h_i e^{i m θ_i} = -sum_i S_{i+1} (h_{i+1} - h_i), S_j = sum_{k<j} e^{i m θ_k}, "
+         "h_{D/2} = 0 (RoFormer §3.4.3)")
+def _(p):
+    for N in p.cases(N=[4, 1, 2, 3, 5, 6]):            # N = D/2 pairs
+        h = list(sp.symbols(f"h0:{N}")) + [sp.Integer(0)]  # h_N = 0
+        e = [sp.exp(sp.I * m * t) for t in sp.symbols(f"theta0:{N}", real=True)]
+        S = [sum(e[:j], sp.Integer(0)) for j in range(N + 1)]  # S_0 = 0, S_j = sum_{k<j} e_k
+        (p.derive(sum(h[i] * e[i] for i in range(N)))
+          .step(sum(h[i] * (S[i + 1] - S[i]) for i in range(N)), "$e_i = S_{i+1} - S_i$", by="expand")
+          .step(sum(h[i] * S[i + 1] for i in range(N)) - sum(h[i + 1] * S[i + 1] for i in range(N)),
+                "split the sum; shift the index of the second; $S_0 = 0$, $h_N = 0$", by="expand")
+          .step(-sum(S[i + 1] * (h[i + 1] - h[i]) for i in range(N)), "collect (Abel summation)",
+                by="expand"))
