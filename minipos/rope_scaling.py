@@ -68,7 +68,8 @@ Conventions and differences from HF
   recomputes them only when the length grows past the cached length (and resets below ``L``), so
   within one generation the frequencies track the largest length seen so far.
 - DeepSeek-V2/V3 (``mscale == mscale_all_dim``) get ``attention_factor = 1`` here, as in HF; their
-  attention module separately multiplies the softmax scale by ``(0.1 * mscale_all_dim * ln(factor) + 1)^2``.
+  attention module separately multiplies the softmax scale by
+  ``(0.1 * mscale_all_dim * ln(factor) + 1)^2``.
 """
 
 from __future__ import annotations
@@ -78,17 +79,16 @@ import math
 import numpy as np
 
 from ._checks import as_float_array, check_even_int, check_float, check_int, check_positive_int
+from .rope import rope_inv_freq
 
 __all__ = ["linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "REGISTRY"]
 
 
 def _base_inv_freq(dim: int, base: float) -> np.ndarray:
     """Plain RoPE frequencies ``w_i = base^(-2i/D)``, float64 ``(D/2,)``; checks ``dim`` and ``base``."""
-    dim = check_even_int(dim, "dim")
-    base = check_float(base, "base")
-    if base <= 1.0:
+    if check_float(base, "base") <= 1.0:
         raise ValueError(f"base must be > 1, got {base}")
-    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)  # w_i = base^(-2i/D)
+    return rope_inv_freq(dim, base=base)  # w_i = base^(-2i/D)
 
 
 def _check_factor(factor, name: str = "factor") -> float:
