@@ -37,7 +37,9 @@ the cheap ones are tried first and ``simplify`` last. ``using`` states hypothese
 substitutions applied to the previous expression before comparing: ``{symbol: value}`` or
 ``{UndefinedFunction: callable}`` (e.g. ``{E_q: lambda i, j: KroneckerDelta(i, j)}``).
 
-Matrices are compared elementwise. Matrix expressions (``sp.MatrixSymbol``, with transposes) and
+Matrices are compared elementwise. To show a product of explicit matrices as a product in the
+LaTeX, pass it unevaluated: ``sp.MatMul(B(a), B(b), evaluate=False)`` (it is evaluated before
+comparing). Matrix expressions (``sp.MatrixSymbol``, with transposes) and
 non-commutative symbols (``sp.symbols("X", commutative=False)``) work with the ``expand``
 strategy; the probe substitutes random matrices for them.
 
@@ -294,17 +296,18 @@ class Chain:
 
     @property
     def last(self):
-        return self.rows[-1].expr if self.rows else self.start
+        return _value(self.rows[-1].expr if self.rows else self.start)
 
     def step(self, expr, reason: str, *, by=None, using=None) -> "Chain":
         """Claim ``expr`` equals the previous expression, for ``reason``. Raises if not."""
-        expr = _sym(expr)
+        shown = _sym(expr)
+        expr = _value(shown)
         prev = _apply(self.last, using) if using else self.last
         where = self.proof._where(f"step {len(self.rows) + 1} ({reason!r})")
         left, how = _residual(prev, expr, by)
         if left is not None:
             self.proof._fail_step(where, self.last, expr, left, how, prev)
-        self.rows.append(_Row(expr, reason))
+        self.rows.append(_Row(shown, reason))
         self.proof.steps += 1
         return self
 
@@ -320,6 +323,14 @@ def _sym(x):
     if isinstance(x, (list, tuple)):
         return sp.Matrix(x)
     return sp.sympify(x) if not isinstance(x, sp.MatrixBase) else sp.Matrix(x)
+
+
+def _value(x):
+    """What is compared: an unevaluated product of explicit matrices (kept so that the LaTeX
+    shows ``B(a) B(b)`` as a product) is evaluated; symbolic matrix expressions stay as they are."""
+    if isinstance(x, sp.MatrixExpr) and not x.atoms(sp.MatrixSymbol):
+        return sp.Matrix(x.doit())
+    return x
 
 
 def _apply(expr, using: dict):

@@ -66,10 +66,10 @@ def vec(name, D):
 _POINTS = [(0, 0), (1, 0), (3, 7), (7, 3), (100, 4099)]
 
 
-@theorem("rope.block.group", "B(a) B(b) = B(a + b) and B(a)^T = B(-a) for the 2x2 block",
+@theorem("rope.block.group", "R(a) R(b) = R(a + b) and R(a)^T = R(-a) for the 2x2 block R(a) = [[cos a, -sin a], [sin a, cos a]]",
          checks=(RMAT,))
 def _(p):
-    (p.derive(B(a) * B(b))
+    (p.derive(sp.MatMul(B(a), B(b), evaluate=False))
       .step(sp.Matrix([[sp.cos(a) * sp.cos(b) - sp.sin(a) * sp.sin(b), -(sp.sin(a) * sp.cos(b) + sp.cos(a) * sp.sin(b))],
                        [sp.sin(a) * sp.cos(b) + sp.cos(a) * sp.sin(b), sp.cos(a) * sp.cos(b) - sp.sin(a) * sp.sin(b)]]),
             "multiply", by="expand")
@@ -83,8 +83,8 @@ def _(p):
          "R(m)^T R(n) = R(n - m) for the block-diagonal R of any even D",
          checks=(RMAT,))
 def _(p):
-    (p.derive(B(a).T * B(b))
-      .step(B(-a) * B(b), "$B(a)^T = B(-a)$")
+    (p.derive(sp.MatMul(B(a).T, B(b), evaluate=False))
+      .step(sp.MatMul(B(-a), B(b), evaluate=False), "$B(a)^T = B(-a)$")
       .step(B(b - a), "$B(a) B(b) = B(a + b)$", by="trig"))
     for D in p.cases(D=CASES):
         p.claim(R(m, D).T * R(n, D), R(n - m, D), "blockwise: the block identity with angles $m\\theta_i$, $n\\theta_i$",
@@ -99,8 +99,8 @@ def _(p):
          "(and hence <R(m) q, R(n) k> depends on m - n only)",
          checks=(RMAT, APPLY))
 def _(p):
-    (p.derive(B(a) * B(b).T)
-      .step(B(a) * B(-b), "$B(b)^T = B(-b)$")
+    (p.derive(sp.MatMul(B(a), B(b).T, evaluate=False))
+      .step(sp.MatMul(B(a), B(-b), evaluate=False), "$B(b)^T = B(-b)$")
       .step(B(a - b), "$B(a) B(b) = B(a + b)$", by="trig"))
     for D in p.cases(D=CASES):
         p.claim(R(m, D) * R(n, D).T, R(m - n, D), "blockwise, for each pair i", by="trig")

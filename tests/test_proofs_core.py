@@ -187,3 +187,15 @@ def test_cli_json_and_exit_status():
     none = subprocess.run([sys.executable, "-m", "proofs", "no_such_family"],
                           capture_output=True, text=True, timeout=60)
     assert none.returncode == 2
+
+
+def test_unevaluated_matrix_product_is_checked_and_shown_as_a_product():
+    A = sp.Matrix([[1, x], [0, 1]])
+
+    def proof(p):
+        p.derive(sp.MatMul(A, A, evaluate=False)).step(sp.Matrix([[1, 2 * x], [0, 1]]), "shears add")
+
+    tex = latex_of(Theorem("demo.matmul", "s", proof).run())
+    assert "\\end{matrix}\\right] \\left[\\begin{matrix}" in tex  # two factors side by side
+    with pytest.raises(StepFalse, match="shears multiply"):
+        _prove(lambda p: p.derive(sp.MatMul(A, A, evaluate=False)).step(sp.Matrix([[1, x**2], [0, 1]]), "shears multiply"))
