@@ -21,7 +21,14 @@ Every scheme enters attention through one of four seams:
 
 __version__ = "0.1.0"
 
-from . import attention  # noqa: E402
-from .attention import attention as attend, causal_mask, softmax  # noqa: E402,F401
+from . import (alibi, attention, deberta, rope, rope_scaling, sinusoidal, t5,  # noqa: E402
+               transformer_xl, xpos)
+from .attention import causal_mask, softmax  # noqa: E402
+from .layer import (ALiBi, DeBERTa, KVCache, LearnedAbsolute, MultiHeadAttention, NoPE,  # noqa: E402
+                    Rotary, Sinusoidal, T5Bias, TransformerXL)
 
-__all__ = ["__version__", "attention", "attend", "causal_mask", "softmax"]
+__all__ = [
+    "__version__", "alibi", "attention", "deberta", "rope", "rope_scaling", "sinusoidal", "t5",
+    "transformer_xl", "xpos", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
+    "Sinusoidal", "LearnedAbsolute", "Rotary", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
+]

@@ -1,0 +1,134 @@
+"""The ``minipos`` command.
+
+``minipos tour`` builds every position scheme, runs one input through a full
+``MultiHeadAttention`` forward pass with each, and prints a comparison computed live:
+
+- seams: where the scheme enters attention (from the scheme object);
+- params: learned position parameters for the given d_model and heads (counted from the arrays);
+- terms: which of the four content/position expansion terms the logits keep;
+- shift-invariant: whether the outputs are unchanged when every position moves by the same
+  offset (measured on the first half of the input moved by half the training length, so that
+  every position stays inside a learned table: max |y(p) - y(p + offset)|);
+- runs at 4x: whether the layer runs at four times the training length without a table to extend
+  (measured: the forward pass at 4 * seq-len positions either runs or raises).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from . import __version__
+from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
+                    T5Bias, TransformerXL)
+
+SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
+
+
+def tour_schemes(seq_len: int) -> list:
+    """One instance of every scheme, configured as its reference models use it."""
+    return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
+            TransformerXL(), DeBERTa(), Rotary(layout="half")]
+
+
+def _shift_gap(layer, x, causal):
+    shift = x.shape[1] // 2
+    part = x[:, : x.shape[1] - shift]                     # positions 0..T-shift-1 and shift..T-1
+    T = part.shape[1]
+    base = layer(part, positions=np.arange(T), causal=causal)
+    moved = layer(part, positions=np.arange(T) + shift, causal=causal)
+    return float(np.max(np.abs(base - moved)))
+
+
+def _runs_longer(layer, x, factor=4):
+    long_x = np.tile(x, (1, factor, 1))  # (B, factor * T, d_model)
+    try:
+        y = layer(long_x, causal=True)
+    except ValueError as err:
+        return False, str(err).split("\n")[0]
+    return bool(np.all(np.isfinite(y))), ""
+
+
+def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) -> list:
+    """Run every scheme through the same input; return one dict of measured facts per scheme."""
+    x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
+    rows = []
+    for scheme in tour_schemes(seq_len):
+        layer = MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed)
+        causal = True
+        y = layer(x, causal=causal)
+        gap = _shift_gap(layer, x, causal)
+        runs, why = _runs_longer(layer, x)
+        rows.append({
+            "scheme": scheme.name,
+            "config": repr(scheme),
+            "seams": list(scheme.seams) or ["none"],
+            "position_params": int(sum(p.size for p in scheme.parameters().values())),
+            "terms": list(scheme.terms),
+            "shift_gap": gap,
+            "shift_invariant": gap < SHIFT_TOL,
+            "runs_at_4x": runs,
+            "runs_at_4x_note": why,
+            "output_norm": float(np.linalg.norm(y)),
+        })
+    return rows
+
+
+def _format(rows, d_model, heads, seq_len) -> str:
+    abbrev = {"content-content": "cc", "content-position": "cp", "position-content": "pc",
+              "position-position": "pp"}
+    head = ("scheme", "seams", "pos. params", "terms", "shift-invariant", f"runs at {4 * seq_len}")
+    table = [head]
+    for r in rows:
+        gap = f"{'yes' if r['shift_invariant'] else 'no'} ({r['shift_gap']:.1e})"
+        table.append((r["scheme"], "+".join(r["seams"]), str(r["position_params"]),
+                      " ".join(abbrev[t] for t in r["terms"]), gap, "yes" if r["runs_at_4x"] else "no"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [f"minipos {__version__} tour: d_model={d_model}, heads={heads}, training length={seq_len}",
+             "Each row is measured now on one random input through MultiHeadAttention (causal).", ""]
+    for n, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines += ["", "terms: cc content-content, cp content-position, pc position-content, pp position-position",
+              "  (rope keeps cc only, with q and k rotated so that it depends on i - j)",
+              f"shift-invariant: max |y(p) - y(p + {seq_len // 2})| below {SHIFT_TOL:g} (value in brackets)"]
+    notes = [f"{r['scheme']}: {r['runs_at_4x_note']}" for r in rows if r["runs_at_4x_note"]]
+    if notes:
+        lines += ["", "Why a scheme does not run at 4x:"] + [f"  {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="minipos", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"minipos {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    p_tour = sub.add_parser("tour", help="run every scheme through one attention layer and compare")
+    p_tour.add_argument("--d-model", type=int, default=64)
+    p_tour.add_argument("--heads", type=int, default=4)
+    p_tour.add_argument("--seq-len", type=int, default=32, help="training length (the 4x run uses 4 times it)")
+    p_tour.add_argument("--seed", type=int, default=0)
+    p_tour.add_argument("--json", action="store_true", help="print the same data as JSON")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    for name in ("d_model", "heads", "seq_len"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.d_model % args.heads:
+        parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads})")
+    rows = tour(args.d_model, args.heads, args.seq_len, args.seed)
+    if args.json:
+        print(json.dumps({"d_model": args.d_model, "heads": args.heads, "seq_len": args.seq_len,
+                          "schemes": rows}, indent=2))
+    else:
+        print(_format(rows, args.d_model, args.heads, args.seq_len))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""Multi-head attention with a pluggable position scheme.
+
+``MultiHeadAttention`` knows the projections, the heads and the KV cache; a *scheme* object knows
+where position enters. There are four seams, and a scheme overrides only the ones it uses:
+
+=================  ==========================================  =================================
+seam               what the scheme returns                     schemes
+=================  ==========================================  =================================
+input              ``embed(x, positions)``: x + p before the   ``Sinusoidal``, ``LearnedAbsolute``
+                   projections
+rotate             ``rotate_q / rotate_k(x, positions)``:       ``Rotary``
+                   q, k after a position-dependent map
+bias               ``bias(q_positions, k_positions)``: an       ``ALiBi``, ``T5Bias``
+                   additive ``(H, T, S)`` term
+content-position   ``content_position(q, k, q_pos, k_pos)``:   ``TransformerXL``, ``DeBERTa``
+                   the query used against content, plus extra
+                   logits coupling content with position
+=================  ==========================================  =================================
+
+One forward pass, with ``x`` ``(B, T, d_model)``::
+
+    x_in    = scheme.embed(x, positions)                          # input seam
+    q, k, v = split_heads(x_in @ wq + bq), ...                    # (B, H, T, D)
+    q, k    = scheme.rotate_q(q, positions), scheme.rotate_k(k, positions)   # rotate seam
+    k, v, key_positions = cache.append(k, v, positions)          # (B, H, S, D)
+    q_c, extra = scheme.content_position(q, k, positions, key_positions)     # content-position
+    bias    = scheme.bias(positions, key_positions) + extra       # bias seam, (B|1, H, T, S)
+    out     = attention(q_c, k, v, bias=bias, mask=mask, scale=scheme.scale(D))
+    y       = merge_heads(out) @ wo + bo                          # (B, T, d_model)
+
+Weights are ``(d_in, d_out)`` and used as ``x @ W``; the projection columns are laid out head by
+head (column ``h * D + d``), exactly as the ``view(B, T, H, D)`` of HF/fairseq/Meta code. To load a
+checkpoint, copy ``W = linear.weight.T`` and ``b = linear.bias``:
+
+==========  =======================  =========================  ===========================
+minipos     HF T5 (``T5Attention``)  HF LLaMA (``LlamaAttn.``)  HF DeBERTa-v2 (``Disentangled
+                                                                SelfAttention``)
+==========  =======================  =========================  ===========================
+``wq``      ``q.weight.T``           ``q_proj.weight.T``        ``query_proj.weight.T``
+``wk``      ``k.weight.T``           ``k_proj.weight.T``        ``key_proj.weight.T``
+``wv``      ``v.weight.T``           ``v_proj.weight.T``        ``value_proj.weight.T``
+``wo``      ``o.weight.T``           ``o_proj.weight.T``        ``output.dense.weight.T`` [1]_
+biases      none (``bias=False``)    none (``bias=False``)      ``query_proj.bias`` -> ``bq``, ...
+scheme      ``T5Bias``: ``table`` =  ``Rotary(layout="half",    ``DeBERTa``: ``rel_embeddings``
+            layer 0's ``relative_    base=rope_theta)``         = the encoder's LayerNorm'd
+            attention_bias.weight``                             ``rel_embeddings.weight``
+==========  =======================  =========================  ===========================
+
+.. [1] In DeBERTa the output projection lives in ``DebertaV2SelfOutput``, followed by dropout,
+   a residual and LayerNorm, which are outside attention.
+
+The KV cache stores keys *after* the rotate seam, values, and the key positions. A decoding step's
+queries start at the cache length unless ``positions`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import alibi, deberta, rope, sinusoidal, t5, transformer_xl
+from ._checks import as_float_array, as_positions, check_choice, check_int, check_positive_int
+from .attention import attention
+
+__all__ = [
+    "MultiHeadAttention",
+    "KVCache",
+    "Scheme",
+    "NoPE",
+    "Sinusoidal",
+    "LearnedAbsolute",
+    "Rotary",
+    "ALiBi",
+    "T5Bias",
+    "TransformerXL",
+    "DeBERTa",
+    "SCHEMES",
+]
+
+TERMS = ("content-content", "content-position", "position-content", "position-position")
+
+
+class Scheme:
+    """Base class of the position schemes, and itself the no-position baseline's behaviour.
+
+    A subclass overrides only the seams it uses. ``bind`` is called once by the layer, giving the
+    scheme the sizes and a random generator for its learned parameters.
+    """
+
+    name = "none"
+    seams: tuple = ()
+    terms: tuple = ("content-content",)  # which of the four expansion terms the logits keep
+
+    def bind(self, layer: "MultiHeadAttention", rng: np.random.Generator) -> None:
+        self.layer = layer
+        self.d_model, self.num_heads, self.head_dim = layer.d_model, layer.num_heads, layer.head_dim
+
+    def parameters(self) -> dict:
+        """The scheme's learned position parameters, by their reference names."""
+        return {}
+
+    def embed(self, x, positions):  # input seam: (B, T, d_model) -> (B, T, d_model)
+        return x
+
+    def rotate_q(self, q, positions):  # rotate seam: (B, H, T, D) -> (B, H, T, D)
+        return q
+
+    def rotate_k(self, k, positions):
+        return k
+
+    def bias(self, q_positions, k_positions):  # bias seam: -> (H, T, S) or None
+        return None
+
+    def content_position(self, q, k, q_positions, k_positions):
+        """Content-position seam: ``(query against content, extra logits (B, H, T, S) or None)``."""
+        return q, None
+
+    def scale(self, head_dim: int) -> float:
+        return 1.0 / np.sqrt(head_dim)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class NoPE(Scheme):
+    """No position information: attention is permutation-equivariant (the baseline)."""
+
+    name = "nope"
+
+
+class Sinusoidal(Scheme):
+    """Fixed sinusoidal table added to the token embeddings (Vaswani et al. 2017, §3.5)."""
+
+    name = "sinusoidal"
+    seams = ("input",)
+    terms = TERMS
+
+    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved"):
+        self.base = base
+        self.layout = check_choice(layout, "layout", {"interleaved", "split", "tensor2tensor"})
+
+    def embed(self, x, positions):
+        pe = sinusoidal.sinusoidal_table(positions, x.shape[-1], base=self.base, layout=self.layout)
+        return x + pe.astype(x.dtype, copy=False)  # (B, T, d_model) + (T, d_model)
+
+    def __repr__(self) -> str:
+        return f"Sinusoidal(layout={self.layout!r})"
+
+
+class LearnedAbsolute(Scheme):
+    """A learned ``(max_positions, d_model)`` table added to the embeddings (BERT, GPT-2).
+
+    ``table`` is GPT-2's ``wpe.weight`` / BERT's ``position_embeddings.weight``. It has no row
+    for a position >= ``max_positions``: such input raises ``ValueError``.
+    """
+
+    name = "learned"
+    seams = ("input",)
+    terms = TERMS
+
+    def __init__(self, max_positions: int = 512, *, std: float = 0.02):
+        self.max_positions = check_positive_int(max_positions, "max_positions")
+        self.std = std
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.table = (rng.standard_normal((self.max_positions, self.d_model)) * self.std).astype(layer.dtype)
+
+    def parameters(self):
+        return {"table": self.table}
+
+    def embed(self, x, positions):
+        return x + sinusoidal.absolute_embedding(self.table, positions).astype(x.dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"LearnedAbsolute(max_positions={self.max_positions})"
+
+
+class Rotary(Scheme):
+    """Rotary position embedding (Su et al. 2021) applied to q and k of every head.
+
+    ``layout="half"`` for HF LLaMA / GPT-NeoX checkpoints, ``"interleaved"`` for Meta LLaMA,
+    RoFormer and GPT-J. ``rotary_dim`` rotates only the first features of each head (GPT-NeoX).
+    """
+
+    name = "rope"
+    seams = ("rotate",)
+
+    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None):
+        self.base = base
+        self.layout = check_choice(layout, "layout", {"interleaved", "half"})
+        self.rotary_dim = rotary_dim
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        rd = self.head_dim if self.rotary_dim is None else check_int(self.rotary_dim, "rotary_dim", minimum=2)
+        if rd > self.head_dim or rd % 2:
+            raise ValueError(f"rotary_dim must be even and <= head_dim ({self.head_dim}), got {rd}")
+        self.inv_freq = rope.rope_inv_freq(rd, base=self.base)  # (rotary_dim/2,)
+
+    def _apply(self, x, positions):
+        return rope.apply_rope(x, positions, inv_freq=self.inv_freq, layout=self.layout,
+                               rotary_dim=self.rotary_dim)
+
+    rotate_q = _apply
+    rotate_k = _apply
+
+    def __repr__(self) -> str:
+        return f"Rotary(layout={self.layout!r}, rotary_dim={self.rotary_dim})"
+
+
+class ALiBi(Scheme):
+    """Linear biases ``-m_h (i - j)`` (Press et al. 2022); ``symmetric=True`` for ``-m_h |i - j|``."""
+
+    name = "alibi"
+    seams = ("bias",)
+    terms = ("content-content", "position-position")
+
+    def __init__(self, *, symmetric: bool = False):
+        self.symmetric = bool(symmetric)
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.slopes = alibi.alibi_slopes(self.num_heads)  # (H,), fixed, not learned
+
+    def bias(self, q_positions, k_positions):
+        return alibi.alibi_bias(self.slopes, q_positions, k_positions, symmetric=self.symmetric)
+
+    def __repr__(self) -> str:
+        return f"ALiBi(symmetric={self.symmetric})"
+
+
+class T5Bias(Scheme):
+    """T5's learned per-head bias over log-spaced relative-distance buckets (Raffel et al. 2020).
+
+    ``table`` ``(num_buckets, H)`` is layer 0's ``relative_attention_bias.weight`` (T5 shares it
+    across layers). T5 does not scale ``q . k`` by ``1/sqrt(D)``: ``scale`` is 1. Use
+    ``bidirectional=True`` for the encoder, ``False`` for the decoder's self-attention.
+    """
+
+    name = "t5"
+    seams = ("bias",)
+    terms = ("content-content", "position-position")
+
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bidirectional = bool(bidirectional)
+        t5.relative_position_bucket(0, bidirectional=self.bidirectional, num_buckets=num_buckets,
+                                    max_distance=max_distance)  # validates the configuration now
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.table = rng.standard_normal((self.num_buckets, self.num_heads)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"table": self.table}
+
+    def bias(self, q_positions, k_positions):
+        return t5.t5_bias(self.table, q_positions, k_positions, bidirectional=self.bidirectional,
+                          num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def scale(self, head_dim):
+        return 1.0
+
+    def __repr__(self) -> str:
+        return (f"T5Bias(num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+                f"bidirectional={self.bidirectional})")
+
+
+class TransformerXL(Scheme):
+    """Transformer-XL relative attention (Dai et al. 2019, §3.3).
+
+    logits = [(q_i + u) . k_j + (q_i + v) . (R_{i-j} W_R)_h] / sqrt(D), with R the fixed sinusoidal
+    table (split layout). Learned: ``u`` and ``v`` ``(H, D)`` (``r_w_bias``, ``r_r_bias``) and
+    ``w_r`` ``(d_model, H*D)`` (``r_net.weight.T``).
+    """
+
+    name = "transformer-xl"
+    seams = ("content-position",)
+    terms = TERMS
+
+    def __init__(self, *, base: float = 10000.0):
+        self.base = base
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        H, D, d = self.num_heads, self.head_dim, self.d_model
+        self.u = (rng.standard_normal((H, D)) * 0.02).astype(layer.dtype)
+        self.v = (rng.standard_normal((H, D)) * 0.02).astype(layer.dtype)
+        self.w_r = (rng.standard_normal((d, H * D)) / np.sqrt(d)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"u": self.u, "v": self.v, "w_r": self.w_r}
+
+    def content_position(self, q, k, q_positions, k_positions):
+        bd = transformer_xl.xl_position_logits(q, self.v, self.w_r, q_positions, k_positions, base=self.base)
+        return q + self.u[:, None, :], bd * (1.0 / np.sqrt(self.head_dim))  # (a)+(c), (b)+(d)
+
+    def __repr__(self) -> str:
+        return "TransformerXL()"
+
+
+class DeBERTa(Scheme):
+    """DeBERTa-v2/v3 disentangled attention: c2c + c2p + p2c over relative positions q - k.
+
+    ``rel_embeddings`` ``(2 * att_span, d_model)`` is the encoder's (LayerNorm'd) relative
+    embedding table; it is projected by the layer's own ``wk``/``wq`` (``share_att_key=True``).
+    ``position_buckets`` and ``max_relative_positions`` are the config keys of the same names
+    (v3: 256 and 512). Logits are scaled by ``1/sqrt(D * (1 + len(pos_att_type)))``.
+    """
+
+    name = "deberta"
+    seams = ("content-position",)
+    terms = ("content-content", "content-position", "position-content")
+
+    def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512,
+                 pos_att_type: tuple = ("c2p", "p2c")):
+        self.position_buckets = check_int(position_buckets, "position_buckets")
+        self.max_relative_positions = check_int(max_relative_positions, "max_relative_positions", minimum=1)
+        self.pos_att_type = tuple(pos_att_type)
+        self.att_span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.rel_embeddings = rng.standard_normal((2 * self.att_span, self.d_model)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"rel_embeddings": self.rel_embeddings}
+
+    def _project(self, w, b):  # (2k, d_model) -> (H, 2k, D)
+        p = self.rel_embeddings @ w + (0 if b is None else b)
+        return p.reshape(2 * self.att_span, self.num_heads, self.head_dim).transpose(1, 0, 2)
+
+    def content_position(self, q, k, q_positions, k_positions):
+        L = self.layer
+        rel = deberta.relative_positions(q_positions, k_positions, bucket_size=self.position_buckets,
+                                         max_position=self.max_relative_positions)  # (T, S), q - k
+        extra = 0.0
+        if "c2p" in self.pos_att_type:
+            extra = extra + deberta.c2p_term(q, self._project(L.wk, L.bk), rel, self.att_span)
+        if "p2c" in self.pos_att_type:
+            extra = extra + deberta.p2c_term(k, self._project(L.wq, L.bq), rel, self.att_span)
+        return q, extra * self.scale(self.head_dim)
+
+    def scale(self, head_dim):
+        return 1.0 / np.sqrt(head_dim * (1 + len(self.pos_att_type)))
+
+    def __repr__(self) -> str:
+        return f"DeBERTa(position_buckets={self.position_buckets}, pos_att_type={self.pos_att_type})"
+
+
+SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, ALiBi, T5Bias,
+                                     TransformerXL, DeBERTa)}
+
+
+class KVCache:
+    """Keys (after the rotate seam), values and key positions of the tokens seen so far.
+
+    ``k``, ``v`` are ``(B, H, S, D)`` views of preallocated buffers that double when full, so a
+    decoding step appends in O(1) amortised and costs O(S) only in attention itself.
+    """
+
+    def __init__(self):
+        self._k = self._v = None
+        self._pos = np.zeros(0, dtype=np.int64)
+        self.length = 0
+
+    @property
+    def k(self):
+        return None if self._k is None else self._k[:, :, : self.length]
+
+    @property
+    def v(self):
+        return None if self._v is None else self._v[:, :, : self.length]
+
+    @property
+    def positions(self):
+        return self._pos[: self.length]
+
+    def append(self, k, v, positions):
+        """Add ``k``, ``v`` ``(B, H, T, D)`` at ``positions`` ``(T,)``; return all ``(k, v, positions)``."""
+        B, H, T, D = k.shape
+        if self._k is not None and (self._k.shape[:2] != (B, H) or self._k.shape[3] != D):
+            raise ValueError(f"cache holds keys of shape (B, H, S, D) = {self._k.shape[:2]} + (S, "
+                             f"{self._k.shape[3]}), cannot append keys of shape {k.shape}")
+        need = self.length + T
+        if self._k is None or need > self._k.shape[2]:
+            self._grow(max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16), k, v)
+        self._k[:, :, self.length:need] = k
+        self._v[:, :, self.length:need] = v
+        self._pos[self.length:need] = positions
+        self.length = need
+        return self.k, self.v, self.positions
+
+    def _grow(self, capacity, k, v):
+        B, H, _, D = k.shape
+        dtype = np.result_type(k.dtype, v.dtype)
+        new_k = np.zeros((B, H, capacity, D), dtype)
+        new_v = np.zeros((B, H, capacity, v.shape[-1]), dtype)
+        new_pos = np.zeros(capacity, np.int64)
+        if self._k is not None:
+            new_k[:, :, : self.length], new_v[:, :, : self.length] = self.k, self.v
+            new_pos[: self.length] = self.positions
+        self._k, self._v, self._pos = new_k, new_v, new_pos
+
+
+class MultiHeadAttention:
+    """Multi-head self-attention with a position ``scheme`` (default ``NoPE()``).
+
+    Weights ``wq``, ``wk``, ``wv`` ``(d_model, H*D)``, ``wo`` ``(H*D, d_model)``; with
+    ``bias=True`` also ``bq``, ``bk``, ``bv`` ``(H*D,)`` and ``bo`` ``(d_model,)`` (else ``None``).
+    ``head_dim`` defaults to ``d_model // num_heads``. Weights are drawn from N(0, 1/d_in) with
+    ``seed``; copy a checkpoint's into the attributes (see the module docstring for the mapping).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
+                 head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64):
+        self.d_model = check_positive_int(d_model, "d_model")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        if head_dim is None:
+            if d_model % num_heads:
+                raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads}), "
+                                 "or pass head_dim")
+            head_dim = d_model // num_heads
+        self.head_dim = check_positive_int(head_dim, "head_dim")
+        self.dtype = np.dtype(dtype)
+        if not np.issubdtype(self.dtype, np.floating):
+            raise TypeError(f"dtype must be a floating dtype, got {self.dtype}")
+        if scheme is None:
+            scheme = NoPE()
+        if not isinstance(scheme, Scheme):
+            raise TypeError(f"scheme must be a minipos.layer.Scheme instance, got {type(scheme).__name__}")
+        rng = np.random.default_rng(seed)
+        d, hd = self.d_model, self.num_heads * self.head_dim
+        self.wq, self.wk, self.wv = (self._init(rng, d, hd) for _ in range(3))
+        self.wo = self._init(rng, hd, d)
+        zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
+        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(hd), zeros(hd), zeros(d)
+        self.scheme = scheme
+        scheme.bind(self, rng)
+
+    def _init(self, rng, d_in, d_out):
+        return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for incremental decoding with this layer."""
+        return KVCache()
+
+    def _project(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
+        y = x @ w if b is None else x @ w + b
+        B, T, _ = x.shape
+        return y.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)
+
+    def __call__(self, x, *, positions=None, mask=None, causal: bool = False, cache: KVCache | None = None,
+                 return_weights: bool = False):
+        """Attend ``x`` ``(B, T, d_model)`` to itself (and to the cache); return ``(B, T, d_model)``.
+
+        positions: ``(T,)`` integer positions of the queries; default ``cache.length + arange(T)``.
+        mask: boolean, ``True`` = may attend: ``(B, S)`` key padding or ``(B, T, S)``, where
+          ``S`` counts the cached keys too. causal: queries see keys at positions ``<=`` their own.
+        cache: a ``KVCache`` (``new_cache()``), updated in place.
+        return_weights: also return the attention weights ``(B, H, T, S)``.
+        """
+        x = as_float_array(x, "x")
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {x.shape}")
+        B, T, _ = x.shape
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (layer.new_cache()), got {type(cache).__name__}")
+        past = 0 if cache is None else cache.length
+        positions = np.arange(past, past + T) if positions is None else as_positions(positions, "positions")
+        if positions.shape != (T,):
+            raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
+        sc = self.scheme
+        x_in = sc.embed(x, positions)                                                # input seam
+        q = sc.rotate_q(self._project(x_in, self.wq, self.bq), positions)            # (B, H, T, D)
+        k = sc.rotate_k(self._project(x_in, self.wk, self.bk), positions)            # rotate seam
+        v = self._project(x_in, self.wv, self.bv)
+        k_pos = positions
+        if cache is not None:
+            k, v, k_pos = cache.append(k, v, positions)                              # (B, H, S, D)
+        q, extra = sc.content_position(q, k, positions, k_pos)                       # content-position
+        bias = sc.bias(positions, k_pos)                                             # bias seam (H, T, S)
+        if extra is not None:
+            bias = extra if bias is None else extra + bias                           # (B, H, T, S)
+        full_mask = self._mask(mask, causal, positions, k_pos, B)
+        out = attention(q, k, v, bias=bias, mask=full_mask, scale=sc.scale(self.head_dim),
+                        return_weights=return_weights)
+        out, weights = out if return_weights else (out, None)
+        y = out.transpose(0, 2, 1, 3).reshape(B, T, -1) @ self.wo                   # (B, T, d_model)
+        if self.bo is not None:
+            y = y + self.bo
+        return (y, weights) if return_weights else y
+
+    @staticmethod
+    def _mask(mask, causal, q_pos, k_pos, B):
+        """Combine causality (by positions) and a padding mask into a ``(B|1, 1, T, S)`` mask."""
+        T, S = len(q_pos), len(k_pos)
+        full = (k_pos[None, :] <= q_pos[:, None])[None, None] if causal else None  # (1, 1, T, S)
+        if mask is None:
+            return full
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+        if mask.shape == (B, S):
+            mask = mask[:, None, None, :]
+        elif mask.shape == (B, T, S):
+            mask = mask[:, None]
+        else:
+            raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, "
+                             f"got {mask.shape}")
+        return mask if full is None else mask & full

@@ -1,0 +1,158 @@
+"""Tests of minipos.layer: the seams, the KV cache, masks and errors.
+
+Hand-worked expected values are derived in the comments; agreement with real models'
+attention modules is in test_layer_interop.py.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from minipos.layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
+                           T5Bias, TransformerXL)
+
+ALL = [NoPE, Sinusoidal, LearnedAbsolute, Rotary, ALiBi, T5Bias, TransformerXL, DeBERTa]
+
+
+def _x(B=2, T=12, d=16, seed=0):
+    return np.random.default_rng(seed).standard_normal((B, T, d))
+
+
+def test_nope_hand_worked():
+    # d_model 2, one head, identity weights: q = k = v = x. Query 0 = [a, 0] with a^2 / sqrt(2) = ln 3
+    # scores keys [a, 0] and [0, 0] as [ln 3, 0] -> weights [3/4, 1/4] -> out = [3a/4, 0].
+    a = math.sqrt(math.log(3.0) * math.sqrt(2.0))
+    layer = MultiHeadAttention(2, 1)
+    layer.wq = layer.wk = layer.wv = layer.wo = np.eye(2)
+    y = layer(np.array([[[a, 0.0], [0.0, 0.0]]]))
+    np.testing.assert_allclose(y[0, 0], [0.75 * a, 0.0])
+
+
+def test_alibi_seam_hand_worked():
+    # With wq = 0 the logits are the bias alone. One head has slope 2^-8 (paper's rule, n = 1);
+    # query at position 1 sees keys 0 and 1 with biases [-2^-8, 0] -> weights [e^-m, 1] / (1 + e^-m).
+    layer = MultiHeadAttention(2, 1, scheme=ALiBi())
+    layer.wq = np.zeros((2, 2))
+    _, w = layer(_x(1, 2, 2), causal=True, return_weights=True)
+    m = 2.0 ** -8
+    np.testing.assert_allclose(w[0, 0, 1], [math.exp(-m) / (1 + math.exp(-m)), 1 / (1 + math.exp(-m))])
+    np.testing.assert_allclose(w[0, 0, 0], [1.0, 0.0])
+
+
+def test_t5_seam_is_unscaled_and_uses_the_table():
+    # wq = 0: logits = table[bucket(j - i), h]. Bidirectional, distances 0 and +1 are buckets 0 and 17
+    # (16 + 1: the positive half starts at num_buckets // 2). Table 0 and ln 3 there -> [1/4, 3/4].
+    scheme = T5Bias()
+    layer = MultiHeadAttention(2, 1, scheme=scheme)
+    layer.wq = np.zeros((2, 2))
+    scheme.table = np.zeros((32, 1))
+    scheme.table[17, 0] = math.log(3.0)
+    _, w = layer(_x(1, 2, 2), return_weights=True)
+    np.testing.assert_allclose(w[0, 0, 0], [0.25, 0.75])
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_cached_decoding_equals_full_forward(cls):
+    # Two forms of one computation: the whole sequence at once, and token by token through the cache.
+    x = _x()
+    layer = MultiHeadAttention(16, 4, scheme=cls(), seed=1)
+    full = layer(x, causal=True)
+    cache = layer.new_cache()
+    steps = [layer(x[:, t:t + 1], causal=True, cache=cache) for t in range(x.shape[1])]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=0, atol=1e-12)
+    assert cache.length == x.shape[1]
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_prefill_then_decode_equals_full_forward(cls):
+    x = _x(T=9)
+    layer = MultiHeadAttention(16, 4, scheme=cls(), seed=2)
+    full = layer(x, causal=True)
+    cache = layer.new_cache()
+    first = layer(x[:, :5], causal=True, cache=cache)
+    rest = layer(x[:, 5:], causal=True, cache=cache)
+    np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_float32_in_float32_out(cls):
+    layer = MultiHeadAttention(16, 4, scheme=cls(), dtype=np.float32)
+    y = layer(_x().astype(np.float32), causal=True)
+    assert y.dtype == np.float32
+    ref = MultiHeadAttention(16, 4, scheme=cls())
+    np.testing.assert_allclose(y, ref(_x(), causal=True), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [NoPE, Rotary, ALiBi, T5Bias, TransformerXL, DeBERTa])
+def test_relative_schemes_ignore_a_common_shift(cls):
+    x = _x()
+    layer = MultiHeadAttention(16, 4, scheme=cls())
+    T = x.shape[1]
+    np.testing.assert_allclose(layer(x, positions=np.arange(T) + 100, causal=True),
+                               layer(x, causal=True), atol=1e-10)
+
+
+@pytest.mark.parametrize("cls", [Sinusoidal, LearnedAbsolute])
+def test_absolute_schemes_see_a_shift(cls):
+    x = _x()
+    layer = MultiHeadAttention(16, 4, scheme=cls())
+    T = x.shape[1]
+    assert np.max(np.abs(layer(x, positions=np.arange(T) + 100) - layer(x))) > 1e-3
+
+
+def test_padding_mask_hides_keys_and_fully_masked_rows_are_zero():
+    x = _x(B=2, T=6)
+    layer = MultiHeadAttention(16, 4, scheme=ALiBi())
+    keep = np.ones((2, 6), bool)
+    keep[1, 4:] = False                                   # the second sequence has 4 real tokens
+    y = layer(x, mask=keep)
+    np.testing.assert_allclose(y[1, :4], layer(x[1:, :4])[0], atol=1e-12)  # as if the padding were absent
+    np.testing.assert_allclose(y[0], layer(x[:1])[0], atol=1e-12)
+    full = np.zeros((2, 6, 6), bool)                      # nothing may attend: zeros, no NaN, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(layer(x, mask=full), 0.0)
+
+
+def test_learned_absolute_cannot_extrapolate():
+    layer = MultiHeadAttention(16, 4, scheme=LearnedAbsolute(max_positions=8))
+    with pytest.raises(ValueError, match="positions"):
+        layer(_x(T=9))
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        ({"d_model": 16, "num_heads": 0}, ValueError, "num_heads"),
+        ({"d_model": 16, "num_heads": 3}, ValueError, "num_heads"),
+        ({"d_model": 0, "num_heads": 1}, ValueError, "d_model"),
+        ({"d_model": 16, "num_heads": 2, "dtype": np.int32}, TypeError, "dtype"),
+        ({"d_model": 16, "num_heads": 2, "scheme": "rope"}, TypeError, "scheme"),
+        ({"d_model": 12, "num_heads": 4, "scheme": Rotary()}, ValueError, "dim"),      # odd head dim 3
+        ({"d_model": 16, "num_heads": 2, "scheme": Rotary(rotary_dim=10)}, ValueError, "rotary_dim"),
+    ],
+)
+def test_constructor_errors_name_the_argument(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        MultiHeadAttention(**kwargs)
+
+
+def test_call_errors_name_the_argument():
+    layer = MultiHeadAttention(16, 4)
+    x = _x()
+    with pytest.raises(ValueError, match="x must have shape"):
+        layer(x[..., :8])
+    with pytest.raises(ValueError, match="positions"):
+        layer(x, positions=np.arange(5))
+    with pytest.raises(ValueError, match="positions"):
+        layer(x, positions=np.arange(12) - 1)
+    with pytest.raises(TypeError, match="mask"):
+        layer(x, mask=np.ones((2, 12)))
+    with pytest.raises(ValueError, match="mask"):
+        layer(x, mask=np.ones((12, 12, 3), bool))
+    with pytest.raises(ValueError, match="x must be finite"):
+        layer(np.full_like(x, np.nan))
+    with pytest.raises(TypeError, match="cache"):
+        layer(x, cache={})
