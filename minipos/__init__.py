@@ -25,10 +25,10 @@ from . import (alibi, attention, deberta, rope, rope_scaling, sinusoidal, t5,  #
                transformer_xl, xpos)
 from .attention import causal_mask, softmax  # noqa: E402
 from .layer import (ALiBi, DeBERTa, KVCache, LearnedAbsolute, MultiHeadAttention, NoPE,  # noqa: E402
-                    Rotary, Sinusoidal, T5Bias, TransformerXL)
+                    Rotary, Sinusoidal, T5Bias, TransformerXL, XPos)
 
 __all__ = [
     "__version__", "alibi", "attention", "deberta", "rope", "rope_scaling", "sinusoidal", "t5",
     "transformer_xl", "xpos", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
-    "Sinusoidal", "LearnedAbsolute", "Rotary", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
+    "Sinusoidal", "LearnedAbsolute", "Rotary", "XPos", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
 ]

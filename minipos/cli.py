@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
-                    T5Bias, TransformerXL)
+                    T5Bias, TransformerXL, XPos)
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
 
@@ -31,7 +31,7 @@ SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurem
 def tour_schemes(seq_len: int) -> list:
     """One instance of every scheme, configured as its reference models use it."""
     return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
-            TransformerXL(), DeBERTa(), Rotary(layout="half")]
+            TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos()]
 
 
 def _shift_gap(layer, x, causal):
@@ -94,7 +94,7 @@ def _format(rows, d_model, heads, seq_len) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines += ["", "terms: cc content-content, cp content-position, pc position-content, pp position-position",
-              "  (rope keeps cc only, with q and k rotated so that it depends on i - j)",
+              "  (rope and xpos keep cc only, with q and k rotated so that it depends on i - j)",
               f"shift-invariant: max |y(p) - y(p + {seq_len // 2})| below {SHIFT_TOL:g} (value in brackets)"]
     notes = [f"{r['scheme']}: {r['runs_at_4x_note']}" for r in rows if r["runs_at_4x_note"]]
     if notes:

@@ -8,7 +8,7 @@ seam               what the scheme returns                     schemes
 =================  ==========================================  =================================
 input              ``embed(x, positions)``: x + p before the   ``Sinusoidal``, ``LearnedAbsolute``
                    projections
-rotate             ``rotate_q / rotate_k(x, positions)``:       ``Rotary``
+rotate             ``rotate_q / rotate_k(x, positions)``:       ``Rotary``, ``XPos``
                    q, k after a position-dependent map
 bias               ``bias(q_positions, k_positions)``: an       ``ALiBi``, ``T5Bias``
                    additive ``(H, T, S)`` term
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import alibi, deberta, rope, sinusoidal, t5, transformer_xl
+from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from ._checks import as_float_array, as_positions, check_choice, check_int, check_positive_int
 from .attention import attention
 
@@ -69,6 +69,7 @@ __all__ = [
     "Sinusoidal",
     "LearnedAbsolute",
     "Rotary",
+    "XPos",
     "ALiBi",
     "T5Bias",
     "TransformerXL",
@@ -97,6 +98,15 @@ class Scheme:
     def parameters(self) -> dict:
         """The scheme's learned position parameters, by their reference names."""
         return {}
+
+    rotates_cached_keys = False  # True: the cache keeps raw keys and every step rotates all of them
+
+    def begin(self, q_positions, k_positions) -> None:
+        """Called once per forward pass with all query and key positions (length-dependent state)."""
+
+    def cache_tag(self):
+        """What the cached keys depend on besides their positions; a change raises, never mixes."""
+        return None
 
     def embed(self, x, positions):  # input seam: (B, T, d_model) -> (B, T, d_model)
         return x
@@ -180,32 +190,106 @@ class Rotary(Scheme):
 
     ``layout="half"`` for HF LLaMA / GPT-NeoX checkpoints, ``"interleaved"`` for Meta LLaMA,
     RoFormer and GPT-J. ``rotary_dim`` rotates only the first features of each head (GPT-NeoX).
+
+    ``scaling`` is a checkpoint's ``rope_scaling`` / ``rope_parameters`` dict, e.g.
+    ``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}`` (``"type"``
+    is accepted for ``"rope_type"``; keys as in ``minipos.rope_scaling``). Its ``attention_factor``
+    multiplies cos and sin, so the logits scale by its square, as in HF.
+
+    Length-dependent kinds (``dynamic``, ``longrope``) recompute the frequencies at every call
+    for ``seq_len = max(key positions) + 1``. Keys rotated with one set of frequencies must never
+    meet queries rotated with another (a known bug of caches in production code, where cached
+    keys keep their old rotation after the frequencies change). So for these kinds the KV cache
+    stores keys *unrotated* and every step rotates all keys with the step's frequencies: a cached
+    step equals the full forward pass over the same prefix. For fixed frequencies the cache
+    stores rotated keys together with the frequencies used, and a later step with different
+    frequencies raises ``ValueError`` instead of mixing them.
     """
 
     name = "rope"
     seams = ("rotate",)
+    LENGTH_DEPENDENT = ("dynamic", "longrope")
 
-    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None):
+    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None,
+                 scaling: dict | None = None):
         self.base = base
         self.layout = check_choice(layout, "layout", {"interleaved", "half"})
         self.rotary_dim = rotary_dim
+        self.scaling_kind, self.scaling_args = self._parse_scaling(scaling)
+        self.rotates_cached_keys = self.scaling_kind in self.LENGTH_DEPENDENT
+
+    @staticmethod
+    def _parse_scaling(scaling):
+        if scaling is None:
+            return None, {}
+        if not isinstance(scaling, dict):
+            raise TypeError(f"scaling must be a dict like a checkpoint's rope_scaling, got {type(scaling).__name__}")
+        args = dict(scaling)
+        kind = args.pop("rope_type", None) or args.pop("type", None)
+        args.pop("type", None)
+        if kind == "default":
+            return None, {}
+        check_choice(kind, "scaling['rope_type']", set(rope_scaling.REGISTRY))
+        return kind, args
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
         rd = self.head_dim if self.rotary_dim is None else check_int(self.rotary_dim, "rotary_dim", minimum=2)
         if rd > self.head_dim or rd % 2:
             raise ValueError(f"rotary_dim must be even and <= head_dim ({self.head_dim}), got {rd}")
-        self.inv_freq = rope.rope_inv_freq(rd, base=self.base)  # (rotary_dim/2,)
+        self._dim = rd
+        seq_len = {"seq_len": 1} if self.rotates_cached_keys else {}
+        self.inv_freq, self.attention_factor = self.frequencies(**seq_len)  # validates the scaling now
+
+    def frequencies(self, seq_len: int | None = None):
+        """``(inv_freq (rotary_dim/2,), attention_factor)`` for this scheme at ``seq_len``."""
+        if self.scaling_kind is None:
+            return rope.rope_inv_freq(self._dim, base=self.base), 1.0
+        extra = {"seq_len": seq_len} if self.scaling_kind in self.LENGTH_DEPENDENT else {}
+        inv_freq, factor = rope_scaling.REGISTRY[self.scaling_kind](self._dim, base=self.base,
+                                                                    **self.scaling_args, **extra)
+        return inv_freq, factor
+
+    def begin(self, q_positions, k_positions):
+        if self.rotates_cached_keys:  # frequencies for the current length: max position + 1
+            self.inv_freq, self.attention_factor = self.frequencies(int(k_positions.max()) + 1)
+
+    def cache_tag(self):
+        return None if self.rotates_cached_keys else (self.inv_freq.tobytes(), self.attention_factor)
 
     def _apply(self, x, positions):
         return rope.apply_rope(x, positions, inv_freq=self.inv_freq, layout=self.layout,
-                               rotary_dim=self.rotary_dim)
+                               rotary_dim=self.rotary_dim, attention_factor=self.attention_factor)
 
     rotate_q = _apply
     rotate_k = _apply
 
     def __repr__(self) -> str:
-        return f"Rotary(layout={self.layout!r}, rotary_dim={self.rotary_dim})"
+        kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
+        return f"Rotary(layout={self.layout!r}, rotary_dim={self.rotary_dim}{kind})"
+
+
+class XPos(Scheme):
+    """xPos (Sun et al. 2022): interleaved RoPE with queries scaled by zeta^(n/g), keys by zeta^(-n/g).
+
+    The scales multiply to zeta^((n - m)/g) in every score, so attention depends on n - m only and
+    decays with distance. ``scale_base`` is g (512 in torchscale).
+    """
+
+    name = "xpos"
+    seams = ("rotate",)
+
+    def __init__(self, *, base: float = 10000.0, scale_base: float = 512):
+        self.base, self.scale_base = base, scale_base
+
+    def rotate_q(self, q, positions):
+        return xpos.apply_xpos(q, positions, base=self.base, scale_base=self.scale_base)
+
+    def rotate_k(self, k, positions):
+        return xpos.apply_xpos(k, positions, base=self.base, scale_base=self.scale_base, downscale=True)
+
+    def __repr__(self) -> str:
+        return f"XPos(scale_base={self.scale_base})"
 
 
 class ALiBi(Scheme):
@@ -348,7 +432,7 @@ class DeBERTa(Scheme):
         return f"DeBERTa(position_buckets={self.position_buckets}, pos_att_type={self.pos_att_type})"
 
 
-SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, ALiBi, T5Bias,
+SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias,
                                      TransformerXL, DeBERTa)}
 
 
@@ -363,6 +447,7 @@ class KVCache:
         self._k = self._v = None
         self._pos = np.zeros(0, dtype=np.int64)
         self.length = 0
+        self.tag = None
 
     @property
     def k(self):
@@ -376,9 +461,17 @@ class KVCache:
     def positions(self):
         return self._pos[: self.length]
 
-    def append(self, k, v, positions):
-        """Add ``k``, ``v`` ``(B, H, T, D)`` at ``positions`` ``(T,)``; return all ``(k, v, positions)``."""
+    def append(self, k, v, positions, *, tag=None):
+        """Add ``k``, ``v`` ``(B, H, T, D)`` at ``positions`` ``(T,)``; return all ``(k, v, positions)``.
+
+        ``tag`` is what the keys were computed with besides their positions (e.g. RoPE
+        frequencies); appending with a tag different from the cached keys' raises ``ValueError``.
+        """
         B, H, T, D = k.shape
+        if self.length and tag != self.tag:
+            raise ValueError("cache holds keys computed with other scheme parameters (e.g. RoPE "
+                             "frequencies) than this step's; start a new cache instead of mixing them")
+        self.tag = tag
         if self._k is not None and (self._k.shape[:2] != (B, H) or self._k.shape[3] != D):
             raise ValueError(f"cache holds keys of shape (B, H, S, D) = {self._k.shape[:2]} + (S, "
                              f"{self._k.shape[3]}), cannot append keys of shape {k.shape}")
@@ -471,13 +564,18 @@ class MultiHeadAttention:
         if positions.shape != (T,):
             raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
         sc = self.scheme
+        k_pos = positions if cache is None else np.concatenate([cache.positions, positions])  # (S,)
+        sc.begin(positions, k_pos)
         x_in = sc.embed(x, positions)                                                # input seam
         q = sc.rotate_q(self._project(x_in, self.wq, self.bq), positions)            # (B, H, T, D)
-        k = sc.rotate_k(self._project(x_in, self.wk, self.bk), positions)            # rotate seam
+        k = self._project(x_in, self.wk, self.bk)
+        if not sc.rotates_cached_keys:
+            k = sc.rotate_k(k, positions)                                            # rotate seam
         v = self._project(x_in, self.wv, self.bv)
-        k_pos = positions
         if cache is not None:
-            k, v, k_pos = cache.append(k, v, positions)                              # (B, H, S, D)
+            k, v, _ = cache.append(k, v, positions, tag=sc.cache_tag())              # (B, H, S, D)
+        if sc.rotates_cached_keys:
+            k = sc.rotate_k(k, k_pos)                                                # all keys, this step's map
         q, extra = sc.content_position(q, k, positions, k_pos)                       # content-position
         bias = sc.bias(positions, k_pos)                                             # bias seam (H, T, S)
         if extra is not None:

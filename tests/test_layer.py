@@ -10,10 +10,11 @@ import warnings
 import numpy as np
 import pytest
 
+from minipos import rope, rope_scaling
 from minipos.layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
-                           T5Bias, TransformerXL)
+                           T5Bias, TransformerXL, XPos)
 
-ALL = [NoPE, Sinusoidal, LearnedAbsolute, Rotary, ALiBi, T5Bias, TransformerXL, DeBERTa]
+ALL = [NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias, TransformerXL, DeBERTa]
 
 
 def _x(B=2, T=12, d=16, seed=0):
@@ -85,7 +86,7 @@ def test_float32_in_float32_out(cls):
     np.testing.assert_allclose(y, ref(_x(), causal=True), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("cls", [NoPE, Rotary, ALiBi, T5Bias, TransformerXL, DeBERTa])
+@pytest.mark.parametrize("cls", [NoPE, Rotary, XPos, ALiBi, T5Bias, TransformerXL, DeBERTa])
 def test_relative_schemes_ignore_a_common_shift(cls):
     x = _x()
     layer = MultiHeadAttention(16, 4, scheme=cls())
@@ -156,3 +157,87 @@ def test_call_errors_name_the_argument():
         layer(np.full_like(x, np.nan))
     with pytest.raises(TypeError, match="cache"):
         layer(x, cache={})
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+STATIC = [
+    {"rope_type": "linear", "factor": 2.0},
+    {"rope_type": "ntk", "factor": 4.0},
+    YARN,
+    {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8},
+]
+DYNAMIC = [
+    {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 4},
+    {"type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0],
+     "original_max_position_embeddings": 4, "max_position_embeddings": 16},
+]
+
+
+@pytest.mark.parametrize("scaling", STATIC + DYNAMIC)
+def test_scaled_rotary_decodes_like_the_full_pass_over_each_prefix(scaling):
+    # Length-dependent kinds (dynamic, longrope) change frequencies with the length, so a cached
+    # step must equal the full pass over the same prefix (every key rotated with that step's frequencies).
+    x = _x(B=1, T=10, d=8)
+    layer = MultiHeadAttention(8, 2, scheme=Rotary(layout="half", scaling=scaling))
+    cache = layer.new_cache()
+    for t in range(x.shape[1]):
+        step = layer(x[:, t:t + 1], causal=True, cache=cache)
+        np.testing.assert_allclose(step[:, 0], layer(x[:, :t + 1], causal=True)[:, -1], atol=1e-12)
+
+
+def test_dynamic_rotary_never_mixes_frequencies():
+    # What a cache that keeps keys rotated at insertion would compute (the production bug): key j
+    # rotated with the frequencies of length j + 1, the query with those of the current length.
+    # Its weights differ from the consistent ones that minipos computes.
+    scaling = DYNAMIC[0]
+    x = _x(B=1, T=10, d=8)
+    layer = MultiHeadAttention(8, 1, scheme=Rotary(scaling=scaling))
+    layer.wv = np.eye(8)
+    cache = layer.new_cache()
+    for t in range(10):
+        _, w = layer(x[:, t:t + 1], causal=True, cache=cache, return_weights=True)
+    def freqs(n):
+        return rope_scaling.dynamic(8, factor=4.0, original_max_position_embeddings=4, seq_len=n)[0]
+    k = x[0] @ layer.wk
+    stale = np.stack([rope.apply_rope(k[j:j + 1], [j], inv_freq=freqs(j + 1))[0] for j in range(10)])
+    q = rope.apply_rope((x[0, 9:] @ layer.wq), [9], inv_freq=freqs(10))
+    stale_w = np.exp(q @ stale.T / np.sqrt(8))
+    stale_w /= stale_w.sum()
+    fresh = rope.apply_rope(k, np.arange(10), inv_freq=freqs(10))
+    fresh_w = np.exp(q @ fresh.T / np.sqrt(8))
+    fresh_w /= fresh_w.sum()
+    np.testing.assert_allclose(w[0, 0, 0], fresh_w[0], atol=1e-12)
+    assert np.max(np.abs(stale_w - fresh_w)) > 1e-3
+
+
+def test_changed_frequencies_with_a_cache_raise_instead_of_mixing():
+    scheme = Rotary()
+    layer = MultiHeadAttention(8, 2, scheme=scheme)
+    cache = layer.new_cache()
+    layer(_x(1, 3, 8), cache=cache)
+    scheme.inv_freq = scheme.inv_freq / 2
+    with pytest.raises(ValueError, match="cache"):
+        layer(_x(1, 1, 8), cache=cache)
+
+
+def test_yarn_attention_factor_scales_logits_by_its_square():
+    # YaRN paper / HF: factor 4 gives attention factor 0.1 ln 4 + 1 = 1.1386294361 on cos and sin,
+    # so every logit is that squared times the logit with plain cos and sin.
+    f = 0.1 * math.log(4.0) + 1.0
+    x = _x(B=1, T=6, d=8)
+    scheme = Rotary(layout="half", scaling=YARN)
+    layer = MultiHeadAttention(8, 1, scheme=scheme)
+    _, w = layer(x, return_weights=True)
+    inv_freq = rope_scaling.yarn(8, factor=4.0, original_max_position_embeddings=4096)[0]
+    q = rope.apply_rope(x[0] @ layer.wq, 6, inv_freq=inv_freq, layout="half")
+    k = rope.apply_rope(x[0] @ layer.wk, 6, inv_freq=inv_freq, layout="half")
+    logits = f * f * (q @ k.T) / np.sqrt(8)
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(w[0, 0], expected / expected.sum(-1, keepdims=True), atol=1e-12)
+
+
+@pytest.mark.parametrize("scaling, exc", [({"rope_type": "cubic"}, ValueError), ("yarn", TypeError),
+                                          ({"rope_type": "linear", "factor": 0.5}, ValueError)])
+def test_bad_scaling_is_rejected(scaling, exc):
+    with pytest.raises(exc, match="scaling|factor"):
+        MultiHeadAttention(8, 2, scheme=Rotary(scaling=scaling))

@@ -63,13 +63,23 @@ def test_t5_attention_matches_transformers(is_decoder):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
 
 
-def test_llama_attention_matches_transformers():
+ROPE_PARAMETERS = [
+    {"rope_type": "default"},
+    {"rope_type": "linear", "factor": 2.0},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64, "low_freq_factor": 1.0,
+     "high_freq_factor": 4.0},
+]
+
+
+@pytest.mark.parametrize("params", ROPE_PARAMETERS, ids=lambda p: p["rope_type"])
+def test_llama_attention_matches_transformers(params):
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaConfig, LlamaRotaryEmbedding
 
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS,
                       head_dim=HEAD_DIM, max_position_embeddings=256, attention_bias=False,
-                      rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+                      rope_parameters={**params, "rope_theta": 500.0})
     cfg._attn_implementation = "eager"
     ref = LlamaAttention(cfg, layer_idx=0).double().eval()
     rotary = LlamaRotaryEmbedding(cfg)
@@ -81,7 +91,8 @@ def test_llama_attention_matches_transformers():
         cos, sin = rotary(_t(x), pos)
         expected = _np(ref(_t(x), position_embeddings=(cos.double(), sin.double()), attention_mask=causal)[0])
 
-    layer = MultiHeadAttention(D_MODEL, HEADS, scheme=Rotary(layout="half", base=500.0))
+    scaling = None if params["rope_type"] == "default" else params
+    layer = MultiHeadAttention(D_MODEL, HEADS, scheme=Rotary(layout="half", base=500.0, scaling=scaling))
     for n, lin in zip("qkvo", (ref.q_proj, ref.k_proj, ref.v_proj, ref.o_proj)):
         _copy_linear(layer, n, lin)
     got = layer(x, causal=True)
