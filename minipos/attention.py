@@ -18,15 +18,33 @@ Conventions
 - Masks are boolean, ``True`` = may attend. A fully masked row gets all-zero weights (so a zero
   output), never NaN and never a warning.
 - The result keeps the floating dtype of the inputs (float32 in, float32 out).
+
+Blockwise form
+--------------
+``blockwise_attention`` computes the same ``out`` without ever holding a ``(T, S)`` array: it
+walks query blocks and, inside each, key blocks, folding every block of logits ``x`` into a
+running row max ``m``, a running sum ``l`` and an unnormalised output ``o`` (the online softmax
+of Milakov & Gimelshein 2018, arXiv:1805.02867, Alg. 3; FlashAttention, Dao et al. 2022,
+arXiv:2205.14135, Alg. 1 lines 9-12):
+
+    m_new = max(m, rowmax(x))
+    l     = l e^{m - m_new} + sum_s e^{x_s - m_new}
+    o     = o e^{m - m_new} + e^{x - m_new} V
+    out   = o / l                       (0 where l = 0: a row with no allowed key)
+
+Rescaling by ``e^{m - m_new}`` makes the result independent of the block order and size; every
+exponent is ``<= 0``, so nothing overflows. Bias and mask come from callables evaluated one block
+at a time, and blocks that are masked throughout (e.g. key blocks in the future of a query block
+under ``causal``) are skipped without any work.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_float, check_int
+from ._checks import as_float_array, check_float, check_int, check_positive_int
 
-__all__ = ["softmax", "causal_mask", "attention"]
+__all__ = ["softmax", "causal_mask", "attention", "blockwise_attention"]
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
@@ -120,3 +138,150 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     weights = softmax(logits, axis=-1)
     out = np.matmul(weights, v.astype(dtype, copy=False))  # (..., H, T, Dv)
     return (out, weights) if return_weights else out
+
+
+def _buffer_view(buf: np.ndarray, shape: tuple) -> np.ndarray:
+    """A C-contiguous view of shape ``shape`` on the first elements of the flat ``buf``."""
+    return buf[: int(np.prod(shape))].reshape(shape)
+
+
+def _block_term(value, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
+    """Check one block's bias (float) or mask (bool) from ``name``; ``None`` passes through."""
+    if value is None:
+        return None
+    where = f"{name}(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}))"
+    if boolean:
+        value = np.asarray(value)
+        if value.dtype != bool:
+            raise TypeError(f"{where} must return a boolean mask (True = may attend) or None, "
+                            f"got dtype {value.dtype}")
+    else:
+        value = as_float_array(value, where)
+    try:
+        ok = np.broadcast_shapes(value.shape, target) == tuple(target)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{where} returned shape {value.shape}, which does not broadcast to the "
+                         f"block shape (..., H, tq, tk) = {tuple(target)}")
+    return value
+
+
+def _block_allowed(mask_fn, causal: bool, offset: int, qs: slice, ks: slice, target: tuple):
+    """The block's mask ``(..., H, tq, tk)``-broadcastable, or ``None`` when all keys are allowed."""
+    allowed = None
+    if mask_fn is not None:
+        allowed = _block_term(mask_fn(qs, ks), "mask_fn", qs, ks, target, boolean=True)
+    if causal and ks.stop - 1 > qs.start + offset:           # the block crosses the diagonal
+        t = np.arange(qs.start, qs.stop)[:, None]
+        s = np.arange(ks.start, ks.stop)[None, :]
+        tri = s <= t + offset                                 # causal_mask: s <= t + (S - T)
+        allowed = tri if allowed is None else allowed & tri
+    return allowed
+
+
+def _online_update(x, v_blk, m, l, o, pv) -> None:
+    """Fold one block of logits ``x`` ``(..., H, tq, tk)`` into the running ``m``, ``l``, ``o``.
+
+    ``x`` is overwritten by ``P = e^{x - m_new}``; ``pv`` is scratch of ``o``'s shape.
+    """
+    m_new = np.maximum(m, np.max(x, axis=-1, keepdims=True))            # m_new = max(m, rowmax(x))
+    shift = np.where(np.isfinite(m_new), m_new, x.dtype.type(0))        # no key yet: shift by 0
+    alpha = np.exp(m - shift)                                            # e^{m - m_new}
+    np.exp(np.subtract(x, shift, out=x), out=x)                         # P = e^{x - m_new}
+    l *= alpha
+    l += np.sum(x, axis=-1, keepdims=True)                              # l = l e^{m-m_new} + sum P
+    o *= alpha
+    o += np.matmul(x, v_blk, out=pv)                                     # o = o e^{m-m_new} + P V
+    m[...] = m_new
+
+
+def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
+    """Key blocks a query block may see: with ``causal``, none past key ``qs.stop - 1 + offset``."""
+    stop = min(S, qs.stop + offset) if causal else S
+    return [slice(j, min(j + block, stop)) for j in range(0, stop, block)]
+
+
+def _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset, T, S):
+    """Validate the blockwise options; return ``(block, offset)``."""
+    for name, fn in (("bias_fn", bias_fn), ("mask_fn", mask_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be a callable (q_slice, k_slice) -> array, or None; "
+                            f"got {type(fn).__name__}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    block = check_positive_int(block_size, "block_size")
+    if q_offset is not None and not causal:
+        raise ValueError("q_offset only applies with causal=True; pass a mask_fn for other masks")
+    offset = S - T if q_offset is None else check_int(q_offset, "q_offset")
+    return block, offset
+
+
+def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
+                        block_size: int = 1024, q_offset: int | None = None) -> np.ndarray:
+    """``attention`` by the online softmax over query and key blocks, never holding ``(T, S)``.
+
+    q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``. Returns ``(..., H, T, Dv)``.
+    bias_fn: ``bias_fn(q_slice, k_slice)`` -> additive logits for queries ``q_slice`` and keys
+      ``k_slice`` (Python ``slice`` objects of indices into the T and S axes, step 1), broadcastable
+      to ``(..., H, tq, tk)``, or ``None``. The callee maps indices to positions, e.g.
+      ``lambda qs, ks: alibi_bias(slopes, q_pos[qs], k_pos[ks])``. Not scaled by ``scale``.
+    mask_fn: ``mask_fn(q_slice, k_slice)`` -> boolean block mask (``True`` = may attend),
+      broadcastable to ``(..., H, tq, tk)``, or ``None`` (all allowed). It is called before
+      ``bias_fn``; a block it masks throughout is skipped and ``bias_fn`` is not called there.
+    causal: query ``t`` sees key ``s`` iff ``s <= t + q_offset``; ``q_offset`` defaults to
+      ``S - T`` (as ``causal_mask``: the queries are the last T of S positions). Key blocks wholly
+      in a query block's future are never computed.
+    scale: multiplies ``q . k`` only; default ``1/sqrt(D)``.
+    q_offset: only with ``causal``; an int, which may be negative (rows then see fewer keys).
+    block_size: queries and keys per block (a positive int); the extra memory is one logits
+      block ``(..., H, block, block)`` plus ``O(... H block (D + Dv))``, whatever T and S.
+    Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
+    """
+    q, k, v = _check_qkv(q, k, v)
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    *lead, T, D = q.shape
+    S, Dv = v.shape[-2:]
+    scale = 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
+    block, offset = _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset, T, S)
+    out = np.zeros((*lead, T, Dv), dtype)                                  # (..., H, T, Dv)
+    bq, bk, n = min(block, T), min(block, S), int(np.prod(lead))
+    bufs = [np.empty(size, dtype) for size in (n * bq * D, n * bq * bk, n * bq * Dv, n * bq * Dv)]
+    stats = np.empty((2, n * bq), dtype)                                   # m and l of one query block
+    scale = dtype.type(scale)
+    for i in range(0, T, block):
+        qs = slice(i, min(i + block, T))
+        q_blk = np.multiply(q[..., qs, :], scale,                          # scale multiplies q . k only
+                            out=_buffer_view(bufs[0], (*lead, qs.stop - i, D)))
+        _attend_query_block(q_blk, k, v, out, qs, bufs[1:], stats, bias_fn=bias_fn, mask_fn=mask_fn,
+                            causal=causal, offset=offset, block=block)
+    return out
+
+
+def _attend_query_block(q_blk, k, v, out, qs, bufs, stats, *, bias_fn, mask_fn, causal, offset,
+                        block) -> None:
+    """Online softmax of the scaled query block ``q_blk`` ``(..., H, tq, D)`` over its key blocks.
+
+    Writes ``out[..., qs, :]``; ``bufs`` is scratch for the logits, ``o`` and ``P V``.
+    """
+    *lead, tq, _ = q_blk.shape
+    o, pv = (_buffer_view(buf, (*lead, tq, v.shape[-1])) for buf in bufs[1:])
+    m, l = (_buffer_view(row, (*lead, tq, 1)) for row in stats)
+    m.fill(-np.inf)                                                        # m = -inf, l = 0, o = 0
+    l.fill(0)
+    o.fill(0)
+    for ks in _key_slices(qs, k.shape[-2], block, causal, offset):
+        target = (*lead, tq, ks.stop - ks.start)
+        allowed = _block_allowed(mask_fn, causal, offset, qs, ks, target)
+        if allowed is not None and not allowed.any():
+            continue                                                       # masked throughout: skip
+        x = np.matmul(q_blk, np.swapaxes(k[..., ks, :], -1, -2), out=_buffer_view(bufs[0], target))
+        if bias_fn is not None:
+            bias = _block_term(bias_fn(qs, ks), "bias_fn", qs, ks, target, boolean=False)
+            if bias is not None:
+                np.add(x, bias, out=x)                                     # x = scale q.k + b
+        if allowed is not None:
+            np.copyto(x, -np.inf, where=~allowed)                          # masked logits -> -inf
+        _online_update(x, v[..., ks, :], m, l, o, pv)
+    np.divide(o, l, out=out[..., qs, :], where=l > 0)                      # out = o / l (0 if l = 0)
