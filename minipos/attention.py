@@ -25,7 +25,8 @@ Blockwise form
 walks query blocks and, inside each, key blocks, folding every block of logits ``x`` into a
 running row max ``m``, a running sum ``l`` and an unnormalised output ``o`` (the online softmax
 of Milakov & Gimelshein 2018, arXiv:1805.02867, Alg. 3; FlashAttention, Dao et al. 2022,
-arXiv:2205.14135, Alg. 1 lines 9-12):
+arXiv:2205.14135, Alg. 1 lines 9-12, with the division by ``l`` deferred to the end as in
+FlashAttention-2, arXiv:2307.08691, Alg. 1):
 
     m_new = max(m, rowmax(x))
     l     = l e^{m - m_new} + sum_s e^{x_s - m_new}
