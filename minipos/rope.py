@@ -62,9 +62,21 @@ What popular explanations get wrong.
   bits) integers above 256 are not all representable: 4097 rounds to 4096, so neighbouring
   positions get the same rotation. minipos computes angles in float64 and casts only cos/sin.
 
-Long-term decay (§3.4.3, Eq. 35-37): writing the score as a sum over pairs and applying Abel
-summation bounds it by a quantity that, for these θ_i, decays (as plotted in the paper, Fig. 2)
-as |n - m| grows. It is a property of the frequencies; no code here depends on it.
+Long-term decay (§3.4.3, Eq. 35-37): write the score as a sum over pairs,
+Σ_i h_i e^{i (m-n) θ_i} with h_i = q_[2i:2i+1] k*_[2i:2i+1] (complex), and apply Abel summation
+(proved in ``proofs``): with S_j = Σ_{k<j} e^{i (m-n) θ_k},
+
+    |score| <= (max_i |h_{i+1} - h_i|) Σ_{j=1}^{D/2} |S_j|,
+
+and the relative upper bound (1/(D/2)) Σ_j |S_j| decays, with oscillations, as |m - n| grows
+(the paper's Fig. 2). ``long_term_decay`` evaluates it. It is a property of the frequencies;
+no other code here depends on it.
+
+Precision, measured. ``to_bfloat16`` emulates bfloat16 in NumPy and ``angle_error`` measures
+the error of angles m θ_i computed in float16 / bfloat16 / float32 the way frameworks do,
+against float64. The design fact: in bfloat16 position 4097 rounds to 4096 (8 significant
+bits: the spacing of bfloat16 numbers in [4096, 8192) is 32), so a bf16 angle can be off by a
+whole radian at θ_0 = 1 and neighbouring positions share a rotation.
 
 Partial rotary (GPT-NeoX ``rotary_pct``, GPT-J ``rotary_dim``, HF ``partial_rotary_factor``).
 With ``rotary_dim = R < D`` only the first R features of each head are rotated and the last
@@ -88,6 +100,9 @@ Conventions
 """
 
 from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -114,6 +129,10 @@ __all__ = [
     "inverse_layout_permutation",
     "interleaved_to_half_weights",
     "half_to_interleaved_weights",
+    "to_bfloat16",
+    "AngleError",
+    "angle_error",
+    "long_term_decay",
 ]
 
 LAYOUTS = ("interleaved", "half")
@@ -340,3 +359,129 @@ def half_to_interleaved_weights(w, num_heads: int, head_dim: int | None = None, 
     checkpoint (GPT-NeoX, HF LLaMA) through an interleaved implementation (Meta, GPT-J style).
     """
     return _permute_heads(w, num_heads, head_dim, rotary_dim, inverse=True)
+
+
+# --------------------------------------------------------------------------- precision
+
+PRECISIONS = ("float16", "bfloat16", "float32", "float64")
+
+
+def to_bfloat16(x) -> np.ndarray:
+    """Round ``x`` to the nearest bfloat16, ties to even; float32 array holding those values.
+
+    bfloat16 is the top 16 bits of a float32: 1 sign, 8 exponent and 7 stored significand bits
+    (8 significant). ``x`` (any shape, real) is first rounded to float32, as torch does for
+    float64 -> bfloat16 (so a float64 value is rounded twice), then the low 16 bits are dropped
+    with round-to-nearest-even: add 0x7FFF plus the lowest kept bit, truncate. Examples:
+    4097 -> 4096 (the spacing in [4096, 8192) is 2^(12-7) = 32), 1 + 2^-8 -> 1 (a tie; 1 is
+    even), 1 + 3·2^-8 -> 1 + 2^-6 (a tie between 1 + 2^-7, odd, and 1 + 2^-6, even).
+    Finite values beyond the largest bfloat16 (~3.39e38) become ±inf; NaN and ±inf stay.
+    Returns float32 of the shape of ``x``.
+    """
+    x = as_float_array(x, "x", finite=False)
+    with np.errstate(over="ignore"):
+        f32 = np.array(x, dtype=np.float32)                          # a C-contiguous copy
+    bits = f32.view(np.uint32)
+    lsb = (bits >> np.uint32(16)) & np.uint32(1)                    # lowest kept bit: ties to even
+    kept = (bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)  # round, drop the low 16 bits
+    return np.where(np.isnan(f32), f32, kept.view(np.float32))      # NaN would round to inf
+
+
+def _round_to(x: np.ndarray, precision: str) -> np.ndarray:
+    """float64 ``x`` rounded to ``precision`` (one of ``PRECISIONS``), returned as float64."""
+    if precision == "bfloat16":
+        return to_bfloat16(x).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return x.astype(precision).astype(np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class AngleError:
+    """The error of RoPE angles m θ_i computed in one precision, against float64.
+
+    dtype: the precision's name. max_angle: max over positions and frequencies of
+    |m θ_i (dtype) - m θ_i (float64)|, radians. max_cos_sin: the same for cos and sin at those
+    angles (the larger of the two). angle, cos_sin: ``(T,)``, the max over frequencies at each
+    position. angle_per_freq: ``(D/2,)``, the max over positions for each frequency. A position
+    or angle that overflows the precision (float16 above 65504) gives inf.
+    """
+
+    dtype: str
+    max_angle: float
+    max_cos_sin: float
+    angle: np.ndarray = field(repr=False)
+    cos_sin: np.ndarray = field(repr=False)
+    angle_per_freq: np.ndarray = field(repr=False)
+
+
+def _check_precisions(dtypes) -> tuple:
+    """``dtypes`` as a non-empty tuple of names from ``PRECISIONS`` (a single name is allowed)."""
+    if isinstance(dtypes, str):
+        dtypes = (dtypes,)
+    try:
+        names = tuple(dtypes)
+    except TypeError:
+        raise TypeError(f"dtypes must be a sequence of names from {PRECISIONS}, "
+                        f"got {type(dtypes).__name__} {dtypes!r}") from None
+    if not names:
+        raise ValueError(f"dtypes must name at least one of {PRECISIONS}, got none")
+    return tuple(check_choice(n, "dtypes", PRECISIONS) for n in names)
+
+
+def _angle_error_in(precision: str, pos: np.ndarray, inv_freq: np.ndarray, exact: np.ndarray) -> AngleError:
+    """``AngleError`` of the angles computed in ``precision``; ``exact`` is the float64 ``(T, D/2)``."""
+    p, w = _round_to(pos, precision), _round_to(inv_freq, precision)   # cast both factors
+    low = _round_to(np.outer(p, w), precision)    # (T, D/2): the product is exact in float64, round once
+    with np.errstate(invalid="ignore"):
+        err = np.abs(low - exact)                                       # (T, D/2), radians
+        trig = np.maximum(np.abs(np.cos(low) - np.cos(exact)), np.abs(np.sin(low) - np.sin(exact)))
+    trig = np.where(np.isfinite(low), trig, np.inf)                     # cos(inf) is NaN: count it as inf
+    return AngleError(precision, float(err.max()), float(trig.max()), err.max(axis=1),
+                      trig.max(axis=1), err.max(axis=0))
+
+
+def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32")) -> dict:
+    """How far angles m θ_i computed in low precision are from float64, per precision.
+
+    Computed the way a framework does it in that dtype: positions and ``inv_freq`` are each cast
+    to the precision, multiplied, and the product rounded to it (bfloat16 emulated by
+    ``to_bfloat16``). In bfloat16 position 4097 rounds to 4096, so at θ_0 = 1 the angle is off by
+    a whole radian. positions: an int T (meaning ``arange(T)``) or integer positions ``(T,)``,
+    negative allowed. inv_freq: ``(D/2,)``. dtypes: names from ``PRECISIONS``.
+    Returns ``{name: AngleError}`` in the order of ``dtypes``; the cos/sin errors are those of
+    the angle error alone (cos and sin evaluated in float64 at the rounded angle).
+    """
+    pos = as_positions(positions, "positions", allow_negative=True).astype(np.float64)  # (T,)
+    inv_freq = _as_inv_freq(inv_freq)                                                   # (D/2,)
+    if pos.size == 0 or inv_freq.size == 0:
+        raise ValueError(f"positions and inv_freq must be non-empty, got lengths {pos.size} and {inv_freq.size}")
+    names = _check_precisions(dtypes)
+    exact = np.outer(pos, inv_freq)                                     # (T, D/2): m θ_i in float64
+    return {name: _angle_error_in(name, pos, inv_freq, exact) for name in names}
+
+
+def long_term_decay(dim: int, distances, *, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """RoFormer's relative upper bound (§3.4.3, Fig. 2) and the all-ones score, per distance.
+
+    dim: even head dim D. distances: relative distances m = n - m' (real, any shape ``(...)``),
+    or an int K meaning ``arange(K)``. Returns ``(bound, measured)``, float64, each of the shape
+    of ``distances``:
+
+        bound    = (1/(D/2)) Σ_{j=1}^{D/2} |S_j|,  S_j = Σ_{k=0}^{j-1} e^{i m θ_k}   (Eq. 37, Fig. 2)
+        measured = q^T R(m) k for q = k = (1, …, 1) = Σ_i [1 1] B(m θ_i) [1 1]^T = 2 Σ_i cos(m θ_i)
+
+    At m = 0: bound = (D/2 + 1)/2, measured = D. For the all-ones vectors h_i = 2 for every pair,
+    so Abel summation gives |measured| <= 2 |S_{D/2}| <= D · bound. The bound decays, with
+    oscillations, as |m| grows (for D = 128, from 32.5 at m = 0 to about 6.6 on average over
+    m in [400, 500]).
+    """
+    dim = check_even_int(dim, "dim")
+    theta = rope_inv_freq(dim, base=base)                                     # (D/2,)
+    if isinstance(distances, numbers.Integral) and not isinstance(distances, bool):
+        distances = np.arange(check_int(distances, "distances", minimum=0), dtype=np.float64)
+    m = as_float_array(distances, "distances").astype(np.float64)             # (...)
+    angles = m[..., None] * theta                                             # (..., D/2): m θ_k
+    S = np.cumsum(np.exp(1j * angles), axis=-1)                               # (..., D/2): S_1 … S_{D/2}
+    bound = np.abs(S).mean(axis=-1)                                           # Eq. 37: (1/(D/2)) Σ_j |S_j|
+    measured = 2.0 * np.cos(angles).sum(axis=-1)                              # q = k = 1: 2 Σ_i cos(m θ_i)
+    return bound, measured
