@@ -132,7 +132,7 @@ def _(p):
     (p.derive(-m * sp.Abs(i - j))
       .step(-m * d, "an allowed key is $j = i - d$ with $d \\geq 0$", using={j: i - d})
       .step(-m * (i - j), "so $-m|i - j| = -m(i - j)$ there", using={d: i - j}))
-    for n in p.cases(n=[3, 1, 2, 4]):  # row i = n - 1 sees keys j = 0..n-1
+    for n in p.cases(n=[3, 1, 2]):  # row i = n - 1 sees keys j = 0..n-1
         s = sp.symbols(f"s0:{n}", real=True)
         ii = n - 1
         (p.derive(sp.Matrix(_masked_softmax([s[k] - m * (ii - k) for k in range(n)], [True] * n)))
