@@ -13,8 +13,9 @@ rotate             ``rotate_q / rotate_k(x, positions)``:       ``Rotary``, ``XP
 bias               ``bias(q_positions, k_positions)``: an       ``ALiBi``, ``T5Bias``
                    additive ``(H, T, S)`` term
 content-position   ``content_position(q, k, q_pos, k_pos)``:   ``TransformerXL``, ``DeBERTa``
-                   the query used against content, plus extra
-                   logits coupling content with position
+                   the query used against content, plus a
+                   function giving the extra logits that
+                   couple content with position, per block
 =================  ==========================================  =================================
 
 One forward pass, with ``x`` ``(B, T, d_model)``::
@@ -24,9 +25,12 @@ One forward pass, with ``x`` ``(B, T, d_model)``::
     q, k    = scheme.rotate_q(q, positions), scheme.rotate_k(k, positions)   # rotate seam
     k, v, key_positions = cache.append(k, v, positions)          # (B, H, S, D)
     q_c, extra = scheme.content_position(q, k, positions, key_positions)     # content-position
-    bias    = scheme.bias(positions, key_positions) + extra       # bias seam, (B|1, H, T, S)
-    out     = attention(q_c, k, v, bias=bias, mask=mask, scale=scheme.scale(D))
+    logits_fn = lambda qs, ks: scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)  # bias seam
+    out     = attention(q_c, k, v, bias=logits_fn(all, all), mask=mask, scale=scheme.scale(D))
     y       = merge_heads(out) @ wo + bo                          # (B, T, d_model)
+
+With ``block_size=N`` the same ``logits_fn`` is called per (query block, key block) by
+``blockwise_attention`` (online softmax), so no ``(T, S)`` array is ever held, for every scheme.
 
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; the projection columns are laid out head by
 head (column ``h * D + d``), exactly as the ``view(B, T, H, D)`` of HF/fairseq/Meta code. To load a
@@ -59,7 +63,7 @@ import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from ._checks import as_float_array, as_positions, check_choice, check_int, check_positive_int
-from .attention import attention
+from .attention import attention, blockwise_attention
 
 __all__ = [
     "MultiHeadAttention",
@@ -121,7 +125,12 @@ class Scheme:
         return None
 
     def content_position(self, q, k, q_positions, k_positions):
-        """Content-position seam: ``(query against content, extra logits (B, H, T, S) or None)``."""
+        """Content-position seam: ``(query against content, extra)``.
+
+        ``extra`` is ``None`` or a function ``extra(q_slice, k_slice)`` giving the scaled extra
+        logits ``(B, H, tq, tk)`` of the queries and keys in those index slices, so the layer can
+        evaluate it for the whole ``(T, S)`` or block by block.
+        """
         return q, None
 
     def scale(self, head_dim: int) -> float:
@@ -376,8 +385,12 @@ class TransformerXL(Scheme):
         return {"u": self.u, "v": self.v, "w_r": self.w_r}
 
     def content_position(self, q, k, q_positions, k_positions):
-        bd = transformer_xl.xl_position_logits(q, self.v, self.w_r, q_positions, k_positions, base=self.base)
-        return q + self.u[:, None, :], bd * (1.0 / np.sqrt(self.head_dim))  # (a)+(c), (b)+(d)
+        scale = 1.0 / np.sqrt(self.head_dim)
+
+        def extra(qs, ks):  # terms (b) + (d) for one block: (q_i + v) . W_R R_{i-j}
+            return scale * transformer_xl.xl_position_logits(q[..., qs, :], self.v, self.w_r, q_positions[qs],
+                                                             k_positions[ks], base=self.base)
+        return q + self.u[:, None, :], extra  # terms (a) + (c): (q_i + u) . k_j
 
     def __repr__(self) -> str:
         return "TransformerXL()"
@@ -415,15 +428,19 @@ class DeBERTa(Scheme):
         return p.reshape(2 * self.att_span, self.num_heads, self.head_dim).transpose(1, 0, 2)
 
     def content_position(self, q, k, q_positions, k_positions):
-        L = self.layer
-        rel = deberta.relative_positions(q_positions, k_positions, bucket_size=self.position_buckets,
-                                         max_position=self.max_relative_positions)  # (T, S), q - k
-        extra = 0.0
-        if "c2p" in self.pos_att_type:
-            extra = extra + deberta.c2p_term(q, self._project(L.wk, L.bk), rel, self.att_span)
-        if "p2c" in self.pos_att_type:
-            extra = extra + deberta.p2c_term(k, self._project(L.wq, L.bq), rel, self.att_span)
-        return q, extra * self.scale(self.head_dim)
+        L, scale = self.layer, self.scale(self.head_dim)
+        pos_key, pos_query = self._project(L.wk, L.bk), self._project(L.wq, L.bq)  # (H, 2k, D)
+
+        def extra(qs, ks):  # c2p + p2c for one block, scaled like c2c
+            rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=self.position_buckets,
+                                             max_position=self.max_relative_positions)  # (tq, tk), q - k
+            total = 0.0
+            if "c2p" in self.pos_att_type:
+                total = total + deberta.c2p_term(q[..., qs, :], pos_key, rel, self.att_span)
+            if "p2c" in self.pos_att_type:
+                total = total + deberta.p2c_term(k[..., ks, :], pos_query, rel, self.att_span)
+            return scale * total
+        return q, extra
 
     def scale(self, head_dim):
         return 1.0 / np.sqrt(head_dim * (1 + len(self.pos_att_type)))
@@ -441,12 +458,17 @@ class KVCache:
 
     ``k``, ``v`` are ``(B, H, S, D)`` views of preallocated buffers that double when full, so a
     decoding step appends in O(1) amortised and costs O(S) only in attention itself.
+    ``mem_len`` (Transformer-XL's memory length) keeps at most that many keys from earlier calls:
+    a call attends to the last ``mem_len`` cached keys plus its own, then becomes the memory of
+    the next (``new_mems = cat(mems, hids)[-mem_len:]`` in the reference). ``None`` keeps all.
     """
 
-    def __init__(self):
+    def __init__(self, mem_len: int | None = None):
+        self.mem_len = None if mem_len is None else check_int(mem_len, "mem_len", minimum=0)
         self._k = self._v = None
         self._pos = np.zeros(0, dtype=np.int64)
-        self.length = 0
+        self.length = 0  # keys held now
+        self.seen = 0    # tokens appended in all (default positions continue from here)
         self.tag = None
 
     @property
@@ -460,6 +482,7 @@ class KVCache:
     @property
     def positions(self):
         return self._pos[: self.length]
+
 
     def append(self, k, v, positions, *, tag=None):
         """Add ``k``, ``v`` ``(B, H, T, D)`` at ``positions`` ``(T,)``; return all ``(k, v, positions)``.
@@ -482,7 +505,18 @@ class KVCache:
         self._v[:, :, self.length:need] = v
         self._pos[self.length:need] = positions
         self.length = need
+        self.seen += T
         return self.k, self.v, self.positions
+
+    def trim(self):
+        """Keep only the last ``mem_len`` entries: the memory carried into the next call."""
+        if self.mem_len is None or self.length <= self.mem_len:
+            return
+        drop, keep = self.length - self.mem_len, self.mem_len
+        self._k[:, :, :keep] = self._k[:, :, drop:self.length].copy()
+        self._v[:, :, :keep] = self._v[:, :, drop:self.length].copy()
+        self._pos[:keep] = self._pos[drop:self.length].copy()
+        self.length = keep
 
     def _grow(self, capacity, k, v):
         B, H, _, D = k.shape
@@ -503,10 +537,13 @@ class MultiHeadAttention:
     ``bias=True`` also ``bq``, ``bk``, ``bv`` ``(H*D,)`` and ``bo`` ``(d_model,)`` (else ``None``).
     ``head_dim`` defaults to ``d_model // num_heads``. Weights are drawn from N(0, 1/d_in) with
     ``seed``; copy a checkpoint's into the attributes (see the module docstring for the mapping).
+    ``block_size=N`` computes attention blockwise (online softmax over N x N blocks of queries
+    and keys): the same outputs without ever holding a ``(T, S)`` array; ``None`` is dense.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
-                 head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64):
+                 head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64,
+                 block_size: int | None = None):
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         if head_dim is None:
@@ -518,6 +555,7 @@ class MultiHeadAttention:
         self.dtype = np.dtype(dtype)
         if not np.issubdtype(self.dtype, np.floating):
             raise TypeError(f"dtype must be a floating dtype, got {self.dtype}")
+        self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
         if scheme is None:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
@@ -534,9 +572,9 @@ class MultiHeadAttention:
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
 
-    def new_cache(self) -> KVCache:
-        """An empty KV cache for incremental decoding with this layer."""
-        return KVCache()
+    def new_cache(self, mem_len: int | None = None) -> KVCache:
+        """An empty KV cache for incremental decoding (``mem_len``: see ``KVCache``)."""
+        return KVCache(mem_len)
 
     def _project(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
         y = x @ w if b is None else x @ w + b
@@ -547,11 +585,12 @@ class MultiHeadAttention:
                  return_weights: bool = False):
         """Attend ``x`` ``(B, T, d_model)`` to itself (and to the cache); return ``(B, T, d_model)``.
 
-        positions: ``(T,)`` integer positions of the queries; default ``cache.length + arange(T)``.
+        positions: ``(T,)`` integer positions of the queries; default ``cache.seen + arange(T)``
+          (the cache length, unless ``mem_len`` made it forget keys).
         mask: boolean, ``True`` = may attend: ``(B, S)`` key padding or ``(B, T, S)``, where
           ``S`` counts the cached keys too. causal: queries see keys at positions ``<=`` their own.
         cache: a ``KVCache`` (``new_cache()``), updated in place.
-        return_weights: also return the attention weights ``(B, H, T, S)``.
+        return_weights: also return the attention weights ``(B, H, T, S)`` (dense path only).
         """
         x = as_float_array(x, "x")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
@@ -559,51 +598,98 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (layer.new_cache()), got {type(cache).__name__}")
-        past = 0 if cache is None else cache.length
-        positions = np.arange(past, past + T) if positions is None else as_positions(positions, "positions")
+        if return_weights and self.block_size is not None:
+            raise ValueError("return_weights needs the dense path: the blockwise path (block_size) "
+                             "never forms the (T, S) weights")
+        seen = 0 if cache is None else cache.seen
+        positions = np.arange(seen, seen + T) if positions is None else as_positions(positions, "positions")
         if positions.shape != (T,):
             raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
-        sc = self.scheme
-        k_pos = positions if cache is None else np.concatenate([cache.positions, positions])  # (S,)
-        sc.begin(positions, k_pos)
-        x_in = sc.embed(x, positions)                                                # input seam
-        q = sc.rotate_q(self._project(x_in, self.wq, self.bq), positions)            # (B, H, T, D)
-        k = self._project(x_in, self.wk, self.bk)
-        if not sc.rotates_cached_keys:
-            k = sc.rotate_k(k, positions)                                            # rotate seam
-        v = self._project(x_in, self.wv, self.bv)
+        memory = np.zeros(0, np.int64) if cache is None else cache.positions
+        mask = self._check_mask(mask, B, T, len(memory))
+        q, k, v, k_pos = self._qkv(x, positions, memory, cache)                               # (B, H, T|S, D)
+        q, extra = self.scheme.content_position(q, k, positions, k_pos)              # content-position
+        logits = self._logits_fn(extra, positions, k_pos)
+        scale = self.scheme.scale(self.head_dim)
+        if self.block_size is None:
+            every = (slice(0, T), slice(0, len(k_pos)))
+            out = attention(q, k, v, bias=logits(*every), mask=self._mask_fn(mask, causal, positions, k_pos)(*every),
+                            scale=scale, return_weights=return_weights)
+        else:
+            out = self._blockwise(q, k, v, logits, mask, causal, positions, k_pos, scale)
         if cache is not None:
-            k, v, _ = cache.append(k, v, positions, tag=sc.cache_tag())              # (B, H, S, D)
-        if sc.rotates_cached_keys:
-            k = sc.rotate_k(k, k_pos)                                                # all keys, this step's map
-        q, extra = sc.content_position(q, k, positions, k_pos)                       # content-position
-        bias = sc.bias(positions, k_pos)                                             # bias seam (H, T, S)
-        if extra is not None:
-            bias = extra if bias is None else extra + bias                           # (B, H, T, S)
-        full_mask = self._mask(mask, causal, positions, k_pos, B)
-        out = attention(q, k, v, bias=bias, mask=full_mask, scale=sc.scale(self.head_dim),
-                        return_weights=return_weights)
+            cache.trim()                                                             # Transformer-XL memory
         out, weights = out if return_weights else (out, None)
         y = out.transpose(0, 2, 1, 3).reshape(B, T, -1) @ self.wo                   # (B, T, d_model)
         if self.bo is not None:
             y = y + self.bo
         return (y, weights) if return_weights else y
 
+    def _qkv(self, x, positions, memory, cache):
+        """Embed, project, rotate and cache: q ``(B, H, T, D)``, k, v ``(B, H, S, D)``, key positions."""
+        sc = self.scheme
+        k_pos = np.concatenate([memory, positions])                                  # (S,)
+        sc.begin(positions, k_pos)
+        x_in = sc.embed(x, positions)                                                # input seam
+        q = sc.rotate_q(self._project(x_in, self.wq, self.bq), positions)            # rotate seam
+        k = self._project(x_in, self.wk, self.bk)
+        if not sc.rotates_cached_keys:
+            k = sc.rotate_k(k, positions)
+        v = self._project(x_in, self.wv, self.bv)
+        if cache is not None:
+            k, v, k_pos = cache.append(k, v, positions, tag=sc.cache_tag())          # (B, H, S, D)
+        if sc.rotates_cached_keys:
+            k = sc.rotate_k(k, k_pos)                                                # all keys, this step's map
+        return q, k, v, k_pos
+
+    def _logits_fn(self, extra, q_pos, k_pos):
+        """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
+        sc = self.scheme
+
+        def fn(qs, ks):
+            bias = sc.bias(q_pos[qs], k_pos[ks])                                      # (H, tq, tk)
+            if bias is not None:
+                bias = bias.astype(self.dtype, copy=False)
+            if extra is None:
+                return bias
+            more = extra(qs, ks)                                                     # (B, H, tq, tk)
+            return more if bias is None else more + bias
+        return fn
+
     @staticmethod
-    def _mask(mask, causal, q_pos, k_pos, B):
-        """Combine causality (by positions) and a padding mask into a ``(B|1, 1, T, S)`` mask."""
-        T, S = len(q_pos), len(k_pos)
-        full = (k_pos[None, :] <= q_pos[:, None])[None, None] if causal else None  # (1, 1, T, S)
+    def _check_mask(mask, B, T, past):
+        """The padding mask as ``(B, 1, 1, S)`` or ``(B, 1, T, S)``, or ``None``."""
         if mask is None:
-            return full
+            return None
+        S = past + T
         mask = np.asarray(mask)
         if mask.dtype != bool:
             raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
         if mask.shape == (B, S):
-            mask = mask[:, None, None, :]
-        elif mask.shape == (B, T, S):
-            mask = mask[:, None]
-        else:
-            raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, "
-                             f"got {mask.shape}")
-        return mask if full is None else mask & full
+            return mask[:, None, None, :]
+        if mask.shape == (B, T, S):
+            return mask[:, None]
+        raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, got {mask.shape}")
+
+    @staticmethod
+    def _mask_fn(mask, causal, q_pos, k_pos):
+        """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, and padding)."""
+        def fn(qs, ks):
+            allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+            if mask is None:
+                return allowed
+            pad = mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
+            return pad if allowed is None else pad & allowed
+        return fn
+
+    def _blockwise(self, q, k, v, logits, mask, causal, q_pos, k_pos, scale):
+        """Online-softmax attention; native causal block skipping when positions are contiguous."""
+        T, S = len(q_pos), len(k_pos)
+        contiguous = (np.array_equal(q_pos, q_pos[0] + np.arange(T))
+                      and np.array_equal(k_pos, k_pos[0] + np.arange(S)))
+        if causal and contiguous:  # query t sees key s iff s <= t + (q_pos[0] - k_pos[0])
+            return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=self._mask_fn(mask, False, q_pos, k_pos),
+                                       causal=True, q_offset=int(q_pos[0] - k_pos[0]), scale=scale,
+                                       block_size=self.block_size)
+        return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=self._mask_fn(mask, causal, q_pos, k_pos),
+                                   scale=scale, block_size=self.block_size)

@@ -241,3 +241,54 @@ def test_yarn_attention_factor_scales_logits_by_its_square():
 def test_bad_scaling_is_rejected(scaling, exc):
     with pytest.raises(exc, match="scaling|factor"):
         MultiHeadAttention(8, 2, scheme=Rotary(scaling=scaling))
+
+
+@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize("causal", [True, False])
+def test_blockwise_layer_equals_dense(cls, causal):
+    # The dense path and the online-softmax path are two forms of one computation.
+    x = _x(B=2, T=11)
+    keep = np.ones((2, 11), bool)
+    keep[1, 8:] = False
+    dense = MultiHeadAttention(16, 4, scheme=cls(), seed=3)
+    blocked = MultiHeadAttention(16, 4, scheme=cls(), seed=3, block_size=4)
+    np.testing.assert_allclose(blocked(x, causal=causal, mask=keep), dense(x, causal=causal, mask=keep),
+                               rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_blockwise_layer_float32_and_cache(cls):
+    x = _x(B=1, T=10)
+    dense = MultiHeadAttention(16, 4, scheme=cls(), seed=4, dtype=np.float32)
+    blocked = MultiHeadAttention(16, 4, scheme=cls(), seed=4, dtype=np.float32, block_size=3)
+    full = dense(x.astype(np.float32), causal=True)
+    got = blocked(x.astype(np.float32), causal=True)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, full, rtol=1e-5, atol=1e-5)
+    cache = blocked.new_cache()
+    steps = [blocked(x[:, t:t + 2].astype(np.float32), causal=True, cache=cache) for t in range(0, 10, 2)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_blockwise_layer_refuses_weights():
+    layer = MultiHeadAttention(16, 4, block_size=4)
+    with pytest.raises(ValueError, match="return_weights"):
+        layer(_x(), return_weights=True)
+    with pytest.raises(ValueError, match="block_size"):
+        MultiHeadAttention(16, 4, block_size=0)
+
+
+@pytest.mark.parametrize("cls", [TransformerXL, ALiBi, Rotary])
+def test_segment_memory_matches_its_definition(cls):
+    # Transformer-XL's recurrence: segment s (positions 4s..4s+3) attends, causally, to the
+    # previous mem_len = 3 positions and to itself; the memory is then the last 3 positions seen.
+    # Written as one dense pass with a banded mask: query i sees j iff start(i) - 3 <= j <= i.
+    x = _x(B=1, T=12)
+    layer = MultiHeadAttention(16, 4, scheme=cls(), seed=5)
+    cache = layer.new_cache(mem_len=3)
+    segments = [layer(x[:, s:s + 4], causal=True, cache=cache) for s in range(0, 12, 4)]
+    i, j = np.arange(12)[:, None], np.arange(12)[None, :]
+    band = (j <= i) & (j >= (i // 4) * 4 - 3)
+    expected = layer(x, mask=band[None])
+    np.testing.assert_allclose(np.concatenate(segments, axis=1), expected, atol=1e-12)
+    assert cache.length == 3 and list(cache.positions) == [9, 10, 11] and cache.seen == 12
