@@ -21,6 +21,8 @@ The docs pages call these functions in markdown-exec blocks at build time::
   A theorem that does not pass raises :class:`ProofNotPassed`, so a broken proof fails the build.
 - :func:`report` runs every theorem and returns the ``python -m proofs`` table as markdown; it
   raises too if any theorem fails.
+- :func:`quote_test` quotes one test function of ``tests/`` (found by name, raises if it is gone),
+  for claims that a test settles rather than a proof.
 - :func:`svg` turns a matplotlib figure into an inline SVG string: text drawn as paths (no
   fonts needed), no metadata, ids unique on the page and stable from build to build.
 
@@ -30,17 +32,20 @@ package, and it pulls in nothing beyond :mod:`proofs.core` until :func:`svg` is 
 
 from __future__ import annotations
 
+import ast
 import html
 import io
 import itertools
 import re
+from pathlib import Path
 
 from . import core
 
-__all__ = ["derivation", "report", "svg", "ProofNotPassed"]
+__all__ = ["derivation", "report", "quote_test", "svg", "ProofNotPassed"]
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|$])")
 _svg_ids = itertools.count()
+_TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
 class ProofNotPassed(AssertionError):
@@ -116,6 +121,25 @@ def report(patterns=()) -> str:
                     f"{r.seconds:.2f} | {checks} |")
     total = sum(r.seconds for r in results)
     return "\n".join(rows) + f"\n\n{len(results)}/{len(results)} passed in {total:.2f} s.\n"
+
+
+def quote_test(test_id: str) -> str:
+    """The source of one test as a markdown python block, headed by its pytest id.
+
+    test_id: ``"tests/test_alibi.py::test_key_only_equals_alibi_after_softmax"`` (path relative to
+    the repository). Reads the file without importing it; raises KeyError if the test is gone.
+    """
+    path, _, name = test_id.partition("::")
+    file = _TESTS.parent / path
+    if not file.is_file() or not name:
+        raise KeyError(f"test_id must be 'tests/<file>.py::<test>' for an existing file, got {test_id!r}")
+    text = file.read_text(encoding="utf-8")
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+            code = "\n".join(text.splitlines()[start: node.end_lineno])
+            return f"`{test_id}`\n\n```python\n{code}\n```\n"
+    raise KeyError(f"no test {name!r} in {path}")
 
 
 def svg(fig, *, close: bool = True) -> str:
