@@ -129,6 +129,7 @@ __all__ = [
     "inverse_layout_permutation",
     "interleaved_to_half_weights",
     "half_to_interleaved_weights",
+    "PRECISIONS",
     "to_bfloat16",
     "AngleError",
     "angle_error",
@@ -454,7 +455,8 @@ def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32"
     pos = as_positions(positions, "positions", allow_negative=True).astype(np.float64)  # (T,)
     inv_freq = _as_inv_freq(inv_freq)                                                   # (D/2,)
     if pos.size == 0 or inv_freq.size == 0:
-        raise ValueError(f"positions and inv_freq must be non-empty, got lengths {pos.size} and {inv_freq.size}")
+        raise ValueError("positions and inv_freq must be non-empty, "
+                         f"got lengths {pos.size} and {inv_freq.size}")
     names = _check_precisions(dtypes)
     exact = np.outer(pos, inv_freq)                                     # (T, D/2): m θ_i in float64
     return {name: _angle_error_in(name, pos, inv_freq, exact) for name in names}
