@@ -607,11 +607,16 @@ def theorem(id: str, statement: str, *, checks=(), latex: str = ""):
 
 
 def select(patterns=()) -> list[Theorem]:
-    """Theorems whose family equals, or whose id starts with, one of ``patterns`` (all if none)."""
+    """Theorems whose family or id equals one of ``patterns``, or whose id starts with it as a
+    dotted prefix (``rope.block`` selects ``rope.block.group``; ``rope`` does not select
+    ``rope_scaling.*``). All theorems if ``patterns`` is empty."""
     ths = list(REGISTRY.values())
     if not patterns:
         return ths
-    return [t for t in ths if any(t.family == q or t.id.startswith(q) for q in patterns)]
+
+    def matches(t, q):
+        return t.family == q or t.id == q or t.id.startswith(q.rstrip(".") + ".")
+    return [t for t in ths if any(matches(t, q) for q in patterns)]
 
 
 def run(patterns=()) -> list[Result]:
