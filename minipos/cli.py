@@ -112,10 +112,17 @@ def main(argv=None) -> int:
     p_tour.add_argument("--seq-len", type=int, default=32, help="training length (the 4x run uses 4 times it)")
     p_tour.add_argument("--seed", type=int, default=0)
     p_tour.add_argument("--json", action="store_true", help="print the same data as JSON")
+    p_vec = sub.add_parser("vectors", help="export or check the golden vectors of every scheme")
+    vec_sub = p_vec.add_subparsers(dest="vectors_command", required=True)
+    vec_sub.add_parser("export", help="write one JSON file per family into DIR").add_argument("dir", metavar="DIR")
+    vec_sub.add_parser("check", help="recompute DIR's vectors; exit 1 on any mismatch").add_argument("dir", metavar="DIR")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "vectors":
+        from . import vectors
+        return vectors.main(args)
     for name in ("d_model", "heads", "seq_len"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")

@@ -1,0 +1,632 @@
+"""Golden vectors: an exact, language-neutral record of what every minipos function returns.
+
+A port of a position scheme (to PyTorch, JAX, C++, Rust, ...) tests itself against these files;
+minipos checks that it still reproduces them, so a change of behaviour is a visible change of
+the spec. ``export(directory)`` writes one JSON file per *family* (one function, e.g.
+``rope`` = ``minipos.rope.apply_rope``); ``check(directory)`` recomputes every case with the
+installed minipos and returns every mismatch. The format is described by ``spec/schema.json``
+(JSON Schema, draft 2020-12) and ``spec/README.md``; in short::
+
+    {"format": "minipos-vectors", "spec_version": "1.0.0", "minipos_version": "0.1.0",
+     "family": "rope", "function": "minipos.rope.apply_rope", "description": "...",
+     "cases": [{"name": ..., "description": ...,
+                "params":   {JSON scalars, lists and objects: keyword arguments},
+                "inputs":   {name: array},
+                "expected": {name: array},
+                "where":    {output name: boolean array of its shape: compare only there} (optional),
+                "tolerance": {"float64": {"rtol": r, "atol": a}, "float32": {...}}}]}
+
+An array is ``{"dtype": "float64" | "int64" | "bool", "shape": [...], "data": [row-major]}``;
+a scalar output is an array of shape ``[]``. A value matches when ``|got - expected| <= atol +
+rtol * |expected|`` elementwise (NumPy's ``allclose``); integer and boolean outputs carry zero
+tolerances, i.e. they must be equal. ``float64`` is the tolerance for a port computing in double
+precision, ``float32`` for one computing in single precision (cos/sin and angles in float32).
+
+Determinism: inputs are drawn with fixed seeds (``numpy.random.default_rng``) and rounded to
+multiples of 2^-10, so every float input is exact in float32 as well; floats are written with
+Python's ``repr`` (the shortest string that reads back to the same float64), keys in a fixed
+order. Exporting twice gives byte-identical files on the same platform.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import __version__, alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
+from .attention import causal_mask
+
+__all__ = ["SPEC_VERSION", "FAMILIES", "Mismatch", "encode", "decode", "build_family", "export", "check",
+           "format_mismatches", "main"]
+
+SPEC_VERSION = "1.0.0"
+GRID = 1024  # inputs are multiples of 1/GRID: exact in float32 and float64
+
+
+def tol(f64: float = 1e-9, f32: float = 1e-5) -> dict:
+    """Tolerances for float64 and float32 ports (rtol = atol = the given value)."""
+    return {"float64": {"rtol": f64, "atol": f64}, "float32": {"rtol": f32, "atol": f32}}
+
+
+EXACT = tol(0.0, 0.0)
+
+
+# --------------------------------------------------------------------------- arrays in JSON
+
+def encode(a) -> dict:
+    """An array (or scalar) as ``{"dtype", "shape", "data"}`` with row-major ``data``."""
+    a = np.asarray(a)
+    if a.dtype == bool:
+        return {"dtype": "bool", "shape": list(a.shape), "data": [bool(v) for v in a.ravel()]}
+    if np.issubdtype(a.dtype, np.integer):
+        return {"dtype": "int64", "shape": list(a.shape), "data": [int(v) for v in a.ravel()]}
+    data = np.asarray(a, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(data)):
+        raise ValueError("golden vectors must be finite")
+    return {"dtype": "float64", "shape": list(a.shape), "data": [float(v) for v in data]}
+
+
+def decode(d: dict) -> np.ndarray:
+    """The array of an encoded ``{"dtype", "shape", "data"}``."""
+    return np.array(d["data"], dtype=d["dtype"]).reshape(d["shape"])
+
+
+def _grid(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
+    """Standard normal draws times ``scale``, rounded to multiples of 1/GRID (float32-exact)."""
+    return np.round(rng.standard_normal(shape) * scale * GRID) / GRID
+
+
+def _case(name: str, description: str, inputs: dict, params: dict, tolerance: dict = None,
+          where: dict | None = None) -> dict:
+    case = {"name": name, "description": description, "params": params, "inputs": inputs,
+            "tolerance": tolerance or tol()}
+    if where:
+        case["where"] = where
+    return case
+
+
+def _distances(limit: int = 100_000, dense: int = 300, count: int = 48) -> np.ndarray:
+    """All of -dense..dense plus log-spaced distances out to +-limit: int64, sorted."""
+    far = np.unique(np.round(np.logspace(np.log10(dense + 1), np.log10(limit), count)).astype(np.int64))
+    return np.concatenate([-far[::-1], np.arange(-dense, dense + 1), far])
+
+
+@dataclass(frozen=True)
+class Family:
+    """A function of minipos, how its cases are built, and how a case is run."""
+
+    function: str
+    description: str
+    build: Callable[[], list]          # -> [case without "expected"]
+    run: Callable[[dict, dict], dict]  # (inputs, params) -> {output name: array}
+
+
+# --------------------------------------------------------------------------- sinusoidal
+
+def _sinusoidal_cases():
+    pos = np.array([0, 1, 2, 7, 100, -3, 4096])
+    cases = [_case(f"{layout}_dim8", f"layout {layout!r}, even dim, negative and large positions",
+                   {"positions": pos}, {"dim": 8, "base": 10000.0, "layout": layout}, tol(1e-9, 2e-3))
+             for layout in sinusoidal.LAYOUTS]
+    for dim in (7, 3, 2):
+        cases.append(_case(f"tensor2tensor_dim{dim}", f"tensor2tensor, dim {dim}: zero column for odd "
+                           "dim, max(D/2 - 1, 1) in the exponent", {"positions": pos[:5]},
+                           {"dim": dim, "base": 10000.0, "layout": "tensor2tensor"}, tol(1e-9, 1e-4)))
+    cases.append(_case("split_dim6_base500", "split layout with base 500", {"positions": pos[:5]},
+                       {"dim": 6, "base": 500.0, "layout": "split"}, tol(1e-9, 1e-4)))
+    return cases
+
+
+def _sinusoidal_run(inputs, params):
+    return {"table": sinusoidal.sinusoidal_table(inputs["positions"], params["dim"], base=params["base"],
+                                                 layout=params["layout"])}
+
+
+# --------------------------------------------------------------------------- ALiBi
+
+ALIBI_HEADS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 40, 64, 80, 96, 112)
+
+
+def _alibi_slopes_cases():
+    return [_case(f"heads_{h}", "power of two" if h & (h - 1) == 0 else "not a power of two: "
+                  "interleaving rule", {}, {"num_heads": h}, tol(1e-12, 1e-6)) for h in ALIBI_HEADS]
+
+
+def _alibi_slopes_run(inputs, params):
+    return {"slopes": alibi.alibi_slopes(params["num_heads"])}
+
+
+def _alibi_bias_cases():
+    specs = [("causal_form_h4", 4, np.arange(6), np.arange(6), False, "-m (i - j) for every pair"),
+             ("symmetric_h4", 4, np.arange(6), np.arange(6), True, "-m |i - j|"),
+             ("cached_step_h3", 3, np.array([5, 6]), np.arange(7), False, "two queries after a cache of 5"),
+             ("symmetric_cached_h6", 6, np.array([4]), np.arange(8), True, "one query, keys after it")]
+    return [_case(name, note, {"slopes": alibi.alibi_slopes(h), "q_positions": q, "k_positions": k},
+                  {"symmetric": sym}, tol(1e-12, 1e-6)) for name, h, q, k, sym, note in specs]
+
+
+def _alibi_bias_run(inputs, params):
+    return {"bias": alibi.alibi_bias(inputs["slopes"], inputs["q_positions"], inputs["k_positions"],
+                                     symmetric=params["symmetric"])}
+
+
+# --------------------------------------------------------------------------- T5
+
+T5_CONFIGS = ((True, 32, 128), (False, 32, 128), (True, 32, 256), (True, 64, 256), (False, 16, 64),
+              (True, 128, 1024), (True, 33, 128), (False, 48, 300))
+
+
+def _t5_bucket_cases():
+    n = _distances()
+    cases = [_case(f"{'bidirectional' if b else 'causal'}_{k}_{m}", "n = key - query: all of -300..300 "
+                   "and log-spaced out to +-10^5", {"relative_position": n},
+                   {"bidirectional": b, "num_buckets": k, "max_distance": m, "exact": False}, EXACT)
+             for b, k, m in T5_CONFIGS]
+    near = np.arange(-230, -180)
+    for exact in (False, True):
+        cases.append(_case(f"causal_15_636_{'exact' if exact else 'float32'}",
+                           "a boundary within float32 rounding: n = -206 is bucket 13 in the float32 "
+                           "reference, 12 in exact arithmetic", {"relative_position": near},
+                           {"bidirectional": False, "num_buckets": 15, "max_distance": 636, "exact": exact},
+                           EXACT))
+    return cases
+
+
+def _t5_bucket_run(inputs, params):
+    return {"bucket": t5.relative_position_bucket(inputs["relative_position"], **params)}
+
+
+def _t5_bias_cases():
+    rng = np.random.default_rng(5)
+    far = np.array([0, 1, 2, 3, 7, 8, 11, 12, 50, 90, 91, 127, 128, 129, 200, 1000])
+    specs = [("encoder_32_128", True, 32, 128, 2, np.arange(4), far, "bidirectional, far keys"),
+             ("decoder_step_32_128", False, 32, 128, 3, np.array([200]), np.array([0, 9, 72, 73, 108, 109, 191,
+                                                                                  192, 199, 200]), "cached step"),
+             ("encoder_8_16", True, 8, 16, 2, np.arange(7), np.arange(7), "tiny config, every (t, s) pair")]
+    return [_case(name, note, {"table": _grid(rng, (k, h)), "q_positions": q, "k_positions": s},
+                  {"bidirectional": b, "num_buckets": k, "max_distance": m}, EXACT)
+            for name, b, k, m, h, q, s, note in specs]
+
+
+def _t5_bias_run(inputs, params):
+    return {"bias": t5.t5_bias(inputs["table"], inputs["q_positions"], inputs["k_positions"], **params)}
+
+
+# --------------------------------------------------------------------------- Transformer-XL
+
+def _rel_shift_cases():
+    rng = np.random.default_rng(6)
+    cases = []
+    for name, lead, T, S in (("square_3x3", (), 3, 3), ("memory_3x5", (), 3, 5), ("heads_2x4x7", (2,), 4, 7)):
+        cases.append(_case(name, "out[..., i, j] = x[..., i, j + T - 1 - i] where j <= i + (S - T)",
+                           {"x": _grid(rng, (*lead, T, S))}, {}, EXACT,
+                           where={"out": np.broadcast_to(causal_mask(T, S), (*lead, T, S))}))
+    return cases
+
+
+def _rel_shift_run(inputs, params):
+    return {"out": transformer_xl.rel_shift(inputs["x"])}
+
+
+def _xl_scores_cases():
+    rng = np.random.default_rng(7)
+    H, T, D, d_model = 2, 4, 3, 6
+    cases = []
+    for M in (0, 3, 5):
+        S = M + T
+        inputs = {"q": _grid(rng, (H, T, D)), "k": _grid(rng, (H, S, D)),
+                  "w_r": _grid(rng, (d_model, H * D), 0.5), "u": _grid(rng, (H, D), 0.5),
+                  "v": _grid(rng, (H, D), 0.5)}
+        cases.append(_case(f"memory_{M}", f"T = {T} queries after a memory of {M}: (q + u).k + (q + v).W_R R_(i-j), "
+                           "unscaled; R at descending distances S-1 ... 0", inputs,
+                           {"d_model": d_model, "base": 10000.0}, tol(1e-9, 1e-5),
+                           where={"scores": np.broadcast_to(causal_mask(T, S), (H, T, S))}))
+    return cases
+
+
+def _xl_scores_run(inputs, params):
+    H = inputs["u"].shape[0]
+    S = inputs["k"].shape[-2]
+    table = transformer_xl.relative_embeddings(S, params["d_model"], base=params["base"])  # (S, d_model)
+    r = transformer_xl.relative_heads(table, inputs["w_r"], H)                              # (H, S, D)
+    return {"relative_embeddings": table,
+            "scores": transformer_xl.xl_scores(inputs["q"], inputs["k"], r, inputs["u"], inputs["v"])}
+
+
+# --------------------------------------------------------------------------- DeBERTa
+
+def _deberta_relative_cases():
+    specs = [("plain_5x5", 5, 5, -1, -1, "i - j, no buckets"),
+             ("buckets_4_8_12x12", 12, 12, 4, 8, "log buckets beyond |i - j| = 2"),
+             ("v3_256_512_3x600", np.arange(3), np.arange(0, 600, 7), 256, 512, "v3 config, far keys"),
+             ("cached_step_4_8", np.array([10, 11]), 12, 4, 8, "two queries after a cache of 10")]
+    return [_case(name, note, {"q_positions": np.arange(q) if isinstance(q, int) else q,
+                               "k_positions": np.arange(k) if isinstance(k, int) else k},
+                  {"bucket_size": b, "max_position": m}, EXACT) for name, q, k, b, m, note in specs]
+
+
+def _deberta_relative_run(inputs, params):
+    return {"relative_pos": deberta.relative_positions(inputs["q_positions"], inputs["k_positions"], **params)}
+
+
+def _deberta_bucket_cases():
+    r = _distances()
+    return [_case(f"buckets_{b}_{m}", "relative positions -300..300 and log-spaced out to +-10^5; "
+                  "float32 arithmetic as in transformers", {"relative_pos": r},
+                  {"bucket_size": b, "max_position": m}, EXACT)
+            for b, m in ((256, 512), (4, 8), (64, 128), (512, 1024), (10, 20))]
+
+
+def _deberta_bucket_run(inputs, params):
+    return {"bucket": deberta.make_log_bucket_position(inputs["relative_pos"], params["bucket_size"],
+                                                       params["max_position"])}
+
+
+def _deberta_scores_cases():
+    rng = np.random.default_rng(8)
+    H, D = 2, 4
+    specs = [("c2p_p2c_buckets_4_8", ("c2p", "p2c"), 10, 10, 4, 8, 4),
+             ("c2p_only", ("c2p",), 6, 6, -1, -1, 3), ("p2c_only", ("p2c",), 6, 6, -1, -1, 3),
+             ("p2c_c2p_clipped_span_3", ("p2c", "c2p"), 6, 6, -1, -1, 3)]
+    cases = []
+    for name, types, T, S, b, m, span in specs:
+        inputs = {"q": _grid(rng, (H, T, D)), "k": _grid(rng, (H, S, D)),
+                  "pos_key": _grid(rng, (H, 2 * span, D)), "pos_query": _grid(rng, (H, 2 * span, D)),
+                  "relative_pos": deberta.relative_positions(T, S, bucket_size=b, max_position=m)}
+        cases.append(_case(name, "(c2c + c2p + p2c) / sqrt(D (1 + #terms)); p2c indexed by delta(i, j) "
+                           "as in the code", inputs, {"att_span": span, "pos_att_type": list(types)}))
+    return cases
+
+
+def _deberta_scores_run(inputs, params):
+    return {"scores": deberta.disentangled_scores(inputs["q"], inputs["k"], inputs["pos_key"], inputs["pos_query"],
+                                                  inputs["relative_pos"], att_span=params["att_span"],
+                                                  pos_att_type=tuple(params["pos_att_type"]))}
+
+
+# --------------------------------------------------------------------------- RoPE
+
+def _rope_cases():
+    rng = np.random.default_rng(9)
+    pos = np.array([0, 1, 2, 7, 100, 4097, -3])
+    x = _grid(rng, (7, 8))
+    cases = [_case(f"{layout}_d8", f"layout {layout!r}, all features rotated", {"x": x, "positions": pos},
+                   {"layout": layout, "base": 10000.0, "rotary_dim": None, "attention_factor": 1.0},
+                   tol(1e-9, 3e-3)) for layout in rope.LAYOUTS]
+    cases += [_case(f"{layout}_partial_4_of_8", "rotary_dim 4: pairs within the first 4 features, "
+                    "frequencies of a 4-dim RoPE, the rest passed through", {"x": x, "positions": pos},
+                    {"layout": layout, "base": 10000.0, "rotary_dim": 4, "attention_factor": 1.0},
+                    tol(1e-9, 3e-3)) for layout in rope.LAYOUTS]
+    heads = _grid(rng, (2, 5, 6))
+    cases.append(_case("half_heads_base_500000", "(H, T, D) input, Llama 3 base, positions 4094..4098",
+                       {"x": heads, "positions": np.arange(4094, 4099)},
+                       {"layout": "half", "base": 500000.0, "rotary_dim": None, "attention_factor": 1.0},
+                       tol(1e-9, 3e-3)))
+    inv_freq, factor = rope_scaling.yarn(8, factor=4.0, original_max_position_embeddings=64)
+    cases.append(_case("interleaved_inv_freq_and_factor", "frequencies and attention factor of a "
+                       "scaling (YaRN, factor 4, L = 64): cos and sin times the factor",
+                       {"x": x, "positions": pos, "inv_freq": inv_freq},
+                       {"layout": "interleaved", "base": 10000.0, "rotary_dim": None,
+                        "attention_factor": factor}, tol(1e-9, 3e-3)))
+    return cases
+
+
+def _rope_run(inputs, params):
+    return {"out": rope.apply_rope(inputs["x"], inputs["positions"], inv_freq=inputs.get("inv_freq"), **params)}
+
+
+def _rope_scaling_cases():
+    rng = np.random.default_rng(10)
+    short, long = (np.round(rng.uniform(1.0, 2.0, 8) * GRID) / GRID).tolist(), \
+        (np.round(rng.uniform(1.0, 40.0, 8) * GRID) / GRID).tolist()
+    specs = [("linear", "linear", dict(dim=16, factor=4.0)),
+             ("ntk", "ntk", dict(dim=16, factor=4.0))]
+    specs += [(f"dynamic_seq_{n}", "dynamic", dict(dim=16, factor=2.0, original_max_position_embeddings=2048,
+                                                   seq_len=n)) for n in (100, 2048, 2049, 4096, 16384)]
+    specs += [("yarn", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096)),
+              ("yarn_no_truncate", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096,
+                                                truncate=False)),
+              ("yarn_betas", "yarn", dict(dim=64, factor=16.0, original_max_position_embeddings=2048,
+                                          beta_fast=16.0, beta_slow=2.0)),
+              ("yarn_deepseek_mscales", "yarn", dict(dim=64, factor=40.0, original_max_position_embeddings=4096,
+                                                     mscale=0.707, mscale_all_dim=0.707)),
+              ("yarn_mscale_ratio", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096,
+                                                 mscale=1.0, mscale_all_dim=0.5)),
+              ("yarn_attention_factor", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096,
+                                                     attention_factor=1.25)),
+              ("llama3", "llama3", dict(dim=128, base=500000.0, factor=8.0, original_max_position_embeddings=8192,
+                                        low_freq_factor=1.0, high_freq_factor=4.0))]
+    specs += [(f"longrope_seq_{n}", "longrope", dict(dim=16, short_factor=short, long_factor=long,
+                                                     original_max_position_embeddings=4096,
+                                                     max_position_embeddings=131072, seq_len=n))
+              for n in (1, 4096, 4097, 100000)]
+    return [_case(name, f"{kind}: (inv_freq, attention_factor)", {},
+                  {"kind": kind, "base": 10000.0, **kw}, tol(1e-12, 1e-6)) for name, kind, kw in specs]
+
+
+def _rope_scaling_run(inputs, params):
+    kw = dict(params)
+    inv_freq, factor = rope_scaling.REGISTRY[kw.pop("kind")](kw.pop("dim"), **kw)
+    return {"inv_freq": inv_freq, "attention_factor": np.float64(factor)}
+
+
+def _xpos_cases():
+    rng = np.random.default_rng(11)
+    x = _grid(rng, (6, 8))
+    specs = [("query", False, np.arange(6), 0), ("key", True, np.arange(6), 0),
+             ("query_torchscale_offset", False, np.arange(6), 3), ("key_far_positions", True,
+                                                                    np.array([0, 100, 1000, 2000, 3000, -50]), 0)]
+    return [_case(name, "interleaved RoPE, pair i scaled by zeta_i^(+-(n - scale_offset)/scale_base)",
+                  {"x": x, "positions": pos}, {"downscale": down, "scale_offset": off, "scale_base": 512.0,
+                                               "base": 10000.0}, tol(1e-9, 1e-3))
+            for name, down, pos, off in specs]
+
+
+def _xpos_run(inputs, params):
+    return {"out": xpos.apply_xpos(inputs["x"], inputs["positions"], **params)}
+
+
+# --------------------------------------------------------------------------- the layer
+
+LAYER_SCHEMES = (
+    ("nope", "nope", {}, False), ("sinusoidal", "sinusoidal", {"layout": "interleaved"}, False),
+    ("learned", "learned", {"max_positions": 8}, False),
+    ("rope_half", "rope", {"layout": "half"}, True),
+    ("rope_interleaved_partial", "rope", {"layout": "interleaved", "rotary_dim": 2}, True),
+    ("rope_yarn", "rope", {"layout": "half", "scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                         "original_max_position_embeddings": 4}}, True),
+    ("rope_dynamic", "rope", {"layout": "half", "scaling": {"rope_type": "dynamic", "factor": 2.0,
+                                                            "original_max_position_embeddings": 4}}, True),
+    ("xpos", "xpos", {}, True), ("alibi", "alibi", {}, True), ("alibi_symmetric", "alibi", {"symmetric": True}, False),
+    ("t5_encoder", "t5", {"num_buckets": 8, "max_distance": 8, "bidirectional": True}, False),
+    ("t5_decoder", "t5", {"num_buckets": 8, "max_distance": 8, "bidirectional": False}, True),
+    ("transformer_xl", "transformer-xl", {}, True),
+    ("deberta", "deberta", {"position_buckets": 4, "max_relative_positions": 8}, False),
+)
+CACHED = ("rope_half", "rope_dynamic", "xpos", "alibi", "t5_decoder", "transformer_xl")
+D_MODEL, HEADS, BATCH, LENGTH = 8, 2, 2, 7
+
+
+def _scheme(name: str, config: dict):
+    from .layer import SCHEMES  # the layer imports every scheme module; load it only when needed
+    config = dict(config)
+    if "pos_att_type" in config:
+        config["pos_att_type"] = tuple(config["pos_att_type"])
+    return SCHEMES[name](**config)
+
+
+def _layer_inputs(rng, scheme, with_bias: bool) -> dict:
+    """x, the projections and the scheme's learned parameters, drawn at the layer's shapes."""
+    from .layer import MultiHeadAttention
+    layer = MultiHeadAttention(D_MODEL, HEADS, scheme=scheme, bias=with_bias)
+    inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
+    for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"):
+        w = getattr(layer, name)
+        if w is not None:
+            inputs[name] = _grid(rng, w.shape, 1 / np.sqrt(D_MODEL))
+    for name, p in scheme.parameters().items():
+        inputs[f"scheme.{name}"] = _grid(rng, p.shape, 0.5)
+    return inputs
+
+
+def _layer_cases():
+    rng = np.random.default_rng(12)
+    cases = []
+    for label, name, config, causal in LAYER_SCHEMES:
+        with_bias = name == "deberta"
+        for chunks in ([LENGTH],) + (([3, 1, 1, 2],) if label in CACHED else ()):
+            cached = len(chunks) > 1
+            inputs = _layer_inputs(rng, _scheme(name, config), with_bias)
+            params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": name,
+                      "scheme_config": config, "causal": causal, "chunks": chunks}
+            note = (f"MultiHeadAttention with {name}; " + ("the input fed through a KV cache in chunks "
+                    f"{chunks}, outputs concatenated" if cached else "one forward pass, positions 0 ... T-1"))
+            cases.append(_case(f"{label}_cached" if cached else label, note, inputs, params, tol(1e-9, 1e-4)))
+    return cases
+
+
+def _layer_run(inputs, params):
+    from .layer import MultiHeadAttention
+    scheme = _scheme(params["scheme"], params["scheme_config"])
+    layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
+    for name, value in inputs.items():
+        if name != "x":
+            target, attr = (scheme, name[7:]) if name.startswith("scheme.") else (layer, name)
+            setattr(target, attr, value)
+    x, cache, outs, start = inputs["x"], None, [], 0
+    if len(params["chunks"]) > 1:
+        cache = layer.new_cache()
+    for size in params["chunks"]:
+        outs.append(layer(x[:, start:start + size], causal=params["causal"], cache=cache))  # (B, t, d_model)
+        start += size
+    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+
+
+# --------------------------------------------------------------------------- the registry
+
+FAMILIES = {
+    "sinusoidal_table": Family("minipos.sinusoidal.sinusoidal_table", "absolute sinusoidal tables (T, D) "
+                               "in the three layouts", _sinusoidal_cases, _sinusoidal_run),
+    "alibi_slopes": Family("minipos.alibi.alibi_slopes", "ALiBi slopes (H,) for powers of two and other "
+                           "head counts", _alibi_slopes_cases, _alibi_slopes_run),
+    "alibi_bias": Family("minipos.alibi.alibi_bias", "ALiBi biases (H, T, S): -m (i - j), or -m |i - j| "
+                         "when symmetric", _alibi_bias_cases, _alibi_bias_run),
+    "t5_bucket": Family("minipos.t5.relative_position_bucket", "T5 buckets of n = key - query",
+                        _t5_bucket_cases, _t5_bucket_run),
+    "t5_bias": Family("minipos.t5.t5_bias", "T5 bias (H, T, S) = table[bucket(k - q), h]",
+                      _t5_bias_cases, _t5_bias_run),
+    "rel_shift": Family("minipos.transformer_xl.rel_shift", "Transformer-XL relative shift on (..., T, S)",
+                        _rel_shift_cases, _rel_shift_run),
+    "xl_scores": Family("minipos.transformer_xl.xl_scores", "Transformer-XL unscaled logits with memory, "
+                        "and the table R", _xl_scores_cases, _xl_scores_run),
+    "deberta_relative_position": Family("minipos.deberta.relative_positions", "DeBERTa relative positions "
+                                        "q - k (T, S), log-bucketed", _deberta_relative_cases,
+                                        _deberta_relative_run),
+    "deberta_log_bucket": Family("minipos.deberta.make_log_bucket_position", "DeBERTa v2/v3 log buckets",
+                                 _deberta_bucket_cases, _deberta_bucket_run),
+    "deberta_scores": Family("minipos.deberta.disentangled_scores", "DeBERTa disentangled logits (H, T, S)",
+                             _deberta_scores_cases, _deberta_scores_run),
+    "rope": Family("minipos.rope.apply_rope", "RoPE on (..., T, D): both layouts, partial rotary, "
+                   "given frequencies", _rope_cases, _rope_run),
+    "rope_scaling": Family("minipos.rope_scaling.REGISTRY", "every RoPE scaling kind: (inv_freq, "
+                           "attention_factor)", _rope_scaling_cases, _rope_scaling_run),
+    "xpos": Family("minipos.xpos.apply_xpos", "xPos on (T, D): queries up, keys down",
+                   _xpos_cases, _xpos_run),
+    "layer": Family("minipos.layer.MultiHeadAttention", "a full attention forward pass with each scheme, "
+                    "weights included, and cached decoding", _layer_cases, _layer_run),
+}
+
+
+# --------------------------------------------------------------------------- export
+
+def _encode_case(case: dict, expected: dict) -> dict:
+    out = {"name": case["name"], "description": case["description"], "params": case["params"],
+           "inputs": {k: encode(v) for k, v in case["inputs"].items()},
+           "expected": {k: encode(v) for k, v in expected.items()}}
+    if "where" in case:
+        out["where"] = {k: encode(v) for k, v in case["where"].items()}
+    out["tolerance"] = case["tolerance"]
+    return out
+
+
+def build_family(name: str) -> dict:
+    """The JSON document of family ``name``: every case with its inputs and expected outputs."""
+    family = FAMILIES[name]
+    cases = [_encode_case(case, family.run(case["inputs"], case["params"])) for case in family.build()]
+    return {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
+            "family": name, "function": family.function, "description": family.description, "cases": cases}
+
+
+def _dumps(obj, level: int = 0) -> str:
+    """JSON with one key per line, and lists of scalars (array data, shapes) on a single line."""
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{inner}{json.dumps(k)}: {_dumps(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
+        return "[\n" + ",\n".join(inner + _dumps(v, level + 1) for v in obj) + "\n" + pad + "]"
+    return json.dumps(obj, allow_nan=False)  # floats as repr: the shortest exact float64 string
+
+
+def export(directory, families=None) -> list:
+    """Write ``<family>.json`` for each family (default: all) into ``directory``; return the paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for name in families or FAMILIES:
+        path = os.path.join(directory, f"{name}.json")
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(_dumps(build_family(name)) + "\n")
+        paths.append(path)
+    return paths
+
+
+# --------------------------------------------------------------------------- check
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One value (or one whole case, when ``index`` is None) that minipos no longer reproduces."""
+
+    family: str
+    case: str
+    output: str = ""
+    index: tuple | None = None
+    expected: object = None
+    got: object = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.family}/{self.case}" + (f": {self.output}" if self.output else "")
+        if self.index is None:
+            return f"{where}: {self.detail}"
+        return f"{where}{list(self.index)}: expected {self.expected!r}, got {self.got!r}"
+
+
+def compare(family: str, case: str, output: str, expected: np.ndarray, got, tolerance: dict,
+            where: np.ndarray | None = None) -> list:
+    """Every element of ``got`` outside ``atol + rtol * |expected|`` of ``expected`` (only where ``where``)."""
+    got = np.asarray(got)
+    if got.shape != expected.shape:
+        return [Mismatch(family, case, output, detail=f"shape {list(got.shape)}, expected {list(expected.shape)}")]
+    e, g = expected.astype(np.float64), got.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(g - e) <= tolerance["atol"] + tolerance["rtol"] * np.abs(e))  # NaN counts as bad
+    if where is not None:
+        bad &= where
+    return [Mismatch(family, case, output, tuple(int(i) for i in idx), expected[idx].item(), got[idx].item())
+            for idx in np.argwhere(bad).tolist() for idx in [tuple(idx)]]
+
+
+def check_case(family: str, case: dict, precision: str = "float64") -> list:
+    """Run one case with the installed minipos; return its mismatches."""
+    inputs = {k: decode(v) for k, v in case["inputs"].items()}
+    where = {k: decode(v) for k, v in case.get("where", {}).items()}
+    try:
+        got = FAMILIES[family].run(inputs, case["params"])
+    except Exception as err:  # a case that now raises is a mismatch, reported with the error
+        return [Mismatch(family, case["name"], detail=f"raised {type(err).__name__}: {err}")]
+    out = []
+    for name, value in case["expected"].items():
+        if name not in got:
+            out.append(Mismatch(family, case["name"], name, detail="output missing"))
+            continue
+        out += compare(family, case["name"], name, decode(value), got[name], case["tolerance"][precision],
+                       where.get(name))
+    return out
+
+
+def check_document(doc: dict) -> list:
+    """Every mismatch of one family document (as written by ``export``)."""
+    family = doc.get("family")
+    if family not in FAMILIES:
+        return [Mismatch(str(family), "-", detail=f"unknown family; this minipos knows {sorted(FAMILIES)}")]
+    if doc.get("spec_version", "").split(".")[0] != SPEC_VERSION.split(".")[0]:
+        return [Mismatch(family, "-", detail=f"spec_version {doc.get('spec_version')!r}, this minipos "
+                         f"reads {SPEC_VERSION}")]
+    return [m for case in doc["cases"] for m in check_case(family, case)]
+
+
+def check(directory, families=None) -> list:
+    """Recompute every case of every family file in ``directory``; return all mismatches (empty = pass)."""
+    out = []
+    for name in families or FAMILIES:
+        path = os.path.join(directory, f"{name}.json")
+        if not os.path.exists(path):
+            out.append(Mismatch(name, "-", detail=f"no file {path}"))
+            continue
+        with open(path, encoding="utf-8") as f:
+            out += check_document(json.load(f))
+    return out
+
+
+def format_mismatches(mismatches: list) -> str:
+    """One line per mismatch, then the number of mismatched values per case."""
+    lines = [str(m) for m in mismatches]
+    per_case = {}
+    for m in mismatches:
+        per_case[f"{m.family}/{m.case}"] = per_case.get(f"{m.family}/{m.case}", 0) + 1
+    lines += [f"{key}: {n} mismatch(es)" for key, n in per_case.items()]
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    """``minipos vectors export DIR`` / ``minipos vectors check DIR`` (``args`` from the CLI parser)."""
+    if args.vectors_command == "export":
+        paths = export(args.dir)
+        size = sum(os.path.getsize(p) for p in paths)
+        print(f"wrote {len(paths)} families ({size / 1e6:.2f} MB) to {args.dir}, spec {SPEC_VERSION}")
+        return 0
+    mismatches = check(args.dir)
+    if mismatches:
+        print(format_mismatches(mismatches))
+        print(f"FAILED: {len(mismatches)} mismatch(es) against {args.dir}")
+        return 1
+    total = 0
+    for name in FAMILIES:
+        with open(os.path.join(args.dir, f"{name}.json"), encoding="utf-8") as f:
+            total += len(json.load(f)["cases"])
+    print(f"ok: minipos {__version__} reproduces {total} cases in {len(FAMILIES)} families of {args.dir}")
+    return 0
