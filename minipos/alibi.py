@@ -37,7 +37,7 @@ import numpy as np
 
 from ._checks import as_float_array, as_positions, check_positive_int
 
-__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_key_only"]
+__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_as", "alibi_bias_key_only"]
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -75,6 +75,28 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> 
         rel = -np.abs(rel)                                         # -|i - j|
     m = slopes.astype(np.float64)[:, None, None]                   # (H, 1, 1)
     return (m * rel[None, :, :]).astype(slopes.dtype, copy=False)  # -m_h (i - j), (H, T, S)
+
+
+def alibi_bias_as(dtype, slopes, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
+    """``alibi_bias(...)`` in ``dtype`` computed in ``dtype`` directly: one product, no float64 pass.
+
+    The cheap form for attention in float32 (a block of the bias per call). The distances
+    ``j - i`` are exact integers in ``dtype`` (float32 holds every integer below 2^24), the slopes
+    are rounded to ``dtype`` once, and the product rounds once: so for a power-of-two ``H`` (slopes
+    ``2^(-8h/H)`` are powers of two) it equals ``alibi_bias(...).astype(dtype)`` bit for bit, and
+    otherwise differs by at most one unit in the last place. Shapes as ``alibi_bias``: ``(H, T, S)``.
+    """
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    slopes = _check_slopes(slopes)
+    i = as_positions(q_positions, "q_positions")
+    j = as_positions(k_positions, "k_positions")
+    rel = (j[None, :] - i[:, None]).astype(dtype)                  # j - i, (T, S), exact
+    if symmetric:
+        rel = -np.abs(rel, out=rel)                                # -|i - j|
+    m = slopes.astype(dtype)[:, None, None]                        # (H, 1, 1)
+    return np.multiply(m, rel[None, :, :])                         # -m_h (i - j), (H, T, S)
 
 
 def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:

@@ -147,7 +147,11 @@ def _buffer_view(buf: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 def _block_term(value, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
-    """Check one block's bias (float) or mask (bool) from ``name``; ``None`` passes through."""
+    """Check one block's bias (float) or mask (bool) from ``name``; ``None`` passes through.
+
+    Only the dtype and shape are checked here, which costs nothing per element; a bias holding
+    NaN or +inf is caught once per query block from the row sums (``_check_row_sums``).
+    """
     if value is None:
         return None
     where = f"{name}(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}))"
@@ -157,43 +161,66 @@ def _block_term(value, name: str, qs: slice, ks: slice, target: tuple, *, boolea
             raise TypeError(f"{where} must return a boolean mask (True = may attend) or None, "
                             f"got dtype {value.dtype}")
     else:
-        value = as_float_array(value, where)
-    try:
-        ok = np.broadcast_shapes(value.shape, target) == tuple(target)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{where} returned shape {value.shape}, which does not broadcast to the "
-                         f"block shape (..., H, tq, tk) = {tuple(target)}")
+        value = as_float_array(value, where, finite=False)
+    if value.shape != tuple(target):
+        try:
+            ok = np.broadcast_shapes(value.shape, target) == tuple(target)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{where} returned shape {value.shape}, which does not broadcast to the "
+                             f"block shape (..., H, tq, tk) = {tuple(target)}")
     return value
 
 
-def _block_allowed(mask_fn, causal: bool, offset: int, qs: slice, ks: slice, target: tuple):
+def _check_row_sums(l: np.ndarray, qs: slice) -> None:
+    """Raise if a row sum ``l`` of the query block ``qs`` is NaN or +inf.
+
+    Every exponent is ``<= 0`` for finite logits, so ``0 <= l <= S``: a NaN or an infinite ``l``
+    can only come from a NaN or +inf logit, i.e. from ``bias_fn`` (q, k and v are checked).
+    """
+    if not np.isfinite(l).all():
+        raise ValueError(f"bias_fn must return finite values: the logits of queries "
+                         f"slice({qs.start}, {qs.stop}) hold NaN or +inf (bias_fn returned NaN or "
+                         f"inf, or scale q.k overflowed)")
+
+
+def _causal_triangle(qs: slice, ks: slice, offset: int, cache: dict) -> np.ndarray:
+    """``s <= t + offset`` for the block ``(qs, ks)``, ``(tq, tk)``; blocks on the same diagonal
+    share one array (it depends on the sizes and on ``ks.start - qs.start`` only)."""
+    key = (qs.stop - qs.start, ks.stop - ks.start, ks.start - qs.start - offset)
+    if key not in cache:
+        t = np.arange(qs.start, qs.stop)[:, None]
+        s = np.arange(ks.start, ks.stop)[None, :]
+        cache[key] = s <= t + offset                              # causal_mask: s <= t + (S - T)
+    return cache[key]
+
+
+def _block_allowed(mask_fn, causal: bool, offset: int, qs: slice, ks: slice, target: tuple, cache: dict):
     """The block's mask ``(..., H, tq, tk)``-broadcastable, or ``None`` when all keys are allowed."""
     allowed = None
     if mask_fn is not None:
         allowed = _block_term(mask_fn(qs, ks), "mask_fn", qs, ks, target, boolean=True)
     if causal and ks.stop - 1 > qs.start + offset:           # the block crosses the diagonal
-        t = np.arange(qs.start, qs.stop)[:, None]
-        s = np.arange(ks.start, ks.stop)[None, :]
-        tri = s <= t + offset                                 # causal_mask: s <= t + (S - T)
+        tri = _causal_triangle(qs, ks, offset, cache)
         allowed = tri if allowed is None else allowed & tri
     return allowed
 
 
-def _online_update(x, v_blk, m, l, o, pv) -> None:
-    """Fold one block of logits ``x`` ``(..., H, tq, tk)`` into the running ``m``, ``l``, ``o``.
+def _online_update(x, v_blk, m, o, pv, rowmax) -> None:
+    """Fold one block of logits ``x`` ``(..., H, tq, tk)`` into the running ``m`` and ``o``.
 
-    ``x`` is overwritten by ``P = e^{x - m_new}``; ``pv`` is scratch of ``o``'s shape.
+    ``v_blk`` is ``[V | 1]`` ``(..., H, tk, Dv + 1)``, so ``o`` ``(..., H, tq, Dv + 1)`` carries
+    the row sum ``l`` in its last column and one product updates both. ``x`` is overwritten by
+    ``P = e^{x - m_new}``; ``pv`` (``o``'s shape) and ``rowmax`` (``m``'s) are scratch.
     """
-    m_new = np.maximum(m, np.max(x, axis=-1, keepdims=True))            # m_new = max(m, rowmax(x))
+    np.max(x, axis=-1, keepdims=True, out=rowmax)
+    m_new = np.maximum(m, rowmax, out=rowmax)                           # m_new = max(m, rowmax(x))
     shift = np.where(np.isfinite(m_new), m_new, x.dtype.type(0))        # no key yet: shift by 0
     alpha = np.exp(m - shift)                                            # e^{m - m_new}
     np.exp(np.subtract(x, shift, out=x), out=x)                         # P = e^{x - m_new}
-    l *= alpha
-    l += np.sum(x, axis=-1, keepdims=True)                              # l = l e^{m-m_new} + sum P
-    o *= alpha
-    o += np.matmul(x, v_blk, out=pv)                                     # o = o e^{m-m_new} + P V
+    o *= alpha                                                           # [o | l] e^{m - m_new}
+    o += np.matmul(x, v_blk, out=pv)                                     #   + P [V | 1]
     m[...] = m_new
 
 
@@ -241,40 +268,42 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     """
     q, k, v = _check_qkv(q, k, v)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    q, k = (a.astype(dtype, copy=False) for a in (q, k))
     *lead, T, D = q.shape
     S, Dv = v.shape[-2:]
     scale = 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
     block, offset = _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset, T, S)
+    v1 = np.empty((*lead, S, Dv + 1), dtype)                               # [V | 1]: P [V | 1] = [P V | l]
+    v1[..., :Dv], v1[..., Dv] = v, 1
     out = np.zeros((*lead, T, Dv), dtype)                                  # (..., H, T, Dv)
     bq, bk, n = min(block, T), min(block, S), int(np.prod(lead))
-    bufs = [np.empty(size, dtype) for size in (n * bq * D, n * bq * bk, n * bq * Dv, n * bq * Dv)]
-    stats = np.empty((2, n * bq), dtype)                                   # m and l of one query block
-    scale = dtype.type(scale)
+    bufs = [np.empty(size, dtype) for size in (n * bq * D, n * bq * bk, n * bq * (Dv + 1), n * bq * (Dv + 1))]
+    stats = np.empty((2, n * bq), dtype)                                   # m and a row max of one query block
+    scale, triangles = dtype.type(scale), {}
     for i in range(0, T, block):
         qs = slice(i, min(i + block, T))
         q_blk = np.multiply(q[..., qs, :], scale,                          # scale multiplies q . k only
                             out=_buffer_view(bufs[0], (*lead, qs.stop - i, D)))
-        _attend_query_block(q_blk, k, v, out, qs, bufs[1:], stats, bias_fn=bias_fn, mask_fn=mask_fn,
-                            causal=causal, offset=offset, block=block)
+        _attend_query_block(q_blk, k, v1, out, qs, bufs[1:], stats, bias_fn=bias_fn, mask_fn=mask_fn,
+                            causal=causal, offset=offset, block=block, triangles=triangles)
     return out
 
 
-def _attend_query_block(q_blk, k, v, out, qs, bufs, stats, *, bias_fn, mask_fn, causal, offset,
-                        block) -> None:
+def _attend_query_block(q_blk, k, v1, out, qs, bufs, stats, *, bias_fn, mask_fn, causal, offset,
+                        block, triangles) -> None:
     """Online softmax of the scaled query block ``q_blk`` ``(..., H, tq, D)`` over its key blocks.
 
-    Writes ``out[..., qs, :]``; ``bufs`` is scratch for the logits, ``o`` and ``P V``.
+    ``v1`` is ``[V | 1]`` ``(..., H, S, Dv + 1)``. Writes ``out[..., qs, :]``; ``bufs`` is scratch
+    for the logits, ``[o | l]`` and ``P [V | 1]``; ``triangles`` caches causal block masks.
     """
     *lead, tq, _ = q_blk.shape
-    o, pv = (_buffer_view(buf, (*lead, tq, v.shape[-1])) for buf in bufs[1:])
-    m, l = (_buffer_view(row, (*lead, tq, 1)) for row in stats)
+    o, pv = (_buffer_view(buf, (*lead, tq, v1.shape[-1])) for buf in bufs[1:])
+    m, rowmax = (_buffer_view(row, (*lead, tq, 1)) for row in stats)
     m.fill(-np.inf)                                                        # m = -inf, l = 0, o = 0
-    l.fill(0)
     o.fill(0)
     for ks in _key_slices(qs, k.shape[-2], block, causal, offset):
         target = (*lead, tq, ks.stop - ks.start)
-        allowed = _block_allowed(mask_fn, causal, offset, qs, ks, target)
+        allowed = _block_allowed(mask_fn, causal, offset, qs, ks, target, triangles)
         if allowed is not None and not allowed.any():
             continue                                                       # masked throughout: skip
         x = np.matmul(q_blk, np.swapaxes(k[..., ks, :], -1, -2), out=_buffer_view(bufs[0], target))
@@ -284,5 +313,7 @@ def _attend_query_block(q_blk, k, v, out, qs, bufs, stats, *, bias_fn, mask_fn, 
                 np.add(x, bias, out=x)                                     # x = scale q.k + b
         if allowed is not None:
             np.copyto(x, -np.inf, where=~allowed)                          # masked logits -> -inf
-        _online_update(x, v[..., ks, :], m, l, o, pv)
-    np.divide(o, l, out=out[..., qs, :], where=l > 0)                      # out = o / l (0 if l = 0)
+        _online_update(x, v1[..., ks, :], m, o, pv, rowmax)
+    l = o[..., -1:]                                                        # (..., H, tq, 1)
+    _check_row_sums(l, qs)
+    np.divide(o[..., :-1], l, out=out[..., qs, :], where=l > 0)            # out = o / l (0 if l = 0)

@@ -315,8 +315,9 @@ class ALiBi(Scheme):
         super().bind(layer, rng)
         self.slopes = alibi.alibi_slopes(self.num_heads)  # (H,), fixed, not learned
 
-    def bias(self, q_positions, k_positions):
-        return alibi.alibi_bias(self.slopes, q_positions, k_positions, symmetric=self.symmetric)
+    def bias(self, q_positions, k_positions):  # in the layer's dtype directly (one pass per block)
+        return alibi.alibi_bias_as(self.layer.dtype, self.slopes, q_positions, k_positions,
+                                   symmetric=self.symmetric)
 
     def __repr__(self) -> str:
         return f"ALiBi(symmetric={self.symmetric})"

@@ -249,8 +249,8 @@ def _rotary_dim(rotary_dim, D: int) -> int:
     return R
 
 
-def _cos_sin(positions, T: int, R: int, layout: str, base, inv_freq, attention_factor, dtype):
-    """cos(mθ) and sin(mθ), each ``(T, R)``, spread over the pairs of ``layout``, in ``dtype``."""
+def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype):
+    """cos(mθ_i) and sin(mθ_i), each ``(T, R/2)`` (one column per pair), in ``dtype``."""
     pos = as_positions(positions, "positions", allow_negative=True)
     if pos.shape[0] != T:
         raise ValueError(f"positions must have length T = {T} (x.shape[-2]), got {pos.shape[0]}")
@@ -261,13 +261,48 @@ def _cos_sin(positions, T: int, R: int, layout: str, base, inv_freq, attention_f
     inv_freq = _check_len(inv_freq, R)
     factor = check_float(attention_factor, "attention_factor", positive=True)
     angles = rope_angles(pos, inv_freq)                            # (T, R/2), float64
-    if layout == "interleaved":
-        angles = np.repeat(angles, 2, axis=-1)                     # (T, R): θ_0, θ_0, θ_1, θ_1, …
-    else:
-        angles = np.concatenate([angles, angles], axis=-1)         # (T, R): θ_0 … θ_{R/2-1}, θ_0 …
     cos = (factor * np.cos(angles)).astype(dtype, copy=False)
     sin = (factor * np.sin(angles)).astype(dtype, copy=False)
     return cos, sin
+
+
+_CHUNK = 1 << 18  # elements of x per step of apply_rope (1 MiB of float32): a step stays in cache
+
+
+def _rotate_pairs(a, b, out_a, out_b, cos, sin, tmp) -> None:
+    """Each pair (a, b) rotated by mθ: out_a = a cos - b sin, out_b = b cos + a sin (Eq. 34)."""
+    tmp = tmp[: a.size].reshape(a.shape)
+    np.multiply(a, cos, out=out_a)
+    out_a -= np.multiply(b, sin, out=tmp)                  # x ⊙ cos(mΘ) + rotate(x) ⊙ sin(mΘ)
+    np.multiply(b, cos, out=out_b)
+    out_b += np.multiply(a, sin, out=tmp)
+
+
+def _rotate_half_layout(x, out, cos, sin, tmp) -> None:
+    """Pairs (i, i + R/2), on ``(..., t, 2, R/2)`` views: halves swapped by a negative stride."""
+    *lead, t, R = x.shape
+    halves = (*lead, t, 2, R // 2)
+    x2, out2 = x.reshape(halves), out.reshape(halves)       # (..., t, 2, R/2): [x_1; x_2]
+    cos2 = np.broadcast_to(cos[:, None, :], (t, 2, R // 2))  # [cos; cos]
+    sin2 = tmp[: t * R].reshape(t, 2, R // 2)               # [-sin; sin]
+    np.negative(sin, out=sin2[:, 0])
+    sin2[:, 1] = sin
+    prod = tmp[t * R: t * R + x.size].reshape(halves)
+    np.multiply(x2, cos2, out=out2)                         # x ⊙ cos(mΘ)
+    out2 += np.multiply(x2[..., ::-1, :], sin2, out=prod)   #   + [x_2; x_1] ⊙ [-sin; sin] = rotate_half(x) ⊙ sin
+
+
+def _rotate_interleaved(x, out, cos, sin, tmp) -> None:
+    """Pairs (2i, 2i+1) as one complex number each: (x_0 + i x_1) e^{i m θ} (Eq. 34)."""
+    if x.dtype.type not in _COMPLEX:                       # e.g. float16: strided real pairs
+        return _rotate_pairs(x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2], cos, sin, tmp)
+    z = x.view(_COMPLEX[x.dtype.type])                     # (..., t, R/2): x_0 + i x_1
+    w = tmp[: 2 * cos.size].view(z.dtype).reshape(cos.shape)
+    w.real, w.imag = cos, sin                              # e^{i m θ}
+    np.multiply(z, w, out=out.view(z.dtype))               # (x_0 cos - x_1 sin) + i (x_0 sin + x_1 cos)
+
+
+_COMPLEX = {np.float32: np.complex64, np.float64: np.complex128, np.longdouble: np.clongdouble}
 
 
 def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
@@ -281,17 +316,27 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     ``(R/2,)`` frequencies from a scaling variant, replacing ``base^(-2i/R)``. attention_factor:
     multiplies cos and sin (not the pass-through part), so the rotated part's logits scale by
     its square. Returns ``(..., T, D)`` in x's floating dtype.
+
+    Computed a few positions at a time (every array of a step fits in cache), so ``x`` is read
+    once and the result written once; cos and sin are ``(T, R/2)``, one column per pair.
     """
     x = as_float_array(x, "x")
     check_ndim(x, "x", 2, "(..., T, D)")
     check_choice(layout, "layout", LAYOUTS)
     *_, T, D = x.shape
     R = _rotary_dim(rotary_dim, D)
-    cos, sin = _cos_sin(positions, T, R, layout, base, inv_freq, attention_factor, x.dtype)  # (T, R)
-    x_rot, x_pass = x[..., :R], x[..., R:]                                 # (..., T, R), (..., T, D-R)
-    rot = rotate_every_two if layout == "interleaved" else rotate_half
-    out = x_rot * cos + rot(x_rot) * sin                   # Eq. 34: x ⊙ cos(mΘ) + rot(x) ⊙ sin(mΘ)
-    return np.concatenate([out, x_pass], axis=-1)                          # (..., T, D)
+    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor, x.dtype)  # (T, R/2)
+    if layout == "interleaved" and x.dtype.type in _COMPLEX and x.strides[-1] != x.itemsize:
+        x = np.ascontiguousarray(x)                                        # complex view needs it
+    out = np.empty(x.shape, x.dtype)                                       # (..., T, D)
+    out[..., R:] = x[..., R:]                                              # the pass-through part
+    rotate = _rotate_interleaved if layout == "interleaved" else _rotate_half_layout
+    step = max(1, _CHUNK // max(1, x.size // max(T, 1)))                  # positions per step
+    tmp = np.empty(min(T, step) * (x.size // max(T, 1) + 2 * R), x.dtype)
+    for t in range(0, T, step):                                            # a loop over blocks
+        ts = slice(t, t + step)
+        rotate(x[..., ts, :R], out[..., ts, :R], cos[ts], sin[ts], tmp)
+    return out                                                             # (..., T, D)
 
 
 def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray:
