@@ -34,8 +34,14 @@ def test_split_dim4_by_hand_is_the_interleaved_table_permuted():
     ]
     got = sinusoidal_table(3, 4, layout="split")
     np.testing.assert_allclose(got, split, rtol=1e-15, atol=1e-16)
-    interleaved_from_split = got[:, [0, 2, 1, 3]]  # sin_0, cos_0, sin_1, cos_1
-    np.testing.assert_allclose(interleaved_from_split[1], [sin(1), cos(1), sin(0.01), cos(0.01)], rtol=1e-15)
+    # interleaved column 2i is sin w_i, 2i+1 is cos w_i: taking the even columns, then the odd
+    # ones, gives [sin w_0 ... sin w_{D/2-1} | cos w_0 ... cos w_{D/2-1}], i.e. the split table.
+    np.testing.assert_array_equal(sinusoidal_table(3, 4)[:, [0, 2, 1, 3]], got)
+    positions = np.array([0, 1, 7, -3, 250, 4097])
+    for D in (2, 6, 10, 64):
+        permutation = np.r_[0:D:2, 1:D:2]
+        np.testing.assert_array_equal(sinusoidal_table(positions, D)[:, permutation],
+                                      sinusoidal_table(positions, D, layout="split"))
 
 
 def test_tensor2tensor_dim4_by_hand():
@@ -174,12 +180,21 @@ def test_shift_is_a_rotation_of_each_pair(pos, k, half):
 
 def test_learned_table_init_matches_gpt2_bert_std():
     # GPT-2 and BERT initialise position embeddings with normal(0, initializer_range = 0.02).
+    # 65536 draws: the sample mean has standard error 0.02 / 256 = 7.8e-5 and the sample std
+    # about 0.02 / sqrt(2 * 65536) = 5.5e-5, so 5e-4 is over 6 standard errors for each.
     table = learned_table(1024, 64)
     assert table.shape == (1024, 64) and table.dtype == np.float64
     assert abs(table.std() - 0.02) < 0.0005 and abs(table.mean()) < 0.0005
-    np.testing.assert_array_equal(learned_table(4, 3, seed=7), learned_table(4, 3, seed=7))
-    assert not np.array_equal(learned_table(4, 3, seed=7), learned_table(4, 3, seed=8))
-    assert learned_table(4, 3, dtype=np.float32).dtype == np.float32
+    # The documented contract is numpy.random.default_rng(seed).normal(0, std): values printed
+    # by numpy 2.4.6 `np.random.default_rng(7).normal(0.0, 0.02, size=(4, 3))`.
+    printed = [[2.4603067149651485e-05, 0.005974910750169398, -0.005482757107244352],
+               [-0.017811836775145484, -0.009093415703434452, -0.019832931099929247],
+               [0.0012028720519487697, 0.026804304911090673, -0.009844130371026593],
+               [-0.01240949799639881, 0.009796841003703965, 0.007137740163201215]]
+    np.testing.assert_allclose(learned_table(4, 3, seed=7), printed, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(learned_table(4, 3, seed=7, std=1.0), np.array(printed) / 0.02, rtol=1e-14)
+    np.testing.assert_array_equal(learned_table(4, 3, seed=7, dtype=np.float32), np.array(printed, np.float32))
+    assert not np.allclose(learned_table(4, 3, seed=8), printed)
 
 
 def test_absolute_embedding_gathers_rows():
