@@ -246,9 +246,12 @@ def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     *lead, H, T, D = q.shape
     att_span = check_positive_int(att_span, "att_span")
     pos_key = _check_pos_table(pos_key, "pos_key", att_span, H, D)
-    qp = np.einsum("...htd,hkd->...htk", q, pos_key)  # (..., H, T, 2K)
+    qp = np.matmul(q, np.swapaxes(pos_key, -1, -2))  # (..., H, T, 2K)
     S = np.shape(relative_pos)[-1] if np.ndim(relative_pos) else 0
     idx = _index_for(relative_pos, att_span, (*lead, H, T, S))
+    if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
+        flat = idx[(0,) * (idx.ndim - 2)] + (2 * att_span) * np.arange(T)[:, None]  # t * 2K + delta
+        return _take_rows(qp, flat)                                           # (..., H, T, S)
     return np.take_along_axis(qp, idx, axis=-1)  # (..., H, T, S)
 
 
@@ -264,10 +267,20 @@ def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
     *lead, H, S, D = k.shape
     att_span = check_positive_int(att_span, "att_span")
     pos_query = _check_pos_table(pos_query, "pos_query", att_span, H, D)
-    kp = np.einsum("...hsd,hkd->...hks", k, pos_query)  # (..., H, 2K, S)
+    kp = np.matmul(pos_query, np.swapaxes(k, -1, -2))  # (..., H, 2K, S)
     T = np.shape(relative_pos)[-2] if np.ndim(relative_pos) >= 2 else 0
     idx = _index_for(relative_pos, att_span, (*lead, H, T, S))
+    if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
+        flat = idx[(0,) * (idx.ndim - 2)] * S + np.arange(S)[None, :]           # delta * S + s
+        return _take_rows(kp, flat)                                           # (..., H, T, S)
     return np.take_along_axis(kp, idx, axis=-2)  # out[i, j] = kp[idx[i, j], j]: (..., H, T, S)
+
+
+def _take_rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """``out[..., t, s] = a[..., :, :].ravel()[flat[t, s]]`` for every leading index: one gather."""
+    *lead, _, _ = a.shape
+    rows = np.ascontiguousarray(a).reshape(-1, a.shape[-2] * a.shape[-1])   # (N, T*2K) or (N, 2K*S)
+    return np.take(rows, flat, axis=1).reshape(*lead, *flat.shape)         # (..., H, T, S)
 
 
 def _pos_att_types(pos_att_type) -> tuple[str, ...]:

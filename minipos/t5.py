@@ -203,7 +203,8 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
     table: ``(K, H)`` float (T5's ``relative_attention_bias.weight``); the result keeps its dtype.
     q_positions: ``(T,)`` or an int T; k_positions: ``(S,)`` or an int S (non-negative integers).
     Efficient form: each distinct distance is bucketed once (``T + S - 1`` of them for contiguous
-    positions, where the result is Toeplitz in (t, s)) and the ``(H, T, S)`` bias is a gather.
+    positions, where the result is Toeplitz in (t, s) and every row is a window of the per-distance
+    values, copied without an index array); otherwise the ``(H, T, S)`` bias is a gather.
     """
     table = _check_table(table, num_buckets)
     q = as_positions(q_positions, "q_positions")
@@ -218,7 +219,24 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
         return t5_bias_definitional(table, q, k, **config)
     distances = np.arange(lowest, lowest + span)                        # (span,)
     per_distance = table[relative_position_bucket(distances, **config)].T   # (H, span)
+    if _is_run(q) and _is_run(k):                                       # Toeplitz: copy windows
+        return _toeplitz(np.ascontiguousarray(per_distance), q.size, k.size)
     return per_distance[:, k[None, :] - q[:, None] - lowest]            # (H, T, S)
+
+
+def _is_run(positions: np.ndarray) -> bool:
+    """True for consecutive integers ``p, p + 1, …`` (the usual, contiguous positions)."""
+    return positions.size < 2 or bool(np.all(np.diff(positions) == 1))
+
+
+def _toeplitz(per_distance: np.ndarray, T: int, S: int) -> np.ndarray:
+    """``out[h, t, s] = per_distance[h, s - t + T - 1]``, ``(H, T, S)``, one contiguous copy.
+
+    Row t is the window of S distances starting at ``T - 1 - t``: the sliding windows of
+    ``per_distance`` in reverse order, a view that is copied once (no index array).
+    """
+    windows = np.lib.stride_tricks.sliding_window_view(per_distance, S, axis=-1)  # (H, span-S+1, S)
+    return np.ascontiguousarray(windows[:, T - 1::-1, :])                # (H, T, S)
 
 
 def t5_bias_definitional(table, q_positions, k_positions, *, bidirectional: bool = True,

@@ -136,9 +136,10 @@ def rel_shift(x) -> np.ndarray:
     *lead, T, S = x.shape
     if S < T:
         raise ValueError(f"x must have S >= T (keys = memory + queries), got T={T}, S={S}")
-    padded = np.concatenate([np.zeros((*lead, T, 1), dtype=x.dtype), x], axis=-1)  # (..., T, S+1)
-    padded = padded.reshape(*lead, S + 1, T)  # (..., S+1, T)  the same buffer, viewed anew
-    return padded[..., 1:, :].reshape(*lead, T, S)  # (..., T, S)
+    padded = np.empty((*lead, T, S + 1), dtype=x.dtype)  # (..., T, S+1)
+    padded[..., 0], padded[..., 1:] = 0, x  # [0 | x]
+    padded = padded.reshape(*lead, (S + 1) * T)[..., T:]  # the same buffer without its first T
+    return padded.reshape(*lead, T, S)  # (..., T, S): a view, no second copy
 
 
 def _as_qk(q, k=None, *, causal: bool = True):
@@ -188,7 +189,7 @@ def position_scores(q, r, v) -> np.ndarray:
         raise ValueError(f"r must have shape (H, S, D) = ({H}, S >= {T}, {D}) for q {q.shape}, "
                          f"got shape {r.shape}")
     v = _as_shaped(v, "v", (H, D), "(H, D)")
-    bd = np.einsum("...htd,hsd->...hts", q + v[:, None, :], r)  # (..., H, T, S)  BD, unshifted
+    bd = np.matmul(q + v[:, None, :], np.swapaxes(r, -1, -2))  # (..., H, T, S)  BD, unshifted
     return rel_shift(bd).astype(float_dtype(q, r, v), copy=False)  # BD[i, j] <- BD[i, j+T-1-i]
 
 
@@ -205,7 +206,7 @@ def xl_scores(q, k, r, u, v) -> np.ndarray:
     r = _as_shaped(r, "r", (H, k.shape[-2], D), "(H, S, D) with S = k.shape[-2]")
     u = _as_shaped(u, "u", (H, D), "(H, D)")
     v = _as_shaped(v, "v", (H, D), "(H, D)")
-    ac = np.einsum("...htd,...hsd->...hts", q + u[:, None, :], k)  # (..., H, T, S)  (a) + (c)
+    ac = np.matmul(q + u[:, None, :], np.swapaxes(k, -1, -2))  # (..., H, T, S)  (a) + (c)
     bd = position_scores(q, r, v)  # (..., H, T, S)  (b) + (d)
     return (ac + bd).astype(float_dtype(q, k, r, u, v), copy=False)
 
