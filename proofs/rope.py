@@ -4,10 +4,12 @@ r"""Rotary position embedding (Su et al. 2021, RoFormer, arXiv:2104.09864, §3.2
     θ_i = base^(-2i/D),  i = 0 … D/2 - 1                                  (Eq. 14-15)
 
 in the interleaved layout (pair i = features (2i, 2i+1)); the half layout pairs (i, i + D/2).
-Every identity is proved on the 2x2 block B with a symbol for the angle, then the blocks are
-composed and the block-diagonal form is checked at a few explicit D (2, 4, 6, 8) with a
-symbolic base. Headline: R(m) R(n)^T = R(m - n), hence <R(m) q, R(n) k> depends on m - n
-only (written q^T R(n - m) k, Eq. 16).
+Every identity is proved on the 2x2 block B with a symbol for the angle. For any even D,
+block-diagonal matrices multiply blockwise, so block i of R(m) R(n)^T is
+B(m θ_i) B(n θ_i)^T = B((m - n) θ_i): checked with symbolic i, D and base. The whole
+block-diagonal form is also checked at a few explicit D (2, 4, 6, 8). Headline:
+R(m) R(n)^T = R(m - n), hence <R(m) q, R(n) k> depends on m - n only (written
+q^T R(n - m) k, Eq. 16).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from .core import theorem
 
 a, b, m, n = sp.symbols("a b m n", real=True)
 base = sp.Symbol("base", positive=True)
+D_ = sp.Symbol("D", integer=True, positive=True, even=True)
+i_ = sp.Symbol("i", integer=True, nonnegative=True)
+theta_i = base ** (-2 * i_ / D_)  # θ_i = base^(-2i/D) with symbolic i and D
 CASES = [4, 2, 6, 8]
 RMAT = "minipos.rope.rotation_matrix"
 APPLY = "minipos.rope.apply_rope"
@@ -27,6 +32,17 @@ APPLY = "minipos.rope.apply_rope"
 def B(t):
     """The 2x2 counter-clockwise rotation by angle t."""
     return sp.Matrix([[sp.cos(t), -sp.sin(t)], [sp.sin(t), sp.cos(t)]])
+
+
+def B_shown(t):
+    """B(t) with cos and sin left unevaluated, so that B(-b) shows its minus sign."""
+    c, s_ = sp.cos(t, evaluate=False), sp.sin(t, evaluate=False)
+    return sp.ImmutableMatrix([[c, -s_], [s_, c]])
+
+
+def B_T(t):
+    """B(t)^T, shown as a transpose (evaluated when compared)."""
+    return sp.Transpose(sp.ImmutableMatrix(B(t)))
 
 
 def thetas(D, b_=base):
@@ -74,7 +90,7 @@ def _(p):
                        [sp.sin(a) * sp.cos(b) + sp.cos(a) * sp.sin(b), sp.cos(a) * sp.cos(b) - sp.sin(a) * sp.sin(b)]]),
             "multiply", by="expand")
       .step(B(a + b), "angle addition", by="trig"))
-    p.claim(B(a).T, B(-a), "cos is even, sin is odd")
+    p.claim(B_T(a), B_shown(-a), "cos is even, sin is odd")
     p.tie(RMAT, expected=B(a), symbols=(a,), points=[(0,), (1,), (-5,), (4097,)],
           call=lambda f, x: f(x, 2), reason="D = 2: R(m) = B(m θ_0), θ_0 = 1")
 
@@ -83,12 +99,16 @@ def _(p):
          "R(m)^T R(n) = R(n - m) for the block-diagonal R of any even D",
          checks=(RMAT,))
 def _(p):
-    (p.derive(sp.MatMul(B(a).T, B(b), evaluate=False))
-      .step(sp.MatMul(B(-a), B(b), evaluate=False), "$B(a)^T = B(-a)$")
+    (p.derive(sp.MatMul(B_T(a), B(b), evaluate=False))
+      .step(sp.MatMul(B_shown(-a), B(b), evaluate=False), "$B(a)^T = B(-a)$")
       .step(B(b - a), "$B(a) B(b) = B(a + b)$", by="trig"))
+    (p.derive(sp.MatMul(B_T(m * theta_i), B(n * theta_i), evaluate=False),
+              "block i of $R(m)^T R(n)$, any even D, $i = 0 \\ldots D/2 - 1$, $\\theta_i = base^{-2i/D}$")
+      .step(B((n - m) * theta_i), "block-diagonal matrices multiply blockwise: "
+            "$B(m\\theta_i)^T B(n\\theta_i) = B((n - m)\\theta_i)$, block i of $R(n - m)$", by="trig"))
     for D in p.cases(D=CASES):
-        p.claim(R(m, D).T * R(n, D), R(n - m, D), "blockwise: the block identity with angles $m\\theta_i$, $n\\theta_i$",
-                by="trig")
+        p.claim(R(m, D).T * R(n, D), R(n - m, D),
+                "explicit D: the block identity with angles $m\\theta_i$, $n\\theta_i$", by="trig")
     for D in (4, 8):
         p.tie(RMAT, expected=R(n - m, D, 10000), symbols=(m, n), points=_POINTS,
               call=lambda f, x, y: f(x, D).T @ f(y, D), reason=f"R(m)^T R(n), D = {D}")
@@ -99,11 +119,15 @@ def _(p):
          "(and hence <R(m) q, R(n) k> depends on m - n only)",
          checks=(RMAT, APPLY))
 def _(p):
-    (p.derive(sp.MatMul(B(a), B(b).T, evaluate=False))
-      .step(sp.MatMul(B(a), B(-b), evaluate=False), "$B(b)^T = B(-b)$")
+    (p.derive(sp.MatMul(B(a), B_T(b), evaluate=False))
+      .step(sp.MatMul(B(a), B_shown(-b), evaluate=False), "$B(b)^T = B(-b)$")
       .step(B(a - b), "$B(a) B(b) = B(a + b)$", by="trig"))
+    (p.derive(sp.MatMul(B(m * theta_i), B_T(n * theta_i), evaluate=False),
+              "block i of $R(m) R(n)^T$, any even D, $i = 0 \\ldots D/2 - 1$, $\\theta_i = base^{-2i/D}$")
+      .step(B((m - n) * theta_i), "block-diagonal matrices multiply blockwise: "
+            "$B(m\\theta_i) B(n\\theta_i)^T = B((m - n)\\theta_i)$, block i of $R(m - n)$", by="trig"))
     for D in p.cases(D=CASES):
-        p.claim(R(m, D) * R(n, D).T, R(m - n, D), "blockwise, for each pair i", by="trig")
+        p.claim(R(m, D) * R(n, D).T, R(m - n, D), "explicit D: blockwise, for each pair i", by="trig")
     D = 4
     q, k = vec("q", D), vec("k", D)
     (p.derive(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$\\langle R(m) q, R(n) k \\rangle$, D = 4")

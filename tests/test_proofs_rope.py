@@ -8,7 +8,7 @@ rope = pytest.importorskip("minipos.rope")
 
 from proofs import core  # noqa: E402
 from proofs.core import StepFalse, Theorem, TieMismatch, latex_of  # noqa: E402
-from proofs.rope import R, m, n  # noqa: E402
+from proofs.rope import B, B_T, D_, R, i_, m, n, theta_i  # noqa: E402
 
 IDS = [t.id for t in core.select(["rope"])]
 
@@ -81,3 +81,26 @@ def test_abel_with_wrong_sign_is_false():
 def test_latex_of_headline():
     tex = latex_of(core.REGISTRY["rope.relative.headline"].run())
     assert tex.count("\\begin{aligned}") >= 3 and "% shown for D = 4; checked for D in {4, 2, 6, 8}" in tex
+
+
+@pytest.mark.parametrize("tid", ["rope.relative.headline", "rope.relative.transpose_left"])
+def test_any_even_d_is_checked_with_symbolic_i_and_d(tid):
+    chains = [b for b in core.REGISTRY[tid].run().blocks if hasattr(b, "rows")]
+    symbolic = [c for c in chains if {i_, D_} <= c.start.free_symbols]
+    assert symbolic and any("block-diagonal matrices multiply blockwise" in r.reason for r in symbolic[0].rows)
+
+
+def test_block_step_with_the_wrong_sign_is_false_for_symbolic_i_and_d():
+    def proof(p):
+        (p.derive(sp.MatMul(B(m * theta_i), B_T(n * theta_i), evaluate=False), "block i of R(m) R(n)^T")
+          .step(B((n - m) * theta_i), "block-diagonal matrices multiply blockwise", by="trig"))
+    with pytest.raises(StepFalse) as err:
+        Theorem("rope.block_sign", "s", proof).prove()
+    msg = str(err.value)
+    assert "theorem rope.block_sign, step 1 ('block-diagonal matrices multiply blockwise') [FALSE]" in msg
+    assert "counterexample: D = " in msg and "i = " in msg
+
+
+def test_transpose_step_renders_the_minus_sign():
+    tex = latex_of(core.REGISTRY["rope.relative.headline"].run())
+    assert "\\cos{\\left(- b \\right)}" in tex and "\\right]^{T}" in tex
