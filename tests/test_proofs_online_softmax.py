@@ -55,10 +55,15 @@ def test_unnormalised_softmax_fails_the_merge(monkeypatch):
             "('rescaled block weights = softmax of the union, blocks 2 + 2')") in str(err.value)
 
 
-def test_blockwise_that_normalises_each_block_fails(monkeypatch):
-    if not hasattr(minipos.attention, "blockwise_attention"):
-        pytest.skip("minipos.attention has no blockwise form")
+def test_missing_blockwise_form_is_reported_missing(monkeypatch):
+    monkeypatch.delattr(minipos.attention, "blockwise_attention")
+    result = select(["online_softmax.merge"])[0].run()
+    assert result.status == "MISSING"
+    assert "theorem online_softmax.merge, tie to minipos.attention.blockwise_attention [MISSING]" in result.message
+    assert "minipos.attention.blockwise_attention" in result.checks
 
+
+def test_blockwise_that_normalises_each_block_fails(monkeypatch):
     def per_block(q, k, v, *, block_size, causal=False, **kw):  # averages per-block softmax outputs
         S = k.shape[-2]
         mask = np.tril(np.ones((q.shape[-2], S), bool), S - q.shape[-2]) if causal else None
