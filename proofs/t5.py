@@ -14,7 +14,7 @@ distance ``M``, a distance ``m >= E`` goes to bucket ``min(P - 1, E + floor(x(m)
   used.
 - Of the four terms of (x_i + p_i) W_q W_k^T (x_j + p_j)^T, T5 keeps content-content only and
   replaces position-position by a learned per-head scalar table[bucket(j - i), h]; it does not
-  divide by sqrt(D).
+  divide by sqrt(D) (checked on the layer: ``T5Bias().scale(D)`` is 1).
 
 The reference evaluates x(m) in float32. At the configurations checked here every threshold
 where m*_k is an integer (16, 32, 64 for 32/128) is a power-of-two ratio that float32 evaluates
@@ -161,7 +161,7 @@ def _(p):
 @theorem("t5.score.terms",
          "T5 keeps content-content, replaces position-position by a per-head scalar "
          "table[bucket(j - i), h], drops the mixed terms and does not divide by sqrt(D)",
-         checks=("minipos.t5.t5_bias", "minipos.attention.attention"))
+         checks=("minipos.t5.t5_bias", "minipos.layer.T5Bias", "minipos.attention.attention"))
 def _(p):
     xi, pi, Wq, WkT, xjT, pjT = sp.symbols("x_i p_i W_q W_k^T x_j^T p_j^T", commutative=False)
     i, j = sp.symbols("i j", integer=True)
@@ -176,12 +176,16 @@ def _(p):
     s, b, D = sp.symbols("s b D", positive=True)
     p.refute(s + b, s / sp.sqrt(D) + b, {s: 2, b: 0, D: 4},
              "the T5 logit $q \\cdot k + b$ is not scaled by $1/\\sqrt{D}$")
+    p.tie("minipos.layer.T5Bias", expected=sp.Integer(1), symbols=(D,), points=[(4,), (64,), (128,)],
+          call=lambda cls, d: cls().scale(d), reason="T5Bias().scale(D) = 1, not 1/sqrt(D)")
     _tie_t5_attention(p)
 
 
 def _tie_t5_attention(p):
-    """attention(q, k, v, bias=t5_bias(...), scale=1) = softmax(q.k + table[bucket(j - i), h]) v."""
+    """attention(q, k, v, bias=t5_bias(...), scale=T5Bias().scale(D))
+    = softmax(q.k + table[bucket(j - i), h]) v."""
     from minipos.attention import attention
+    from minipos.layer import T5Bias
 
     rng = np.random.default_rng(5)
     H, T, S, D, K, M = 2, 3, 20, 4, 32, 128
@@ -200,6 +204,6 @@ def _tie_t5_attention(p):
 
     def call(f, offset):  # positions shifted by offset: a Toeplitz bias gives the same weights
         bias = f(table, qpos + offset, np.arange(S) + offset)
-        return attention(q, k, v, bias=bias, scale=1.0)
+        return attention(q, k, v, bias=bias, scale=T5Bias().scale(D))  # the layer's scale
     p.tie("minipos.t5.t5_bias", expected=expected, points=[(0,), (1000,)], call=call,
-          symbols=(sp.Symbol("offset"),), reason="softmax(q.k + table[bucket(j - i), h]), scale 1")
+          symbols=(sp.Symbol("offset"),), reason="softmax(q.k + table[bucket(j - i), h]), the T5Bias scale")

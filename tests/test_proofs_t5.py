@@ -88,8 +88,18 @@ def test_query_minus_key_sign_fails_the_score(monkeypatch):
     good = minipos.t5.t5_bias
     err = _fails("t5.score.terms", monkeypatch, "t5_bias", lambda table, q, k, **kw: np.swapaxes(
         good(table, k, q, **kw), -1, -2))  # buckets of query - key instead of key - query
-    assert "theorem t5.score.terms, tie to minipos.t5.t5_bias ('softmax(q.k + table[bucket(j - i), h]), scale 1')" \
-        in str(err)
+    assert ("theorem t5.score.terms, tie to minipos.t5.t5_bias "
+            "('softmax(q.k + table[bucket(j - i), h]), the T5Bias scale')") in str(err)
+
+
+def test_t5bias_scaled_by_one_over_sqrt_d_fails_the_score(monkeypatch):
+    layer = pytest.importorskip("minipos.layer")
+    monkeypatch.setattr(layer.T5Bias, "scale", lambda self, head_dim: 1.0 / np.sqrt(head_dim))
+    with pytest.raises(TieMismatch) as err:
+        select(["t5.score.terms"])[0].prove()
+    assert ("theorem t5.score.terms, tie to minipos.layer.T5Bias ('T5Bias().scale(D) = 1, not 1/sqrt(D)')"
+            in str(err.value))
+    assert "at D = 4" in str(err.value)
 
 
 def test_claiming_the_last_bucket_starts_at_128_is_false():
