@@ -51,7 +51,28 @@ def test_table_with_swapped_sin_cos_fails(monkeypatch):
     swapped = lambda *a, **kw: real(*a, **kw)[:, np.arange(8) ^ 1]  # noqa: E731  cos, sin pairs
     monkeypatch.setattr(sinusoidal, "sinusoidal_table", swapped)
     result = core.REGISTRY["sinusoidal.frequencies"].run()
-    assert result.status == "MISMATCH" and "the table's columns, D = 8" in result.message
+    assert result.status == "MISMATCH"
+    assert ("tie to minipos.sinusoidal.sinusoidal_table ('columns 2i, 2i + 1 = sin, cos(pos w_i) for "
+            "i = 0 … D/2 - 1 fill all D columns') [case D = 8]") in result.message
+
+
+def test_one_frequency_per_column_fails_the_shape(monkeypatch):
+    # w = base^(-i/D) for i = 0 … D - 1: the index run over all D columns instead of D/2 pairs.
+    wrong = lambda dim, *, base=10000.0, layout="interleaved": base ** (-np.arange(dim) / dim)  # noqa: E731
+    monkeypatch.setattr(sinusoidal, "sinusoidal_frequencies", wrong)
+    with pytest.raises(TieMismatch) as err:
+        core.REGISTRY["sinusoidal.frequencies"].prove()
+    msg = str(err.value)
+    assert ("theorem sinusoidal.frequencies, tie to minipos.sinusoidal.sinusoidal_frequencies "
+            "('one frequency per pair: shape (D/2,), i = 0 … D/2 - 1') [case D = 8]") in msg
+
+
+def test_split_table_as_default_fails_the_interleaved_columns(monkeypatch):
+    real = sinusoidal.sinusoidal_table
+    monkeypatch.setattr(sinusoidal, "sinusoidal_table",
+                        lambda positions, dim, **kw: real(positions, dim, layout="split"))
+    with pytest.raises(TieMismatch, match=r"tie to minipos.sinusoidal.sinusoidal_table \('columns 2i, 2i \+ 1"):
+        core.REGISTRY["sinusoidal.frequencies"].prove()
 
 
 def test_rope_inv_freq_with_wrong_exponent_fails(monkeypatch):
