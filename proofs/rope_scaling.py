@@ -14,6 +14,9 @@ original context length. Proved here, each tied to the function that implements 
   ramp between pairs 20 and 46 at D = 128, base 10000, L = 4096;
 - YaRN's attention factor f (Sec. 3.4) multiplies cos and sin, so the logits scale by f²;
 - Llama 3.1's smoothing is continuous at λ = L / low_freq_factor and λ = L / high_freq_factor;
+- LongRoPE (Ding et al. 2024, arXiv:2402.13753; Phi-3, HF ``_compute_longrope_parameters``):
+  θ_i / λ_i with the short factors up to L and the long ones beyond, and the attention factor
+  sqrt(1 + ln s / ln L) = sqrt(ln L_max / ln L), s = L_max / L (1.1902 for Phi-3-mini-128k);
 - converting the q/k weight columns between the interleaved and half layouts (what loading a
   Meta checkpoint into HF code does) preserves every score, since P^T P = I.
 """
@@ -292,6 +295,47 @@ def _(p):
         p.tie(f"{SC}.llama3", expected=want, points=[()],
               call=lambda fn: _col(fn(16, base=b, **LLAMA)[0]),
               reason=f"the three branches, D = 16, base = {b:g}")
+
+
+# --------------------------------------------------------------------------- LongRoPE
+
+_SHORT = [sp.Integer(1), sp.Rational(5, 4), sp.Rational(3, 2), sp.Integer(2)]   # D = 8: one factor per pair
+_LONG = [sp.Integer(1), sp.Integer(2), sp.Integer(3), sp.Rational(9, 2)]
+_PHI3 = dict(original_max_position_embeddings=4096, max_position_embeddings=131072)  # Phi-3-mini-128k
+
+
+def _longrope(fn, D=8, **kw):
+    """``longrope`` with the D = 8 factors above (Phi-3's lengths unless overridden)."""
+    return fn(D, short_factor=[float(x) for x in _SHORT], long_factor=[float(x) for x in _LONG],
+              **{**_PHI3, **kw})
+
+
+@theorem("rope_scaling.longrope.factors",
+         "LongRoPE: inv_freq_i = θ_i / λ_i with the short factors λ for seq_len <= L and the long "
+         "factors above; attention factor sqrt(1 + ln s / ln L) with s = max_position_embeddings / L",
+         checks=(f"{SC}.longrope",))
+def _(p):
+    Lmax = sp.Symbol("L_max", positive=True)
+    g = sp.sqrt(1 + sp.log(s) / sp.log(L))
+    (p.derive(g, "the attention factor, $s = L_{max} / L$")
+      .step(sp.sqrt(sp.log(Lmax) / sp.log(L)), "$\\ln L + \\ln s = \\ln L_{max}$", using={s: Lmax / L}))
+    (p.derive(g.subs({s: 32, L: 4096}), "Phi-3-mini-128k: $L = 4096$, $L_{max} = 131072$, $s = 32$")
+      .step(sp.sqrt(sp.Add(1, sp.Rational(5, 12), evaluate=False), evaluate=False),
+            "$\\ln 32 / \\ln 4096 = 5 \\ln 2 / (12 \\ln 2)$", by="expand")
+      .step(sp.sqrt(sp.Rational(17, 12), evaluate=False), "$\\approx 1.1902$", by="expand"))
+    p.claim(g, 1, "$s = 1$ ($L_{max} = L$): no attention scaling", using={s: 1})
+    D, nL = 8, sp.Symbol("seq_len", integer=True, positive=True)
+    for name, factors, pts, rule in (("short", _SHORT, [(1,), (2048,), (4096,)], "<="),
+                                     ("long", _LONG, [(4097,), (131072,)], ">")):
+        want = sp.Matrix([th / fi for th, fi in zip(thetas(D, 10000), factors)])
+        p.tie(f"{SC}.longrope", expected=want, symbols=(nL,), points=pts,
+              call=lambda fn, nv: _col(_longrope(fn, seq_len=nv)[0]),
+              reason=f"inv_freq = θ_i / {name}_factor_i for seq_len {rule} L = 4096, D = 8")
+    p.tie(f"{SC}.longrope", expected=sp.sqrt(1 + sp.log(Lmax / L) / sp.log(L)), symbols=(Lmax, L),
+          points=[(131072, 4096), (8192, 4096), (4096, 4096), (262144, 8192)],
+          call=lambda fn, lm, lv: _longrope(fn, original_max_position_embeddings=lv, max_position_embeddings=lm,
+                                            seq_len=1)[1],
+          reason="attention factor sqrt(1 + ln s / ln L), s = max_position_embeddings / L")
 
 
 # --------------------------------------------------------------------------- porting: the weight layout

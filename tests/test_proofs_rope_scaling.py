@@ -21,7 +21,7 @@ def test_the_family_is_registered():
         "rope_scaling.linear.positions", "rope_scaling.ntk.extremes",
         "rope_scaling.dynamic.original_length", "rope_scaling.yarn.correction_dim",
         "rope_scaling.yarn.attention_factor", "rope_scaling.llama3.continuous",
-        "rope_scaling.layout.weights"}
+        "rope_scaling.longrope.factors", "rope_scaling.layout.weights"}
 
 
 @pytest.mark.parametrize("th", THEOREMS, ids=lambda t: t.id)
@@ -153,3 +153,40 @@ def test_inverse_permutation_fails_the_layout_theorem_at_d8(monkeypatch):
 def test_latex_of_the_yarn_index():
     tex = latex_of(core.REGISTRY["rope_scaling.yarn.correction_dim"].run())
     assert "\\begin{aligned}" in tex and "e^{\\ln x} = x" in tex
+
+
+def test_longrope_long_factors_from_seq_len_l_fail(monkeypatch):
+    real = rs.longrope
+
+    def switch_at_l(dim, *, seq_len, original_max_position_embeddings, **kw):  # ">=" where HF has ">"
+        return real(dim, seq_len=seq_len + (seq_len == original_max_position_embeddings),
+                    original_max_position_embeddings=original_max_position_embeddings, **kw)
+    monkeypatch.setattr(rs, "longrope", switch_at_l)
+    with pytest.raises(TieMismatch) as err:
+        _prove("rope_scaling.longrope.factors")
+    msg = str(err.value)
+    assert ("theorem rope_scaling.longrope.factors, tie to minipos.rope_scaling.longrope "
+            "('inv_freq = θ_i / short_factor_i for seq_len <= L = 4096, D = 8')") in msg
+    assert "at seq_len = 4096" in msg
+
+
+def test_longrope_attention_factor_over_ln_l_max_fails(monkeypatch):
+    real = rs.longrope
+
+    def over_ln_l_max(dim, **kw):  # sqrt(1 + ln s / ln L_max) instead of / ln L
+        inv_freq, _ = real(dim, **kw)
+        s = kw["max_position_embeddings"] / kw["original_max_position_embeddings"]
+        return inv_freq, math.sqrt(1 + math.log(s) / math.log(kw["max_position_embeddings"]))
+    monkeypatch.setattr(rs, "longrope", over_ln_l_max)
+    with pytest.raises(TieMismatch) as err:
+        _prove("rope_scaling.longrope.factors")
+    assert ("tie to minipos.rope_scaling.longrope ('attention factor sqrt(1 + ln s / ln L), "
+            "s = max_position_embeddings / L')") in str(err.value)
+    assert "at L_max = 131072, L = 4096" in str(err.value)
+
+
+def test_longrope_phi3_attention_factor_claimed_as_yarn_is_false():
+    def proof(p):  # YaRN's 0.1 ln s + 1 at s = 32 is 1.3466, not LongRoPE's sqrt(17/12) = 1.1902
+        p.claim(sp.sqrt(1 + sp.log(32) / sp.log(4096)), sp.Rational(1, 10) * sp.log(32) + 1, "as in YaRN")
+    with pytest.raises(StepFalse, match=r"theorem rope_scaling.demo, step 1 \('as in YaRN'\) \[FALSE\]"):
+        Theorem("rope_scaling.demo", "s", proof).prove()
