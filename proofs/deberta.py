@@ -7,7 +7,9 @@ He et al. 2021, "DeBERTa", arXiv:2006.03654, §3.1 Eq. 2-4, and the reference co
 - A~_ij = Q^c_i . K^c_j + Q^c_i . K^r_delta(i,j) + K^c_j . Q^r_delta', delta(i, j) =
   clip(i - j + k, 0, 2k - 1). The paper writes delta' = delta(j, i); the code's gather of
   ``clip(-r_pos + k)`` followed by a transpose reads entry (j, i) of -r_pos, i.e. -(j - i) = i - j:
-  delta' = delta(i, j). The two differ whenever i != j (refuted at a point).
+  delta' = delta(i, j). The two differ whenever i != j (refuted at a point). The code's
+  ``build_relative_position`` / ``relative_positions`` give r_ij = i - j (query minus key; log-bucketed
+  in v2/v3), checked against the code, also for a cached step.
 - For q, k and the two position vectors independent, zero-mean, unit-variance entries,
   E[A~] = 0 and Var(A~) = 3D (the cross terms vanish because every one has a zero-mean factor),
   hence the scale 1/sqrt(3D): sqrt(D (1 + number of position terms)).
@@ -56,7 +58,8 @@ def _terms_by_formula(q, k, pos_key, pos_query, rel, span, *, p2c="code"):
 @theorem("deberta.terms.index",
          "A~ = c2c + c2p + p2c with delta(i, j) = clip(i - j + k, 0, 2k - 1); the code's p2c uses "
          "delta(i, j), not the paper's delta(j, i)",
-         checks=("minipos.deberta.c2p_term", "minipos.deberta.p2c_term",
+         checks=("minipos.deberta.build_relative_position", "minipos.deberta.relative_positions",
+                 "minipos.deberta.c2p_term", "minipos.deberta.p2c_term",
                  "minipos.deberta.disentangled_scores_definitional"))
 def _(p):
     i, j = sp.symbols("i j", integer=True)
@@ -74,6 +77,7 @@ def _(p):
             using={bucket(i - j): r_pos(i, j)}))
     p.refute(_delta(i, j, k), _delta(j, i, k), {i: 1, j: 0, k: 4},
              "the paper's $\\delta(j, i)$ is not the code's $\\delta(i, j)$: one key back, $k = 4$")
+    _tie_relative_positions(p)
     seeds = [(3,), (4,)]
     names = (sp.Symbol("seed"),)
     p.tie("minipos.deberta.c2p_term", expected=lambda s: _terms_by_formula(*_example(s))[1], points=seeds,
@@ -87,6 +91,22 @@ def _(p):
               expected=lambda s: _terms_by_formula(*_example(s), p2c=convention).sum(0) / np.sqrt(3 * 3),
               points=seeds, symbols=names, reason=f"(c2c + c2p + p2c) / sqrt(3D), p2c_convention={convention!r}",
               call=lambda f, s: f(*_example(s)[:5], att_span=_example(s)[5], p2c_convention=convention))
+
+
+def _tie_relative_positions(p):
+    """r_ij = i - j (query minus key) in the code, plain and log-bucketed, from position 0 or a cache."""
+    grid = lambda qs, ks: np.subtract.outer(np.asarray(qs), np.asarray(ks))  # noqa: E731  r_ij = i - j
+    p.tie("minipos.deberta.build_relative_position", expected=lambda T, S: grid(range(T), range(S)),
+          points=[(4, 4), (3, 6), (6, 2)], symbols=(sp.Symbol("T"), sp.Symbol("S")),
+          call=lambda f, T, S: f(T, S), reason="entry (i, j) = i - j, queries 0 … T-1, keys 0 … S-1")
+    p.tie("minipos.deberta.relative_positions", expected=lambda c: grid(range(c, c + 3), range(c + 5)),
+          points=[(0,), (7,)], symbols=(sp.Symbol("cache"),),
+          call=lambda f, c: f(np.arange(c, c + 3), c + 5), reason="a cached step: queries c … c+2, keys 0 … c+4")
+    qs, ks = np.arange(0, 60, 7), np.arange(45)
+    bucketed = _exact_log_bucket(grid(qs, ks).ravel(), 8, 32).reshape(qs.size, ks.size)
+    p.tie("minipos.deberta.relative_positions", expected=lambda: bucketed, points=[()],
+          call=lambda f: f(qs, ks, bucket_size=8, max_position=32),
+          reason="bucketed: make_log_bucket_position(i - j), bucket_size 8, max_position 32")
 
 
 def _expect(poly, gens, mu):

@@ -55,6 +55,24 @@ def test_the_papers_p2c_index_in_the_code_fails(monkeypatch):
         in str(err)
 
 
+def test_key_minus_query_relative_position_fails(monkeypatch):
+    good = minipos.deberta.build_relative_position
+    err = _fails("deberta.terms.index", monkeypatch, "build_relative_position",
+                 lambda T, S, **kw: -good(T, S, **kw))  # key - query
+    assert isinstance(err, TieMismatch)
+    assert ("theorem deberta.terms.index, tie to minipos.deberta.build_relative_position "
+            "('entry (i, j) = i - j, queries 0 … T-1, keys 0 … S-1')") in str(err)
+
+
+def test_relative_positions_that_forget_the_cache_offset_fail(monkeypatch):
+    good = minipos.deberta.relative_positions
+    err = _fails("deberta.terms.index", monkeypatch, "relative_positions",
+                 lambda q, k, **kw: good(np.arange(np.size(q)) if np.ndim(q) else q, k, **kw))
+    assert ("theorem deberta.terms.index, tie to minipos.deberta.relative_positions "
+            "('a cached step: queries c … c+2, keys 0 … c+4')") in str(err)
+    assert "at cache = 7" in str(err)
+
+
 def test_scale_sqrt_d_fails(monkeypatch):
     good = minipos.deberta.disentangled_scores
 
