@@ -6,8 +6,10 @@ Press, Smith & Lewis 2022, "Train Short, Test Long", arXiv:2108.12409, §3, and 
 - for H = 2^k heads the slopes are geometric, first term and ratio 2^(-8/H): m_h = 2^(-8h/H);
 - for other H, with P = 2^floor(log2 H): the P slopes of P heads, then every other slope
   (``[0::2]``) of the 2P-head sequence, the first H - P of them: 2^(-4(2i + 1)/P);
-- under a causal mask the biases -m(i - j), -m|i - j| and +m j give the same softmax row: over
-  the allowed keys j <= i they differ by a constant of the row;
+- the biases -m(i - j) and +m j give the same softmax row WITH OR WITHOUT a mask: they differ by
+  m i, a constant of the row (softmax is shift-invariant per row). Only their equality with the
+  distance penalty -m|i - j| needs the causal mask: over the allowed keys j <= i, |i - j| = i - j;
+  without it, keys j > i are rewarded by +m j and penalised by -m|i - j|;
 - the bias depends on i - j only, so shifting every position (a cached step) leaves it unchanged.
 """
 
@@ -109,30 +111,40 @@ def _masked_softmax(row, allowed):
     return [sp.exp(x) / total if ok else sp.Integer(0) for x, ok in zip(row, allowed)]
 
 
-def _rows(T, S, bias):
-    """The (T, S) masked-softmax matrix of s_{t,j} + bias(i, j), query t at position i = S - T + t."""
+def _rows(T, S, bias, causal=True):
+    """The (T, S) softmax matrix of s_{t,j} + bias(i, j), query t at position i = S - T + t;
+    under the causal mask (keys j <= i) or over every key."""
     s, m = sp.symbols(f"s0:{T * S}", real=True), sp.Symbol("m", positive=True)
     rows = []
     for t in range(T):
         i = S - T + t
         rows.append(_masked_softmax([s[t * S + j] + bias(m, i, j) for j in range(S)],
-                                    [j <= i for j in range(S)]))
+                                    [j <= i or not causal for j in range(S)]))
     return sp.Matrix(rows), s, m
 
 
 @theorem("alibi.bias.causal_equivalence",
-         "under a causal mask the biases -m(i - j), -m|i - j| and +m j give the same softmax rows; "
-         "without it -m|i - j| and +m j differ",
-         checks=("minipos.alibi.alibi_bias", "minipos.alibi.alibi_bias_key_only"))
+         "the biases -m(i - j) and +m j give the same softmax rows with or without a mask (they differ "
+         "by m i, constant in a row); -m|i - j| equals them only under a causal mask",
+         checks=("minipos.alibi.alibi_bias", "minipos.alibi.alibi_bias_key_only", "minipos.attention.softmax"))
 def _(p):
     i, j = sp.symbols("i j", integer=True)
     m = sp.Symbol("m", positive=True)
     d = sp.Symbol("d", integer=True, nonnegative=True)
     p.claim(-m * (i - j) - m * j, -m * i, "the two forms differ by $-m i$, the same for every key of row $i$")
+    for n in p.cases(n=[3, 1, 2]):  # no mask: row i (any integer) sees every key j = 0..n-1, also j > i
+        s = sp.symbols(f"s0:{n}", real=True)
+        (p.derive(sp.Matrix(_masked_softmax([s[k] - m * (i - k) for k in range(n)], [True] * n)),
+                  "no mask: row $i$ over every key $j = 0 \\ldots n - 1$, future keys $j > i$ included")
+          .step(sp.Matrix([sp.exp(-m * i) * sp.exp(s[k] + m * k)
+                           / sum(sp.exp(-m * i) * sp.exp(s[q] + m * q) for q in range(n)) for k in range(n)]),
+                "$e^{s_j - m(i - j)} = e^{-m i} e^{s_j + m j}$", by="cancel")
+          .step(sp.Matrix(_masked_softmax([s[k] + m * k for k in range(n)], [True] * n)),
+                "cancel $e^{-m i}$ (softmax is shift-invariant per row): no mask is needed", by="cancel"))
     (p.derive(-m * sp.Abs(i - j))
-      .step(-m * d, "an allowed key is $j = i - d$ with $d \\geq 0$", using={j: i - d})
+      .step(-m * d, "under the causal mask an allowed key is $j = i - d$ with $d \\geq 0$", using={j: i - d})
       .step(-m * (i - j), "so $-m|i - j| = -m(i - j)$ there", using={d: i - j}))
-    for n in p.cases(n=[3, 1, 2]):  # row i = n - 1 sees keys j = 0..n-1
+    for n in p.cases(n=[3, 1, 2]):  # causal: row i = n - 1 sees keys j = 0..n-1
         s = sp.symbols(f"s0:{n}", real=True)
         ii = n - 1
         (p.derive(sp.Matrix(_masked_softmax([s[k] - m * (ii - k) for k in range(n)], [True] * n)))
@@ -149,6 +161,28 @@ def _(p):
              {m: 1, s[0]: 0, s[1]: 0, s[2]: 0},
              "so the weight of key 0 in row 0 differs: $-m|i - j|$ penalises the keys $+m j$ rewards")
     _tie_causal_rows(p)
+    _tie_unmasked_rows(p)
+
+
+def _tie_unmasked_rows(p):
+    """Without a mask: softmax of s - m(i - j) (``alibi_bias``) = softmax of s + m j (``alibi_bias_key_only``)."""
+    from minipos.attention import softmax
+
+    rng = np.random.default_rng(4)
+    names = (sp.Symbol("s"), sp.Symbol("m"))
+    for T, S in ((3, 3), (2, 5)):  # queries at S - T … S - 1; rows before the last have future keys
+        key_only, s, m = _rows(T, S, lambda m, i, j: m * j, causal=False)
+        distance, _, _ = _rows(T, S, lambda m, i, j: -m * (i - j), causal=False)
+        lam_key_only = sp.lambdify((s, m), key_only, "numpy")
+        lam_distance = sp.lambdify((s, m), distance, "numpy")
+        points = [(tuple(rng.normal(size=T * S).round(3)), m) for m in (0.5, 2.0 ** -0.5)]
+        qpos = np.arange(S - T, S)
+        p.tie("minipos.alibi.alibi_bias", expected=lambda s, m: lam_key_only(s, m), points=points, symbols=names,
+              call=lambda f, s, m: softmax(np.reshape(s, (T, S)) + f([m], qpos, S)[0]),
+              reason=f"-m(i - j) with no mask = softmax of s + m j, T={T}, S={S}")
+        p.tie("minipos.alibi.alibi_bias_key_only", expected=lambda s, m: lam_distance(s, m), points=points,
+              symbols=names, call=lambda f, s, m: softmax(np.reshape(s, (T, S)) + f([m], S)[0]),
+              reason=f"+m j with no mask = softmax of s - m(i - j), T={T}, S={S}")
 
 
 def _tie_causal_rows(p):

@@ -1,7 +1,8 @@
 r"""Attention: what the scheme-agnostic core relies on.
 
 - softmax is unchanged by adding a constant to a row (why a max-shift is safe, and why ALiBi's
-  ``+m j`` and ``-m (i - j)`` agree under a causal mask);
+  ``+m j`` and ``-m (i - j)`` agree after softmax with or without a mask: they differ by ``m i``,
+  constant in a row; only their equality with ``-m |i - j|`` needs the causal mask);
 - Var(q . k) = D for independent zero-mean unit-variance entries, hence the scale 1/sqrt(D)
   (Vaswani et al. 2017, arXiv:1706.03762, Sec. 3.2.1, footnote 4);
 - (x_i + p_i) W_q W_k^T (x_j + p_j)^T splits into the four content/position terms

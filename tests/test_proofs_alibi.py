@@ -73,6 +73,15 @@ def test_key_only_with_the_wrong_sign_fails(monkeypatch):
     assert "tie to minipos.alibi.alibi_bias_key_only ('+m j masked = softmax of s - m(i - j)" in str(err)
 
 
+def test_distance_penalty_in_place_of_minus_m_i_minus_j_fails_without_a_mask(monkeypatch):
+    good = minipos.alibi.alibi_bias  # -m|i - j| always: right under the causal mask, wrong for future keys
+    err = _fails("alibi.bias.causal_equivalence", monkeypatch, "alibi_bias",
+                 lambda s, q, k, **kw: good(s, q, k, symmetric=True))
+    assert isinstance(err, TieMismatch)
+    assert ("theorem alibi.bias.causal_equivalence, tie to minipos.alibi.alibi_bias "
+            "('-m(i - j) with no mask = softmax of s + m j, T=3, S=3')") in str(err)
+
+
 def test_bias_of_absolute_positions_fails_shift(monkeypatch):
     good = minipos.alibi.alibi_bias
     err = _fails("alibi.bias.shift", monkeypatch, "alibi_bias",  # a cached step that forgets the query offset
