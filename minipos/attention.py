@@ -34,7 +34,8 @@ FlashAttention-2, arXiv:2307.08691, Alg. 1):
     out   = o / l                       (0 where l = 0: a row with no allowed key)
 
 Rescaling by ``e^{m - m_new}`` makes the result independent of the block order and size; every
-exponent is ``<= 0``, so nothing overflows. Bias and mask come from callables evaluated one block
+exponent is ``<= 0``, so nothing overflows. The values carry a column of ones, ``[V | 1]``, so one
+product ``P [V | 1] = [P V | sum_s P]`` updates ``o`` and ``l`` together. Bias and mask come from callables evaluated one block
 at a time, and blocks that are masked throughout (e.g. key blocks in the future of a query block
 under ``causal``) are skipped without any work.
 """
@@ -264,7 +265,9 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     q_offset: only with ``causal``; an int, which may be negative (rows then see fewer keys).
     block_size: queries and keys per block (a positive int); the extra memory is one logits
       block ``(..., H, block, block)`` plus ``O(... H block (D + Dv))``, whatever T and S.
-    Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
+    Rows with no allowed key give zeros. Equal to ``attention`` up to rounding. A bias holding
+    NaN or +inf raises ``ValueError`` naming ``bias_fn`` (found once per query block from the row
+    sums, not by a pass over every block); a ``-inf`` bias entry acts as a masked one.
     """
     q, k, v = _check_qkv(q, k, v)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
