@@ -20,6 +20,7 @@ __all__ = [
     "check_finite",
     "check_ndim",
     "check_choice",
+    "check_bool",
     "float_dtype",
 ]
 
@@ -32,6 +33,13 @@ def check_int(value, name: str, *, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
     return value
+
+
+def check_bool(value, name: str) -> bool:
+    """Return ``value`` if it is a bool (or NumPy bool); a truthy string is not a bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def check_positive_int(value, name: str) -> int:
@@ -68,15 +76,13 @@ def float_dtype(*arrays) -> np.dtype:
 
 
 def as_float_array(x, name: str, *, finite: bool = True) -> np.ndarray:
-    """``x`` as a floating array (float inputs keep their dtype; ints and bools become float64).
+    """``x`` as a floating array (float inputs keep their dtype; ints become float64).
 
-    Raises ``TypeError`` for complex or non-numeric input, ``ValueError`` for NaN/inf when
+    Raises ``TypeError`` for bool, complex or non-numeric input, ``ValueError`` for NaN/inf when
     ``finite`` (they would poison every output they touch).
     """
     arr = np.asarray(x)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool
-    ):
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
     if not np.issubdtype(arr.dtype, np.floating):
         arr = arr.astype(np.float64)
@@ -109,7 +115,9 @@ def as_positions(positions, name: str = "positions", *, allow_negative: bool = F
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise ValueError(f"{name} must hold integers, got non-integer values")
-        arr = arr.astype(np.int64)
+    if arr.size and (np.issubdtype(arr.dtype, np.floating) or arr.dtype == np.uint64):
+        if np.any(np.abs(arr) >= 2.0 ** 62):  # beyond int64 (with room for differences)
+            raise ValueError(f"{name} must hold integers of magnitude below 2**62, got {arr.max()}")
     arr = arr.astype(np.int64, copy=False)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
