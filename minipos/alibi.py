@@ -92,7 +92,10 @@ def alibi_bias_as(dtype, slopes, q_positions, k_positions, *, symmetric: bool = 
     slopes = _check_slopes(slopes)
     i = as_positions(q_positions, "q_positions")
     j = as_positions(k_positions, "k_positions")
-    rel = (j[None, :] - i[:, None]).astype(dtype)                  # j - i, (T, S), exact
+    if dtype.itemsize >= 4 and max(i.max(initial=0), j.max(initial=0)) < 2 ** np.finfo(dtype).nmant:
+        rel = j.astype(dtype)[None, :] - i.astype(dtype)[:, None]  # j - i, (T, S): exact integers
+    else:
+        rel = (j[None, :] - i[:, None]).astype(dtype)              # j - i, rounded once
     if symmetric:
         rel = -np.abs(rel, out=rel)                                # -|i - j|
     m = slopes.astype(dtype)[:, None, None]                        # (H, 1, 1)

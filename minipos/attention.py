@@ -300,8 +300,8 @@ def _attend_query_block(q_blk, k, v1, out, qs, bufs, stats, *, bias_fn, mask_fn,
     for the logits, ``[o | l]`` and ``P [V | 1]``; ``triangles`` caches causal block masks.
     """
     *lead, tq, _ = q_blk.shape
-    o, pv = (_buffer_view(buf, (*lead, tq, v1.shape[-1])) for buf in bufs[1:])
-    m, rowmax = (_buffer_view(row, (*lead, tq, 1)) for row in stats)
+    o = _buffer_view(bufs[1], (*lead, tq, v1.shape[-1]))
+    m = _buffer_view(stats[0], (*lead, tq, 1))
     m.fill(-np.inf)                                                        # m = -inf, l = 0, o = 0
     o.fill(0)
     for ks in _key_slices(qs, k.shape[-2], block, causal, offset):
@@ -309,14 +309,43 @@ def _attend_query_block(q_blk, k, v1, out, qs, bufs, stats, *, bias_fn, mask_fn,
         allowed = _block_allowed(mask_fn, causal, offset, qs, ks, target, triangles)
         if allowed is not None and not allowed.any():
             continue                                                       # masked throughout: skip
-        x = np.matmul(q_blk, np.swapaxes(k[..., ks, :], -1, -2), out=_buffer_view(bufs[0], target))
-        if bias_fn is not None:
-            bias = _block_term(bias_fn(qs, ks), "bias_fn", qs, ks, target, boolean=False)
-            if bias is not None:
-                np.add(x, bias, out=x)                                     # x = scale q.k + b
-        if allowed is not None:
-            np.copyto(x, -np.inf, where=~allowed)                          # masked logits -> -inf
-        _online_update(x, v1[..., ks, :], m, o, pv, rowmax)
+        bias = None if bias_fn is None else _block_term(bias_fn(qs, ks), "bias_fn", qs, ks, target,
+                                                        boolean=False)
+        for rows, keys in _row_groups(qs, ks, causal, offset):
+            sub = lambda a: None if a is None else np.broadcast_to(a, target)[..., rows, keys]  # noqa: E731
+            nr, nk = rows.stop - rows.start, keys.stop
+            x = np.matmul(q_blk[..., rows, :], np.swapaxes(k[..., ks, :][..., keys, :], -1, -2),
+                          out=_buffer_view(bufs[0], (*lead, nr, nk)))      # scale q.k
+            _fold(x, sub(bias), sub(allowed), v1[..., ks, :][..., keys, :], m[..., rows, :], o[..., rows, :],
+                  _buffer_view(bufs[2], (*lead, nr, v1.shape[-1])), _buffer_view(stats[1], (*lead, nr, 1)))
     l = o[..., -1:]                                                        # (..., H, tq, 1)
     _check_row_sums(l, qs)
     np.divide(o[..., :-1], l, out=out[..., qs, :], where=l > 0)            # out = o / l (0 if l = 0)
+
+
+def _row_groups(qs: slice, ks: slice, causal: bool, offset: int, groups: int = 4):
+    """``(rows, keys)`` slices (relative to the block) that hold every allowed key of the block.
+
+    A block crossing the causal diagonal is cut into ``groups`` bands of rows, each taking only
+    the keys up to its last row's diagonal: the triangle above it (all masked) is never scored.
+    """
+    tq, tk = qs.stop - qs.start, ks.stop - ks.start
+    if not causal or ks.stop - 1 <= qs.start + offset or tq < 2 * groups:
+        return [(slice(0, tq), slice(0, tk))]
+    step = -(-tq // groups)
+    bands = []
+    for r in range(0, tq, step):                                           # a loop over bands of rows
+        rows = slice(r, min(r + step, tq))
+        last_key = qs.start + rows.stop - 1 + offset - ks.start            # s <= t + offset
+        if last_key >= 0:
+            bands.append((rows, slice(0, min(tk, last_key + 1))))
+    return bands
+
+
+def _fold(x, bias, allowed, v_blk, m, o, pv, rowmax) -> None:
+    """Add the bias to the block's ``scale q.k``, mask it, and fold it into ``m`` and ``[o | l]``."""
+    if bias is not None:
+        np.add(x, bias, out=x)                                             # x = scale q.k + b
+    if allowed is not None:
+        np.copyto(x, -np.inf, where=~allowed)                              # masked logits -> -inf
+    _online_update(x, v_blk, m, o, pv, rowmax)
