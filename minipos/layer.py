@@ -104,6 +104,7 @@ class Scheme:
         return {}
 
     rotates_cached_keys = False  # True: the cache keeps raw keys and every step rotates all of them
+    bias_by_distance = False     # True: bias(i, j) depends on j - i only (blocks on a diagonal share it)
 
     def begin(self, q_positions, k_positions) -> None:
         """Called once per forward pass with all query and key positions (length-dependent state)."""
@@ -306,6 +307,7 @@ class ALiBi(Scheme):
 
     name = "alibi"
     seams = ("bias",)
+    bias_by_distance = True
     terms = ("content-content", "position-position")
 
     def __init__(self, *, symmetric: bool = False):
@@ -333,6 +335,7 @@ class T5Bias(Scheme):
 
     name = "t5"
     seams = ("bias",)
+    bias_by_distance = True
     terms = ("content-content", "position-position")
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
@@ -531,6 +534,31 @@ class KVCache:
         self._k, self._v, self._pos = new_k, new_v, new_pos
 
 
+class _DistanceMemo:
+    """The bias blocks of one forward pass by ``(k_0 - q_0, tq, tk)`` for runs of positions.
+
+    Under a bias that depends on ``j - i`` only, every block on one diagonal of the blockwise
+    walk has the same bias; the blocks nearest the diagonal (met first) are kept, up to ``limit``
+    bytes, and the memo dies with the pass.
+    """
+
+    def __init__(self, limit: int = 64 << 20):
+        self.blocks, self.room = {}, limit
+
+    def get(self, q, k, compute):
+        if not (len(q) and len(k) and np.all(np.diff(q) == 1) and np.all(np.diff(k) == 1)):
+            return compute()                                   # not runs of consecutive positions
+        key = (int(k[0] - q[0]), len(q), len(k))
+        if key not in self.blocks:
+            bias = compute()
+            if bias is None or bias.nbytes > self.room:
+                return bias
+            self.room -= bias.nbytes
+            bias.setflags(write=False)
+            self.blocks[key] = bias
+        return self.blocks[key]
+
+
 class MultiHeadAttention:
     """Multi-head self-attention with a position ``scheme`` (default ``NoPE()``).
 
@@ -646,11 +674,15 @@ class MultiHeadAttention:
     def _logits_fn(self, extra, q_pos, k_pos):
         """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
         sc = self.scheme
+        memo = _DistanceMemo() if sc.bias_by_distance else None
+
+        def seam(q, k):
+            bias = sc.bias(q, k)                                                     # (H, tq, tk)
+            return None if bias is None else bias.astype(self.dtype, copy=False)
 
         def fn(qs, ks):
-            bias = sc.bias(q_pos[qs], k_pos[ks])                                      # (H, tq, tk)
-            if bias is not None:
-                bias = bias.astype(self.dtype, copy=False)
+            q, k = q_pos[qs], k_pos[ks]
+            bias = seam(q, k) if memo is None else memo.get(q, k, lambda: seam(q, k))
             if extra is None:
                 return bias
             more = extra(qs, ks)                                                     # (B, H, tq, tk)
