@@ -1,0 +1,67 @@
+"""``python -m benchmarks [--quick]``: print the machine, then one table of ratios."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+import numpy as np
+
+from . import cases
+from ._timing import table
+
+FULL = dict(attn=(2048, 8, 64), block=256, blocks=(128, 256, 512), rope=(32, 4096, 128), rope_def=(2048, 128),
+            t5=(4096, 8), xl=(1024, 8, 64), deberta=(256, 8, 64, 256), long=(32768, 4, 64, 1024),
+            dense_T=4096, decode=(1024, 2048, 4096, 8192), steps=9, repeats=7)
+QUICK = dict(attn=(256, 2, 16), block=64, blocks=(), rope=(2, 128, 16), rope_def=(64, 16), t5=(128, 2),
+             xl=(64, 2, 8), deberta=(32, 2, 8, 16), long=(1024, 2, 16, 256), dense_T=256, decode=(64, 128),
+             steps=3, repeats=3)
+
+
+def machine() -> str:
+    """nproc, CPU model, load, library versions and the BLAS in use."""
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    lines = [f"nproc {os.cpu_count()}, CPU {cpu}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             f"python {platform.python_version()}, numpy {np.__version__}, torch {getattr(cases.torch, '__version__', 'not installed')}",
+             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}"]
+    try:
+        from threadpoolctl import threadpool_info
+        lines += [f"BLAS {p['internal_api']} {p['version']} ({p.get('architecture')}), {p['num_threads']} threads"
+                  for p in threadpool_info() if p["user_api"] == "blas"]
+    except ImportError:
+        blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+        lines.append(f"BLAS {blas.get('name')} {blas.get('version')} (threadpoolctl not installed)")
+    return "\n".join(lines)
+
+
+def run(quick: bool) -> str:
+    c = QUICK if quick else FULL
+    r = c["repeats"]
+    rows = cases.attention_rows(*c["attn"], c["block"], r, c["blocks"])
+    rows += cases.rope_rows(*c["rope"], r)
+    rows.append(cases.rope_definitional_row(*c["rope_def"], r))
+    rows.append(cases.t5_row(*c["t5"], r))
+    rows.append(cases.xl_row(*c["xl"], r))
+    rows.append(cases.deberta_row(*c["deberta"], r))
+    rows.append(cases.alibi_block_row(c["attn"][0], c["attn"][1], c["block"], r))
+    rows += cases.memory_rows(c["long"][0], c["dense_T"], *c["long"][1:])
+    rows += cases.decode_rows(c["decode"], c["long"][1], c["long"][2], c["steps"])
+    return table(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    args = parser.parse_args(argv)
+    print(machine(), flush=True)
+    if args.quick:
+        print("--quick: small sizes for a smoke run; the targets are set for the full sizes", flush=True)
+    print(run(args.quick))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The benchmark rows. Each function takes the sizes of a run and returns a list of ``Row``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minipos import alibi, deberta, rope, t5, transformer_xl
+from minipos.attention import blockwise_attention
+from minipos.layer import ALiBi, MultiHeadAttention
+
+from ._timing import Row, interleaved
+
+try:
+    import torch
+except ImportError:                                   # the torch rows are skipped with a note
+    torch = None
+
+NO_TORCH = "skipped: torch not installed"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ratio_row(name, f, g, repeats, target: float, *, note="", unit_target="") -> Row:
+    tf, tg, ratio = interleaved(f, g, repeats)
+    return Row(name, tf, tg, ratio, f"< {target}{unit_target}", ratio < target, note=note)
+
+
+def _alibi_case(T: int, H: int, D: int):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, H, T, D), dtype=np.float32) for _ in range(3))
+    slopes, pos = alibi.alibi_slopes(H), np.arange(T)
+    bias_fn = lambda qs, ks: alibi.alibi_bias_as(np.float32, slopes, pos[qs], pos[ks])  # noqa: E731
+    return q, k, v, slopes, pos, bias_fn
+
+
+def attention_rows(T: int, H: int, D: int, block: int, repeats: int, blocks=()) -> list[Row]:
+    """Causal ALiBi attention: blockwise and the layer's path against the floor and torch."""
+    q, k, v, slopes, pos, bias_fn = _alibi_case(T, H, D)
+    floor = lambda: np.matmul(np.matmul(q, np.swapaxes(k, -1, -2)), v)     # noqa: E731  (q k^T) v
+    size = f"H={H} T=S={T} D={D} f32"
+    rows = []
+    for b in blocks:                                  # how the block size was chosen
+        fn = lambda b=b: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=b)  # noqa: E731
+        tf, tg, ratio = interleaved(fn, floor, repeats)
+        rows.append(Row(f"blockwise ALiBi block_size={b} / floor", tf, tg, ratio, "(choice)", None))
+    ours = lambda: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=block)  # noqa: E731
+    rows.append(_ratio_row(f"blockwise_attention causal ALiBi {size} block={block} / (q k^T) v",
+                           ours, floor, repeats, 1.6))
+    layer = MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32, block_size=block)
+    logits = layer._logits_fn(None, pos, pos)
+    part = lambda: layer._blockwise(q, k, v, logits, None, True, pos, pos, 1 / np.sqrt(D))  # noqa: E731
+    rows.append(_ratio_row(f"layer attention part (ALiBi, block={block}) / (q k^T) v", part, floor, repeats, 1.6))
+    if torch is None:
+        rows.append(Row("blockwise / torch sdpa (float mask)", None, None, None, "<= 1", None, note=NO_TORCH))
+        return rows
+    bias = np.where(pos[None, :] <= pos[:, None], alibi.alibi_bias(slopes, pos, pos), -np.inf)
+    mask = torch.from_numpy(bias.astype(np.float32)[None])                          # (1, H, T, S)
+    tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask)  # noqa: E731
+    rows.append(_ratio_row("blockwise_attention / torch sdpa (same float mask)", ours, sdpa, repeats, 1.0))
+    rows.append(_ratio_row("layer attention part / torch sdpa (same float mask)", part, sdpa, repeats, 1.0))
+    return rows
+
+
+def rope_rows(H: int, T: int, D: int, repeats: int) -> list[Row]:
+    """``apply_rope`` against ``x.copy()`` and the HF PyTorch expression, both layouts."""
+    x = np.random.default_rng(1).standard_normal((H, T, D), dtype=np.float32)
+    rows = []
+    for layout in ("half", "interleaved"):
+        ours = lambda layout=layout: rope.apply_rope(x, T, layout=layout)  # noqa: E731
+        rows.append(_ratio_row(f"apply_rope {layout} H={H} T={T} D={D} f32 / x.copy()", ours, x.copy,
+                               repeats, 4.0))
+        if torch is None:
+            rows.append(Row(f"apply_rope {layout} / torch HF expression", None, None, None, "< 0.6", None,
+                            note=NO_TORCH))
+            continue
+        angles = np.arange(T)[:, None] * rope.rope_inv_freq(D)[None, :]
+        emb = torch.from_numpy(np.concatenate([angles, angles], axis=-1))
+        cos, sin, tx = emb.cos().float(), emb.sin().float(), torch.from_numpy(x)
+
+        def hf():
+            x1, x2 = tx[..., : D // 2], tx[..., D // 2:]
+            return tx * cos + torch.cat((-x2, x1), dim=-1) * sin                 # HF apply_rotary_pos_emb
+        rows.append(_ratio_row(f"apply_rope {layout} / torch HF expression (cos, sin precomputed)",
+                               ours, hf, repeats, 0.6))
+    return rows
+
+
+def rope_definitional_row(T: int, D: int, repeats: int) -> Row:
+    """``apply_rope`` against R(m) x built per position (the definitional form, Eq. 15)."""
+    x = np.random.default_rng(2).standard_normal((T, D))
+
+    def definitional():
+        R = np.stack([rope.rotation_matrix(m, D) for m in range(T)])             # (T, D, D)
+        return np.einsum("tde,te->td", R, x)
+    return _ratio_row(f"efficient/definitional: apply_rope / R(m) x per position, T={T} D={D}",
+                      lambda: rope.apply_rope(x, T), definitional, repeats, 0.1)
+
+
+def t5_row(T: int, H: int, repeats: int) -> Row:
+    table = np.random.default_rng(3).standard_normal((32, H)).astype(np.float32)
+    return _ratio_row(f"efficient/definitional: t5_bias Toeplitz / per pair, T=S={T} H={H}",
+                      lambda: t5.t5_bias(table, T, T), lambda: t5.t5_bias_definitional(table, T, T),
+                      repeats, 0.1)
+
+
+def xl_row(T: int, H: int, D: int, repeats: int) -> Row:
+    """Terms (b) + (d): project R at S distances and shift, against the gather per pair."""
+    rng = np.random.default_rng(4)
+    d_model = H * D
+    q = rng.standard_normal((1, H, T, D), dtype=np.float32)
+    v = rng.standard_normal((H, D), dtype=np.float32) * 0.02
+    w_r = (rng.standard_normal((d_model, H * D)) / np.sqrt(d_model)).astype(np.float32)
+    pos = np.arange(T)
+
+    def shift():
+        r = transformer_xl.relative_heads(transformer_xl.relative_embeddings(T, d_model), w_r, H)
+        return transformer_xl.position_scores(q, r.astype(np.float32), v)
+    gather = lambda: transformer_xl.xl_position_logits(q, v, w_r, pos, pos)   # noqa: E731
+    return _ratio_row(f"efficient/definitional: XL rel_shift / gather, T=S={T} H={H} D={D}", shift, gather,
+                      repeats, 0.33)
+
+
+def deberta_row(T: int, H: int, D: int, span: int, repeats: int) -> Row:
+    rng = np.random.default_rng(5)
+    q, k = (rng.standard_normal((1, H, T, D), dtype=np.float32) for _ in range(2))
+    pk, pq = (rng.standard_normal((H, 2 * span, D), dtype=np.float32) for _ in range(2))
+    rel = deberta.build_relative_position(T, T, bucket_size=span, max_position=4 * span)
+    args = (q, k, pk, pq, rel)
+    return _ratio_row(f"efficient/definitional: DeBERTa c2p+p2c (T x 2k + gather) / per pair, T={T}",
+                      lambda: deberta.disentangled_scores(*args, att_span=span),
+                      lambda: deberta.disentangled_scores_definitional(*args, att_span=span), repeats, 0.25)
+
+
+def alibi_block_row(T: int, H: int, block: int, repeats: int) -> Row:
+    """Every causal block of the bias in float32 (``alibi_bias_as``) against the dense float64 one."""
+    slopes, pos = alibi.alibi_slopes(H), np.arange(T)
+
+    def per_block():
+        for i in range(0, T, block):
+            for j in range(0, i + block, block):
+                alibi.alibi_bias_as(np.float32, slopes, pos[i:i + block], pos[j:j + block])
+    dense = lambda: alibi.alibi_bias(slopes, pos, pos).astype(np.float32)    # noqa: E731
+    return _ratio_row(f"efficient/definitional: ALiBi bias per causal block / dense, T={T} H={H}",
+                      per_block, dense, repeats, 1.0)
+
+
+def _worker(kind: str, T: int, H: int, D: int, block: int) -> tuple[float, int]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "benchmarks._worker", kind, str(T), str(H), str(D), str(block)],
+                         capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout.split()
+    return float(out[0]), int(out[1])
+
+
+def memory_rows(T_long: int, T_dense: int, H: int, D: int, block: int) -> list[Row]:
+    """Peak resident memory of fresh processes (``VmHWM``, i.e. ``ru_maxrss`` of the process alone).
+
+    The blockwise/dense ratio compares what each adds to a process that only imported minipos.
+    """
+    mib = 2.0 ** 20
+    _, base = _worker("baseline", 1, H, D, block)
+    seconds, peak = _worker("layer", T_long, H, D, block)
+    dense_logits = H * T_long * T_long * 4 / mib
+    rows = [Row(f"peak RSS, layer causal ALiBi T=S={T_long} H={H} D={D} block={block} (ref: the dense "
+                f"(H, T, S) f32 logits alone)", peak / mib, dense_logits, peak / mib / dense_logits,
+                "< 1536 MiB", peak / mib < 1536, unit="MiB", note=f"{seconds:.1f} s")]
+    tb, pb = _worker("blockwise", T_dense, H, D, block)
+    td, pd = _worker("dense", T_dense, H, D, block)
+    ratio = (pb - base) / (pd - base)
+    rows.append(Row(f"peak RSS above the imports ({base / mib:.0f} MiB), blockwise / dense attention, "
+                    f"T=S={T_dense} H={H}", (pb - base) / mib, (pd - base) / mib, ratio, "< 0.5", ratio < 0.5,
+                    unit="MiB", note=f"{tb:.2f} s vs {td:.2f} s"))
+    return rows
+
+
+def decode_rows(lengths, H: int, D: int, steps: int) -> list[Row]:
+    """One decoded token with a ``KVCache`` of each length: time per token, ratio to the first."""
+    layer = MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32)
+    rng = np.random.default_rng(6)
+    rows, first = [], None
+    for L in lengths:
+        cache = layer.new_cache()
+        kv = rng.standard_normal((1, H, L, D), dtype=np.float32)
+        cache.append(kv, kv, np.arange(L))                          # a prefilled cache of L keys
+        x = rng.standard_normal((1, 1, H * D), dtype=np.float32)
+        layer(x, cache=cache, causal=True)                          # warm-up
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            layer(x, cache=cache, causal=True)
+            times.append(time.perf_counter() - start)
+        t = float(np.median(times))
+        first = first or (L, t)
+        expected = L / first[0]
+        ratio = t / first[1]
+        rows.append(Row(f"decode 1 token, cache length {L} (ref: length {first[0]})", t, first[1], ratio,
+                        f"<= {1.5 * expected:g} (linear)", ratio <= 1.5 * expected))
+    return rows

@@ -1,0 +1,41 @@
+"""Smoke test of ``python -m benchmarks --quick``: it runs and prints every row. No timing is
+asserted (times belong to the machine, not to the code)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks import __main__ as bench
+from benchmarks._timing import Row, interleaved, table
+
+
+def test_table_layout_by_hand():
+    rows = [Row("a", 0.002, 0.004, 0.5, "< 1", True), Row("bb", None, None, None, "<= 1", None, note="skipped")]
+    assert table(rows).splitlines() == [
+        "| benchmark | minipos | reference | ratio | target | result     |",
+        "|-----------|---------|-----------|-------|--------|------------|",
+        "| a         | 2.00 ms | 4.00 ms   | 0.500 | < 1    | target met |",
+        "| bb        | -       | -         | -     | <= 1   | skipped    |",
+    ]
+
+
+def test_interleaved_runs_both_sides_alternately():
+    order = []
+    interleaved(lambda: order.append("f"), lambda: order.append("g"), repeats=2)
+    assert order == ["f", "g"] * 3                                  # a warm-up, then 2 pairs
+
+
+def test_quick_run_prints_every_row(capsys):
+    assert bench.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "benchmark" not in line]
+    names = " ".join(rows)
+    for part in ("blockwise_attention", "layer attention part", "apply_rope half", "apply_rope interleaved",
+                 "t5_bias", "XL rel_shift", "DeBERTa", "ALiBi bias per causal block", "peak RSS",
+                 "decode 1 token"):
+        assert part in names, part
+    for line in rows:
+        result = line.rstrip(" |").rsplit("|", 1)[1].strip()
+        assert result.startswith(("target met", "TARGET MISSED", "skipped", "info")), line
+        ratio = line.split("|")[4].strip()
+        assert ratio == "-" or np.isfinite(float(ratio)), line
