@@ -360,6 +360,9 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
         x = np.ascontiguousarray(x)                                        # complex view needs it
     out = np.empty(x.shape, x.dtype)                                       # (..., T, D)
     out[..., R:] = x[..., R:]                                              # the pass-through part
+    rot = rotate_every_two if layout == "interleaved" else rotate_half     # looked up at call time
+    if rot is not _OWN_ROTATION[layout]:                                   # a replaced rotation:
+        return _apply_through(rot, x, out, cos, sin, layout)              # Eq. 34 through it
     rotate = _rotate_interleaved if layout == "interleaved" else _rotate_half_layout
     step = max(1, _CHUNK // max(1, x.size // max(T, 1)))                  # positions per step
     tmp = np.empty(min(T, step) * (x.size // max(T, 1) + 4 * R), x.dtype)
@@ -367,6 +370,22 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
         ts = slice(t, t + step)
         rotate(x[..., ts, :R], out[..., ts, :R], cos[ts], sin[ts], tmp)
     return out                                                             # (..., T, D)
+
+
+def _apply_through(rot, x, out, cos, sin, layout: str) -> np.ndarray:
+    """Eq. 34 as written, ``x ⊙ cos(mΘ) + rot(x) ⊙ sin(mΘ)`` with the given rotation ``rot``.
+
+    ``apply_rope`` takes this path only when ``rotate_half`` / ``rotate_every_two`` has been
+    replaced (to study a wrong rotation, say); its own fast steps inline the module's rotations.
+    """
+    spread = (lambda a: np.repeat(a, 2, axis=-1)) if layout == "interleaved" else (
+        lambda a: np.concatenate([a, a], axis=-1))                         # (T, R/2) -> (T, R)
+    R = 2 * cos.shape[-1]
+    out[..., :R] = x[..., :R] * spread(cos) + rot(x[..., :R]) * spread(sin)
+    return out
+
+
+_OWN_ROTATION = {"half": rotate_half, "interleaved": rotate_every_two}
 
 
 def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray:
