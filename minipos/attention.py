@@ -125,8 +125,11 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     D = q.shape[-1]
     scale = 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
-    logits = np.matmul(q, np.swapaxes(k, -1, -2)).astype(dtype, copy=False)  # (..., H, T, S)
-    logits *= dtype.type(scale)
+    with np.errstate(over="ignore", invalid="ignore"):                     # checked just below
+        logits = np.matmul(q, np.swapaxes(k, -1, -2)).astype(dtype, copy=False)  # (..., H, T, S)
+        logits *= dtype.type(scale)
+    if not np.all(np.isfinite(logits)):
+        raise ValueError(f"scale * q . k overflows {dtype} (|logit| too large); rescale q and k or use float64")
     if bias is not None:
         bias = as_float_array(bias, "bias")
         _check_broadcast(bias, "bias", logits.shape)

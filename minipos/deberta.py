@@ -283,7 +283,7 @@ def _take_rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
     return np.take(rows, flat, axis=1).reshape(*lead, *flat.shape)         # (..., H, T, S)
 
 
-def _pos_att_types(pos_att_type) -> tuple[str, ...]:
+def parse_pos_att_type(pos_att_type) -> tuple[str, ...]:
     """``pos_att_type`` as a tuple; a config string ``"p2c|c2p"`` is split on ``|``."""
     if isinstance(pos_att_type, str):
         pos_att_type = [t.strip() for t in pos_att_type.lower().split("|") if t.strip()]
@@ -316,7 +316,7 @@ def disentangled_scores(q, k, pos_key, pos_query, relative_pos, *, att_span: int
     softmax (``minipos.attention.softmax``) to get the weights.
     """
     q, k = _check_qk(q, k)
-    types = _pos_att_types(pos_att_type)
+    types = parse_pos_att_type(pos_att_type)
     tables = [t for t in (pos_key, pos_query) if t is not None]
     dtype = float_dtype(q, k, *[np.asarray(t) for t in tables])
     scores = np.matmul(q, np.swapaxes(k, -1, -2)).astype(dtype)  # c2c: (..., H, T, S)
@@ -341,7 +341,7 @@ def disentangled_scores_definitional(q, k, pos_key, pos_query, relative_pos, *, 
     Shapes as in :func:`disentangled_scores`; memory is ``O(H T S D)``, for reading, not speed.
     """
     q, k = _check_qk(q, k)
-    types = _pos_att_types(pos_att_type)
+    types = parse_pos_att_type(pos_att_type)
     check_choice(p2c_convention, "p2c_convention", ("code", "paper"))
     att_span = check_positive_int(att_span, "att_span")
     H, T, S, D = q.shape[-3], q.shape[-2], k.shape[-2], q.shape[-1]

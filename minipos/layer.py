@@ -24,6 +24,8 @@ One forward pass, with ``x`` ``(B, T, d_model)``::
     q, k, v = split_heads(x_in @ wq + bq), ...                    # (B, H, T, D)
     q, k    = scheme.rotate_q(q, positions), scheme.rotate_k(k, positions)   # rotate seam
     k, v, key_positions = cache.append(k, v, positions)          # (B, H, S, D)
+    # (a scheme with rotates_cached_keys, e.g. dynamic-NTK RoPE, caches k unrotated and
+    #  rotates all S keys here instead, with this step's frequencies)
     q_c, extra = scheme.content_position(q, k, positions, key_positions)     # content-position
     logits_fn = lambda qs, ks: scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)  # bias seam
     out     = attention(q_c, k, v, bias=logits_fn(all, all), mask=mask, scale=scheme.scale(D))
@@ -62,7 +64,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
-from ._checks import as_float_array, as_positions, check_choice, check_int, check_positive_int
+from ._checks import (as_float_array, as_positions, check_bool, check_choice, check_float, check_int,
+                      check_positive_int)
 from .attention import attention, blockwise_attention
 
 __all__ = [
@@ -106,7 +109,7 @@ class Scheme:
     rotates_cached_keys = False  # True: the cache keeps raw keys and every step rotates all of them
     bias_by_distance = False     # True: bias(i, j) depends on j - i only (blocks on a diagonal share it)
 
-    def begin(self, q_positions, k_positions) -> None:
+    def begin(self, q_positions, k_positions, causal: bool) -> None:
         """Called once per forward pass with all query and key positions (length-dependent state)."""
 
     def cache_tag(self):
@@ -179,11 +182,12 @@ class LearnedAbsolute(Scheme):
 
     def __init__(self, max_positions: int = 512, *, std: float = 0.02):
         self.max_positions = check_positive_int(max_positions, "max_positions")
-        self.std = std
+        self.std = check_float(std, "std", minimum=0.0)
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
-        self.table = (rng.standard_normal((self.max_positions, self.d_model)) * self.std).astype(layer.dtype)
+        self.table = sinusoidal.learned_table(self.max_positions, self.d_model, seed=int(rng.integers(2 ** 31)),
+                                              std=self.std, dtype=layer.dtype)  # (max_positions, d_model)
 
     def parameters(self):
         return {"table": self.table}
@@ -222,10 +226,13 @@ class Rotary(Scheme):
 
     def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None,
                  scaling: dict | None = None):
-        self.base = base
-        self.layout = check_choice(layout, "layout", {"interleaved", "half"})
+        self.layout = check_choice(layout, "layout", set(rope.LAYOUTS))
         self.rotary_dim = rotary_dim
         self.scaling_kind, self.scaling_args = self._parse_scaling(scaling)
+        theta = self.scaling_args.pop("rope_theta", None)  # transformers 5 keeps it in rope_parameters
+        if theta is not None and base != 10000.0 and float(theta) != float(base):
+            raise ValueError(f"scaling['rope_theta'] ({theta}) contradicts base ({base}); give one of them")
+        self.base = check_float(base if theta is None else theta, "base", positive=True)
         self.rotates_cached_keys = self.scaling_kind in self.LENGTH_DEPENDENT
 
     @staticmethod
@@ -238,12 +245,14 @@ class Rotary(Scheme):
         kind = args.pop("rope_type", None) or args.pop("type", None)
         args.pop("type", None)
         if kind == "default":
-            return None, {}
+            return None, {k: v for k, v in args.items() if k == "rope_theta"}
         check_choice(kind, "scaling['rope_type']", set(rope_scaling.REGISTRY))
         return kind, args
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
+        if self.rotary_dim is None and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dim, got head_dim = {self.head_dim}")
         rd = self.head_dim if self.rotary_dim is None else check_int(self.rotary_dim, "rotary_dim", minimum=2)
         if rd > self.head_dim or rd % 2:
             raise ValueError(f"rotary_dim must be even and <= head_dim ({self.head_dim}), got {rd}")
@@ -260,7 +269,7 @@ class Rotary(Scheme):
                                                                     **self.scaling_args, **extra)
         return inv_freq, factor
 
-    def begin(self, q_positions, k_positions):
+    def begin(self, q_positions, k_positions, causal):
         if self.rotates_cached_keys:  # frequencies for the current length: max position + 1
             self.inv_freq, self.attention_factor = self.frequencies(int(k_positions.max()) + 1)
 
@@ -290,7 +299,8 @@ class XPos(Scheme):
     seams = ("rotate",)
 
     def __init__(self, *, base: float = 10000.0, scale_base: float = 512):
-        self.base, self.scale_base = base, scale_base
+        self.base = check_float(base, "base", positive=True)
+        self.scale_base = check_float(scale_base, "scale_base", positive=True)
 
     def rotate_q(self, q, positions):
         return xpos.apply_xpos(q, positions, base=self.base, scale_base=self.scale_base)
@@ -303,15 +313,21 @@ class XPos(Scheme):
 
 
 class ALiBi(Scheme):
-    """Linear biases ``-m_h (i - j)`` (Press et al. 2022); ``symmetric=True`` for ``-m_h |i - j|``."""
+    """Linear biases (Press et al. 2022): ``-m_h |i - j|`` by default, ``-m_h (i - j)`` with ``symmetric=False``.
+
+    The two agree on every entry a causal mask keeps, so the default is the paper's bias under
+    ``causal=True`` and the usual bidirectional variant without it. ``symmetric=False`` gives the
+    raw ``-m_h (i - j)``, which rewards future keys unless they are masked. ``slopes`` ``(H,)`` are
+    fixed (``alibi_slopes``), not learned.
+    """
 
     name = "alibi"
     seams = ("bias",)
     bias_by_distance = True
     terms = ("content-content", "position-position")
 
-    def __init__(self, *, symmetric: bool = False):
-        self.symmetric = bool(symmetric)
+    def __init__(self, *, symmetric: bool = True):
+        self.symmetric = check_bool(symmetric, "symmetric")
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
@@ -340,7 +356,7 @@ class T5Bias(Scheme):
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
         self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.bidirectional = bool(bidirectional)
+        self.bidirectional = check_bool(bidirectional, "bidirectional")
         t5.relative_position_bucket(0, bidirectional=self.bidirectional, num_buckets=num_buckets,
                                     max_distance=max_distance)  # validates the configuration now
 
@@ -405,8 +421,10 @@ class DeBERTa(Scheme):
 
     ``rel_embeddings`` ``(2 * att_span, d_model)`` is the encoder's (LayerNorm'd) relative
     embedding table; it is projected by the layer's own ``wk``/``wq`` (``share_att_key=True``).
-    ``position_buckets`` and ``max_relative_positions`` are the config keys of the same names
-    (v3: 256 and 512). Logits are scaled by ``1/sqrt(D * (1 + len(pos_att_type)))``.
+    ``position_buckets``, ``max_relative_positions`` (``< 1`` means ``max_position_embeddings``)
+    and ``pos_att_type`` (a tuple or a config string like ``"p2c|c2p"``) are the config keys of the
+    same names (v3: 256, 512, ``"p2c|c2p"``). Logits are scaled by
+    ``1/sqrt(D * (1 + len(pos_att_type)))``.
     """
 
     name = "deberta"
@@ -414,11 +432,13 @@ class DeBERTa(Scheme):
     terms = ("content-content", "content-position", "position-content")
 
     def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512,
-                 pos_att_type: tuple = ("c2p", "p2c")):
-        self.position_buckets = check_int(position_buckets, "position_buckets")
-        self.max_relative_positions = check_int(max_relative_positions, "max_relative_positions", minimum=1)
-        self.pos_att_type = tuple(pos_att_type)
-        self.att_span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
+                 pos_att_type=("c2p", "p2c"), max_position_embeddings: int = 512):
+        self.position_buckets, self.max_relative_positions, self.att_span = deberta.spans_from_config(
+            position_buckets=position_buckets, max_relative_positions=max_relative_positions,
+            max_position_embeddings=max_position_embeddings)
+        self.pos_att_type = deberta.parse_pos_att_type(pos_att_type)
+        deberta.relative_positions([0], [0], bucket_size=self.position_buckets,
+                                   max_position=self.max_relative_positions)  # validates the buckets now
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
@@ -589,7 +609,7 @@ class MultiHeadAttention:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
             raise TypeError(f"scheme must be a minipos.layer.Scheme instance, got {type(scheme).__name__}")
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
         d, hd = self.d_model, self.num_heads * self.head_dim
         self.wq, self.wk, self.wv = (self._init(rng, d, hd) for _ in range(3))
         self.wo = self._init(rng, hd, d)
@@ -627,7 +647,8 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (layer.new_cache()), got {type(cache).__name__}")
-        if return_weights and self.block_size is not None:
+        causal = check_bool(causal, "causal")
+        if check_bool(return_weights, "return_weights") and self.block_size is not None:
             raise ValueError("return_weights needs the dense path: the blockwise path (block_size) "
                              "never forms the (T, S) weights")
         seen = 0 if cache is None else cache.seen
@@ -636,7 +657,7 @@ class MultiHeadAttention:
             raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
         memory = np.zeros(0, np.int64) if cache is None else cache.positions
         mask = self._check_mask(mask, B, T, len(memory))
-        q, k, v, k_pos = self._qkv(x, positions, memory, cache)                               # (B, H, T|S, D)
+        q, k, v, k_pos = self._qkv(x, positions, memory, cache, causal)                               # (B, H, T|S, D)
         q, extra = self.scheme.content_position(q, k, positions, k_pos)              # content-position
         logits = self._logits_fn(extra, positions, k_pos)
         scale = self.scheme.scale(self.head_dim)
@@ -654,11 +675,11 @@ class MultiHeadAttention:
             y = y + self.bo
         return (y, weights) if return_weights else y
 
-    def _qkv(self, x, positions, memory, cache):
+    def _qkv(self, x, positions, memory, cache, causal):
         """Embed, project, rotate and cache: q ``(B, H, T, D)``, k, v ``(B, H, S, D)``, key positions."""
         sc = self.scheme
         k_pos = np.concatenate([memory, positions])                                  # (S,)
-        sc.begin(positions, k_pos)
+        sc.begin(positions, k_pos, causal)
         x_in = sc.embed(x, positions)                                                # input seam
         q = sc.rotate_q(self._project(x_in, self.wq, self.bq), positions)            # rotate seam
         k = self._project(x_in, self.wk, self.bk)

@@ -116,3 +116,11 @@ def test_causal_mask_rejects_bad_lengths():
         causal_mask(2, -1)
     with pytest.raises(TypeError, match="q_len"):
         causal_mask(2.5, 3)
+
+
+def test_attention_refuses_logits_that_overflow():
+    # float32 q . k = -1e40 overflows to -inf; silently it would look like a masked row.
+    q = np.full((1, 1, 4), -1e19, np.float32)
+    k = np.full((1, 2, 4), 1e19, np.float32)
+    with pytest.raises(ValueError, match="overflows"):
+        attention(q, k, k)

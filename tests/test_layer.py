@@ -292,3 +292,51 @@ def test_segment_memory_matches_its_definition(cls):
     expected = layer(x, mask=band[None])
     np.testing.assert_allclose(np.concatenate(segments, axis=1), expected, atol=1e-12)
     assert cache.length == 3 and list(cache.positions) == [9, 10, 11] and cache.seen == 12
+
+
+def test_deberta_takes_the_config_string_and_minus_one():
+    # DeBERTa-v3's config: pos_att_type "p2c|c2p", max_relative_positions -1 (= max_position_embeddings).
+    scheme = DeBERTa(position_buckets=8, max_relative_positions=-1, pos_att_type="p2c|c2p",
+                     max_position_embeddings=16)
+    MultiHeadAttention(16, 2, scheme=scheme)
+    assert scheme.pos_att_type == ("p2c", "c2p") and scheme.max_relative_positions == 16
+    assert scheme.scale(8) == pytest.approx(1 / math.sqrt(24))  # sqrt(D (1 + 2))
+    with pytest.raises(ValueError, match="pos_att_type"):
+        DeBERTa(pos_att_type=("c2p", "c2p"))
+    with pytest.raises(ValueError, match="pos_att_type"):
+        DeBERTa(pos_att_type="c2p|x")
+
+
+def test_rotary_takes_rope_theta_from_rope_parameters():
+    # transformers 5 keeps rope_theta inside rope_parameters: base 500000 gives theta_1 = 500000^(-1/2)
+    # for a 4-dim head (pairs 0 and 1: 1 and 500000^(-2/4)).
+    scheme = Rotary(scaling={"rope_type": "default", "rope_theta": 500000.0})
+    MultiHeadAttention(8, 2, scheme=scheme)
+    np.testing.assert_allclose(scheme.inv_freq, [1.0, 500000.0 ** -0.5])
+    yarn = Rotary(scaling={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
+                           "original_max_position_embeddings": 64})
+    MultiHeadAttention(8, 2, scheme=yarn)
+    assert yarn.base == 500000.0
+    with pytest.raises(ValueError, match="rope_theta"):
+        Rotary(base=10.0, scaling={"rope_type": "default", "rope_theta": 500000.0})
+
+
+@pytest.mark.parametrize("make", [lambda: T5Bias(bidirectional="no"), lambda: ALiBi(symmetric="no"),
+                                  lambda: MultiHeadAttention(8, 2)(_x(d=8), causal="no"),
+                                  lambda: MultiHeadAttention(8, 2, seed=-1),
+                                  lambda: LearnedAbsolute(std=float("nan")),
+                                  lambda: XPos(scale_base=0)])
+def test_more_bad_arguments_are_named(make):
+    with pytest.raises((TypeError, ValueError), match="bidirectional|symmetric|causal|seed|std|scale_base"):
+        make()
+
+
+def test_alibi_default_is_the_distance_penalty_without_a_mask():
+    # Bidirectional, wq = 0: the logits are -m |i - j| with m = 2^-8 for one head; query 1 sees
+    # keys 0, 1, 2 with biases [-m, 0, -m] -> weights [e^-m, 1, e^-m] / (1 + 2 e^-m).
+    layer = MultiHeadAttention(2, 1, scheme=ALiBi())
+    layer.wq = np.zeros((2, 2))
+    _, w = layer(_x(1, 3, 2), return_weights=True)
+    m = 2.0 ** -8
+    z = 1 + 2 * math.exp(-m)
+    np.testing.assert_allclose(w[0, 0, 1], [math.exp(-m) / z, 1 / z, math.exp(-m) / z])
