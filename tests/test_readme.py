@@ -18,3 +18,10 @@ def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
     test_command = next(c for c in commands if "pytest" in c)
     assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_docs_home_shows_the_readme_commands():
+    commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
+    home = (ROOT / "docs" / "index.md").read_text()
+    for command in commands:
+        assert command in home
