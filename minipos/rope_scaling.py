@@ -188,6 +188,12 @@ def _yarn_attention_factor(factor: float, mscale, mscale_all_dim, attention_fact
     return _yarn_mscale(factor)  # sqrt(1/t) = 0.1 ln(s) + 1
 
 
+def _interpolation_args(dim, base, factor, original_max_position_embeddings):
+    """The plain ``w_i``, the checked ``factor`` and ``L`` that yarn and llama3 both start from."""
+    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    return _base_inv_freq(dim, base), _check_factor(factor), L
+
+
 def yarn(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
          beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float | None = None,
          mscale_all_dim: float | None = None, attention_factor: float | None = None, truncate: bool = True):
@@ -199,9 +205,7 @@ def yarn(dim: int, *, base: float = 10000.0, factor: float, original_max_positio
     both are given and nonzero (DeepSeek-V2/V3), else ``0.1 ln s + 1``.
     Returns ``(inv_freq, attention_factor)``, ``inv_freq`` float64 ``(D/2,)``.
     """
-    inv_freq = _base_inv_freq(dim, base)
-    factor = _check_factor(factor)
-    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    inv_freq, factor, L = _interpolation_args(dim, base, factor, original_max_position_embeddings)
     beta_fast = check_float(beta_fast, "beta_fast", positive=True)
     beta_slow = check_float(beta_slow, "beta_slow", positive=True)
     if beta_fast <= beta_slow:
@@ -224,9 +228,7 @@ def llama3(dim: int, *, base: float = 10000.0, factor: float, original_max_posit
     ``a = (L / lam - low_freq_factor) / (high_freq_factor - low_freq_factor)``, which is
     continuous at both ends. Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
     """
-    inv_freq = _base_inv_freq(dim, base)
-    factor = _check_factor(factor)
-    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    inv_freq, factor, L = _interpolation_args(dim, base, factor, original_max_position_embeddings)
     lo = check_float(low_freq_factor, "low_freq_factor", positive=True)
     hi = check_float(high_freq_factor, "high_freq_factor", positive=True)
     if hi <= lo:
