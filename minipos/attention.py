@@ -42,6 +42,8 @@ under ``causal``) are skipped without any work.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._checks import as_float_array, check_float, check_int, check_positive_int
@@ -219,19 +221,53 @@ def _online_update(x, v_blk, m, o, pv, rowmax) -> None:
     ``P = e^{x - m_new}``; ``pv`` (``o``'s shape) and ``rowmax`` (``m``'s) are scratch.
     """
     np.max(x, axis=-1, keepdims=True, out=rowmax)
+    with np.errstate(invalid="ignore"):                                  # -inf - -inf: no key yet, NaN
+        gap = rowmax - m                                                 # how far the block's rows lie above m
     m_new = np.maximum(m, rowmax, out=rowmax)                           # m_new = max(m, rowmax(x))
     shift = np.where(np.isfinite(m_new), m_new, x.dtype.type(0))        # no key yet: shift by 0
     alpha = np.exp(m - shift)                                            # e^{m - m_new}
-    np.exp(np.subtract(x, shift, out=x), out=x)                         # P = e^{x - m_new}
     o *= alpha                                                           # [o | l] e^{m - m_new}
-    o += np.matmul(x, v_blk, out=pv)                                     #   + P [V | 1]
     m[...] = m_new
+    heads = _heads_that_count(gap, x.dtype)                              # the rest underflow: P = 0 exactly
+    if heads is None:
+        np.exp(np.subtract(x, shift, out=x), out=x)                     # P = e^{x - m_new}
+        o += np.matmul(x, v_blk, out=pv)                                 #   + P [V | 1]
+        return
+    xs, ss, vs, os_, ps = (a.reshape(-1, *a.shape[-2:]) for a in
+                           (x, shift, np.broadcast_to(v_blk, (*x.shape[:-2], *v_blk.shape[-2:])), o, pv))
+    for h in heads:                                                      # a loop over heads, not positions
+        np.exp(np.subtract(xs[h], ss[h], out=xs[h]), out=xs[h])
+        os_[h] += np.matmul(xs[h], vs[h], out=ps[h])
+
+
+def _heads_that_count(gap, dtype):
+    """Indices (over the flattened leading dims) of heads with a row whose block can add to it.
+
+    A row whose block maximum lies more than ``-ln(tiny)`` below the running max gets
+    ``e^{x - m} = 0`` exactly (the exponential underflows past the smallest subnormal), so its
+    exponentials and its ``P V`` product can be skipped without changing a bit. Returns ``None``
+    when every head counts (the common case: one batched pass).
+    """
+    dead = gap < _UNDERFLOW[np.dtype(dtype)]                             # (..., H, tq, 1)
+    if not dead.any():
+        return None
+    per_head = dead.reshape(-1, dead.shape[-2]).all(axis=-1)             # every row of the head is dead
+    if not per_head.any():
+        return None
+    return np.flatnonzero(~per_head)
+
+
+# e^x is exactly 0 below these (past the smallest subnormal): -103.97 in float32, -745.13 in float64
+_UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).smallest_subnormal)) - math.log(2.0) - 1.0
+              for t in (np.float16, np.float32, np.float64)}
 
 
 def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
-    """Key blocks a query block may see: with ``causal``, none past key ``qs.stop - 1 + offset``."""
+    """Key blocks a query block may see (with ``causal``, none past key ``qs.stop - 1 + offset``),
+    last first: the blocks nearest the diagonal come first, so under a bias that decays with
+    distance the running max is set early and the far blocks underflow and are skipped."""
     stop = min(S, qs.stop + offset) if causal else S
-    return [slice(j, min(j + block, stop)) for j in range(0, stop, block)]
+    return [slice(j, min(j + block, stop)) for j in range(0, stop, block)][::-1]
 
 
 def _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset, T, S):

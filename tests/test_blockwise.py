@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import minipos.attention
 from minipos.attention import attention, blockwise_attention, causal_mask
 
 LN3 = math.log(3.0)
@@ -147,11 +148,11 @@ def test_fully_masked_rows_give_zeros_without_warning():
 @pytest.mark.parametrize("T, S, block, q_offset, expected", [
     # T = S = 6, blocks of 2: key blocks on or below the diagonal only.
     (6, 6, 2, None, [((0, 2), (0, 2)),
-                     ((2, 4), (0, 2)), ((2, 4), (2, 4)),
-                     ((4, 6), (0, 2)), ((4, 6), (2, 4)), ((4, 6), (4, 6))]),
+                     ((2, 4), (2, 4)), ((2, 4), (0, 2)),
+                     ((4, 6), (4, 6)), ((4, 6), (2, 4)), ((4, 6), (0, 2))]),
     # T = 4 cached queries of S = 5 (offset 1): query 1 sees keys <= 2, so the key block is cut at 3.
-    (4, 5, 2, None, [((0, 2), (0, 2)), ((0, 2), (2, 3)),
-                     ((2, 4), (0, 2)), ((2, 4), (2, 4)), ((2, 4), (4, 5))]),
+    (4, 5, 2, None, [((0, 2), (2, 3)), ((0, 2), (0, 2)),
+                     ((2, 4), (4, 5)), ((2, 4), (2, 4)), ((2, 4), (0, 2))]),
     # offset -2: queries 0..1 see no key, query 2 sees key 0, query 3 keys 0..1.
     (4, 4, 2, -2, [((2, 4), (0, 2))]),
 ])
@@ -180,7 +181,7 @@ def test_block_masked_by_mask_fn_is_skipped():
 
     q, k, v = _qkv((1,), 4, 6, seed=5)
     out = blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=_fns(None, mask)[1], block_size=2)
-    assert calls == [(0, 2), (4, 6), (0, 2), (4, 6)]
+    assert calls == [(4, 6), (0, 2), (4, 6), (0, 2)]  # per query block, the last key block first
     np.testing.assert_allclose(out, _dense(q, k, v, bias=np.ones((1, 4, 6)), mask=mask), atol=1e-12)
 
 
@@ -239,3 +240,23 @@ def test_bad_options_and_shapes_are_named():
         blockwise_attention(q, k[..., :3], v)
     with pytest.raises(ValueError, match="q must be finite"):
         blockwise_attention(np.full_like(q, np.nan), k, v)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blocks_that_underflow_are_skipped_without_changing_the_result(dtype, monkeypatch):
+    # Head 0 has a bias of -300 per unit of distance: every key block but the diagonal one gives
+    # e^(x - m) = 0 exactly in either dtype, so its exponentials and P V are skipped. Head 1 has no
+    # bias and is computed in full. The result must equal dense attention.
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((2, 16, 4)).astype(dtype) for _ in range(3))
+    i = np.arange(16)
+    dist = (i[:, None] - i[None, :]).astype(dtype)
+    bias = np.stack([-300.0 * np.abs(dist), np.zeros_like(dist)]).astype(dtype)  # (H, T, S)
+    dense = attention(q, k, v, bias=bias, mask=causal_mask(16, 16))
+    kept = []
+    real = minipos.attention._heads_that_count
+    monkeypatch.setattr(minipos.attention, "_heads_that_count", lambda *a: kept.append(real(*a)) or kept[-1])
+    blocked = blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=4)
+    assert any(h is not None and list(h) == [1] for h in kept)  # head 0 was skipped somewhere
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(blocked, dense, rtol=tol, atol=tol)
