@@ -17,11 +17,6 @@ def test_catalogue():
     assert {"attention.softmax.shift", "attention.scale.variance", "attention.four_terms"} <= set(IDS)
 
 
-@pytest.mark.parametrize("tid", IDS)
-def test_theorem_passes(tid):
-    core.REGISTRY[tid].prove()
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_naive_softmax_fails_its_theorem(monkeypatch):
     # exp(x) / sum(exp(x)) without the max shift: a row shifted by 800 overflows to inf/inf.

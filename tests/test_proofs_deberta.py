@@ -8,18 +8,14 @@ sp = pytest.importorskip("sympy")
 
 import minipos.deberta  # noqa: E402
 from proofs import deberta as proofs_deberta  # noqa: E402
-from proofs.core import ProofFailure, StepFalse, Theorem, TieMismatch, select  # noqa: E402
+from _proof_support import proof_failure  # noqa: E402
+from proofs.core import StepFalse, Theorem, TieMismatch, select  # noqa: E402
 
 THEOREMS = select(["deberta"])
 
 
 def test_the_family_is_registered():
     assert {t.id for t in THEOREMS} >= {"deberta.terms.index", "deberta.scale.variance", "deberta.log_bucket"}
-
-
-@pytest.mark.parametrize("th", THEOREMS, ids=lambda t: t.id)
-def test_theorem_passes(th):
-    assert th.prove().steps > 0
 
 
 def test_exact_buckets_match_printed_reference():
@@ -40,10 +36,7 @@ def test_exact_buckets_match_transformers_live():
 
 
 def _fails(theorem_id, monkeypatch, name, broken):
-    monkeypatch.setattr(minipos.deberta, name, broken)
-    with pytest.raises(ProofFailure) as err:
-        select([theorem_id])[0].prove()
-    return err.value
+    return proof_failure(theorem_id, monkeypatch, minipos.deberta, name, broken)
 
 
 def test_the_papers_p2c_index_in_the_code_fails(monkeypatch):

@@ -24,11 +24,6 @@ def test_the_family_is_registered():
         "rope_scaling.longrope.factors", "rope_scaling.layout.weights"}
 
 
-@pytest.mark.parametrize("th", THEOREMS, ids=lambda t: t.id)
-def test_theorem_passes(th):
-    assert th.prove().steps > 0
-
-
 def _prove(tid):
     return core.REGISTRY[tid].prove()
 

@@ -18,11 +18,6 @@ def test_the_family_is_registered():
     assert {t.id for t in THEOREMS} == {"xpos.relative", "xpos.decay"}
 
 
-@pytest.mark.parametrize("th", THEOREMS, ids=lambda t: t.id)
-def test_theorem_passes(th):
-    assert th.prove().steps > 0
-
-
 def test_zetas_hand_worked():
     # ζ_i = (2i + 0.4 D)/(1.4 D): D = 4 -> 1.6/5.6 = 2/7, 3.6/5.6 = 9/14
     assert zetas(4) == [sp.Rational(2, 7), sp.Rational(9, 14)]
