@@ -69,7 +69,12 @@ def xpos_scale(positions, dim: int, *, scale_base: float = 512) -> np.ndarray:
     pos = as_positions(positions, "positions", allow_negative=True)                   # (T,)
     zeta = xpos_zeta(dim)                                                              # (D/2,)
     g = check_float(scale_base, "scale_base", positive=True)
-    return zeta[None, :] ** (pos[:, None].astype(np.float64) / g)  # (T, D/2): zeta_i^(n/g)
+    with np.errstate(over="ignore", under="ignore"):                                  # checked just below
+        scale = zeta[None, :] ** (pos[:, None].astype(np.float64) / g)  # (T, D/2): zeta_i^(n/g)
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ValueError("positions are too far from 0 for the xPos scale in float64 (zeta^(n/g) over- or "
+                         "underflows); centre them (apply_xpos's scale_offset)")
+    return scale
 
 
 def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, downscale: bool = False,

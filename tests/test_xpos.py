@@ -180,3 +180,9 @@ def test_scores_decay_with_distance_for_aligned_vectors():
 def test_bad_input_raises(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_xpos_scale_refuses_to_overflow():
+    # zeta_0 = 0.4 D / 1.4 D = 2/7; (2/7)^(-10^6/512) is far beyond float64 (e^2447 > 1.8e308).
+    with pytest.raises(ValueError, match="positions are too far"):
+        xpos_scale([-10 ** 6], 4)
