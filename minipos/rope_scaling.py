@@ -178,8 +178,8 @@ def _optional_float(value, name: str, **kw) -> float | None:
 
 def _yarn_attention_factor(factor: float, mscale, mscale_all_dim, attention_factor) -> float:
     """An explicit ``attention_factor``, else the mscale ratio (both nonzero), else ``0.1 ln s + 1``."""
-    mscale = _optional_float(mscale, "mscale")
-    mscale_all_dim = _optional_float(mscale_all_dim, "mscale_all_dim")
+    mscale = _optional_float(mscale, "mscale", minimum=0.0)                 # 0 means absent, as in HF
+    mscale_all_dim = _optional_float(mscale_all_dim, "mscale_all_dim", minimum=0.0)
     attention_factor = _optional_float(attention_factor, "attention_factor", positive=True)
     if attention_factor is not None:
         return attention_factor

@@ -291,3 +291,9 @@ def test_longrope_matches_transformers(dim, L, L_max, seq_len, extra):
     ours = rs.longrope(dim, short_factor=short, long_factor=long, original_max_position_embeddings=L,
                        max_position_embeddings=L_max, seq_len=seq_len, **extra)
     _compare(ours, theirs)
+
+
+def test_yarn_refuses_a_negative_mscale():
+    # 0.1 * (-20) * ln 4 + 1 < 0 would give a negative attention factor (cos and sin flipped).
+    with pytest.raises(ValueError, match="mscale"):
+        rs.yarn(128, factor=4.0, original_max_position_embeddings=4096, mscale=-20, mscale_all_dim=1)
