@@ -35,17 +35,28 @@ FlashAttention-2, arXiv:2307.08691, Alg. 1):
 
 Rescaling by ``e^{m - m_new}`` makes the result independent of the block order and size; every
 exponent is ``<= 0``, so nothing overflows. The values carry a column of ones, ``[V | 1]``, so one
-product ``P [V | 1] = [P V | sum_s P]`` updates ``o`` and ``l`` together. Bias and mask come from callables evaluated one block
-at a time, and blocks that are masked throughout (e.g. key blocks in the future of a query block
-under ``causal``) are skipped without any work.
+product ``P [V | 1] = [P V | sum_s P]`` updates ``o`` and ``l`` together. Bias and mask come from
+callables evaluated one block at a time, and blocks that are masked throughout (e.g. key blocks in
+the future of a query block under ``causal``) are skipped without any work.
+
+The merge holds for *any* reference ``m``, not only the running max (``proofs.online_softmax``).
+So once a row has one allowed logit ``m_0`` (under ``causal``, its logit at the diagonal key; else
+the max of the first block), the other blocks keep ``m = m_0`` fixed: ``l >= e^0 = 1``, and no row
+max or rescaling is needed. ``-m_0`` rides in an extra column of the queries against a row of
+ones under the keys, so one product gives ``scale q . k - m_0``. Only a logit more than ~88
+(float32; ~709 in float64) above ``m_0`` could overflow; the query block's ``[o | l]`` is then not
+finite and that block is redone with the running max. The query blocks are independent, so they
+run on several threads where that pays (``_threads``); the result is the same bits either way.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
+from . import _threads
 from ._checks import as_float_array, check_float, check_int, check_positive_int
 
 __all__ = ["softmax", "causal_mask", "attention", "blockwise_attention"]
@@ -149,7 +160,7 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
 
 def _buffer_view(buf: np.ndarray, shape: tuple) -> np.ndarray:
     """A C-contiguous view of shape ``shape`` on the first elements of the flat ``buf``."""
-    return buf[: int(np.prod(shape))].reshape(shape)
+    return buf[: math.prod(shape)].reshape(shape)
 
 
 def _block_term(value, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
@@ -160,6 +171,9 @@ def _block_term(value, name: str, qs: slice, ks: slice, target: tuple, *, boolea
     """
     if value is None:
         return None
+    if (type(value) is np.ndarray and value.ndim <= len(target) and value.shape == target[len(target) - value.ndim:]
+            and (value.dtype == bool if boolean else value.dtype.kind == "f")):
+        return value                                                      # the common case, checked
     where = f"{name}(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}))"
     if boolean:
         value = np.asarray(value)
@@ -286,7 +300,8 @@ def _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset, T, S):
 
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
-                        block_size: int = 1024, q_offset: int | None = None) -> np.ndarray:
+                        block_size: int = 1024, q_offset: int | None = None, workers: int | None = None,
+                        bias_max_fn=None) -> np.ndarray:
     """``attention`` by the online softmax over query and key blocks, never holding ``(T, S)``.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``. Returns ``(..., H, T, Dv)``.
@@ -303,63 +318,257 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     scale: multiplies ``q . k`` only; default ``1/sqrt(D)``.
     q_offset: only with ``causal``; an int, which may be negative (rows then see fewer keys).
     block_size: queries and keys per block (a positive int); the extra memory is one logits
-      block ``(..., H, block, block)`` plus ``O(... H block (D + Dv))``, whatever T and S.
+      block ``(..., H, block, block)`` per worker plus ``O(... H (S + block) (D + Dv))``,
+      whatever T and S.
+    workers: threads that share the query blocks (a positive int); by default the cores, where
+      the BLAS is OpenBLAS (its own threads are paused meanwhile), else 1. Small problems run on
+      one thread. ``bias_fn`` and ``mask_fn`` must then be safe to call from several threads (pure
+      functions of their slices are). The result does not depend on ``workers``, bit for bit.
+    bias_max_fn: optional ``bias_max_fn(q_slice, k_slice)`` -> an upper bound of ``bias_fn``'s
+      block, per head: broadcastable to ``(..., H, 1, 1)``. With it, a head whose whole block lies
+      so far below the row's running max that ``e^{x - m}`` underflows to 0 (bounding
+      ``scale q . k`` by ``scale |q| |k|``) is not computed, which leaves the result unchanged bit
+      for bit; a block with no such head is skipped before ``bias_fn`` is called. A bound below
+      the true maximum gives wrong results. ALiBi's ``-m_h |i - j|`` is bounded by
+      ``-m_h min |i - j|`` over the block.
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding. A bias holding
     NaN or +inf raises ``ValueError`` naming ``bias_fn`` (found once per query block from the row
     sums, not by a pass over every block); a ``-inf`` bias entry acts as a masked one.
     """
     q, k, v = _check_qkv(q, k, v)
+    if bias_max_fn is not None and not callable(bias_max_fn):
+        raise TypeError(f"bias_max_fn must be a callable (q_slice, k_slice) -> array, or None; "
+                        f"got {type(bias_max_fn).__name__}")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    q, k = (a.astype(dtype, copy=False) for a in (q, k))
-    *lead, T, D = q.shape
-    S, Dv = v.shape[-2:]
+    D = q.shape[-1]
     scale = 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
-    block, offset = _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset, T, S)
-    v1 = np.empty((*lead, S, Dv + 1), dtype)                               # [V | 1]: P [V | 1] = [P V | l]
-    v1[..., :Dv], v1[..., Dv] = v, 1
-    out = np.zeros((*lead, T, Dv), dtype)                                  # (..., H, T, Dv)
-    bq, bk, n = min(block, T), min(block, S), int(np.prod(lead))
-    bufs = [np.empty(size, dtype) for size in (n * bq * D, n * bq * bk, n * bq * (Dv + 1), n * bq * (Dv + 1))]
-    stats = np.empty((2, n * bq), dtype)                                   # m and a row max of one query block
-    scale, triangles = dtype.type(scale), {}
-    for i in range(0, T, block):
-        qs = slice(i, min(i + block, T))
-        q_blk = np.multiply(q[..., qs, :], scale,                          # scale multiplies q . k only
-                            out=_buffer_view(bufs[0], (*lead, qs.stop - i, D)))
-        _attend_query_block(q_blk, k, v1, out, qs, bufs[1:], stats, bias_fn=bias_fn, mask_fn=mask_fn,
-                            causal=causal, offset=offset, block=block, triangles=triangles)
-    return out
+    block, offset = _check_blockwise_args(bias_fn, mask_fn, causal, block_size, q_offset,
+                                          q.shape[-2], k.shape[-2])
+    workers = _threads.check_workers(workers)
+    if q.ndim == 2:                                                        # no head axis: lend one
+        bias_fn, mask_fn, bias_max_fn = (None if f is None else _heads_added(f)
+                                         for f in (bias_fn, mask_fn, bias_max_fn))
+        return blockwise_attention(q[None], k[None], v[None], bias_fn=bias_fn, mask_fn=mask_fn, causal=causal,
+                                   scale=scale, block_size=block, q_offset=q_offset, workers=workers,
+                                   bias_max_fn=bias_max_fn)[0]
+    job = _Blockwise(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn)
+    _threads.run(job.attend, job.tasks(workers), workers)
+    return job.out
 
 
-def _attend_query_block(q_blk, k, v1, out, qs, bufs, stats, *, bias_fn, mask_fn, causal, offset,
-                        block, triangles) -> None:
-    """Online softmax of the scaled query block ``q_blk`` ``(..., H, tq, D)`` over its key blocks.
+def _sub_block(a, target, sel, heads, rows, keys):
+    """Rows ``rows`` and keys ``keys`` of the heads ``heads`` of the task ``sel``, from a block
+    term ``a`` broadcastable to ``target``; a view that the working block broadcasts against."""
+    if a is None:
+        return None
+    if a.ndim <= 2:                                                        # no head axis: (tq, tk)
+        return a[..., rows, keys]
+    if len(sel) == 1 and a.shape[-3:] == target[-3:]:                      # every head, all rows and keys
+        return a[..., heads, rows, keys]
+    return np.broadcast_to(a, target)[sel][..., heads, rows, keys]
 
-    ``v1`` is ``[V | 1]`` ``(..., H, S, Dv + 1)``. Writes ``out[..., qs, :]``; ``bufs`` is scratch
-    for the logits, ``[o | l]`` and ``P [V | 1]``; ``triangles`` caches causal block masks.
+
+def _heads_added(fn):
+    """``fn`` of a call without a head axis, its blocks given one (as ``q[None]``)."""
+    def with_head(qs, ks):
+        value = fn(qs, ks)
+        return value if value is None else np.asarray(value)[None]
+    return with_head
+
+
+# Below this many multiply-adds (n T S (D + Dv)) one thread is faster than handing blocks out.
+_THREADED_WORK = 1 << 24
+
+
+class _Blockwise:
+    """One call of ``blockwise_attention``: the inputs laid out for the block products, the output,
+    and ``attend(qs, hs)``, which computes the rows ``qs`` of the heads ``hs`` (a task).
+
+    A task fixes each row's reference ``m`` up front where it can: under ``causal`` without a
+    ``mask_fn``, the row's logit at its diagonal key (``_diagonal_reference``). Otherwise its first
+    key block (the one nearest the diagonal) runs as the online softmax, and its row maxima become
+    the reference. From then on ``-m`` rides in a last column of the queries against a row of ones
+    under the keys, so the product gives ``x - m`` directly and each block costs one product, the
+    bias, one ``exp`` and one ``P [V | 1]``, with no row max and no rescaling (the merge identity
+    holds for any reference; see ``proofs.online_softmax``). A later block rising more than ~88
+    (float32) above ``m`` would overflow: the task's ``[o | l]`` is then not finite, and it is
+    recomputed with the running max throughout. With ``bias_max_fn``, heads whose block cannot
+    rise above the underflow of ``e^{x - m}`` are not computed (``_live_heads``).
     """
-    *lead, tq, _ = q_blk.shape
-    o = _buffer_view(bufs[1], (*lead, tq, v1.shape[-1]))
-    m = _buffer_view(stats[0], (*lead, tq, 1))
-    m.fill(-np.inf)                                                        # m = -inf, l = 0, o = 0
-    o.fill(0)
-    for ks in _key_slices(qs, k.shape[-2], block, causal, offset):
-        target = (*lead, tq, ks.stop - ks.start)
-        allowed = _block_allowed(mask_fn, causal, offset, qs, ks, target, triangles)
-        if allowed is not None and not allowed.any():
-            continue                                                       # masked throughout: skip
-        bias = None if bias_fn is None else _block_term(bias_fn(qs, ks), "bias_fn", qs, ks, target,
-                                                        boolean=False)
-        for rows, keys in _row_groups(qs, ks, causal, offset):
-            sub = lambda a: None if a is None else np.broadcast_to(a, target)[..., rows, keys]  # noqa: E731
-            nr, nk = rows.stop - rows.start, keys.stop
-            x = np.matmul(q_blk[..., rows, :], np.swapaxes(k[..., ks, :][..., keys, :], -1, -2),
-                          out=_buffer_view(bufs[0], (*lead, nr, nk)))      # scale q.k
-            _fold(x, sub(bias), sub(allowed), v1[..., ks, :][..., keys, :], m[..., rows, :], o[..., rows, :],
-                  _buffer_view(bufs[2], (*lead, nr, v1.shape[-1])), _buffer_view(stats[1], (*lead, nr, 1)))
-    l = o[..., -1:]                                                        # (..., H, tq, 1)
-    _check_row_sums(l, qs)
-    np.divide(o[..., :-1], l, out=out[..., qs, :], where=l > 0)            # out = o / l (0 if l = 0)
+
+    def __init__(self, q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn):
+        *lead, T, D = q.shape
+        S, Dv = v.shape[-2:]
+        self.q, self.lead, self.T, self.S, self.D = q.astype(dtype, copy=False), tuple(lead), T, S, D
+        self.kt1 = np.empty((*lead, D + 1, S), dtype)                       # [K^T ; 1]
+        self.kt1[..., :D, :], self.kt1[..., D, :] = np.swapaxes(k, -1, -2), 1
+        self.v1 = np.empty((*lead, S, Dv + 1), dtype)                       # [V | 1]: P [V | 1] = [P V | l]
+        self.v1[..., :Dv], self.v1[..., Dv] = v, 1
+        self.out = np.zeros((*lead, T, Dv), dtype)                          # (..., H, T, Dv)
+        self.scale, self.block, self.offset, self.causal = scale, block, offset, causal
+        self.bias_fn, self.mask_fn, self.bias_max_fn = bias_fn, mask_fn, bias_max_fn
+        # max |k_s| over each aligned key block (key blocks start at multiples of block), for
+        # bounding scale q . k by scale |q| |k|; only with bias_max_fn
+        self.k_max = None
+        if bias_max_fn is not None:
+            norms = np.sqrt(np.einsum("...sd,...sd->...s", k, k)).astype(np.float64)      # (..., S)
+            pad = -S % block
+            norms = np.concatenate([norms, np.zeros((*lead, pad))], axis=-1) if pad else norms
+            self.k_max = norms.reshape(*lead, -1, block).max(axis=-1)                  # (..., S / block)
+        self.k = k.astype(dtype, copy=False)
+        self.triangles, self.local, self.heads_per_task = {}, threading.local(), lead[-1]
+
+    def tasks(self, workers: int) -> list:
+        """``(qs, hs)`` per query block (and per group of heads when blocks are few), the
+        costliest first when they run on several threads."""
+        blocks = [slice(i, min(i + self.block, self.T)) for i in range(0, self.T, self.block)]
+        work = int(np.prod(self.lead)) * self.T * self.S * (self.D + self.v1.shape[-1])
+        if workers == 1 or work < _THREADED_WORK:
+            return [(qs, None) for qs in blocks]
+        H = self.lead[-1]
+        groups = min(H, -(-2 * workers // len(blocks))) if len(blocks) < 2 * workers else 1
+        size = -(-H // groups)
+        self.heads_per_task = size
+        heads = [slice(h, min(h + size, H)) for h in range(0, H, size)]
+
+        def cost(task):
+            qs, hs = task
+            keys = min(self.S, qs.stop + self.offset) if self.causal else self.S
+            return (qs.stop - qs.start) * max(keys, 0) * (1 if hs is None else hs.stop - hs.start)
+        return sorted(((qs, hs) for qs in blocks for hs in heads), key=cost, reverse=True)
+
+    def _scratch(self, lead, tq):
+        """This thread's buffers, viewed for a task with leading dims ``lead`` and ``tq`` rows."""
+        bufs = getattr(self.local, "bufs", None)
+        if bufs is None:
+            n = int(np.prod(self.lead[:-1])) * self.heads_per_task
+            bq, bk, D, Dv1 = min(self.block, self.T), min(self.block, self.S), self.D, self.v1.shape[-1]
+            dtype = self.out.dtype
+            bufs = self.local.bufs = [np.empty(n * size, dtype) for size in
+                                      (bq * bk, bq * (D + 1), bq * Dv1, bq * Dv1, bq, bq)]
+        x, q1, o, pv, m, rowmax = bufs
+        return (x, _buffer_view(q1, (*lead, tq, self.D + 1)), _buffer_view(o, (*lead, tq, self.v1.shape[-1])),
+                pv, _buffer_view(m, (*lead, tq, 1)), rowmax)
+
+    def attend(self, qs: slice, hs: slice | None) -> None:
+        """Rows ``qs`` of the heads ``hs`` (``None``: all) into ``self.out``."""
+        sel = (Ellipsis,) if hs is None else (Ellipsis, hs, slice(None), slice(None))
+        q = self.q[sel]
+        lead, tq, D = q.shape[:-2], qs.stop - qs.start, self.D
+        x, q1, o, pv, m, rowmax = self._scratch(lead, tq)
+        np.multiply(q[..., qs, :], self.scale, out=q1[..., :D])               # scale multiplies q . k only
+        fixed = self._walk(qs, sel, q1, x, o, pv, m, rowmax, fixed_ok=True)
+        if fixed and not np.isfinite(o).all():                                 # overflowed past the fixed m
+            self._walk(qs, sel, q1, x, o, pv, m, rowmax, fixed_ok=False)
+        l = o[..., -1:]                                                        # (..., H, tq, 1)
+        _check_row_sums(l, qs)
+        np.divide(o[..., :-1], l, out=self.out[sel][..., qs, :], where=l > 0)  # out = o / l (0 if l = 0)
+
+    def _walk(self, qs, sel, q1, x, o, pv, m, rowmax, *, fixed_ok: bool) -> bool:
+        """Fold every key block of the query block ``qs`` into ``m`` and ``[o | l]``; returns
+        whether a fixed reference was used (see the class docstring)."""
+        D, kt1, v1 = self.D, self.kt1[sel], self.v1[sel]
+        m.fill(-np.inf)                                                        # m = -inf, l = 0, o = 0
+        o.fill(0)
+        fixed, bound, first = False, None, None
+        key_slices = _key_slices(qs, self.S, self.block, self.causal, self.offset)
+        if fixed_ok and self.causal and self.mask_fn is None and key_slices:
+            first = self._bias(qs, key_slices[0])                             # (bias,): computed once
+            reference = self._diagonal_reference(qs, key_slices[0], sel, q1, first[0])
+            if reference is not None:
+                m[...] = reference
+                fixed, bound = True, self._bound_terms(q1, m)
+                q1[..., D] = -m[..., 0]                                        # the product gives x - m
+        for n, ks in enumerate(key_slices):
+            target = (*self.lead, qs.stop - qs.start, ks.stop - ks.start)
+            allowed = _block_allowed(self.mask_fn, self.causal, self.offset, qs, ks, target, self.triangles)
+            if allowed is not None and not allowed.any():
+                continue                                                       # masked throughout: skip
+            heads = slice(None)
+            if fixed and bound is not None:
+                heads = self._live_heads(bound, qs, ks, sel)
+                if heads is None:
+                    continue                                                   # e^{x - m} = 0 throughout
+            (bias,) = first if n == 0 and first is not None else self._bias(qs, ks)
+            for rows, keys in _row_groups(qs, ks, self.causal, self.offset):
+                sub = lambda a: _sub_block(a, target, sel, heads, rows, keys)  # noqa: E731
+                qb = q1[..., heads, rows, :]
+                *lead, nr, _ = qb.shape
+                nk, width = keys.stop, D + 1 if fixed else D
+                xb = np.matmul(qb[..., :width], kt1[..., heads, :width, ks][..., keys],
+                               out=_buffer_view(x, (*lead, nr, nk)))           # scale q.k (- m)
+                pvb, vb = _buffer_view(pv, (*lead, nr, v1.shape[-1])), v1[..., heads, ks, :][..., keys, :]
+                if fixed:
+                    _fold_fixed(xb, sub(bias), sub(allowed), vb, o[..., heads, rows, :], pvb)
+                else:
+                    _fold(xb, sub(bias), sub(allowed), vb, m[..., rows, :], o[..., rows, :], pvb,
+                          _buffer_view(rowmax, (*lead, nr, 1)))
+            if fixed_ok and not fixed and np.isfinite(m).all():
+                fixed, bound = True, self._bound_terms(q1, m)
+                q1[..., D] = -m[..., 0]                                        # from now on the product is x - m
+        return fixed
+
+    def _bias(self, qs, ks) -> tuple:
+        """``(bias,)`` of the block, checked; ``(None,)`` without ``bias_fn``."""
+        if self.bias_fn is None:
+            return (None,)
+        target = (*self.lead, qs.stop - qs.start, ks.stop - ks.start)
+        return (_block_term(self.bias_fn(qs, ks), "bias_fn", qs, ks, target, boolean=False),)
+
+    def _diagonal_reference(self, qs, ks, sel, q1, bias):
+        """Under ``causal`` (no ``mask_fn``), each row's logit at its last allowed key
+        ``s = min(t + offset, S - 1)``: ``(..., h, tq, 1)``, or ``None`` when a row has no such key
+        in the first key block ``ks`` or that logit is not finite.
+
+        Any allowed logit is a valid fixed reference: it is at most the row max, so the row's
+        sum is at least ``e^0 = 1``, and the rows need no max over a block at all.
+        """
+        t = np.arange(qs.start, qs.stop)
+        s = np.minimum(t + self.offset, self.S - 1)
+        if s.min() < ks.start:                                                 # also t + offset < 0
+            return None
+        x = np.einsum("...td,...td->...t", q1[..., :self.D], self.k[sel][..., s, :])   # scale q_t . k_s
+        if bias is not None:
+            target = (*self.lead, qs.stop - qs.start, ks.stop - ks.start)
+            x += np.broadcast_to(bias, target)[sel][..., np.arange(len(t)), s - ks.start]
+        if not np.isfinite(x).all():
+            return None
+        return x[..., None]
+
+    def _bound_terms(self, q1, m):
+        """Per head of the task, over its rows: ``max scale |q_t|``, ``max -m_t`` and
+        ``max |m_t|`` (float64), for ``_live_heads``; ``None`` without ``bias_max_fn``."""
+        if self.bias_max_fn is None:
+            return None
+        q_norm = np.sqrt(np.einsum("...td,...td->...t", q1[..., :self.D], q1[..., :self.D]))
+        minus_m = -m[..., 0].astype(np.float64)
+        return (q_norm.max(axis=-1).astype(np.float64), minus_m.max(axis=-1), np.abs(minus_m).max(axis=-1))
+
+    def _live_heads(self, bound, qs, ks, sel):
+        """The range of heads (a slice of the task's heads) that may hold a logit with
+        ``e^{x - m}`` above 0 in block ``(qs, ks)``, or ``None`` if there is none.
+
+        For every row t of head h: ``x - m_t <= max_t scale |q_t| * max_s |k_s| + max_t -m_t + b_h``,
+        where ``b_h`` is ``bias_max_fn``'s bound (Cauchy-Schwarz bounds ``q . k``); the terms are
+        summed in float64 with a margin of ``1 + 1e-3 |terms|`` for the rounding of ``x`` in the
+        working dtype. A logit below ``-ln(smallest subnormal)`` gives ``e^{x - m} = 0`` exactly.
+        """
+        target = (*self.lead, 1, 1)
+        b = _block_term(self.bias_max_fn(qs, ks), "bias_max_fn", qs, ks, target, boolean=False)
+        b = (b if len(sel) == 1 else np.broadcast_to(b, target)[sel])[..., 0, 0]   # (..., h) or (h,)
+        if np.isnan(b).any():
+            raise ValueError(f"bias_max_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop})) "
+                             f"returned NaN; it must return an upper bound of the block's bias")
+        q_max, minus_m_max, m_abs = bound
+        b = np.maximum(b, -1e300)                                              # -inf (masked): far below
+        qk = q_max * self.k_max[sel[:-1]][..., ks.start // self.block]        # (..., h): sel without tq
+        live = qk + minus_m_max + b + 1.0 + 1e-3 * (qk + m_abs + np.abs(b)) >= _UNDERFLOW[self.out.dtype]
+        if live.ndim > 1:
+            live = np.broadcast_to(live, qk.shape).reshape(-1, qk.shape[-1]).any(axis=0)   # per head
+        if not live.any():
+            return None
+        idx = np.flatnonzero(live)
+        return slice(int(idx[0]), int(idx[-1]) + 1)
 
 
 def _row_groups(qs: slice, ks: slice, causal: bool, offset: int, groups: int = 4):
@@ -379,6 +588,19 @@ def _row_groups(qs: slice, ks: slice, causal: bool, offset: int, groups: int = 4
         if last_key >= 0:
             bands.append((rows, slice(0, min(tk, last_key + 1))))
     return bands
+
+
+def _fold_fixed(x, bias, allowed, v_blk, o, pv) -> None:
+    """``x`` is already ``scale q.k - m`` for a fixed ``m``: add the bias, mask, and add
+    ``e^x [V | 1]`` to ``[o | l]``. An overflow (a logit far above ``m``) leaves ``o`` not finite,
+    which the caller checks; the warnings it would raise are silenced here."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if bias is not None:
+            np.add(x, bias, out=x)
+        if allowed is not None:
+            np.copyto(x, -np.inf, where=~allowed)
+        np.exp(x, out=x)
+        o += np.matmul(x, v_blk, out=pv)
 
 
 def _fold(x, bias, allowed, v_blk, m, o, pv, rowmax) -> None:

@@ -122,18 +122,24 @@ def _tie_blocks(p):
 def _tie_blockwise(p):
     """Tie the blockwise attention of ``minipos.attention`` (``BLOCKWISE``; MISSING if absent).
 
-    It must equal softmax(q . k / sqrt(D)) v, computed here from the definition, for block sizes
-    that do and do not divide S, with and without the causal mask.
+    It must equal softmax(scale q . k) v, computed here from the definition, for block sizes
+    that do and do not divide S, with and without the causal mask. At scale 1/2 every path keeps
+    a fixed reference after a block (the merge above, for any m); at scale 400 a later block's
+    logits rise far above the first one's, so the fixed reference overflows and the running max
+    (m = max) is what brings the merge back.
     """
     rng = np.random.default_rng(7)
     q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2))
 
-    def expected(block_size, causal):
-        logits = np.einsum("htd,hsd->hts", q, k) / 2.0  # 1/sqrt(D), D = 4
+    def expected(block_size, causal, scale):
+        logits = np.einsum("htd,hsd->hts", q, k) * scale
         if causal:  # query t (the last 3 of 5 positions) sees keys s <= t + 2
             logits = np.where(np.tril(np.ones((3, 5), bool), 2), logits, -np.inf)
         w = np.exp(logits - logits.max(-1, keepdims=True))
         return (w / w.sum(-1, keepdims=True)) @ v
-    p.tie(BLOCKWISE, expected=expected, points=[(1, False), (2, False), (5, False), (2, True), (4, True)],
-          symbols=(sp.Symbol("block_size"), sp.Symbol("causal")),
-          call=lambda f, b, c: f(q, k, v, block_size=b, causal=c), reason="equals softmax(q.k / sqrt(D)) v")
+    p.tie(BLOCKWISE, expected=expected,
+          points=[(1, False, 0.5), (2, False, 0.5), (5, False, 0.5), (2, True, 0.5), (4, True, 0.5),
+                  (1, False, 400.0), (2, True, 400.0)],
+          symbols=(sp.Symbol("block_size"), sp.Symbol("causal"), sp.Symbol("scale")),
+          call=lambda f, b, c, s: f(q, k, v, block_size=b, causal=c, scale=s),
+          reason="equals softmax(scale q.k) v, for logits near 1 and near 1000")

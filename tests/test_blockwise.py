@@ -242,21 +242,139 @@ def test_bad_options_and_shapes_are_named():
         blockwise_attention(np.full_like(q, np.nan), k, v)
 
 
+def _alibi_like(H, T, slopes, dtype):
+    """-slope_h |i - j| as (H, T, T) and its block bound -slope_h min |i - j| over the block."""
+    i = np.arange(T)
+    dist = np.abs(i[:, None] - i[None, :]).astype(dtype)
+    bias = (-np.asarray(slopes, dtype)[:, None, None] * dist).astype(dtype)
+
+    def bound(qs, ks):
+        least = max(qs.start - (ks.stop - 1), ks.start - (qs.stop - 1), 0)
+        return -np.asarray(slopes, float)[:, None, None] * least
+    return bias, bound
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_blocks_that_underflow_are_skipped_without_changing_the_result(dtype, monkeypatch):
-    # Head 0 has a bias of -300 per unit of distance: every key block but the diagonal one gives
-    # e^(x - m) = 0 exactly in either dtype, so its exponentials and P V are skipped. Head 1 has no
-    # bias and is computed in full. The result must equal dense attention.
+def test_bias_max_fn_skips_heads_that_underflow_without_changing_a_bit(dtype, monkeypatch):
+    # Head 0 has a bias of -300 per unit of distance: past the diagonal block every key gives
+    # e^(x - m) = 0 exactly in either dtype (|scale q.k| <= |q||k|/2 is far below 300), so with
+    # the bound those blocks are skipped for head 0; head 1 (no bias) is computed in full. The
+    # result is bit-identical to the run without the bound, and equal to dense attention.
     rng = np.random.default_rng(11)
     q, k, v = (rng.standard_normal((2, 16, 4)).astype(dtype) for _ in range(3))
-    i = np.arange(16)
-    dist = (i[:, None] - i[None, :]).astype(dtype)
-    bias = np.stack([-300.0 * np.abs(dist), np.zeros_like(dist)]).astype(dtype)  # (H, T, S)
-    dense = attention(q, k, v, bias=bias, mask=causal_mask(16, 16))
+    bias, bound = _alibi_like(2, 16, [300.0, 0.0], dtype)
+    live = []
+    real = minipos.attention._Blockwise._live_heads
+    monkeypatch.setattr(minipos.attention._Blockwise, "_live_heads",
+                        lambda self, *a: live.append(real(self, *a)) or live[-1])
+    bias_fn = lambda qs, ks: bias[:, qs, ks]  # noqa: E731
+    with_bound = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=4, bias_max_fn=bound)
+    without = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=4)
+    assert slice(1, 2) in live                                 # head 0 was skipped somewhere
+    np.testing.assert_array_equal(with_bound, without)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(with_bound, attention(q, k, v, bias=bias, mask=causal_mask(16, 16)), rtol=tol, atol=tol)
+
+
+def test_a_block_no_head_can_reach_is_skipped_before_bias_fn_is_called():
+    # Every head has slope 1000 (e^-1000 = 0 even in float64): only the diagonal blocks are
+    # scored (bias_fn is called there alone); the output still equals dense attention.
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal((2, 12, 4)) for _ in range(3))
+    bias, bound = _alibi_like(2, 12, [1000.0, 1000.0], np.float64)
+    calls = []
+
+    def bias_fn(qs, ks):
+        calls.append((qs.start, ks.start))
+        return bias[:, qs, ks]
+    out = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=4, bias_max_fn=bound)
+    assert calls == [(0, 0), (4, 4), (8, 8)]
+    np.testing.assert_allclose(out, attention(q, k, v, bias=bias, mask=causal_mask(12, 12)), atol=1e-12)
+
+
+def test_bias_max_fn_errors_are_named():
+    q, k, v = _qkv((2,), 8, 8)
+    with pytest.raises(TypeError, match="bias_max_fn must be a callable"):
+        blockwise_attention(q, k, v, causal=True, bias_max_fn=3.0)
+    with pytest.raises(ValueError, match="bias_max_fn.*NaN"):
+        blockwise_attention(q, k, v, causal=True, block_size=2, bias_max_fn=lambda qs, ks: np.full((2, 1, 1), np.nan))
+    with pytest.raises(ValueError, match="bias_max_fn.*does not broadcast"):
+        blockwise_attention(q, k, v, causal=True, block_size=2, bias_max_fn=lambda qs, ks: np.zeros((3, 1, 1)))
+
+
+# --- the fixed reference and its fallback ------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_later_block_far_above_the_first_falls_back_to_the_running_max(dtype):
+    # Causal, block 2, T = S = 4. The first block each query block meets is its diagonal one;
+    # keys 0..1 then carry a bias of +800 (float64) / +120 (float32), so e^(x - m) against the
+    # diagonal's logit overflows: the fixed-reference pass is not finite and the query block is
+    # redone with the running max. Softmax is shift-invariant, so rows 2..3 put their weight on
+    # keys 0..1 alone: out[t] = softmax(q_t . k_{0,1} / 2) v_{0,1}.
+    big = 800.0 if dtype == np.float64 else 120.0
+    q, k, v = _qkv((1,), 4, 4, seed=13, dtype=dtype)
+    bias = np.zeros((1, 4, 4), dtype)
+    bias[..., :2] = big
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                           # no overflow warning escapes
+        out = blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[..., qs, ks], causal=True, block_size=2)
+    logits = q[0, 2:] @ k[0, :2].T / 2.0
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    expected = (w / w.sum(-1, keepdims=True)) @ v[0, :2]
+    tol = 1e-5 if dtype == np.float32 else 1e-12          # float32: 120 + logit keeps ~1e-5 of it
+    np.testing.assert_allclose(out[0, 2:], expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out, _dense(q, k, v, bias=bias, causal=True), rtol=1e-5, atol=1e-6)
+
+
+def test_the_running_max_path_skips_heads_that_underflow(monkeypatch):
+    # When the fixed reference overflows, the query block is redone with the running max, which
+    # skips (exactly) a head whose block lies more than -ln(tiny) below it. Head 0: for queries
+    # 8..11, keys 0..3 carry +800 and the rest -1000 per unit of distance (e^-1000 = 0 in
+    # float64); head 1 has no bias.
+    rng = np.random.default_rng(14)
+    q, k, v = (rng.standard_normal((2, 12, 4)) for _ in range(3))
+    i = np.arange(12)
+    bias = np.zeros((2, 12, 12))
+    bias[0] = -1000.0 * np.abs(i[:, None] - i[None, :])
+    bias[0, 8:, :4] = 800.0
     kept = []
     real = minipos.attention._heads_that_count
     monkeypatch.setattr(minipos.attention, "_heads_that_count", lambda *a: kept.append(real(*a)) or kept[-1])
-    blocked = blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=4)
-    assert any(h is not None and list(h) == [1] for h in kept)  # head 0 was skipped somewhere
-    tol = 1e-12 if dtype == np.float64 else 1e-5
-    np.testing.assert_allclose(blocked, dense, rtol=tol, atol=tol)
+    out = blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=4)
+    assert any(h is not None and list(h) == [1] for h in kept)
+    np.testing.assert_allclose(out, attention(q, k, v, bias=bias, mask=causal_mask(12, 12)), atol=1e-12)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("causal, with_mask", [(True, False), (False, True), (True, True)])
+def test_workers_do_not_change_a_bit(workers, causal, with_mask, monkeypatch):
+    # The query blocks (and groups of heads) are independent tasks: whatever thread runs them,
+    # the output is the same bits. The size threshold is lowered so that threads are used here.
+    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
+    q, k, v = _qkv((2, 3), 10, 13, seed=15, dtype=np.float32)
+    rng = np.random.default_rng(16)
+    bias = rng.standard_normal((3, 10, 13)).astype(np.float32)
+    mask = rng.random((2, 1, 10, 13)) > 0.2 if with_mask else None
+    bias_fn, mask_fn = _fns(bias, mask)
+    one = blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, block_size=4, workers=1)
+    many = blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, block_size=4,
+                               workers=workers)
+    np.testing.assert_array_equal(one, many)
+    np.testing.assert_allclose(one, _dense(q, k, v, bias=bias, mask=mask, causal=causal), rtol=1e-5, atol=1e-6)
+
+
+def test_an_error_in_a_worker_reaches_the_caller(monkeypatch):
+    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
+    q, k, v = _qkv((2,), 8, 8)
+
+    def bias_fn(qs, ks):
+        return np.full((2, qs.stop - qs.start, ks.stop - ks.start), np.nan if qs.start == 4 else 0.0)
+    with pytest.raises(ValueError, match=r"bias_fn must return finite values.*slice\(4, 6\)"):
+        blockwise_attention(q, k, v, bias_fn=bias_fn, block_size=2, workers=2)
+
+
+@pytest.mark.parametrize("workers, error", [(0, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_workers_must_be_a_positive_int(workers, error):
+    q, k, v = _qkv((1,), 3, 3)
+    with pytest.raises(error, match="workers"):
+        blockwise_attention(q, k, v, workers=workers)

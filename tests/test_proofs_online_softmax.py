@@ -59,16 +59,35 @@ def test_missing_blockwise_form_is_reported_missing(monkeypatch):
 
 
 def test_blockwise_that_normalises_each_block_fails(monkeypatch):
-    def per_block(q, k, v, *, block_size, causal=False, **kw):  # averages per-block softmax outputs
+    def per_block(q, k, v, *, block_size, causal=False, scale=None, **kw):  # averages per-block softmax outputs
         S = k.shape[-2]
         mask = np.tril(np.ones((q.shape[-2], S), bool), S - q.shape[-2]) if causal else None
         outs = [minipos.attention.attention(q, k[..., s:s + block_size, :], v[..., s:s + block_size, :],
-                                            mask=None if mask is None else mask[:, s:s + block_size])
+                                            mask=None if mask is None else mask[:, s:s + block_size], scale=scale)
                 for s in range(0, S, block_size)]
         return sum(outs) / len(outs)
     monkeypatch.setattr(minipos.attention, "blockwise_attention", per_block)
     with pytest.raises(ProofFailure) as err:
         select(["online_softmax.merge"])[0].prove()
     assert ("theorem online_softmax.merge, tie to minipos.attention.blockwise_attention "
-            "('equals softmax(q.k / sqrt(D)) v')") in str(err.value)
-    assert "at block_size = 1, causal = False" in str(err.value)
+            "('equals softmax(scale q.k) v, for logits near 1 and near 1000')") in str(err.value)
+    assert "at block_size = 1, causal = False, scale = 0.5" in str(err.value)
+
+
+def test_blockwise_without_the_running_max_fallback_fails(monkeypatch):
+    # A blockwise form that keeps the first block's max as a fixed reference and never falls
+    # back overflows once a later block's logits rise ~1000 above it: the tie at scale 400 fails.
+    def fixed_only(q, k, v, *, block_size, causal=False, scale=None):
+        S = k.shape[-2]
+        logits = np.einsum("...td,...sd->...ts", q, k) * scale
+        if causal:
+            logits = np.where(np.tril(np.ones((q.shape[-2], S), bool), S - q.shape[-2]), logits, -np.inf)
+        m = np.max(logits[..., max(S - block_size, 0):], axis=-1, keepdims=True)   # the last key block's max
+        m = np.where(np.isfinite(m), m, np.max(logits, axis=-1, keepdims=True))    # (a row it masks: the row's)
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.exp(logits - m)
+            return (w @ v) / w.sum(-1, keepdims=True)
+    monkeypatch.setattr(minipos.attention, "blockwise_attention", fixed_only)
+    with pytest.raises(ProofFailure) as err:
+        select(["online_softmax.merge"])[0].prove()
+    assert "scale = 400.0" in str(err.value)

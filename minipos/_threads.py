@@ -1,0 +1,133 @@
+"""Worker threads for ``blockwise_attention``, with OpenBLAS's own threads paused while they run.
+
+NumPy releases the GIL inside ufunc loops and matrix products, so independent blocks of
+attention can run on several cores from Python threads. Two things decide whether that pays:
+
+- The matrix products of one block are small (``block x D`` by ``D x block``), and a threaded
+  BLAS called from two threads at once contends for its own worker threads: measured on a
+  2-core machine, two Python threads each calling a 2-thread OpenBLAS ran no faster than one.
+  So the worker threads run only while the BLAS is told to use one thread, which is possible
+  where it is OpenBLAS (NumPy's wheels bundle it) through ``openblas_set_num_threads``. The
+  setting is process-wide: it is lowered for the duration of the parallel section and restored
+  after, under a lock, so nested or concurrent calls restore the value they found.
+- Elsewhere (MKL, Accelerate, a BLAS that cannot be found) the default is one worker, and the
+  BLAS keeps its own threading. ``workers=N`` asks for N threads regardless.
+
+``MINIPOS_NUM_THREADS`` caps the default number of workers (``1`` turns threading off).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from ._checks import check_positive_int
+
+__all__ = ["cores", "default_workers", "run"]
+
+
+def cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                                    # not Linux
+        return os.cpu_count() or 1
+
+
+def _find_openblas():
+    """``(get, set)`` of the OpenBLAS loaded in this process, or ``None``.
+
+    NumPy's wheels load ``libscipy_openblas*`` (symbols prefixed ``scipy_openblas_`` and
+    suffixed ``64_`` for 64-bit ints); a system NumPy may load ``libopenblas``. Found from the
+    process's memory map (Linux only).
+    """
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "")):
+            get = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+            set_ = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+            if get is not None and set_ is not None:
+                get.restype, set_.restype, set_.argtypes = ctypes.c_int, None, [ctypes.c_int]
+                return get, set_
+    return None
+
+
+_blas = None
+_blas_found = False
+_lock = threading.Lock()
+_active = 0                 # parallel sections running now
+_saved = None               # the BLAS thread count they found
+_pools = {}                 # one pool per worker count
+
+
+def _openblas():
+    global _blas, _blas_found
+    if not _blas_found:
+        _blas, _blas_found = _find_openblas(), True
+    return _blas
+
+
+def default_workers() -> int:
+    """Workers used when ``workers`` is not given: the cores (capped by ``MINIPOS_NUM_THREADS``),
+    or 1 when the BLAS's own threads cannot be paused."""
+    env = os.environ.get("MINIPOS_NUM_THREADS", "").strip()
+    limit = int(env) if env.isdigit() and int(env) > 0 else None
+    n = cores() if limit is None else min(cores(), limit)
+    return n if n > 1 and _openblas() is not None else 1
+
+
+def check_workers(workers) -> int:
+    """``workers`` (a positive int, or ``None`` for ``default_workers()``) as an int."""
+    return default_workers() if workers is None else check_positive_int(workers, "workers")
+
+
+def _enter() -> None:
+    global _active, _saved
+    blas = _openblas()
+    with _lock:
+        if _active == 0 and blas is not None:
+            _saved = blas[0]()
+            blas[1](1)
+        _active += 1
+
+
+def _exit() -> None:
+    global _active
+    blas = _openblas()
+    with _lock:
+        _active -= 1
+        if _active == 0 and blas is not None and _saved is not None:
+            blas[1](_saved)
+
+
+def run(fn, tasks: list, workers: int) -> None:
+    """Call ``fn(*task)`` for every task: in order on this thread when ``workers == 1`` (or a
+    single task), else on up to ``workers`` threads (BLAS paused at one thread meanwhile). The
+    first exception raised, in task order, is re-raised after every task has ended."""
+    if workers == 1 or len(tasks) < 2:
+        for task in tasks:
+            fn(*task)
+        return
+    with _lock:
+        if workers not in _pools:
+            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipos")
+        pool = _pools[workers]
+    _enter()
+    try:
+        futures = [pool.submit(fn, *task) for task in tasks]
+        errors = [f.exception() for f in futures]
+    finally:
+        _exit()
+    for error in errors:
+        if error is not None:
+            raise error

@@ -1,0 +1,57 @@
+"""Tests of minipos._threads: the worker threads of blockwise attention and the BLAS pause."""
+
+import threading
+
+import pytest
+
+from minipos import _threads
+
+
+def test_one_worker_runs_the_tasks_in_order_on_this_thread():
+    seen = []
+    _threads.run(lambda i: seen.append((i, threading.get_ident())), [(0,), (1,), (2,)], workers=1)
+    assert seen == [(0, threading.get_ident()), (1, threading.get_ident()), (2, threading.get_ident())]
+
+
+def test_several_workers_run_every_task_and_reraise_the_first_error_in_task_order():
+    seen, lock = [], threading.Lock()
+
+    def task(i):
+        with lock:
+            seen.append(i)
+        if i in (3, 5):
+            raise ValueError(f"task {i}")
+    with pytest.raises(ValueError, match="task 3"):
+        _threads.run(task, [(i,) for i in range(8)], workers=2)
+    assert sorted(seen) == list(range(8))                 # the other tasks still ran to the end
+
+
+def test_the_blas_thread_count_is_restored_after_a_parallel_run():
+    blas = _threads._openblas()
+    if blas is None:
+        pytest.skip("the BLAS in this process is not OpenBLAS")
+    get, _ = blas
+    before = get()
+    during = []
+    _threads.run(lambda i: during.append(get()), [(0,), (1,)], workers=2)
+    assert during == [1, 1]                               # paused at one thread meanwhile
+    assert get() == before
+
+
+def test_minipos_num_threads_caps_the_default(monkeypatch):
+    monkeypatch.setenv("MINIPOS_NUM_THREADS", "1")
+    assert _threads.default_workers() == 1
+    monkeypatch.setenv("MINIPOS_NUM_THREADS", "not a number")  # ignored: the cores decide
+    assert 1 <= _threads.default_workers() <= _threads.cores()
+
+
+def test_without_a_pausable_blas_the_default_is_one_worker(monkeypatch):
+    monkeypatch.setattr(_threads, "_openblas", lambda: None)
+    monkeypatch.delenv("MINIPOS_NUM_THREADS", raising=False)
+    assert _threads.default_workers() == 1
+
+
+@pytest.mark.parametrize("workers, error", [(0, ValueError), (-1, ValueError), (2.0, TypeError)])
+def test_check_workers_names_the_argument(workers, error):
+    with pytest.raises(error, match="workers"):
+        _threads.check_workers(workers)
