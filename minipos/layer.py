@@ -61,6 +61,8 @@ queries start at the cache length unless ``positions`` says otherwise.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
@@ -126,6 +128,22 @@ class Scheme:
         return k
 
     def bias(self, q_positions, k_positions):  # bias seam: -> (H, T, S) or None
+        return None
+
+    def bias_state(self):
+        """Everything ``bias`` depends on besides the positions, as a hashable value, or ``None``.
+
+        With a value, bias blocks computed in one forward pass are reused by the next while the
+        value is unchanged (e.g. T5's table bytes): a checkpoint copied in invalidates them.
+        """
+        return None
+
+    def bias_bound(self, q_positions, k_positions):
+        """An upper bound ``(H, 1, 1)`` of ``bias`` over these positions, or ``None`` (unknown).
+
+        Lets the blockwise path skip heads whose whole block underflows (``bias_max_fn`` of
+        ``blockwise_attention``). Cheap: ``O(T + S)``, not a pass over the block.
+        """
         return None
 
     def content_position(self, q, k, q_positions, k_positions):
@@ -337,6 +355,16 @@ class ALiBi(Scheme):
         return alibi.alibi_bias_as(self.layer.dtype, self.slopes, q_positions, k_positions,
                                    symmetric=self.symmetric)
 
+    def bias_state(self):
+        return ("alibi", self.symmetric, np.asarray(self.slopes).tobytes())
+
+    def bias_bound(self, q_positions, k_positions):
+        """``-m_h`` times the least ``|i - j|`` (or ``i - j``) over the block; from the position
+        ranges, so ``-m_h * 0`` where they overlap (a bound, not always the maximum)."""
+        i_lo, i_hi, j_lo, j_hi = q_positions.min(), q_positions.max(), k_positions.min(), k_positions.max()
+        least = i_lo - j_hi if not self.symmetric else max(i_lo - j_hi, j_lo - i_hi, 0)
+        return -self.slopes[:, None, None] * float(least)                # (H, 1, 1)
+
     def __repr__(self) -> str:
         return f"ALiBi(symmetric={self.symmetric})"
 
@@ -370,6 +398,11 @@ class T5Bias(Scheme):
     def bias(self, q_positions, k_positions):
         return t5.t5_bias(self.table, q_positions, k_positions, bidirectional=self.bidirectional,
                           num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def bias_state(self):
+        table = np.asarray(self.table)
+        return ("t5", self.bidirectional, self.num_buckets, self.max_distance, table.dtype.str, table.shape,
+                table.tobytes())
 
     def scale(self, head_dim):
         return 1.0
@@ -554,29 +587,43 @@ class KVCache:
         self._k, self._v, self._pos = new_k, new_v, new_pos
 
 
+def _is_run(positions) -> bool:
+    """Whether ``positions`` are consecutive integers ``p, p + 1, ...`` (empty counts)."""
+    return len(positions) == 0 or bool(np.array_equal(positions, positions[0] + np.arange(len(positions))))
+
+
 class _DistanceMemo:
     """The bias blocks of one forward pass by ``(k_0 - q_0, tq, tk)`` for runs of positions.
 
     Under a bias that depends on ``j - i`` only, every block on one diagonal of the blockwise
     walk has the same bias; the blocks nearest the diagonal (met first) are kept, up to ``limit``
-    bytes, and the memo dies with the pass.
+    bytes. ``stamp`` names what the bias depends on (``Scheme.bias_state``, the dtype): the layer
+    keeps the memo across passes while it is unchanged, else it dies with the pass. Safe to share
+    between the threads of ``blockwise_attention``.
     """
 
-    def __init__(self, limit: int = 64 << 20):
-        self.blocks, self.room = {}, limit
+    def __init__(self, stamp=None, limit: int = 64 << 20):
+        self.stamp, self.blocks, self.room, self.lock = stamp, {}, limit, threading.Lock()
 
-    def get(self, q, k, compute):
-        if not (len(q) and len(k) and np.all(np.diff(q) == 1) and np.all(np.diff(k) == 1)):
+    def get(self, q, k, compute, runs: bool = False):
+        """The block for positions ``q``, ``k`` (``runs``: known to be runs of consecutive
+        positions, so not checked), from the memo or ``compute()``."""
+        if not (runs or (len(q) and len(k) and np.all(np.diff(q) == 1) and np.all(np.diff(k) == 1))):
             return compute()                                   # not runs of consecutive positions
         key = (int(k[0] - q[0]), len(q), len(k))
-        if key not in self.blocks:
-            bias = compute()
-            if bias is None or bias.nbytes > self.room:
-                return bias
+        found = self.blocks.get(key)
+        if found is not None:
+            return found
+        bias = compute()
+        if bias is None:
+            return bias
+        with self.lock:
+            if key in self.blocks or bias.nbytes > self.room:
+                return self.blocks.get(key, bias)
             self.room -= bias.nbytes
             bias.setflags(write=False)
             self.blocks[key] = bias
-        return self.blocks[key]
+        return bias
 
 
 class MultiHeadAttention:
@@ -605,6 +652,7 @@ class MultiHeadAttention:
         if not np.issubdtype(self.dtype, np.floating):
             raise TypeError(f"dtype must be a floating dtype, got {self.dtype}")
         self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
+        self._memo = None                         # bias blocks kept across passes (_DistanceMemo)
         if scheme is None:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
@@ -666,7 +714,8 @@ class MultiHeadAttention:
             out = attention(q, k, v, bias=logits(*every), mask=self._mask_fn(mask, causal, positions, k_pos)(*every),
                             scale=scale, return_weights=return_weights)
         else:
-            out = self._blockwise(q, k, v, logits, mask, causal, positions, k_pos, scale)
+            out = self._blockwise(q, k, v, logits, mask, causal, positions, k_pos, scale,
+                                  self._bias_max_fn(extra, positions, k_pos))
         if cache is not None:
             cache.trim()                                                             # Transformer-XL memory
         out, weights = out if return_weights else (out, None)
@@ -695,15 +744,26 @@ class MultiHeadAttention:
     def _logits_fn(self, extra, q_pos, k_pos):
         """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
         sc = self.scheme
-        memo = _DistanceMemo() if sc.bias_by_distance else None
+        memo = None
+        if sc.bias_by_distance:
+            state = sc.bias_state()
+            stamp = None if state is None else (state, np.dtype(self.dtype).str)
+            if stamp is None:
+                memo = _DistanceMemo()                                               # this pass only
+            else:
+                if self._memo is None or self._memo.stamp != stamp:
+                    self._memo = _DistanceMemo(stamp)                                # kept for the next pass
+                memo = self._memo
 
         def seam(q, k):
             bias = sc.bias(q, k)                                                     # (H, tq, tk)
             return None if bias is None else bias.astype(self.dtype, copy=False)
 
+        runs = memo is not None and _is_run(q_pos) and _is_run(k_pos)                  # so is every slice
+
         def fn(qs, ks):
             q, k = q_pos[qs], k_pos[ks]
-            bias = seam(q, k) if memo is None else memo.get(q, k, lambda: seam(q, k))
+            bias = seam(q, k) if memo is None else memo.get(q, k, lambda: seam(q, k), runs and len(q) and len(k))
             if extra is None:
                 return bias
             more = extra(qs, ks)                                                     # (B, H, tq, tk)
@@ -736,14 +796,21 @@ class MultiHeadAttention:
             return pad if allowed is None else pad & allowed
         return fn
 
-    def _blockwise(self, q, k, v, logits, mask, causal, q_pos, k_pos, scale):
+    def _bias_max_fn(self, extra, q_pos, k_pos):
+        """``fn(q_slice, k_slice)``: the scheme's ``bias_bound`` of a block, or ``None`` when it
+        has none or a content-position term is added (that term is not bounded)."""
+        sc = self.scheme
+        if extra is not None or type(sc).bias_bound is Scheme.bias_bound:
+            return None
+        return lambda qs, ks: sc.bias_bound(q_pos[qs], k_pos[ks])
+
+    def _blockwise(self, q, k, v, logits, mask, causal, q_pos, k_pos, scale, bound=None):
         """Online-softmax attention; native causal block skipping when positions are contiguous."""
-        T, S = len(q_pos), len(k_pos)
-        contiguous = (np.array_equal(q_pos, q_pos[0] + np.arange(T))
-                      and np.array_equal(k_pos, k_pos[0] + np.arange(S)))
-        if causal and contiguous:  # query t sees key s iff s <= t + (q_pos[0] - k_pos[0])
-            return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=self._mask_fn(mask, False, q_pos, k_pos),
-                                       causal=True, q_offset=int(q_pos[0] - k_pos[0]), scale=scale,
-                                       block_size=self.block_size)
+        if causal and len(q_pos) and len(k_pos) and _is_run(q_pos) and _is_run(k_pos):
+            # query t sees key s iff s <= t + (q_pos[0] - k_pos[0])
+            pad = None if mask is None else self._mask_fn(mask, False, q_pos, k_pos)
+            return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=pad, causal=True,
+                                       q_offset=int(q_pos[0] - k_pos[0]), scale=scale,
+                                       block_size=self.block_size, bias_max_fn=bound)
         return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=self._mask_fn(mask, causal, q_pos, k_pos),
-                                   scale=scale, block_size=self.block_size)
+                                   scale=scale, block_size=self.block_size, bias_max_fn=bound)

@@ -270,6 +270,59 @@ def test_blockwise_layer_float32_and_cache(cls):
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_alibi_bias_bound_is_never_below_the_bias(symmetric):
+    # bias_bound lets the blockwise path skip heads; a bound below the true block maximum would
+    # drop live logits. Random position sets, sorted or not, overlapping or apart.
+    layer = MultiHeadAttention(16, 4, scheme=ALiBi(symmetric=symmetric))
+    rng = np.random.default_rng(21)
+    for _ in range(200):
+        i = rng.integers(0, 60, size=rng.integers(1, 8))
+        j = rng.integers(0, 60, size=rng.integers(1, 8))
+        bias = layer.scheme.bias(i, j)                                       # (H, tq, tk)
+        bound = layer.scheme.bias_bound(i, j)                                # (H, 1, 1)
+        assert bound.shape == (4, 1, 1)
+        assert np.all(bias.max(axis=(1, 2), keepdims=True) <= bound)
+    # tight where the ranges are apart: queries 10..11, keys 0..3 -> least distance 7
+    np.testing.assert_allclose(layer.scheme.bias_bound(np.arange(10, 12), np.arange(4)),
+                               -layer.scheme.slopes[:, None, None] * 7)
+
+
+def test_bias_blocks_are_kept_across_passes_until_the_table_changes(monkeypatch):
+    # T5's bias depends on the table: blocks computed in one pass serve the next, and a new
+    # table (a checkpoint copied in) is used at once.
+    x = _x(B=1, T=12)
+    blocked = MultiHeadAttention(16, 4, scheme=T5Bias(), seed=5, block_size=4)
+    dense = MultiHeadAttention(16, 4, scheme=T5Bias(), seed=5)
+    calls = []
+    real = T5Bias.bias
+    monkeypatch.setattr(T5Bias, "bias", lambda self, i, j: calls.append(1) or real(self, i, j))
+    first = blocked(x, causal=True)
+    computed = len(calls)
+    np.testing.assert_array_equal(blocked(x, causal=True), first)
+    assert len(calls) == computed                                           # every block came from the memo
+    new_table = np.random.default_rng(6).standard_normal(blocked.scheme.table.shape)
+    blocked.scheme.table = new_table
+    dense.scheme.table = new_table.copy()
+    np.testing.assert_allclose(blocked(x, causal=True), dense(x, causal=True), rtol=1e-10, atol=1e-12)
+    assert len(calls) > computed
+
+
+def test_blockwise_layer_equals_dense_with_threads(monkeypatch):
+    # The threaded path (forced here at a small size) gives the same bits as one thread.
+    import minipos.attention
+    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
+    x = _x(B=2, T=13).astype(np.float32)
+    layer = MultiHeadAttention(16, 4, scheme=ALiBi(), seed=7, dtype=np.float32, block_size=4)
+    monkeypatch.setenv("MINIPOS_NUM_THREADS", "1")
+    one = layer(x, causal=True)
+    monkeypatch.setenv("MINIPOS_NUM_THREADS", "2")
+    monkeypatch.setattr(minipos._threads, "_openblas", lambda: ("any",))   # as if OpenBLAS were found
+    monkeypatch.setattr(minipos._threads, "_enter", lambda: None)
+    monkeypatch.setattr(minipos._threads, "_exit", lambda: None)
+    np.testing.assert_array_equal(layer(x, causal=True), one)
+
+
 def test_blockwise_layer_refuses_weights():
     layer = MultiHeadAttention(16, 4, block_size=4)
     with pytest.raises(ValueError, match="return_weights"):
