@@ -68,6 +68,7 @@ _lock = threading.Lock()
 _active = 0                 # parallel sections running now
 _saved = None               # the BLAS thread count they found
 _pools = {}                 # one pool per worker count
+_PREFIX = "minipos-blockwise"
 
 
 def _openblas():
@@ -110,17 +111,28 @@ def _exit() -> None:
             blas[1](_saved)
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: start from scratch."""
+    global _lock, _active, _saved, _pools
+    _lock, _active, _saved, _pools = threading.Lock(), 0, None, {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def run(fn, tasks: list, workers: int) -> None:
     """Call ``fn(*task)`` for every task: in order on this thread when ``workers == 1`` (or a
-    single task), else on up to ``workers`` threads (BLAS paused at one thread meanwhile). The
-    first exception raised, in task order, is re-raised after every task has ended."""
-    if workers == 1 or len(tasks) < 2:
+    single task, or when called from one of the workers, which must not wait on its own pool),
+    else on up to ``workers`` threads (BLAS paused at one thread meanwhile). The first exception
+    raised, in task order, is re-raised after every task has ended."""
+    if workers == 1 or len(tasks) < 2 or threading.current_thread().name.startswith(_PREFIX):
         for task in tasks:
             fn(*task)
         return
     with _lock:
         if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipos")
+            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_PREFIX)
         pool = _pools[workers]
     _enter()
     try:

@@ -55,3 +55,41 @@ def test_without_a_pausable_blas_the_default_is_one_worker(monkeypatch):
 def test_check_workers_names_the_argument(workers, error):
     with pytest.raises(error, match="workers"):
         _threads.check_workers(workers)
+
+
+def test_a_task_that_runs_tasks_itself_does_not_wait_on_its_own_pool():
+    # A bias_fn that calls blockwise attention runs inside a worker; its inner tasks then run in
+    # order on that worker instead of queueing behind it (which could wait forever).
+    inner = []
+
+    def outer(i):
+        _threads.run(lambda j: inner.append((i, j)), [(0,), (1,)], workers=2)
+    _threads.run(outer, [(0,), (1,), (2,)], workers=2)
+    assert sorted(inner) == [(i, j) for i in range(3) for j in range(2)]
+
+
+def test_a_forked_child_starts_without_the_parents_pools():
+    import os
+    _threads.run(lambda i: None, [(0,), (1,)], workers=2)      # the parent now has a pool
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    pid = os.fork()
+    if pid == 0:                                               # child: must finish, not hang
+        try:
+            _threads.run(lambda i: None, [(0,), (1,)], workers=2)
+            os._exit(0 if _threads._active == 0 else 1)
+        except BaseException:
+            os._exit(2)
+    import signal
+    import time
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the parent's pool")
+        time.sleep(0.05)
+    assert os.WEXITSTATUS(status) == 0
