@@ -26,7 +26,9 @@ def machine() -> str:
                platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
     lines = [f"nproc {os.cpu_count()}, CPU {cpu}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
              f"python {platform.python_version()}, numpy {np.__version__}, torch {getattr(cases.torch, '__version__', 'not installed')}",
-             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}"]
+             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}",
+             f"minipos blockwise workers: {cases.workers()} (MINIPOS_NUM_THREADS="
+             f"{os.environ.get('MINIPOS_NUM_THREADS', '(unset)')})"]
     try:
         from threadpoolctl import threadpool_info
         lines += [f"BLAS {p['internal_api']} {p['version']} ({p.get('architecture')}), {p['num_threads']} threads"

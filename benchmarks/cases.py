@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from minipos import alibi, deberta, rope, t5, transformer_xl
+from minipos._threads import default_workers as workers
 from minipos.attention import blockwise_attention
 from minipos.layer import ALiBi, MultiHeadAttention
 
@@ -52,18 +53,27 @@ def attention_rows(T: int, H: int, D: int, block: int, repeats: int, blocks=()) 
     rows.append(_ratio_row(f"blockwise_attention causal ALiBi {size} block={block} / (q k^T) v",
                            ours, floor, repeats, 1.6))
     layer = MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32, block_size=block)
-    logits = layer._logits_fn(None, pos, pos)
-    part = lambda: layer._blockwise(q, k, v, logits, None, True, pos, pos, 1 / np.sqrt(D))  # noqa: E731
+    logits, bound = layer._logits_fn(None, pos, pos), layer._bias_max_fn(None, pos, pos)
+    part = lambda: layer._blockwise(q, k, v, logits, None, True, pos, pos, 1 / np.sqrt(D), bound)  # noqa: E731
     rows.append(_ratio_row(f"layer attention part (ALiBi, block={block}) / (q k^T) v", part, floor, repeats, 1.6))
     if torch is None:
-        rows.append(Row("blockwise / torch sdpa (float mask)", None, None, None, "<= 1", None, note=NO_TORCH))
+        rows.append(Row("layer attention part / torch sdpa (float mask)", None, None, None, "< 1.0", None,
+                        note=NO_TORCH))
         return rows
     bias = np.where(pos[None, :] <= pos[:, None], alibi.alibi_bias(slopes, pos, pos), -np.inf)
     mask = torch.from_numpy(bias.astype(np.float32)[None])                          # (1, H, T, S)
     tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
     sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask)  # noqa: E731
-    rows.append(_ratio_row("blockwise_attention / torch sdpa (same float mask)", ours, sdpa, repeats, 1.0))
-    rows.append(_ratio_row("layer attention part / torch sdpa (same float mask)", part, sdpa, repeats, 1.0))
+    tf, tg, ratio = interleaved(ours, sdpa, repeats)
+    rows.append(Row("blockwise_attention, bias built per block / torch sdpa (same float mask)", tf, tg, ratio,
+                    "(info)", None, note="info: the mask torch gets is built before the call"))
+    one = lambda: blockwise_attention(q, k, v, bias_fn=logits, causal=True, scale=1 / np.sqrt(D),  # noqa: E731
+                                      block_size=block, bias_max_fn=bound, workers=1)
+    tf, tg, ratio = interleaved(one, sdpa, repeats)
+    rows.append(Row("layer attention part, one thread / torch sdpa (same float mask)", tf, tg, ratio, "(info)",
+                    None, note=f"info: torch uses {torch.get_num_threads()} threads"))
+    rows.append(_ratio_row(f"layer attention part ({workers()} threads) / torch sdpa (same float mask)",
+                           part, sdpa, repeats, 1.0))
     return rows
 
 
