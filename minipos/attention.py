@@ -320,8 +320,9 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     block_size: queries and keys per block (a positive int); the extra memory is one logits
       block ``(..., H, block, block)`` per worker plus ``O(... H (S + block) (D + Dv))``,
       whatever T and S.
-    workers: threads that share the query blocks (a positive int); by default the cores, where
-      the BLAS is OpenBLAS (its own threads are paused meanwhile), else 1. Small problems run on
+    workers: threads that share the query blocks (a positive int); by default the cores (capped
+      by ``MINIPOS_NUM_THREADS``) where the BLAS is an OpenBLAS found on Linux, whose own threads
+      are then paused at one for the duration of the call, process-wide; else 1. Small problems run on
       one thread. ``bias_fn`` and ``mask_fn`` must then be safe to call from several threads (pure
       functions of their slices are). The result does not depend on ``workers``, bit for bit.
     bias_max_fn: optional ``bias_max_fn(q_slice, k_slice)`` -> an upper bound of ``bias_fn``'s
@@ -429,7 +430,7 @@ class _Blockwise:
         groups = min(H, -(-2 * workers // len(blocks))) if len(blocks) < 2 * workers else 1
         size = -(-H // groups)
         self.heads_per_task = size
-        heads = [slice(h, min(h + size, H)) for h in range(0, H, size)]
+        heads = [None] if size == H else [slice(h, min(h + size, H)) for h in range(0, H, size)]
 
         def cost(task):
             qs, hs = task
