@@ -353,7 +353,8 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
                                    scale=scale, block_size=block, q_offset=q_offset, workers=workers,
                                    bias_max_fn=bias_max_fn)[0]
     job = _Blockwise(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn)
-    _threads.run(job.attend, job.tasks(workers), workers)
+    tasks, workers = job.tasks(workers)
+    _threads.run(job.attend, tasks, workers)
     return job.out
 
 
@@ -419,13 +420,14 @@ class _Blockwise:
         self.k = k.astype(dtype, copy=False)
         self.triangles, self.local, self.heads_per_task = {}, threading.local(), lead[-1]
 
-    def tasks(self, workers: int) -> list:
-        """``(qs, hs)`` per query block (and per group of heads when blocks are few), the
-        costliest first when they run on several threads."""
+    def tasks(self, workers: int) -> tuple[list, int]:
+        """``([(qs, hs), ...], workers)``: a task per query block (and per group of heads when
+        blocks are few), the costliest first, and the threads to run them on (1 for small work,
+        the tasks then in order)."""
         blocks = [slice(i, min(i + self.block, self.T)) for i in range(0, self.T, self.block)]
         work = int(np.prod(self.lead)) * self.T * self.S * (self.D + self.v1.shape[-1])
         if workers == 1 or work < _THREADED_WORK:
-            return [(qs, None) for qs in blocks]
+            return [(qs, None) for qs in blocks], 1
         H = self.lead[-1]
         groups = min(H, -(-2 * workers // len(blocks))) if len(blocks) < 2 * workers else 1
         size = -(-H // groups)
@@ -436,7 +438,7 @@ class _Blockwise:
             qs, hs = task
             keys = min(self.S, qs.stop + self.offset) if self.causal else self.S
             return (qs.stop - qs.start) * max(keys, 0) * (1 if hs is None else hs.stop - hs.start)
-        return sorted(((qs, hs) for qs in blocks for hs in heads), key=cost, reverse=True)
+        return sorted(((qs, hs) for qs in blocks for hs in heads), key=cost, reverse=True), workers
 
     def _scratch(self, lead, tq):
         """This thread's buffers, viewed for a task with leading dims ``lead`` and ``tq`` rows."""

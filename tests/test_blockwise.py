@@ -378,3 +378,19 @@ def test_workers_must_be_a_positive_int(workers, error):
     q, k, v = _qkv((1,), 3, 3)
     with pytest.raises(error, match="workers"):
         blockwise_attention(q, k, v, workers=workers)
+
+
+def test_small_problems_stay_on_the_calling_thread():
+    # Below _THREADED_WORK handing blocks to threads costs more than it saves: every block is
+    # computed here, in order, even when workers=2 is asked for.
+    import threading
+    threads, calls = set(), []
+
+    def bias_fn(qs, ks):
+        threads.add(threading.get_ident())
+        calls.append((qs.start, ks.start))
+        return np.zeros((2, qs.stop - qs.start, ks.stop - ks.start))
+    q, k, v = _qkv((2,), 6, 6)
+    blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=2, workers=2)
+    assert threads == {threading.get_ident()}
+    assert calls == [(0, 0), (2, 2), (2, 0), (4, 4), (4, 2), (4, 0)]
