@@ -129,6 +129,28 @@ def test_equals_dense_for_any_sizes(T, S, H, D, block, causal, with_bias, offset
     np.testing.assert_allclose(out, _dense(q, k, v, bias, causal=causal, q_offset=q_offset), atol=1e-10)
 
 
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 12), S=st.integers(1, 12), H=st.integers(1, 4), block=st.integers(1, 6),
+       causal=st.booleans(), offset_shift=st.integers(-3, 3), bound=st.booleans(), seed=st.integers(0, 2**16))
+def test_threads_and_bounds_give_the_same_bits_for_any_sizes(T, S, H, block, causal, offset_shift, bound, seed):
+    # Two threads (forced at these sizes) against one, with and without a (valid, loose) bias
+    # bound: the same bits, and equal to dense attention.
+    q, k, v = _qkv((H,), T, S, D=3, Dv=2, seed=seed)
+    bias = np.random.default_rng(seed + 1).standard_normal((H, T, S))
+    bias_fn = _fns(bias, None)[0]
+    bias_max_fn = (lambda qs, ks: bias[:, qs, ks].max(axis=(1, 2), keepdims=True) + 0.5) if bound else None
+    q_offset = S - T + offset_shift if causal else None
+    kw = dict(bias_fn=bias_fn, causal=causal, block_size=block, q_offset=q_offset, bias_max_fn=bias_max_fn)
+    one = blockwise_attention(q, k, v, workers=1, **kw)
+    saved, minipos.attention._THREADED_WORK = minipos.attention._THREADED_WORK, 0
+    try:
+        two = blockwise_attention(q, k, v, workers=2, **kw)
+    finally:
+        minipos.attention._THREADED_WORK = saved
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(one, _dense(q, k, v, bias, causal=causal, q_offset=q_offset), atol=1e-10)
+
+
 # --- masks and skipped blocks -----------------------------------------------------------------
 
 def test_fully_masked_rows_give_zeros_without_warning():
