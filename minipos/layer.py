@@ -634,7 +634,9 @@ class MultiHeadAttention:
     ``head_dim`` defaults to ``d_model // num_heads``. Weights are drawn from N(0, 1/d_in) with
     ``seed``; copy a checkpoint's into the attributes (see the module docstring for the mapping).
     ``block_size=N`` computes attention blockwise (online softmax over N x N blocks of queries
-    and keys): the same outputs without ever holding a ``(T, S)`` array; ``None`` is dense.
+    and keys): the same outputs without ever holding a ``(T, S)`` array; ``None`` is dense. The
+    bias blocks of a scheme whose bias depends on ``j - i`` only (ALiBi, T5) are kept from one
+    call to the next, up to 64 MiB, while ``scheme.bias_state()`` is unchanged.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
