@@ -48,7 +48,7 @@ def _find_openblas():
             paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
     except OSError:
         return None
-    for path in sorted(paths):
+    for path in sorted(paths, key=lambda p: ("numpy" not in p, p)):        # NumPy's own first
         try:
             lib = ctypes.CDLL(path)
         except OSError:
