@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ._checks import check_positive_int
 
@@ -112,8 +112,11 @@ def _exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has none of the parent's threads: start from scratch."""
+    """A forked child has none of the parent's threads: start from scratch, with the BLAS thread
+    count a parallel section running in the parent at the fork had lowered put back."""
     global _lock, _active, _saved, _pools
+    if _active and _saved is not None and _blas is not None:
+        _blas[1](_saved)
     _lock, _active, _saved, _pools = threading.Lock(), 0, None, {}
 
 
@@ -132,14 +135,36 @@ def run(fn, tasks: list, workers: int) -> None:
         return
     with _lock:
         if workers not in _pools:
+            if len(_pools) >= 4:                        # a few sizes in use at most: drop the others
+                for old in _pools.values():
+                    old.shutdown(wait=False)
+                _pools.clear()
             _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_PREFIX)
         pool = _pools[workers]
+    futures = []
     _enter()
     try:
-        futures = [pool.submit(fn, *task) for task in tasks]
-        errors = [f.exception() for f in futures]
+        try:
+            for task in tasks:
+                futures.append(pool.submit(fn, *task))
+        except RuntimeError:                            # the interpreter is shutting down: no new threads
+            for task in tasks[len(futures):]:
+                futures.append(_done(fn, task))
+        errors = [f.exception() for f in futures]       # waits for every task, even after an error
     finally:
+        for f in futures:
+            f.exception()
         _exit()
     for error in errors:
         if error is not None:
             raise error
+
+
+def _done(fn, task) -> Future:
+    """``fn(*task)`` run here, as a finished future."""
+    future = Future()
+    try:
+        future.set_result(fn(*task))
+    except BaseException as error:                      # handed on like a worker's
+        future.set_exception(error)
+    return future

@@ -46,7 +46,7 @@ max or rescaling is needed. ``-m_0`` rides in an extra column of the queries aga
 ones under the keys, so one product gives ``scale q . k - m_0``. Only a logit more than ~88
 (float32; ~709 in float64) above ``m_0`` could overflow; the query block's ``[o | l]`` is then not
 finite and that block is redone with the running max. The query blocks are independent, so they
-run on several threads where that pays (``_threads``); the result is the same bits either way.
+run on several threads where that pays (``_threads``).
 """
 
 from __future__ import annotations
@@ -324,7 +324,10 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
       by ``MINIPOS_NUM_THREADS``) where the BLAS is an OpenBLAS found on Linux, whose own threads
       are then paused at one for the duration of the call, process-wide; else 1. Small problems run on
       one thread. ``bias_fn`` and ``mask_fn`` must then be safe to call from several threads (pure
-      functions of their slices are). The result does not depend on ``workers``, bit for bit.
+      functions of their slices are). ``workers`` changes which thread computes a block, and with
+      few query blocks it groups heads into tasks: results agree to rounding, and bit for bit when
+      every head takes the same path (a group that falls back to the running max, or a BLAS that
+      rounds its products differently on one thread than on several, can move the last bit).
     bias_max_fn: optional ``bias_max_fn(q_slice, k_slice)`` -> an upper bound of ``bias_fn``'s
       block, per head: broadcastable to ``(..., H, 1, 1)``. With it, a head whose whole block lies
       so far below the row's running max that ``e^{x - m}`` underflows to 0 (bounding
@@ -363,11 +366,11 @@ def _sub_block(a, target, sel, heads, rows, keys):
     term ``a`` broadcastable to ``target``; a view that the working block broadcasts against."""
     if a is None:
         return None
-    if a.ndim <= 2:                                                        # no head axis: (tq, tk)
-        return a[..., rows, keys]
-    if len(sel) == 1 and a.shape[-3:] == target[-3:]:                      # every head, all rows and keys
+    if a.shape == target[-2:]:                                             # no head axis: (tq, tk)
+        return a[rows, keys]
+    if len(sel) == 1 and a.ndim >= 3 and a.shape[-3:] == target[-3:]:      # every head, all rows and keys
         return a[..., heads, rows, keys]
-    return np.broadcast_to(a, target)[sel][..., heads, rows, keys]
+    return np.broadcast_to(a, target)[sel][..., heads, rows, keys]         # scalars, (tk,), (1, tk), ...
 
 
 def _heads_added(fn):
@@ -426,7 +429,7 @@ class _Blockwise:
         the tasks then in order)."""
         blocks = [slice(i, min(i + self.block, self.T)) for i in range(0, self.T, self.block)]
         work = int(np.prod(self.lead)) * self.T * self.S * (self.D + self.v1.shape[-1])
-        if workers == 1 or work < _THREADED_WORK:
+        if workers == 1 or work < _THREADED_WORK or not blocks:
             return [(qs, None) for qs in blocks], 1
         H = self.lead[-1]
         groups = min(H, -(-2 * workers // len(blocks))) if len(blocks) < 2 * workers else 1
@@ -558,7 +561,8 @@ class _Blockwise:
         """
         target = (*self.lead, 1, 1)
         b = _block_term(self.bias_max_fn(qs, ks), "bias_max_fn", qs, ks, target, boolean=False)
-        b = (b if len(sel) == 1 else np.broadcast_to(b, target)[sel])[..., 0, 0]   # (..., h) or (h,)
+        b = np.asarray(b, dtype=np.float64)
+        b = (b if len(sel) == 1 and b.ndim >= 2 else np.broadcast_to(b, target)[sel])[..., 0, 0]   # (..., h)
         if np.isnan(b).any():
             raise ValueError(f"bias_max_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop})) "
                              f"returned NaN; it must return an upper bound of the block's bias")

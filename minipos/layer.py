@@ -598,12 +598,18 @@ class _DistanceMemo:
     Under a bias that depends on ``j - i`` only, every block on one diagonal of the blockwise
     walk has the same bias; the blocks nearest the diagonal (met first) are kept, up to ``limit``
     bytes. ``stamp`` names what the bias depends on (``Scheme.bias_state``, the dtype): the layer
-    keeps the memo across passes while it is unchanged, else it dies with the pass. Safe to share
+    keeps the memo across passes while it is unchanged and not ``full()``, else it dies with the
+    pass. Safe to share
     between the threads of ``blockwise_attention``.
     """
 
     def __init__(self, stamp=None, limit: int = 64 << 20):
-        self.stamp, self.blocks, self.room, self.lock = stamp, {}, limit, threading.Lock()
+        self.stamp, self.blocks, self.room, self.limit, self.lock = stamp, {}, limit, limit, threading.Lock()
+
+    def full(self) -> bool:
+        """Three quarters or more of ``limit`` used: a new pass starts a fresh memo (decoding, each
+        step a new block, would otherwise fill it with blocks never met again)."""
+        return self.room <= self.limit // 4
 
     def get(self, q, k, compute, runs: bool = False):
         """The block for positions ``q``, ``k`` (``runs``: known to be runs of consecutive
@@ -753,7 +759,7 @@ class MultiHeadAttention:
             if stamp is None:
                 memo = _DistanceMemo()                                               # this pass only
             else:
-                if self._memo is None or self._memo.stamp != stamp:
+                if self._memo is None or self._memo.stamp != stamp or self._memo.full():
                     self._memo = _DistanceMemo(stamp)                                # kept for the next pass
                 memo = self._memo
 

@@ -371,7 +371,8 @@ def test_the_running_max_path_skips_heads_that_underflow(monkeypatch):
 @pytest.mark.parametrize("causal, with_mask", [(True, False), (False, True), (True, True)])
 def test_workers_do_not_change_a_bit(workers, causal, with_mask, monkeypatch):
     # The query blocks (and groups of heads) are independent tasks: whatever thread runs them,
-    # the output is the same bits. The size threshold is lowered so that threads are used here.
+    # the output is the same bits here, where every head takes the same path and the products are
+    # too small for the BLAS to thread. The size threshold is lowered so that threads are used.
     monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
     q, k, v = _qkv((2, 3), 10, 13, seed=15, dtype=np.float32)
     rng = np.random.default_rng(16)
@@ -416,3 +417,66 @@ def test_small_problems_stay_on_the_calling_thread():
     blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=2, workers=2)
     assert threads == {threading.get_ident()}
     assert calls == [(0, 0), (2, 2), (2, 0), (4, 4), (4, 2), (4, 0)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("term", ["scalar", "keys", "one row", "mask keys"])
+def test_block_terms_of_any_broadcastable_shape(causal, term):
+    # A block term need only broadcast to (..., H, tq, tk): a scalar, a (tk,) row of per-key
+    # biases, a (1, tk) one, or a (tk,) mask. Block 16 with T = 16 cuts the causal diagonal block
+    # into bands of rows, which must not slice a size-1 row axis.
+    q, k, v = _qkv((2,), 16, 16, seed=17)
+    per_key = np.linspace(-1.0, 1.0, 16)
+    keep = np.arange(16) % 3 != 1
+    bias, mask, fns = None, None, {}
+    if term == "scalar":
+        bias, fns["bias_fn"] = np.full((16, 16), 0.5), lambda qs, ks: 0.5
+    elif term == "keys":
+        bias, fns["bias_fn"] = np.broadcast_to(per_key, (16, 16)), lambda qs, ks: per_key[ks]
+    elif term == "one row":
+        bias, fns["bias_fn"] = np.broadcast_to(per_key, (16, 16)), lambda qs, ks: per_key[None, ks]
+    else:
+        mask, fns["mask_fn"] = np.broadcast_to(keep, (16, 16)), lambda qs, ks: keep[ks]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = blockwise_attention(q, k, v, causal=causal, block_size=16, **fns)
+    np.testing.assert_allclose(out, _dense(q, k, v, bias=bias, mask=mask, causal=causal), atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["scalar", "float32", "-inf off the diagonal"])
+def test_bias_max_fn_may_be_a_scalar_float32_or_minus_inf_without_warnings(kind):
+    # Block 4, T = 8. In the "-inf" case keys of the other block of 4 are masked by the bias
+    # (-inf), and the bound says so there (a bound must hold: 0 on the diagonal blocks).
+    q, k, v = _qkv((2,), 8, 8, seed=18, dtype=np.float32)
+    i = np.arange(8)
+    far = (i[:, None] // 4) != (i[None, :] // 4)
+    minus_inf = kind.startswith("-inf")
+    bias = np.where(far, -np.inf, 0.0).astype(np.float32) if minus_inf else np.zeros((8, 8), np.float32)
+
+    def bound(qs, ks):
+        if kind == "scalar":
+            return 0.0
+        if kind == "float32":
+            return np.zeros((2, 1, 1), np.float32)
+        return np.full((2, 1, 1), -np.inf if qs.start != ks.start else 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = blockwise_attention(q, k, v, causal=True, block_size=4, bias_fn=lambda qs, ks: bias[qs, ks],
+                                  bias_max_fn=bound)
+    mask = causal_mask(8, 8) & ~far if minus_inf else causal_mask(8, 8)
+    np.testing.assert_allclose(out, attention(q, k, v, mask=mask), rtol=1e-5, atol=1e-6)
+
+
+def test_heads_on_different_paths_agree_to_rounding_whatever_the_workers(monkeypatch):
+    # Head 1's row 0 has no allowed key in its first key block, so a task holding head 1 stays
+    # on the running max; grouping heads into tasks (few query blocks, two workers) then moves
+    # head 0 onto the fixed reference. Both are the same attention: equal to rounding.
+    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
+    q, k, v = _qkv((2,), 8, 16, D=8, seed=19)
+    mask = np.ones((2, 8, 16), bool)
+    mask[1, 0, 8:] = False
+    mask_fn = lambda qs, ks: mask[:, qs, ks]  # noqa: E731
+    one = blockwise_attention(q, k, v, mask_fn=mask_fn, block_size=8, workers=1)
+    two = blockwise_attention(q, k, v, mask_fn=mask_fn, block_size=8, workers=2)
+    np.testing.assert_allclose(two, one, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(one, _dense(q, k, v, mask=mask), atol=1e-12)

@@ -308,6 +308,21 @@ def test_bias_blocks_are_kept_across_passes_until_the_table_changes(monkeypatch)
     assert len(calls) > computed
 
 
+def test_a_full_bias_memo_is_started_afresh_by_the_next_pass():
+    # Decoding meets a new block each step; once the memo is three quarters full the next pass
+    # starts a new one, so blocks that would be met again can still be kept.
+    layer = MultiHeadAttention(16, 4, scheme=ALiBi(), seed=8, block_size=4)
+    x = _x(B=1, T=8)
+    layer(x, causal=True)
+    memo = layer._memo
+    assert memo is not None and memo.blocks and not memo.full()
+    layer(x, causal=True)
+    assert layer._memo is memo                                             # kept while there is room
+    memo.room = memo.limit // 4                                           # as if decoding had filled it
+    layer(x, causal=True)
+    assert layer._memo is not memo and layer._memo.blocks
+
+
 def test_blockwise_layer_equals_dense_with_threads(monkeypatch):
     # The threaded path (forced here at a small size) gives the same bits as one thread.
     import minipos.attention

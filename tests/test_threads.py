@@ -93,3 +93,27 @@ def test_a_forked_child_starts_without_the_parents_pools():
             pytest.fail("the forked child hung on the parent's pool")
         time.sleep(0.05)
     assert os.WEXITSTATUS(status) == 0
+
+
+def test_when_no_thread_can_be_started_the_tasks_run_here(monkeypatch):
+    # At interpreter shutdown ThreadPoolExecutor.submit raises RuntimeError: the tasks left run on
+    # the calling thread instead, and an error among them still reaches the caller.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def refuse(self, fn, *args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
+    seen = []
+    _threads.run(lambda i: seen.append((i, threading.get_ident())), [(0,), (1,)], workers=2)
+    assert seen == [(0, threading.get_ident()), (1, threading.get_ident())]
+
+    def fail(i):
+        raise ValueError(f"task {i}")
+    with pytest.raises(ValueError, match="task 0"):
+        _threads.run(fail, [(0,), (1,)], workers=2)
+
+
+def test_only_a_few_pools_are_kept():
+    for workers in range(2, 9):
+        _threads.run(lambda i: None, [(0,), (1,)], workers=workers)
+    assert len(_threads._pools) <= 4
