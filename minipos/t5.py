@@ -76,6 +76,7 @@ import math
 
 import numpy as np
 
+from . import _threads
 from ._checks import as_float_array, as_positions, check_int
 
 __all__ = [
@@ -233,10 +234,11 @@ def _toeplitz(per_distance: np.ndarray, T: int, S: int) -> np.ndarray:
     """``out[h, t, s] = per_distance[h, s - t + T - 1]``, ``(H, T, S)``, one contiguous copy.
 
     Row t is the window of S distances starting at ``T - 1 - t``: the sliding windows of
-    ``per_distance`` in reverse order, a view that is copied once (no index array).
+    ``per_distance`` in reverse order, a view that is copied once (no index array), by several
+    threads when the result is large (``_threads.copy``).
     """
     windows = np.lib.stride_tricks.sliding_window_view(per_distance, S, axis=-1)  # (H, span-S+1, S)
-    return np.ascontiguousarray(windows[:, T - 1::-1, :])                # (H, T, S)
+    return _threads.copy(windows[:, T - 1::-1, :])                       # (H, T, S), large: on threads
 
 
 def t5_bias_definitional(table, q_positions, k_positions, *, bidirectional: bool = True,

@@ -231,6 +231,17 @@ def test_toeplitz_form_equals_definitional_form(q, k, start, length, bidirection
         np.testing.assert_array_equal(fast, slow)
 
 
+@pytest.mark.parametrize("T, S", [(37, 50), (50, 37), (8, 8)])
+def test_toeplitz_copy_on_threads_equals_definitional_form(T, S, monkeypatch):
+    # Large Toeplitz biases are copied out by several threads, each a band of rows; forced here
+    # at a small size (every band boundary is exercised with 37 and 50 rows).
+    from minipos import _threads
+    monkeypatch.setattr(_threads, "_THREADED_COPY", 0)
+    monkeypatch.setattr(_threads, "copy_workers", lambda: 3)
+    table = np.random.default_rng(9).standard_normal((32, 2))
+    np.testing.assert_array_equal(t5_bias(table, T, S), t5_bias_definitional(table, T, S))
+
+
 @settings(max_examples=30, deadline=None)
 @given(shift=st.integers(0, 10**6), t=st.integers(1, 20), s=st.integers(1, 20))
 def test_bias_depends_only_on_key_minus_query(shift, t, s):

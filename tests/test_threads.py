@@ -117,3 +117,14 @@ def test_only_a_few_pools_are_kept():
     for workers in range(2, 9):
         _threads.run(lambda i: None, [(0,), (1,)], workers=workers)
     assert len(_threads._pools) <= 4
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 5), (40, 5), (2, 3, 17, 4)])
+def test_copy_on_threads_is_an_exact_contiguous_copy(shape, monkeypatch):
+    import numpy as np
+    monkeypatch.setattr(_threads, "_THREADED_COPY", 0)
+    monkeypatch.setattr(_threads, "copy_workers", lambda: 2)
+    src = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)[..., ::-1, :]   # a strided view
+    out = _threads.copy(src)
+    assert out.flags.c_contiguous and out.dtype == src.dtype
+    np.testing.assert_array_equal(out, src)
