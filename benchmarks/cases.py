@@ -36,20 +36,23 @@ def _alibi_case(T: int, H: int, D: int):
     q, k, v = (rng.standard_normal((1, H, T, D), dtype=np.float32) for _ in range(3))
     slopes, pos = alibi.alibi_slopes(H), np.arange(T)
     bias_fn = lambda qs, ks: alibi.alibi_bias_as(np.float32, slopes, pos[qs], pos[ks])  # noqa: E731
-    return q, k, v, slopes, pos, bias_fn
+    bound = lambda qs, ks: alibi.alibi_bias_bound(slopes, pos[qs], pos[ks])              # noqa: E731
+    return q, k, v, slopes, pos, bias_fn, bound
 
 
 def attention_rows(T: int, H: int, D: int, block: int, repeats: int, blocks=()) -> list[Row]:
     """Causal ALiBi attention: blockwise and the layer's path against the floor and torch."""
-    q, k, v, slopes, pos, bias_fn = _alibi_case(T, H, D)
+    q, k, v, slopes, pos, bias_fn, bound_fn = _alibi_case(T, H, D)
     floor = lambda: np.matmul(np.matmul(q, np.swapaxes(k, -1, -2)), v)     # noqa: E731  (q k^T) v
     size = f"H={H} T=S={T} D={D} f32"
     rows = []
     for b in blocks:                                  # how the block size was chosen
-        fn = lambda b=b: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=b)  # noqa: E731
+        fn = lambda b=b: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=b,  # noqa: E731
+                                             bias_max_fn=bound_fn)
         tf, tg, ratio = interleaved(fn, floor, repeats)
         rows.append(Row(f"blockwise ALiBi block_size={b} / floor", tf, tg, ratio, "(choice)", None))
-    ours = lambda: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=block)  # noqa: E731
+    ours = lambda: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=block,  # noqa: E731
+                                       bias_max_fn=bound_fn)
     rows.append(_ratio_row(f"blockwise_attention causal ALiBi {size} block={block} / (q k^T) v",
                            ours, floor, repeats, 1.6))
     layer = MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32, block_size=block)

@@ -37,7 +37,7 @@ import numpy as np
 
 from ._checks import as_float_array, as_positions, check_positive_int
 
-__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_as", "alibi_bias_key_only"]
+__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_as", "alibi_bias_bound", "alibi_bias_key_only"]
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -100,6 +100,25 @@ def alibi_bias_as(dtype, slopes, q_positions, k_positions, *, symmetric: bool = 
         rel = -np.abs(rel, out=rel)                                # -|i - j|
     m = slopes.astype(dtype)[:, None, None]                        # (H, 1, 1)
     return np.multiply(m, rel[None, :, :])                         # -m_h (i - j), (H, T, S)
+
+
+def alibi_bias_bound(slopes, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
+    """An upper bound ``(H, 1, 1)`` (float64) of ``alibi_bias(...)`` over a block, in ``O(T + S)``.
+
+    ``-m_h (i - j)`` is largest at the least ``i - j``, ``min(i) - max(j)``; ``-m_h |i - j|`` at
+    the least distance, at least ``max(min(i) - max(j), min(j) - max(i), 0)`` (0 where the two
+    ranges overlap, a bound rather than the maximum when positions skip). This is the
+    ``bias_max_fn`` of ``blockwise_attention``, which then skips heads whose far blocks underflow.
+    """
+    slopes = _check_slopes(slopes)
+    i = as_positions(q_positions, "q_positions")
+    j = as_positions(k_positions, "k_positions")
+    if i.size == 0 or j.size == 0:
+        return np.full((slopes.size, 1, 1), -np.inf)                      # an empty block: no bias at all
+    least = int(i.min()) - int(j.max())
+    if symmetric:
+        least = max(least, int(j.min()) - int(i.max()), 0)
+    return -slopes[:, None, None] * float(least)                       # (H, 1, 1)
 
 
 def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:

@@ -333,7 +333,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
       so far below the row's running max that ``e^{x - m}`` underflows to 0 (bounding
       ``scale q . k`` by ``scale |q| |k|``) is not computed, which leaves the result unchanged bit
       for bit; a block with no such head is skipped before ``bias_fn`` is called. A bound below
-      the true maximum gives wrong results. ALiBi's ``-m_h |i - j|`` is bounded by
+      the true maximum gives wrong results. ``alibi.alibi_bias_bound`` is ALiBi's:
       ``-m_h min |i - j|`` over the block.
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding. A bias holding
     NaN or +inf raises ``ValueError`` naming ``bias_fn`` (found once per query block from the row

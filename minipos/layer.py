@@ -359,11 +359,8 @@ class ALiBi(Scheme):
         return ("alibi", self.symmetric, np.asarray(self.slopes).tobytes())
 
     def bias_bound(self, q_positions, k_positions):
-        """``-m_h`` times the least ``|i - j|`` (or ``i - j``) over the block; from the position
-        ranges, so ``-m_h * 0`` where they overlap (a bound, not always the maximum)."""
-        i_lo, i_hi, j_lo, j_hi = q_positions.min(), q_positions.max(), k_positions.min(), k_positions.max()
-        least = i_lo - j_hi if not self.symmetric else max(i_lo - j_hi, j_lo - i_hi, 0)
-        return -self.slopes[:, None, None] * float(least)                # (H, 1, 1)
+        """``alibi.alibi_bias_bound``: ``-m_h`` times the least ``|i - j|`` (or ``i - j``) over the block."""
+        return alibi.alibi_bias_bound(self.slopes, q_positions, k_positions, symmetric=self.symmetric)
 
     def __repr__(self) -> str:
         return f"ALiBi(symmetric={self.symmetric})"

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minipos.alibi import alibi_bias, alibi_bias_key_only, alibi_slopes
+from minipos.alibi import alibi_bias, alibi_bias_bound, alibi_bias_key_only, alibi_slopes
 from minipos.attention import attention, causal_mask, softmax
 
 # --- slopes -------------------------------------------------------------------------------
@@ -187,3 +187,28 @@ def test_errors():
         alibi_bias([0.5], 2, np.array([0.0, 0.5]))
     with pytest.raises(ValueError, match="k_positions"):
         alibi_bias_key_only([0.5], np.zeros((2, 2), dtype=int))
+
+
+@settings(max_examples=80, deadline=None)
+@given(i=st.lists(st.integers(0, 80), min_size=1, max_size=9), j=st.lists(st.integers(0, 80), min_size=1, max_size=9),
+       symmetric=st.booleans())
+def test_bias_bound_is_never_below_the_bias(i, j, symmetric):
+    # blockwise_attention skips heads by this bound: it must hold for any positions, sorted or not.
+    slopes = alibi_slopes(4)
+    bias = alibi_bias(slopes, i, j, symmetric=symmetric)                   # (H, tq, tk)
+    bound = alibi_bias_bound(slopes, i, j, symmetric=symmetric)           # (H, 1, 1)
+    assert bound.shape == (4, 1, 1)
+    assert np.all(bias.max(axis=(1, 2), keepdims=True) <= bound)
+
+
+def test_bias_bound_hand_worked():
+    # Queries 10..11, keys 0..3: least i - j = 10 - 3 = 7, and so is the least |i - j|; slopes of
+    # H = 2 are 1/16 and 1/256 -> bounds -7/16 and -7/256. Overlapping ranges bound |i - j| by 0;
+    # an empty block has no bias at all.
+    slopes = alibi_slopes(2)
+    for symmetric in (False, True):
+        np.testing.assert_allclose(alibi_bias_bound(slopes, [10, 11], [0, 1, 2, 3], symmetric=symmetric).ravel(),
+                                   [-7 / 16, -7 / 256])
+    np.testing.assert_array_equal(alibi_bias_bound(slopes, [2, 5], [4, 9], symmetric=True).ravel(), [0.0, 0.0])
+    np.testing.assert_allclose(alibi_bias_bound(slopes, [2, 5], [4, 9]).ravel(), [7 / 16, 7 / 256])
+    assert np.all(np.isneginf(alibi_bias_bound(slopes, [], [1, 2])))
