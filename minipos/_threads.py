@@ -82,9 +82,7 @@ def _openblas():
 def default_workers() -> int:
     """Workers used when ``workers`` is not given: the cores (capped by ``MINIPOS_NUM_THREADS``),
     or 1 when the BLAS's own threads cannot be paused."""
-    env = os.environ.get("MINIPOS_NUM_THREADS", "").strip()
-    limit = int(env) if env.isdigit() and int(env) > 0 else None
-    n = cores() if limit is None else min(cores(), limit)
+    n = copy_workers()
     return n if n > 1 and _openblas() is not None else 1
 
 
@@ -127,7 +125,7 @@ if hasattr(os, "register_at_fork"):
 
 def copy_workers() -> int:
     """Threads for a large copy (no BLAS involved): the cores, capped by ``MINIPOS_NUM_THREADS``."""
-    env = os.environ.get("MINIPOS_NUM_THREADS", "").strip()
+    env = os.environ.get("MINIPOS_NUM_THREADS", "").strip()                 # ignored unless a positive int
     return min(cores(), int(env)) if env.isdigit() and int(env) > 0 else cores()
 
 
