@@ -7,6 +7,7 @@ says what was expected, so that bad input never turns into silent broadcasting o
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 
@@ -22,6 +23,8 @@ __all__ = [
     "check_choice",
     "check_bool",
     "float_dtype",
+    "check_alloc",
+    "MAX_BYTES",
 ]
 
 
@@ -99,15 +102,19 @@ def check_finite(arr: np.ndarray, name: str) -> None:
 
 
 def as_positions(positions, name: str = "positions", *, allow_negative: bool = False,
-                 ndim: int | None = 1) -> np.ndarray:
+                 ndim: int | None = 1, length: int | None = None) -> np.ndarray:
     """Integer positions as an int64 array.
 
     ``positions`` may be an int n (meaning ``arange(n)``) or an integer array. Float arrays are
     accepted only when every entry is an exact integer. Negative entries raise unless
-    ``allow_negative``; ``ndim`` (if given) is the required number of dimensions.
+    ``allow_negative``; ``ndim`` (if given) is the required number of dimensions; ``length`` (if
+    given) the required number of positions, checked before ``arange(n)`` is built.
     """
     if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
         n = check_int(positions, name, minimum=0)
+        if length is not None and n != length:
+            raise ValueError(f"{name} must have length {length}, got the int {n} (meaning arange({n}))")
+        check_alloc((n,), np.int64, name)
         return np.arange(n, dtype=np.int64)
     arr = np.asarray(positions)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
@@ -123,6 +130,8 @@ def as_positions(positions, name: str = "positions", *, allow_negative: bool = F
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
     if not allow_negative and arr.size and arr.min() < 0:
         raise ValueError(f"{name} must be >= 0, got minimum {int(arr.min())}")
+    if length is not None and (arr.ndim != 1 or arr.shape[0] != length):
+        raise ValueError(f"{name} must have shape ({length},), got shape {arr.shape}")
     return arr
 
 
@@ -137,3 +146,31 @@ def check_choice(value, name: str, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
     return value
+
+
+def _memory_bytes() -> int:
+    """The machine's physical memory in bytes (2**63 where it cannot be read)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return 1 << 63
+
+
+MAX_BYTES = _memory_bytes()
+"""The largest single array minipos allocates: the machine's physical memory."""
+
+
+def check_alloc(shape, dtype, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` if an array of ``shape`` and ``dtype`` cannot fit.
+
+    Called before a function allocates an output whose size the caller chose, so that a request
+    too large fails at once with the argument named, not in a ``MemoryError`` deep in NumPy.
+    """
+    count = 1
+    for n in shape:
+        count *= int(n)
+    nbytes = count * np.dtype(dtype).itemsize
+    if nbytes > MAX_BYTES:
+        raise ValueError(f"{name} asks for an array of shape {tuple(int(n) for n in shape)} "
+                         f"({nbytes / 2**30:.3g} GiB of {np.dtype(dtype)}), more than this machine's "
+                         f"memory ({MAX_BYTES / 2**30:.3g} GiB)")
