@@ -34,6 +34,9 @@ import json
 import math
 import numbers
 import os
+import re
+import secrets
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -576,9 +579,49 @@ def _encode_case(case: dict, expected: dict) -> dict:
     return out
 
 
+def _check_family(name, argname: str = "name") -> str:
+    """``name`` if it is a known family, else raise naming ``argname`` and the known families."""
+    if not isinstance(name, str):
+        raise TypeError(f"{argname} must be a family name (str), got {type(name).__name__} {_short(name)}")
+    if name not in FAMILIES:
+        raise ValueError(f"{argname}: unknown family {_short(name)}; the families are {sorted(FAMILIES)}")
+    return name
+
+
+def _check_families(families) -> list:
+    """The family names to work on: every family for ``None``, else the given names, checked."""
+    if families is None:
+        return list(FAMILIES)
+    if isinstance(families, (str, bytes)):
+        raise TypeError(f"families must be a list of family names such as ['rope'], not the "
+                        f"{type(families).__name__} {_short(families)}")
+    try:
+        names = list(families)
+    except TypeError:
+        raise TypeError(f"families must be a list of family names, got {type(families).__name__}") from None
+    if not names:
+        raise ValueError("families must name at least one family (None means every family)")
+    for name in names:
+        _check_family(name, "families")
+    if len(set(names)) != len(names):
+        raise ValueError(f"families lists a family twice: {names}")
+    return names
+
+
+def _check_directory(directory) -> str:
+    """``directory`` as a str path, or raise ``TypeError`` naming the argument."""
+    if not isinstance(directory, (str, os.PathLike)) or not isinstance(os.fspath(directory), str):
+        raise TypeError(f"directory must be a path (str or os.PathLike), got {type(directory).__name__} "
+                        f"{_short(directory)}")
+    directory = os.fspath(directory)
+    if not directory:
+        raise ValueError("directory must be a non-empty path")
+    return directory
+
+
 def build_family(name: str) -> dict:
     """The JSON document of family ``name``: every case with its inputs and expected outputs."""
-    family = FAMILIES[name]
+    family = FAMILIES[_check_family(name)]
     cases = [_encode_case(case, family.run(case["inputs"], case["params"])) for case in family.build()]
     return {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
             "family": name, "function": family.function, "description": family.description, "cases": cases}
@@ -595,15 +638,93 @@ def _dumps(obj, level: int = 0) -> str:
     return json.dumps(obj, allow_nan=False)  # floats as repr: the shortest exact float64 string
 
 
+_TEMP_FILE = re.compile(r"^\.[a-z0-9_]+\.json\.[0-9]+\.[0-9a-f]{8}\.tmp$")  # .rope.json.<pid>.<hex>.tmp
+
+
+def _family_files() -> set:
+    return {f"{name}.json" for name in FAMILIES}
+
+
+def _check_export_target(directory: str) -> None:
+    """Raise unless ``directory`` is absent, or a directory of family files (and export's temp files)."""
+    if not os.path.lexists(directory):
+        return
+    if not os.path.isdir(directory):
+        raise ValueError(f"directory {directory!r} exists and is not a directory")
+    known = _family_files()
+    strangers = sorted(e for e in os.listdir(directory) if not (_TEMP_FILE.match(e) or (
+        e in known and not os.path.isdir(os.path.join(directory, e)))))
+    if strangers:
+        listed = ", ".join(strangers[:5]) + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else "")
+        raise ValueError(f"directory {directory!r} holds {listed}, which are not golden-vector family files; "
+                         "export into a new or empty directory, or into a vectors directory")
+
+
+def _write_temp(directory: str, name: str, text: str) -> str:
+    """``text`` in a new hidden file beside ``<name>.json``, flushed to disk; return its path."""
+    path = os.path.join(directory, f".{name}.json.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _remove(path)
+        raise
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _sync_directory(directory: str) -> None:
+    """Flush the directory entry of renamed files to disk (POSIX; elsewhere a no-op)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def export(directory, families=None) -> list:
-    """Write ``<family>.json`` for each family (default: all) into ``directory``; return the paths."""
+    """Write ``<family>.json`` for each family (default: all) into ``directory``; return the paths.
+
+    Atomic per file: every family is built in memory first, written to a hidden temp file in
+    ``directory`` (``.<family>.json.<pid>.<hex>.tmp``) and moved over its target with
+    ``os.replace``, so an export that fails or is killed leaves each file either as it was or
+    complete and new, never truncated. Temp files left by a killed export are removed by the next
+    export and ignored by ``check``. ``directory`` must be absent, empty, or hold only family
+    files (``ValueError`` otherwise); an unknown family raises before anything is written.
+    """
+    directory = _check_directory(directory)
+    names = _check_families(families)
+    _check_export_target(directory)
+    texts = {name: _dumps(build_family(name)) + "\n" for name in names}  # may fail: nothing written yet
     os.makedirs(directory, exist_ok=True)
-    paths = []
-    for name in families or FAMILIES:
-        path = os.path.join(directory, f"{name}.json")
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(_dumps(build_family(name)) + "\n")
-        paths.append(path)
+    for entry in os.listdir(directory):
+        if _TEMP_FILE.match(entry):  # left by an export that was killed
+            _remove(os.path.join(directory, entry))
+    temps, paths = {}, []
+    try:
+        for name, text in texts.items():
+            temps[name] = _write_temp(directory, name, text)
+        for name in names:
+            path = os.path.join(directory, f"{name}.json")
+            os.replace(temps.pop(name), path)
+            paths.append(path)
+    finally:
+        for path in temps.values():
+            _remove(path)
+    _sync_directory(directory)
     return paths
 
 
@@ -674,8 +795,12 @@ def check_document(doc: dict) -> list:
 
 def check(directory, families=None) -> list:
     """Recompute every case of every family file in ``directory``; return all mismatches (empty = pass)."""
+    directory = _check_directory(directory)
+    names = _check_families(families)
+    if not os.path.isdir(directory):
+        raise ValueError(f"directory {directory!r} does not exist or is not a directory")
     out = []
-    for name in families or FAMILIES:
+    for name in names:
         path = os.path.join(directory, f"{name}.json")
         if not os.path.exists(path):
             out.append(Mismatch(name, "-", detail=f"no file {path}"))
@@ -698,7 +823,11 @@ def format_mismatches(mismatches: list) -> str:
 def main(args) -> int:
     """``minipos vectors export DIR`` / ``minipos vectors check DIR`` (``args`` from the CLI parser)."""
     if args.vectors_command == "export":
-        paths = export(args.dir)
+        try:
+            paths = export(args.dir)
+        except (ValueError, TypeError, OSError) as err:
+            print(f"minipos vectors export: error: {err}", file=sys.stderr)
+            return 1
         size = sum(os.path.getsize(p) for p in paths)
         print(f"wrote {len(paths)} families ({size / 1e6:.2f} MB) to {args.dir}, spec {SPEC_VERSION}")
         return 0
