@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 
+from minipos.fast import _threads
+
 from . import cases
 from ._timing import table
 
@@ -27,7 +29,7 @@ def machine() -> str:
     lines = [f"nproc {os.cpu_count()}, CPU {cpu}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
              f"python {platform.python_version()}, numpy {np.__version__}, torch {getattr(cases.torch, '__version__', 'not installed')}",
              f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}",
-             f"minipos blockwise workers: {cases.workers()} (MINIPOS_NUM_THREADS="
+             f"minipos.fast blockwise workers: {_threads.default_workers()} (MINIPOS_NUM_THREADS="
              f"{os.environ.get('MINIPOS_NUM_THREADS', '(unset)')})"]
     try:
         from threadpoolctl import threadpool_info

@@ -1,8 +1,9 @@
 """One measurement in a fresh process, so that ``ru_maxrss`` is this measurement's peak alone.
 
 ``python -m benchmarks._worker KIND T H D BLOCK`` prints ``seconds peak_bytes``; KIND is
-``layer`` (causal ALiBi through ``MultiHeadAttention`` with ``block_size=BLOCK``, B=1, float32),
-``blockwise`` or ``dense``, or ``baseline`` (the imports alone) (``blockwise_attention`` / ``attention`` on random q, k, v).
+``layer`` (causal ALiBi through ``minipos.fast.MultiHeadAttention`` with ``block_size=BLOCK``, B=1,
+float32), ``blockwise`` (``minipos.fast.attention.blockwise_attention``) or ``dense`` (the
+reference ``attention`` with the causal mask) on random q, k, v, or ``baseline`` (the imports alone).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ def _peak_bytes() -> int:
 
 
 def run(kind: str, T: int, H: int, D: int, block: int) -> tuple[float, int]:
-    from minipos.attention import attention, blockwise_attention, causal_mask
-    from minipos.layer import ALiBi, MultiHeadAttention
+    from minipos.attention import attention, causal_mask
+    from minipos.fast import MultiHeadAttention
+    from minipos.fast.attention import blockwise_attention
+    from minipos.layer import ALiBi
 
     rng = np.random.default_rng(0)
     if kind == "baseline":

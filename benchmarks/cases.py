@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minipos import alibi, deberta, rope, t5, transformer_xl
-from minipos._threads import default_workers as workers
-from minipos.attention import blockwise_attention
+import minipos.fast as fast
+from minipos import alibi, attention, deberta, rope, t5, transformer_xl
 from minipos.layer import ALiBi, MultiHeadAttention
 
 from ._timing import Row, interleaved
@@ -26,57 +25,108 @@ NO_TORCH = "skipped: torch not installed"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _ratio_row(name, f, g, repeats, target: float, *, note="", unit_target="") -> Row:
+def _ratio_row(name, f, g, repeats, target: float, *, note="", inclusive: bool = False) -> Row:
     tf, tg, ratio = interleaved(f, g, repeats)
-    return Row(name, tf, tg, ratio, f"< {target}{unit_target}", ratio < target, note=note)
+    if inclusive:
+        return Row(name, tf, tg, ratio, f"<= {target}", ratio <= target, note=note)
+    return Row(name, tf, tg, ratio, f"< {target}", ratio < target, note=note)
+
+
+def _info_row(name, f, g, repeats, *, note="") -> Row:
+    tf, tg, ratio = interleaved(f, g, repeats)
+    return Row(name, tf, tg, ratio, "(info)", None, note=note)
 
 
 def _alibi_case(T: int, H: int, D: int):
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, H, T, D), dtype=np.float32) for _ in range(3))
     slopes, pos = alibi.alibi_slopes(H), np.arange(T)
-    bias_fn = lambda qs, ks: alibi.alibi_bias_as(np.float32, slopes, pos[qs], pos[ks])  # noqa: E731
-    bound = lambda qs, ks: alibi.alibi_bias_bound(slopes, pos[qs], pos[ks])              # noqa: E731
+    bias_fn = lambda qs, ks: fast.alibi.alibi_bias(slopes, pos[qs], pos[ks], dtype=np.float32)  # noqa: E731
+    bound = lambda qs, ks: fast.alibi.alibi_bias_bound(slopes, pos[qs], pos[ks])                # noqa: E731
     return q, k, v, slopes, pos, bias_fn, bound
 
 
 def attention_rows(T: int, H: int, D: int, block: int, repeats: int, blocks=()) -> list[Row]:
-    """Causal ALiBi attention: blockwise and the layer's path against the floor and torch."""
+    """Causal ALiBi attention, reference and fast, against the floor and torch (public API only)."""
     q, k, v, slopes, pos, bias_fn, bound_fn = _alibi_case(T, H, D)
     floor = lambda: np.matmul(np.matmul(q, np.swapaxes(k, -1, -2)), v)     # noqa: E731  (q k^T) v
+    bias = alibi.alibi_bias(slopes, pos, pos).astype(np.float32)           # (H, T, S), built before the call
+    mask = attention.causal_mask(T, T)
     size = f"H={H} T=S={T} D={D} f32"
     rows = []
-    for b in blocks:                                  # how the block size was chosen
-        fn = lambda b=b: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=b,  # noqa: E731
-                                             bias_max_fn=bound_fn)
+    for b in blocks:                                  # how the default block size was chosen
+        fn = lambda b=b: fast.attention.blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True,  # noqa: E731
+                                                            block_size=b, bias_max_fn=bound_fn)
         tf, tg, ratio = interleaved(fn, floor, repeats)
-        rows.append(Row(f"blockwise ALiBi block_size={b} / floor", tf, tg, ratio, "(choice)", None))
-    ours = lambda: blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=block,  # noqa: E731
-                                       bias_max_fn=bound_fn)
-    rows.append(_ratio_row(f"blockwise_attention causal ALiBi {size} block={block} / (q k^T) v",
-                           ours, floor, repeats, 1.6))
-    layer = MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32, block_size=block)
-    logits, bound = layer._logits_fn(None, pos, pos), layer._bias_max_fn(None, pos, pos)
-    part = lambda: layer._blockwise(q, k, v, logits, None, True, pos, pos, 1 / np.sqrt(D), bound)  # noqa: E731
-    rows.append(_ratio_row(f"layer attention part (ALiBi, block={block}) / (q k^T) v", part, floor, repeats, 1.6))
+        rows.append(Row(f"fast blockwise ALiBi block_size={b} / floor", tf, tg, ratio, "(choice)", None))
+    dense_ref = lambda: attention.attention(q, k, v, bias=bias, mask=mask)          # noqa: E731
+    dense_fast = lambda: fast.attention.attention(q, k, v, bias=bias, mask=mask)    # noqa: E731
+    rows.append(_info_row(f"reference attention(bias, mask) causal ALiBi {size} / (q k^T) v", dense_ref, floor,
+                          repeats))
+    rows.append(_ratio_row(f"fast attention(bias, mask) causal ALiBi {size} / (q k^T) v", dense_fast, floor,
+                           repeats, 1.6))
+    blocked = lambda: fast.attention.blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True,  # noqa: E731
+                                                         bias_max_fn=bound_fn)
+    rows.append(_info_row(f"reference blockwise_attention causal ALiBi {size} (bias per block) / (q k^T) v",
+                          lambda: attention.blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True), floor,
+                          max(1, repeats // 3)))
+    rows.append(_ratio_row(f"fast blockwise_attention causal ALiBi {size} (bias per block, bound, default block) "
+                           f"/ (q k^T) v", blocked, floor, repeats, 1.6))
+    layer_rows = _layer_rows(T, H, D, repeats)
     if torch is None:
-        rows.append(Row("layer attention part / torch sdpa (float mask)", None, None, None, "< 1.0", None,
+        rows += layer_rows[:1]
+        rows.append(Row("fast attention / torch sdpa (same float mask)", None, None, None, "<= 1.0", None,
                         note=NO_TORCH))
+        rows.append(Row("fast layer / torch (projections + sdpa, same float mask)", None, None, None, "<= 1.0",
+                        None, note=NO_TORCH))
         return rows
-    bias = np.where(pos[None, :] <= pos[:, None], alibi.alibi_bias(slopes, pos, pos), -np.inf)
-    mask = torch.from_numpy(bias.astype(np.float32)[None])                          # (1, H, T, S)
+    tbias = torch.from_numpy(np.where(mask, bias, -np.inf).astype(np.float32)[None])         # (1, H, T, S)
     tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
-    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask)  # noqa: E731
-    tf, tg, ratio = interleaved(ours, sdpa, repeats)
-    rows.append(Row("blockwise_attention, bias built per block / torch sdpa (same float mask)", tf, tg, ratio,
-                    "(info)", None, note="info: the mask torch gets is built before the call"))
-    one = lambda: blockwise_attention(q, k, v, bias_fn=logits, causal=True, scale=1 / np.sqrt(D),  # noqa: E731
-                                      block_size=block, bias_max_fn=bound, workers=1)
-    tf, tg, ratio = interleaved(one, sdpa, repeats)
-    rows.append(Row("layer attention part, one thread / torch sdpa (same float mask)", tf, tg, ratio, "(info)",
-                    None, note=f"info: torch uses {torch.get_num_threads()} threads"))
-    rows.append(_ratio_row(f"layer attention part ({workers()} threads) / torch sdpa (same float mask)",
-                           part, sdpa, repeats, 1.0))
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tbias)  # noqa: E731
+    rows.append(_info_row("reference attention / torch sdpa (same float mask)", dense_ref, sdpa, max(1, repeats // 3)))
+    rows.append(_ratio_row("fast attention / torch sdpa (same float mask)", dense_fast, sdpa, repeats, 1.0,
+                           inclusive=True))
+    rows.append(_info_row("fast blockwise_attention (bias per block) / torch sdpa (same float mask)", blocked,
+                          sdpa, repeats, note="info: the mask torch gets is built before the call"))
+    one = lambda: fast.attention.blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True,  # noqa: E731
+                                                     bias_max_fn=bound_fn, workers=1)
+    rows.append(_info_row("fast blockwise_attention, one thread / torch sdpa (same float mask)", one, sdpa, repeats,
+                          note=f"info: torch uses {torch.get_num_threads()} threads"))
+    return rows + layer_rows
+
+
+def _layer_rows(T: int, H: int, D: int, repeats: int) -> list[Row]:
+    """The whole layer call (causal ALiBi, float32): reference and fast against the products it must
+    make (four projections and (q k^T) v) and against the same layer in torch."""
+    d = H * D
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, T, d), dtype=np.float32)
+    ref_layer = MultiHeadAttention(d, H, scheme=ALiBi(), dtype=np.float32)
+    fast_layer = fast.MultiHeadAttention(d, H, scheme=ALiBi(), dtype=np.float32)
+    w = [ref_layer.wq, ref_layer.wk, ref_layer.wv, ref_layer.wo]
+
+    def products():
+        q, k, v = ((x @ m).reshape(1, T, H, D).transpose(0, 2, 1, 3) for m in w[:3])
+        out = (q @ np.swapaxes(k, -1, -2)) @ v
+        return out.transpose(0, 2, 1, 3).reshape(1, T, d) @ w[3]
+    size = f"H={H} T={T} D={D} f32"
+    rows = [_info_row(f"reference layer causal ALiBi {size} / its products", lambda: ref_layer(x, causal=True),
+                      products, max(1, repeats // 3)),
+            _ratio_row(f"fast layer causal ALiBi {size} / its products (4 projections, (q k^T) v)",
+                       lambda: fast_layer(x, causal=True), products, repeats, 1.6)]
+    if torch is None:
+        return rows
+    pos = np.arange(T)
+    bias = np.where(pos[None, :] <= pos[:, None], alibi.alibi_bias(alibi.alibi_slopes(H), pos, pos), -np.inf)
+    tbias = torch.from_numpy(bias.astype(np.float32)[None])
+    tx, tw = torch.from_numpy(x), [torch.from_numpy(m) for m in w]
+
+    def torch_layer():
+        q, k, v = ((tx @ m).view(1, T, H, D).transpose(1, 2) for m in tw[:3])
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=tbias)
+        return out.transpose(1, 2).reshape(1, T, d) @ tw[3]
+    rows.append(_ratio_row("fast layer / torch (projections + sdpa, same float mask)",
+                           lambda: fast_layer(x, causal=True), torch_layer, repeats, 1.0, inclusive=True))
     return rows
 
 
@@ -85,11 +135,13 @@ def rope_rows(H: int, T: int, D: int, repeats: int) -> list[Row]:
     x = np.random.default_rng(1).standard_normal((H, T, D), dtype=np.float32)
     rows = []
     for layout in ("half", "interleaved"):
-        ours = lambda layout=layout: rope.apply_rope(x, T, layout=layout)  # noqa: E731
-        rows.append(_ratio_row(f"apply_rope {layout} H={H} T={T} D={D} f32 / x.copy()", ours, x.copy,
+        rows.append(_info_row(f"reference apply_rope {layout} H={H} T={T} D={D} f32 / x.copy()",
+                              lambda layout=layout: rope.apply_rope(x, T, layout=layout), x.copy, repeats))
+        ours = lambda layout=layout: fast.rope.apply_rope(x, T, layout=layout)  # noqa: E731
+        rows.append(_ratio_row(f"fast apply_rope {layout} H={H} T={T} D={D} f32 / x.copy()", ours, x.copy,
                                repeats, 4.0))
         if torch is None:
-            rows.append(Row(f"apply_rope {layout} / torch HF expression", None, None, None, "< 0.6", None,
+            rows.append(Row(f"fast apply_rope {layout} / torch HF expression", None, None, None, "< 0.6", None,
                             note=NO_TORCH))
             continue
         angles = np.arange(T)[:, None] * rope.rope_inv_freq(D)[None, :]
@@ -99,7 +151,7 @@ def rope_rows(H: int, T: int, D: int, repeats: int) -> list[Row]:
         def hf():
             x1, x2 = tx[..., : D // 2], tx[..., D // 2:]
             return tx * cos + torch.cat((-x2, x1), dim=-1) * sin                 # HF apply_rotary_pos_emb
-        rows.append(_ratio_row(f"apply_rope {layout} / torch HF expression (cos, sin precomputed)",
+        rows.append(_ratio_row(f"fast apply_rope {layout} / torch HF expression (cos, sin precomputed)",
                                ours, hf, repeats, 0.6))
     return rows
 
@@ -111,15 +163,14 @@ def rope_definitional_row(T: int, D: int, repeats: int) -> Row:
     def definitional():
         R = np.stack([rope.rotation_matrix(m, D) for m in range(T)])             # (T, D, D)
         return np.einsum("tde,te->td", R, x)
-    return _ratio_row(f"efficient/definitional: apply_rope / R(m) x per position, T={T} D={D}",
+    return _ratio_row(f"efficient/definitional: reference apply_rope (Eq. 34) / R(m) x per position, T={T} D={D}",
                       lambda: rope.apply_rope(x, T), definitional, repeats, 0.1)
 
 
 def t5_row(T: int, H: int, repeats: int) -> Row:
     table = np.random.default_rng(3).standard_normal((32, H)).astype(np.float32)
-    return _ratio_row(f"efficient/definitional: t5_bias Toeplitz / per pair, T=S={T} H={H}",
-                      lambda: t5.t5_bias(table, T, T), lambda: t5.t5_bias_definitional(table, T, T),
-                      repeats, 0.1)
+    return _ratio_row(f"fast/reference: t5_bias Toeplitz / bucket per pair, T=S={T} H={H}",
+                      lambda: fast.t5.t5_bias(table, T, T), lambda: t5.t5_bias(table, T, T), repeats, 0.1)
 
 
 def xl_row(T: int, H: int, D: int, repeats: int) -> Row:
@@ -151,15 +202,16 @@ def deberta_row(T: int, H: int, D: int, span: int, repeats: int) -> Row:
 
 
 def alibi_block_row(T: int, H: int, block: int, repeats: int) -> Row:
-    """Every causal block of the bias in float32 (``alibi_bias_as``) against the dense float64 one."""
+    """Every causal block of the bias in float32 (fast ``alibi_bias(dtype=float32)``) against the dense
+    reference bias cast to float32."""
     slopes, pos = alibi.alibi_slopes(H), np.arange(T)
 
     def per_block():
         for i in range(0, T, block):
             for j in range(0, i + block, block):
-                alibi.alibi_bias_as(np.float32, slopes, pos[i:i + block], pos[j:j + block])
+                fast.alibi.alibi_bias(slopes, pos[i:i + block], pos[j:j + block], dtype=np.float32)
     dense = lambda: alibi.alibi_bias(slopes, pos, pos).astype(np.float32)    # noqa: E731
-    return _ratio_row(f"efficient/definitional: ALiBi bias per causal block / dense, T={T} H={H}",
+    return _ratio_row(f"fast/reference: ALiBi bias per causal block in float32 / dense, T={T} H={H}",
                       per_block, dense, repeats, 1.0)
 
 
@@ -193,7 +245,7 @@ def memory_rows(T_long: int, T_dense: int, H: int, D: int, block: int) -> list[R
 
 def decode_rows(lengths, H: int, D: int, steps: int) -> list[Row]:
     """One decoded token with a ``KVCache`` of each length: time per token, ratio to the first."""
-    layer = MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32)
+    layer = fast.MultiHeadAttention(H * D, H, scheme=ALiBi(), dtype=np.float32)
     rng = np.random.default_rng(6)
     rows, first = [], None
     for L in lengths:
@@ -211,6 +263,6 @@ def decode_rows(lengths, H: int, D: int, steps: int) -> list[Row]:
         first = first or (L, t)
         expected = L / first[0]
         ratio = t / first[1]
-        rows.append(Row(f"decode 1 token, cache length {L} (ref: length {first[0]})", t, first[1], ratio,
+        rows.append(Row(f"fast layer: decode 1 token, cache length {L} (ref: length {first[0]})", t, first[1], ratio,
                         f"<= {1.5 * expected:g} (linear)", ratio <= 1.5 * expected))
     return rows

@@ -24,6 +24,9 @@ __all__ = [
     "check_bool",
     "float_dtype",
     "check_alloc",
+    "check_broadcast",
+    "check_qkv",
+    "check_callable",
     "MAX_BYTES",
 ]
 
@@ -131,7 +134,7 @@ def as_positions(positions, name: str = "positions", *, allow_negative: bool = F
     if not allow_negative and arr.size and arr.min() < 0:
         raise ValueError(f"{name} must be >= 0, got minimum {int(arr.min())}")
     if length is not None and (arr.ndim != 1 or arr.shape[0] != length):
-        raise ValueError(f"{name} must have shape ({length},), got shape {arr.shape}")
+        raise ValueError(f"{name} must have length {length}, got shape {arr.shape}")
     return arr
 
 
@@ -174,3 +177,38 @@ def check_alloc(shape, dtype, name: str) -> None:
         raise ValueError(f"{name} asks for an array of shape {tuple(int(n) for n in shape)} "
                          f"({nbytes / 2**30:.3g} GiB of {np.dtype(dtype)}), more than this machine's "
                          f"memory ({MAX_BYTES / 2**30:.3g} GiB)")
+
+
+def check_broadcast(arr: np.ndarray, name: str, target: tuple) -> None:
+    """Raise unless ``arr`` broadcasts to ``target`` without enlarging it (no silent broadcasting)."""
+    try:
+        shape = np.broadcast_shapes(arr.shape, tuple(target))
+    except ValueError:
+        shape = None
+    if shape != tuple(target):
+        raise ValueError(f"{name} of shape {arr.shape} does not broadcast to the logits shape "
+                         f"(..., H, T, S) = {tuple(target)}")
+
+
+def check_qkv(q, k, v):
+    """``q`` ``(..., H, T, D)``, ``k`` ``(..., H, S, D)``, ``v`` ``(..., H, S, Dv)`` as finite
+    floating arrays, with the leading dims, ``D`` and ``S`` checked to agree."""
+    q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., H, T|S, D) with at least 2 dims, got {a.shape}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        raise ValueError(f"q, k, v must share their leading dims (..., H); got q {q.shape}, k {k.shape}, "
+                         f"v {v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head dim D; got q {q.shape}, k {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of keys S; got k {k.shape}, v {v.shape}")
+    return q, k, v
+
+
+def check_callable(fn, name: str, what: str = "(q_slice, k_slice) -> array"):
+    """Raise ``TypeError`` unless ``fn`` is ``None`` or callable."""
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a callable {what}, or None; got {type(fn).__name__}")
+    return fn

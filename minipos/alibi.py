@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_positive_int
+from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_positive_int
 
-__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_as", "alibi_bias_bound", "alibi_bias_key_only"]
+__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_key_only"]
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -68,57 +68,15 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> 
     dtype (float32 slopes give float32, int slopes give float64).
     """
     slopes = _check_slopes(slopes)
+    symmetric = check_bool(symmetric, "symmetric")
     i = as_positions(q_positions, "q_positions")
     j = as_positions(k_positions, "k_positions")
+    check_alloc((slopes.size, i.size, j.size), np.float64, "alibi_bias(slopes, q_positions, k_positions)")
     rel = j[None, :] - i[:, None]                                  # j - i, (T, S), exact ints
     if symmetric:
         rel = -np.abs(rel)                                         # -|i - j|
     m = slopes.astype(np.float64)[:, None, None]                   # (H, 1, 1)
     return (m * rel[None, :, :]).astype(slopes.dtype, copy=False)  # -m_h (i - j), (H, T, S)
-
-
-def alibi_bias_as(dtype, slopes, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
-    """``alibi_bias(...)`` in ``dtype`` computed in ``dtype`` directly: one product, no float64 pass.
-
-    The cheap form for attention in float32 (a block of the bias per call). The distances
-    ``j - i`` are exact integers in ``dtype`` (float32 holds every integer below 2^24), the slopes
-    are rounded to ``dtype`` once, and the product rounds once: so for a power-of-two ``H`` (slopes
-    ``2^(-8h/H)`` are powers of two) it equals ``alibi_bias(...).astype(dtype)`` bit for bit, and
-    otherwise differs by at most one unit in the last place. Shapes as ``alibi_bias``: ``(H, T, S)``.
-    """
-    dtype = np.dtype(dtype)
-    if not np.issubdtype(dtype, np.floating):
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
-    slopes = _check_slopes(slopes)
-    i = as_positions(q_positions, "q_positions")
-    j = as_positions(k_positions, "k_positions")
-    if dtype.itemsize >= 4 and max(i.max(initial=0), j.max(initial=0)) < 2 ** np.finfo(dtype).nmant:
-        rel = j.astype(dtype)[None, :] - i.astype(dtype)[:, None]  # j - i, (T, S): exact integers
-    else:
-        rel = (j[None, :] - i[:, None]).astype(dtype)              # j - i, rounded once
-    if symmetric:
-        rel = -np.abs(rel, out=rel)                                # -|i - j|
-    m = slopes.astype(dtype)[:, None, None]                        # (H, 1, 1)
-    return np.multiply(m, rel[None, :, :])                         # -m_h (i - j), (H, T, S)
-
-
-def alibi_bias_bound(slopes, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
-    """An upper bound ``(H, 1, 1)`` (float64) of ``alibi_bias(...)`` over a block, in ``O(T + S)``.
-
-    ``-m_h (i - j)`` is largest at the least ``i - j``, ``min(i) - max(j)``; ``-m_h |i - j|`` at
-    the least distance, at least ``max(min(i) - max(j), min(j) - max(i), 0)`` (0 where the two
-    ranges overlap, a bound rather than the maximum when positions skip). This is the
-    ``bias_max_fn`` of ``blockwise_attention``, which then skips heads whose far blocks underflow.
-    """
-    slopes = _check_slopes(slopes)
-    i = as_positions(q_positions, "q_positions")
-    j = as_positions(k_positions, "k_positions")
-    if i.size == 0 or j.size == 0:
-        return np.full((slopes.size, 1, 1), -np.inf)                      # an empty block: no bias at all
-    least = int(i.min()) - int(j.max())
-    if symmetric:
-        least = max(least, int(j.min()) - int(i.max()), 0)
-    return -slopes[:, None, None] * float(least)                       # (H, 1, 1)
 
 
 def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:

@@ -61,13 +61,13 @@ queries start at the cache length unless ``positions`` says otherwise.
 
 from __future__ import annotations
 
-import threading
+import weakref
 
 import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
-from ._checks import (as_float_array, as_positions, check_bool, check_choice, check_float, check_int,
-                      check_positive_int)
+from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_choice, check_float,
+                      check_int, check_positive_int)
 from .attention import attention, blockwise_attention
 
 __all__ = [
@@ -93,7 +93,8 @@ class Scheme:
     """Base class of the position schemes, and itself the no-position baseline's behaviour.
 
     A subclass overrides only the seams it uses. ``bind`` is called once by the layer, giving the
-    scheme the sizes and a random generator for its learned parameters.
+    scheme the sizes and a random generator for its learned parameters; a scheme belongs to one
+    layer. A scheme keeps no per-call state, so one layer can serve several threads.
     """
 
     name = "none"
@@ -101,6 +102,9 @@ class Scheme:
     terms: tuple = ("content-content",)  # which of the four expansion terms the logits keep
 
     def bind(self, layer: "MultiHeadAttention", rng: np.random.Generator) -> None:
+        if getattr(self, "layer", None) is not None:
+            raise ValueError(f"this {type(self).__name__} instance already belongs to another layer (its "
+                             "parameters would be shared and overwritten); pass a new scheme instance")
         self.layer = layer
         self.d_model, self.num_heads, self.head_dim = layer.d_model, layer.num_heads, layer.head_dim
 
@@ -108,42 +112,22 @@ class Scheme:
         """The scheme's learned position parameters, by their reference names."""
         return {}
 
-    rotates_cached_keys = False  # True: the cache keeps raw keys and every step rotates all of them
-    bias_by_distance = False     # True: bias(i, j) depends on j - i only (blocks on a diagonal share it)
+    rotates_cached_keys = False  # cache hook: True = the cache keeps raw keys, every call rotates all of them
 
-    def begin(self, q_positions, k_positions, causal: bool) -> None:
-        """Called once per forward pass with all query and key positions (length-dependent state)."""
-
-    def cache_tag(self):
-        """What the cached keys depend on besides their positions; a change raises, never mixes."""
+    def cache_tag(self, seq_len: int):
+        """Cache hook: what the cached keys depend on besides their positions; a change raises, never mixes."""
         return None
 
     def embed(self, x, positions):  # input seam: (B, T, d_model) -> (B, T, d_model)
         return x
 
-    def rotate_q(self, q, positions):  # rotate seam: (B, H, T, D) -> (B, H, T, D)
+    def rotate_q(self, q, positions, *, seq_len: int):  # rotate seam: (B, H, T, D) -> (B, H, T, D)
         return q
 
-    def rotate_k(self, k, positions):
+    def rotate_k(self, k, positions, *, seq_len: int):  # seq_len: max key position of the call + 1
         return k
 
     def bias(self, q_positions, k_positions):  # bias seam: -> (H, T, S) or None
-        return None
-
-    def bias_state(self):
-        """Everything ``bias`` depends on besides the positions, as a hashable value, or ``None``.
-
-        With a value, bias blocks computed in one forward pass are reused by the next while the
-        value is unchanged (e.g. T5's table bytes): a checkpoint copied in invalidates them.
-        """
-        return None
-
-    def bias_bound(self, q_positions, k_positions):
-        """An upper bound ``(H, 1, 1)`` of ``bias`` over these positions, or ``None`` (unknown).
-
-        Lets the blockwise path skip heads whose whole block underflows (``bias_max_fn`` of
-        ``blockwise_attention``). Cheap: ``O(T + S)``, not a pass over the block.
-        """
         return None
 
     def content_position(self, q, k, q_positions, k_positions):
@@ -275,28 +259,34 @@ class Rotary(Scheme):
         if rd > self.head_dim or rd % 2:
             raise ValueError(f"rotary_dim must be even and <= head_dim ({self.head_dim}), got {rd}")
         self._dim = rd
-        seq_len = {"seq_len": 1} if self.rotates_cached_keys else {}
-        self.inv_freq, self.attention_factor = self.frequencies(**seq_len)  # validates the scaling now
+        self.inv_freq, self.attention_factor = self._frequencies(1)  # validates the scaling now
 
-    def frequencies(self, seq_len: int | None = None):
-        """``(inv_freq (rotary_dim/2,), attention_factor)`` for this scheme at ``seq_len``."""
+    def _frequencies(self, seq_len: int):
         if self.scaling_kind is None:
             return rope.rope_inv_freq(self._dim, base=self.base), 1.0
-        extra = {"seq_len": seq_len} if self.scaling_kind in self.LENGTH_DEPENDENT else {}
-        inv_freq, factor = rope_scaling.REGISTRY[self.scaling_kind](self._dim, base=self.base,
-                                                                    **self.scaling_args, **extra)
-        return inv_freq, factor
+        extra = {"seq_len": seq_len} if self.rotates_cached_keys else {}
+        return rope_scaling.REGISTRY[self.scaling_kind](self._dim, base=self.base, **self.scaling_args, **extra)
 
-    def begin(self, q_positions, k_positions, causal):
-        if self.rotates_cached_keys:  # frequencies for the current length: max position + 1
-            self.inv_freq, self.attention_factor = self.frequencies(int(k_positions.max()) + 1)
+    def frequencies(self, seq_len: int):
+        """``(inv_freq (rotary_dim/2,), attention_factor)`` at ``seq_len`` (max key position + 1).
 
-    def cache_tag(self):
-        return None if self.rotates_cached_keys else (self.inv_freq.tobytes(), self.attention_factor)
+        Fixed kinds return ``inv_freq`` and ``attention_factor`` (attributes, computed once);
+        ``dynamic`` and ``longrope`` compute them for this length, without storing them.
+        """
+        if self.rotates_cached_keys:
+            return self._frequencies(seq_len)
+        return self.inv_freq, self.attention_factor
 
-    def _apply(self, x, positions):
-        return rope.apply_rope(x, positions, inv_freq=self.inv_freq, layout=self.layout,
-                               rotary_dim=self.rotary_dim, attention_factor=self.attention_factor)
+    def cache_tag(self, seq_len):
+        if self.rotates_cached_keys:
+            return None
+        inv_freq, factor = self.frequencies(seq_len)
+        return np.asarray(inv_freq).tobytes(), factor
+
+    def _apply(self, x, positions, *, seq_len):
+        inv_freq, factor = self.frequencies(seq_len)
+        return rope.apply_rope(x, positions, inv_freq=inv_freq, layout=self.layout, rotary_dim=self.rotary_dim,
+                               attention_factor=factor)
 
     rotate_q = _apply
     rotate_k = _apply
@@ -320,10 +310,10 @@ class XPos(Scheme):
         self.base = check_float(base, "base", positive=True)
         self.scale_base = check_float(scale_base, "scale_base", positive=True)
 
-    def rotate_q(self, q, positions):
+    def rotate_q(self, q, positions, *, seq_len):
         return xpos.apply_xpos(q, positions, base=self.base, scale_base=self.scale_base)
 
-    def rotate_k(self, k, positions):
+    def rotate_k(self, k, positions, *, seq_len):
         return xpos.apply_xpos(k, positions, base=self.base, scale_base=self.scale_base, downscale=True)
 
     def __repr__(self) -> str:
@@ -341,7 +331,6 @@ class ALiBi(Scheme):
 
     name = "alibi"
     seams = ("bias",)
-    bias_by_distance = True
     terms = ("content-content", "position-position")
 
     def __init__(self, *, symmetric: bool = True):
@@ -351,16 +340,8 @@ class ALiBi(Scheme):
         super().bind(layer, rng)
         self.slopes = alibi.alibi_slopes(self.num_heads)  # (H,), fixed, not learned
 
-    def bias(self, q_positions, k_positions):  # in the layer's dtype directly (one pass per block)
-        return alibi.alibi_bias_as(self.layer.dtype, self.slopes, q_positions, k_positions,
-                                   symmetric=self.symmetric)
-
-    def bias_state(self):
-        return ("alibi", self.symmetric, np.asarray(self.slopes).tobytes())
-
-    def bias_bound(self, q_positions, k_positions):
-        """``alibi.alibi_bias_bound``: ``-m_h`` times the least ``|i - j|`` (or ``i - j``) over the block."""
-        return alibi.alibi_bias_bound(self.slopes, q_positions, k_positions, symmetric=self.symmetric)
+    def bias(self, q_positions, k_positions):
+        return alibi.alibi_bias(self.slopes, q_positions, k_positions, symmetric=self.symmetric)  # (H, T, S)
 
     def __repr__(self) -> str:
         return f"ALiBi(symmetric={self.symmetric})"
@@ -376,7 +357,6 @@ class T5Bias(Scheme):
 
     name = "t5"
     seams = ("bias",)
-    bias_by_distance = True
     terms = ("content-content", "position-position")
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
@@ -395,11 +375,6 @@ class T5Bias(Scheme):
     def bias(self, q_positions, k_positions):
         return t5.t5_bias(self.table, q_positions, k_positions, bidirectional=self.bidirectional,
                           num_buckets=self.num_buckets, max_distance=self.max_distance)
-
-    def bias_state(self):
-        table = np.asarray(self.table)
-        return ("t5", self.bidirectional, self.num_buckets, self.max_distance, table.dtype.str, table.shape,
-                table.tobytes())
 
     def scale(self, head_dim):
         return 1.0
@@ -515,6 +490,11 @@ class KVCache:
     ``mem_len`` (Transformer-XL's memory length) keeps at most that many keys from earlier calls:
     a call attends to the last ``mem_len`` cached keys plus its own, then becomes the memory of
     the next (``new_mems = cat(mems, hids)[-mem_len:]`` in the reference). ``None`` keeps all.
+
+    A cache belongs to the layer that made it (``layer.new_cache()``; a bare ``KVCache()`` is
+    claimed by the first layer that fills it), and a layer call changes it only once it has
+    succeeded: ``extend`` lays the new keys beside the cached ones without changing the cache,
+    ``commit`` then makes them part of it.
     """
 
     def __init__(self, mem_len: int | None = None):
@@ -524,6 +504,7 @@ class KVCache:
         self.length = 0  # keys held now
         self.seen = 0    # tokens appended in all (default positions continue from here)
         self.tag = None
+        self._owner = None
 
     @property
     def k(self):
@@ -537,43 +518,57 @@ class KVCache:
     def positions(self):
         return self._pos[: self.length]
 
-
-    def append(self, k, v, positions, *, tag=None):
-        """Add ``k``, ``v`` ``(B, H, T, D)`` at ``positions`` ``(T,)``; return all ``(k, v, positions)``.
+    def extend(self, k, v, positions, *, tag=None):
+        """All ``(k, v, positions)`` with ``k``, ``v`` ``(B, H, T, D)`` at ``positions`` ``(T,)``
+        appended, as ``(B, H, S, D)`` views; the cache itself is unchanged until ``commit(T, tag)``.
 
         ``tag`` is what the keys were computed with besides their positions (e.g. RoPE
-        frequencies); appending with a tag different from the cached keys' raises ``ValueError``.
+        frequencies); keys with a tag different from the cached keys' raise ``ValueError``.
         """
+        k, v = as_float_array(k, "k"), as_float_array(v, "v")
+        if k.ndim != 4 or v.ndim != 4 or k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"k and v must have shapes (B, H, T, D) and (B, H, T, Dv) with the same B, H, T; "
+                             f"got k {k.shape}, v {v.shape}")
         B, H, T, D = k.shape
+        positions = as_positions(positions, "positions", length=T)
         if self.length and tag != self.tag:
             raise ValueError("cache holds keys computed with other scheme parameters (e.g. RoPE "
                              "frequencies) than this step's; start a new cache instead of mixing them")
-        self.tag = tag
-        if self._k is not None and (self._k.shape[:2] != (B, H) or self._k.shape[3] != D):
-            raise ValueError(f"cache holds keys of shape (B, H, S, D) = {self._k.shape[:2]} + (S, "
-                             f"{self._k.shape[3]}), cannot append keys of shape {k.shape}")
+        if self._k is not None and (self._k.shape[:2] != (B, H) or self._k.shape[3] != D
+                                    or self._v.shape[3] != v.shape[3]):
+            raise ValueError(f"cache holds keys (B, H, S, D) = {self._k.shape[:2]} + (S, {self._k.shape[3]}) and "
+                             f"values with Dv = {self._v.shape[3]}; cannot append k {k.shape}, v {v.shape}")
         need = self.length + T
         if self._k is None or need > self._k.shape[2]:
             self._grow(max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16), k, v)
-        self._k[:, :, self.length:need] = k
+        self._k[:, :, self.length:need] = k            # beyond the held length: not yet in the cache
         self._v[:, :, self.length:need] = v
         self._pos[self.length:need] = positions
-        self.length = need
-        self.seen += T
-        return self.k, self.v, self.positions
+        return self._k[:, :, :need], self._v[:, :, :need], self._pos[:need]
 
-    def trim(self):
-        """Keep only the last ``mem_len`` entries: the memory carried into the next call."""
-        if self.mem_len is None or self.length <= self.mem_len:
-            return
-        drop, keep = self.length - self.mem_len, self.mem_len
-        self._k[:, :, :keep] = self._k[:, :, drop:self.length].copy()
-        self._v[:, :, :keep] = self._v[:, :, drop:self.length].copy()
-        self._pos[:keep] = self._pos[drop:self.length].copy()
-        self.length = keep
+    def commit(self, count: int, tag=None) -> None:
+        """Make the ``count`` entries laid by the last ``extend`` part of the cache, then keep only
+        the last ``mem_len`` (the memory carried into the next call)."""
+        self.length += count
+        self.seen += count
+        self.tag = tag
+        if self.mem_len is not None and self.length > self.mem_len:
+            drop, keep = self.length - self.mem_len, self.mem_len
+            self._k[:, :, :keep] = self._k[:, :, drop:self.length].copy()
+            self._v[:, :, :keep] = self._v[:, :, drop:self.length].copy()
+            self._pos[:keep] = self._pos[drop:self.length].copy()
+            self.length = keep
+
+    def append(self, k, v, positions, *, tag=None):
+        """``extend`` then ``commit``: add the keys and values; return all ``(k, v, positions)``."""
+        k_all, v_all, pos_all = self.extend(k, v, positions, tag=tag)
+        held = len(pos_all)
+        self.commit(len(pos_all) - self.length, tag)
+        return (k_all, v_all, pos_all) if self.length == held else (self.k, self.v, self.positions)
 
     def _grow(self, capacity, k, v):
         B, H, _, D = k.shape
+        check_alloc((B, H, capacity, max(D, v.shape[-1])), np.result_type(k.dtype, v.dtype), "the KV cache")
         dtype = np.result_type(k.dtype, v.dtype)
         new_k = np.zeros((B, H, capacity, D), dtype)
         new_v = np.zeros((B, H, capacity, v.shape[-1]), dtype)
@@ -584,51 +579,6 @@ class KVCache:
         self._k, self._v, self._pos = new_k, new_v, new_pos
 
 
-def _is_run(positions) -> bool:
-    """Whether ``positions`` are consecutive integers ``p, p + 1, ...`` (empty counts)."""
-    return len(positions) == 0 or bool(np.array_equal(positions, positions[0] + np.arange(len(positions))))
-
-
-class _DistanceMemo:
-    """The bias blocks of one forward pass by ``(k_0 - q_0, tq, tk)`` for runs of positions.
-
-    Under a bias that depends on ``j - i`` only, every block on one diagonal of the blockwise
-    walk has the same bias; the blocks nearest the diagonal (met first) are kept, up to ``limit``
-    bytes. ``stamp`` names what the bias depends on (``Scheme.bias_state``, the dtype): the layer
-    keeps the memo across passes while it is unchanged and not ``full()``, else it dies with the
-    pass. Safe to share
-    between the threads of ``blockwise_attention``.
-    """
-
-    def __init__(self, stamp=None, limit: int = 64 << 20):
-        self.stamp, self.blocks, self.room, self.limit, self.lock = stamp, {}, limit, limit, threading.Lock()
-
-    def full(self) -> bool:
-        """Three quarters or more of ``limit`` used: a new pass starts a fresh memo (decoding, each
-        step a new block, would otherwise fill it with blocks never met again)."""
-        return self.room <= self.limit // 4
-
-    def get(self, q, k, compute, runs: bool = False):
-        """The block for positions ``q``, ``k`` (``runs``: known to be runs of consecutive
-        positions, so not checked), from the memo or ``compute()``."""
-        if not (runs or (len(q) and len(k) and np.all(np.diff(q) == 1) and np.all(np.diff(k) == 1))):
-            return compute()                                   # not runs of consecutive positions
-        key = (int(k[0] - q[0]), len(q), len(k))
-        found = self.blocks.get(key)
-        if found is not None:
-            return found
-        bias = compute()
-        if bias is None:
-            return bias
-        with self.lock:
-            if key in self.blocks or bias.nbytes > self.room:
-                return self.blocks.get(key, bias)
-            self.room -= bias.nbytes
-            bias.setflags(write=False)
-            self.blocks[key] = bias
-        return bias
-
-
 class MultiHeadAttention:
     """Multi-head self-attention with a position ``scheme`` (default ``NoPE()``).
 
@@ -637,9 +587,8 @@ class MultiHeadAttention:
     ``head_dim`` defaults to ``d_model // num_heads``. Weights are drawn from N(0, 1/d_in) with
     ``seed``; copy a checkpoint's into the attributes (see the module docstring for the mapping).
     ``block_size=N`` computes attention blockwise (online softmax over N x N blocks of queries
-    and keys): the same outputs without ever holding a ``(T, S)`` array; ``None`` is dense. The
-    bias blocks of a scheme whose bias depends on ``j - i`` only (ALiBi, T5) are kept from one
-    call to the next, up to 64 MiB, while ``scheme.bias_state()`` is unchanged.
+    and keys): the same outputs without ever holding a ``(T, S)`` array; ``None`` is dense.
+    ``minipos.fast.MultiHeadAttention`` takes the same arguments and runs faster.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
@@ -648,40 +597,36 @@ class MultiHeadAttention:
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         if head_dim is None:
-            if d_model % num_heads:
+            if self.d_model % self.num_heads:
                 raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads}), "
                                  "or pass head_dim")
-            head_dim = d_model // num_heads
+            head_dim = self.d_model // self.num_heads
         self.head_dim = check_positive_int(head_dim, "head_dim")
-        self.dtype = np.dtype(dtype)
-        if not np.issubdtype(self.dtype, np.floating):
-            raise TypeError(f"dtype must be a floating dtype, got {self.dtype}")
+        self.dtype = _float_dtype(dtype)
         self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
-        self._memo = None                         # bias blocks kept across passes (_DistanceMemo)
         if scheme is None:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
             raise TypeError(f"scheme must be a minipos.layer.Scheme instance, got {type(scheme).__name__}")
+        bias = check_bool(bias, "bias")
         rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
         d, hd = self.d_model, self.num_heads * self.head_dim
+        check_alloc((4, d, hd), self.dtype, "MultiHeadAttention's weights (d_model, num_heads * head_dim)")
         self.wq, self.wk, self.wv = (self._init(rng, d, hd) for _ in range(3))
         self.wo = self._init(rng, hd, d)
         zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
         self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(hd), zeros(hd), zeros(d)
-        self.scheme = scheme
         scheme.bind(self, rng)
+        self.scheme = scheme
 
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
 
     def new_cache(self, mem_len: int | None = None) -> KVCache:
-        """An empty KV cache for incremental decoding (``mem_len``: see ``KVCache``)."""
-        return KVCache(mem_len)
-
-    def _project(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
-        y = x @ w if b is None else x @ w + b
-        B, T, _ = x.shape
-        return y.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)
+        """An empty KV cache of this layer for incremental decoding (``mem_len``: see ``KVCache``)."""
+        cache = KVCache(mem_len)
+        cache._owner = weakref.ref(self)
+        return cache
 
     def __call__(self, x, *, positions=None, mask=None, causal: bool = False, cache: KVCache | None = None,
                  return_weights: bool = False):
@@ -691,131 +636,111 @@ class MultiHeadAttention:
           (the cache length, unless ``mem_len`` made it forget keys).
         mask: boolean, ``True`` = may attend: ``(B, S)`` key padding or ``(B, T, S)``, where
           ``S`` counts the cached keys too. causal: queries see keys at positions ``<=`` their own.
-        cache: a ``KVCache`` (``new_cache()``), updated in place.
+        cache: a ``KVCache`` of this layer (``new_cache()``), updated once the call has succeeded.
         return_weights: also return the attention weights ``(B, H, T, S)`` (dense path only).
         """
+        x, positions, mask, causal = self._check_call(x, positions, mask, causal, cache, return_weights)
+        sc = self.scheme
+        past = np.zeros(0, np.int64) if cache is None else cache.positions
+        k_pos = np.concatenate([past, positions])                               # (S,) key positions
+        seq_len = int(k_pos.max()) + 1 if len(k_pos) else 1                     # for length-dependent RoPE
+
+        # 1) input seam: absolute position vectors added to the embeddings
+        x = sc.embed(x, positions)                                              # (B, T, d_model)
+        # 2) projections, split into heads
+        q, k, v = (self._heads(x, w, b) for w, b in ((self.wq, self.bq), (self.wk, self.bk), (self.wv, self.bv)))
+        # 3) rotate seam: q and k rotated by their positions (RoPE, xPos)
+        q = sc.rotate_q(q, positions, seq_len=seq_len)                          # (B, H, T, D)
+        if not sc.rotates_cached_keys:
+            k = sc.rotate_k(k, positions, seq_len=seq_len)
+        # 4) cache: the keys and values of earlier calls in front of this call's
+        tag = sc.cache_tag(seq_len)
+        if cache is not None:
+            k, v, _ = cache.extend(k, v, positions, tag=tag)                    # (B, H, S, D)
+        if sc.rotates_cached_keys:
+            k = sc.rotate_k(k, k_pos, seq_len=seq_len)                          # every key, this call's map
+        # 5) content-position seam: the query used against content, and the extra logits
+        q, extra = sc.content_position(q, k, positions, k_pos)
+        # 6) bias seam and 7) attention, dense or blockwise
+        out = self._attend(q, k, v, extra, positions, k_pos, mask, causal, return_weights)
+        out, weights = out if return_weights else (out, None)
+        # 8) merge the heads, output projection
+        B, H, T, D = out.shape
+        y = out.transpose(0, 2, 1, 3).reshape(B, T, H * D) @ self.wo           # (B, T, d_model)
+        if self.bo is not None:
+            y = y + self.bo
+        if cache is not None:                                                   # the call succeeded
+            cache._owner = cache._owner or weakref.ref(self)
+            cache.commit(T, tag)
+        return (y, weights) if return_weights else y
+
+    def _heads(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
+        y = x @ w if b is None else x @ w + b
+        B, T, _ = x.shape
+        return y.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)
+
+    def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights):
+        """Steps 6 and 7: the logits' bias of a block, and attention over all blocks or one."""
+        sc = self.scheme
+
+        def logits(qs, ks):  # bias seam + content-position seam, for queries qs and keys ks
+            bias = sc.bias(q_pos[qs], k_pos[ks])                                # (H, tq, tk) or None
+            more = None if extra is None else extra(qs, ks)                     # (B, H, tq, tk) or None
+            return more if bias is None else bias if more is None else bias + more
+
+        def allowed(qs, ks):  # causal (by positions) and the padding mask, for a block
+            tri = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+            pad = None if mask is None else mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
+            return pad if tri is None else tri if pad is None else tri & pad
+
+        scale = sc.scale(self.head_dim)
+        if self.block_size is None:
+            every = (slice(0, len(q_pos)), slice(0, len(k_pos)))
+            return attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,
+                             return_weights=return_weights)
+        return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=allowed, scale=scale, block_size=self.block_size)
+
+    def _check_call(self, x, positions, mask, causal, cache, return_weights):
+        """Every argument of a call checked once: ``(x, positions (T,), mask, causal)``, the mask
+        as ``(B, 1, 1, S)`` or ``(B, 1, T, S)`` (or ``None``)."""
         x = as_float_array(x, "x")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {x.shape}")
         B, T, _ = x.shape
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (layer.new_cache()), got {type(cache).__name__}")
         causal = check_bool(causal, "causal")
         if check_bool(return_weights, "return_weights") and self.block_size is not None:
             raise ValueError("return_weights needs the dense path: the blockwise path (block_size) "
                              "never forms the (T, S) weights")
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache (layer.new_cache()), got {type(cache).__name__}")
+            if cache._owner is not None and cache._owner() is not self:
+                raise ValueError("cache belongs to another layer; use this layer's new_cache()")
         seen = 0 if cache is None else cache.seen
-        positions = np.arange(seen, seen + T) if positions is None else as_positions(positions, "positions")
-        if positions.shape != (T,):
-            raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
-        memory = np.zeros(0, np.int64) if cache is None else cache.positions
-        mask = self._check_mask(mask, B, T, len(memory))
-        q, k, v, k_pos = self._qkv(x, positions, memory, cache, causal)                               # (B, H, T|S, D)
-        q, extra = self.scheme.content_position(q, k, positions, k_pos)              # content-position
-        logits = self._logits_fn(extra, positions, k_pos)
-        scale = self.scheme.scale(self.head_dim)
-        if self.block_size is None:
-            every = (slice(0, T), slice(0, len(k_pos)))
-            out = attention(q, k, v, bias=logits(*every), mask=self._mask_fn(mask, causal, positions, k_pos)(*every),
-                            scale=scale, return_weights=return_weights)
+        if positions is None:
+            positions = np.arange(seen, seen + T)
         else:
-            out = self._blockwise(q, k, v, logits, mask, causal, positions, k_pos, scale,
-                                  self._bias_max_fn(extra, positions, k_pos))
-        if cache is not None:
-            cache.trim()                                                             # Transformer-XL memory
-        out, weights = out if return_weights else (out, None)
-        y = out.transpose(0, 2, 1, 3).reshape(B, T, -1) @ self.wo                   # (B, T, d_model)
-        if self.bo is not None:
-            y = y + self.bo
-        return (y, weights) if return_weights else y
-
-    def _qkv(self, x, positions, memory, cache, causal):
-        """Embed, project, rotate and cache: q ``(B, H, T, D)``, k, v ``(B, H, S, D)``, key positions."""
-        sc = self.scheme
-        k_pos = np.concatenate([memory, positions])                                  # (S,)
-        sc.begin(positions, k_pos, causal)
-        x_in = sc.embed(x, positions)                                                # input seam
-        q = sc.rotate_q(self._project(x_in, self.wq, self.bq), positions)            # rotate seam
-        k = self._project(x_in, self.wk, self.bk)
-        if not sc.rotates_cached_keys:
-            k = sc.rotate_k(k, positions)
-        v = self._project(x_in, self.wv, self.bv)
-        if cache is not None:
-            k, v, k_pos = cache.append(k, v, positions, tag=sc.cache_tag())          # (B, H, S, D)
-        if sc.rotates_cached_keys:
-            k = sc.rotate_k(k, k_pos)                                                # all keys, this step's map
-        return q, k, v, k_pos
-
-    def _logits_fn(self, extra, q_pos, k_pos):
-        """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
-        sc = self.scheme
-        memo = None
-        if sc.bias_by_distance:
-            state = sc.bias_state()
-            stamp = None if state is None else (state, np.dtype(self.dtype).str)
-            if stamp is None:
-                memo = _DistanceMemo()                                               # this pass only
+            positions = as_positions(positions, "positions", length=T)
+        if mask is not None:
+            S = T + (0 if cache is None else cache.length)
+            mask = np.asarray(mask)
+            if mask.dtype != bool:
+                raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+            if mask.shape == (B, S):
+                mask = mask[:, None, None, :]
+            elif mask.shape == (B, T, S):
+                mask = mask[:, None]
             else:
-                if self._memo is None or self._memo.stamp != stamp or self._memo.full():
-                    self._memo = _DistanceMemo(stamp)                                # kept for the next pass
-                memo = self._memo
+                raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, "
+                                 f"got {mask.shape}")
+        return x, positions, mask, causal
 
-        def seam(q, k):
-            bias = sc.bias(q, k)                                                     # (H, tq, tk)
-            return None if bias is None else bias.astype(self.dtype, copy=False)
 
-        runs = memo is not None and _is_run(q_pos) and _is_run(k_pos)                  # so is every slice
-
-        def fn(qs, ks):
-            q, k = q_pos[qs], k_pos[ks]
-            bias = seam(q, k) if memo is None else memo.get(q, k, lambda: seam(q, k), runs and len(q) and len(k))
-            if extra is None:
-                return bias
-            more = extra(qs, ks)                                                     # (B, H, tq, tk)
-            return more if bias is None else more + bias
-        return fn
-
-    @staticmethod
-    def _check_mask(mask, B, T, past):
-        """The padding mask as ``(B, 1, 1, S)`` or ``(B, 1, T, S)``, or ``None``."""
-        if mask is None:
-            return None
-        S = past + T
-        mask = np.asarray(mask)
-        if mask.dtype != bool:
-            raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
-        if mask.shape == (B, S):
-            return mask[:, None, None, :]
-        if mask.shape == (B, T, S):
-            return mask[:, None]
-        raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, got {mask.shape}")
-
-    @staticmethod
-    def _mask_fn(mask, causal, q_pos, k_pos):
-        """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, and padding)."""
-        def fn(qs, ks):
-            allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
-            if mask is None:
-                return allowed
-            pad = mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
-            return pad if allowed is None else pad & allowed
-        return fn
-
-    def _bias_max_fn(self, extra, q_pos, k_pos):
-        """``fn(q_slice, k_slice)``: the scheme's ``bias_bound`` of a block, or ``None`` when it
-        has none or a content-position term is added (that term is not bounded)."""
-        sc = self.scheme
-        if extra is not None or type(sc).bias_bound is Scheme.bias_bound:
-            return None
-        return lambda qs, ks: sc.bias_bound(q_pos[qs], k_pos[ks])
-
-    def _blockwise(self, q, k, v, logits, mask, causal, q_pos, k_pos, scale, bound=None):
-        """Online-softmax attention; native causal block skipping when positions are contiguous."""
-        if causal and len(q_pos) and len(k_pos) and _is_run(q_pos) and _is_run(k_pos):
-            # query t sees key s iff s <= t + (q_pos[0] - k_pos[0])
-            pad = None if mask is None else self._mask_fn(mask, False, q_pos, k_pos)
-            return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=pad, causal=True,
-                                       q_offset=int(q_pos[0] - k_pos[0]), scale=scale,
-                                       block_size=self.block_size, bias_max_fn=bound)
-        return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=self._mask_fn(mask, causal, q_pos, k_pos),
-                                   scale=scale, block_size=self.block_size, bias_max_fn=bound)
+def _float_dtype(dtype) -> np.dtype:
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a floating dtype such as numpy.float32, got {dtype!r}") from None
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    return dtype

@@ -101,6 +101,7 @@ Conventions
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from dataclasses import dataclass, field
 
@@ -249,143 +250,66 @@ def _rotary_dim(rotary_dim, D: int) -> int:
     return R
 
 
-def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype):
-    """cos(mθ_i) and sin(mθ_i), each ``(T, R/2)`` (one column per pair), in ``dtype``."""
-    pos = as_positions(positions, "positions", allow_negative=True)
-    if pos.shape[0] != T:
-        raise ValueError(f"positions must have length T = {T} (x.shape[-2]), got {pos.shape[0]}")
+def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor):
+    """cos(mθ_i) and sin(mθ_i) times the attention factor, float64 ``(T, R/2)``, one column per pair."""
+    pos = as_positions(positions, "positions", allow_negative=True, length=T)
     if inv_freq is None:
         inv_freq = rope_inv_freq(R, base=base)
     elif base != 10000.0:
         raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
     inv_freq = _check_len(inv_freq, R)
     factor = check_float(attention_factor, "attention_factor", positive=True)
-    if np.dtype(dtype).itemsize <= 4 and T >= 4 * _SPLIT:
-        cos, sin = _cos_sin_split(pos, _as_inv_freq(inv_freq))
-    else:
-        angles = rope_angles(pos, inv_freq)                        # (T, R/2), float64
-        cos, sin = np.cos(angles), np.sin(angles)
-    if factor != 1.0:
-        cos *= factor
-        sin *= factor
-    return cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)
+    _check_angles(pos, inv_freq, factor)
+    angles = np.outer(pos.astype(np.float64), inv_freq)           # (T, R/2): m θ_i, float64
+    return factor * np.cos(angles), factor * np.sin(angles)
 
 
-_SPLIT = 64  # m = hi * 64 + lo: cos and sin are evaluated at the distinct hi and at lo < 64 only
-
-
-def _cos_sin_split(pos: np.ndarray, inv_freq: np.ndarray):
-    """cos(mθ), sin(mθ) in float64 ``(T, R/2)`` by the angle-addition formulas, for float32 output.
-
-    With m = hi·64 + lo: cos(mθ) = cos(hi·64θ) cos(loθ) - sin(hi·64θ) sin(loθ), and
-    sin(mθ) = sin(hi·64θ) cos(loθ) + cos(hi·64θ) sin(loθ). A run of T positions has about T/64
-    distinct hi, so the float64 trigonometry (the slow part) runs on (T/64 + 64) rows instead of
-    T; the result differs from the direct one by float64 rounding (~1e-13 at m ~ 10^4), far below
-    a float32 ulp.
-    """
-    hi, lo = np.divmod(pos, _SPLIT)                                # (T,), (T,)
-    his, where = np.unique(hi, return_inverse=True)                # distinct hi, (T,) into them
-    a = np.outer((his * _SPLIT).astype(np.float64), inv_freq)      # (U, R/2): hi·64·θ
-    b = np.outer(np.arange(_SPLIT, dtype=np.float64), inv_freq)    # (64, R/2): lo·θ
-    ca, sa, cb, sb = np.cos(a)[where], np.sin(a)[where], np.cos(b)[lo], np.sin(b)[lo]  # (T, R/2)
-    prod = np.multiply(sa, sb)                                     # in place below: fresh large
-    cos = np.multiply(ca, cb)                                      # arrays cost page faults
-    cos -= prod                                                    # cos(a + b)
-    sin = np.multiply(sa, cb, out=sa)
-    sin += np.multiply(ca, sb, out=prod)                           # sin(a + b)
-    return cos, sin
-
-
-_CHUNK = 1 << 18  # elements of x per step of apply_rope (1 MiB of float32): a step stays in cache
-
-
-def _rotate_pairs(a, b, out_a, out_b, cos, sin, tmp) -> None:
-    """Each pair (a, b) rotated by mθ: out_a = a cos - b sin, out_b = b cos + a sin (Eq. 34)."""
-    tmp = tmp[: a.size].reshape(a.shape)
-    np.multiply(a, cos, out=out_a)
-    out_a -= np.multiply(b, sin, out=tmp)                  # x ⊙ cos(mΘ) + rotate(x) ⊙ sin(mΘ)
-    np.multiply(b, cos, out=out_b)
-    out_b += np.multiply(a, sin, out=tmp)
-
-
-def _rotate_half_layout(x, out, cos, sin, tmp) -> None:
-    """Pairs (i, i + R/2), on ``(..., t, 2, R/2)`` views: halves swapped by a negative stride."""
-    *lead, t, R = x.shape
-    halves = (*lead, t, 2, R // 2)
-    x2, out2 = x.reshape(halves), out.reshape(halves)       # (..., t, 2, R/2): [x_1; x_2]
-    cos2, sin2 = tmp[: 2 * t * R].reshape(2, t, 2, R // 2)  # [cos; cos], [-sin; sin], contiguous
-    cos2[:, 0], cos2[:, 1] = cos, cos
-    np.negative(sin, out=sin2[:, 0])
-    sin2[:, 1] = sin
-    prod = tmp[2 * t * R: 2 * t * R + x.size].reshape(halves)
-    np.multiply(x2, cos2, out=out2)                         # x ⊙ cos(mΘ)
-    out2 += np.multiply(x2[..., ::-1, :], sin2, out=prod)   #   + [x_2; x_1] ⊙ [-sin; sin] = rotate_half(x) ⊙ sin
-
-
-def _rotate_interleaved(x, out, cos, sin, tmp) -> None:
-    """Pairs (2i, 2i+1) as one complex number each: (x_0 + i x_1) e^{i m θ} (Eq. 34)."""
-    if x.dtype.type not in _COMPLEX:                       # e.g. float16: strided real pairs
-        return _rotate_pairs(x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2], cos, sin, tmp)
-    z = x.view(_COMPLEX[x.dtype.type])                     # (..., t, R/2): x_0 + i x_1
-    w = tmp[: 2 * cos.size].view(z.dtype).reshape(cos.shape)
-    w.real, w.imag = cos, sin                              # e^{i m θ}
-    np.multiply(z, w, out=out.view(z.dtype))               # (x_0 cos - x_1 sin) + i (x_0 sin + x_1 cos)
-
-
-_COMPLEX = {np.float32: np.complex64, np.float64: np.complex128, np.longdouble: np.clongdouble}
+def _check_angles(pos: np.ndarray, inv_freq: np.ndarray, factor: float) -> None:
+    """Raise unless every angle m θ_i and the attention factor times cos, sin are finite."""
+    largest = float(np.abs(pos).max(initial=0)) * float(np.abs(inv_freq).max(initial=0))
+    if not (np.isfinite(largest) and np.isfinite(factor)):
+        raise ValueError(f"the angles positions * inv_freq must be finite, got up to {largest:g}: the "
+                         "frequencies are too large for these positions")
 
 
 def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
                rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
-    """Rotate ``x`` by R(m) at each position m: the efficient form of Eq. 34, no D×D matrix.
+    """Rotate ``x`` by R(m) at each position m: Eq. 34, ``x ⊙ cos(mΘ) + rot(x) ⊙ sin(mΘ)``.
 
     x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``. positions: ``(T,)`` integers (negative
-    allowed) or an int T meaning ``arange(T)``. layout: "interleaved" (pairs (2i, 2i+1); Meta
-    LLaMA, GPT-J) or "half" (pairs (i, i + R/2); GPT-NeoX, HF LLaMA). rotary_dim: rotate only
-    the first R features (even, <= D; default D); the rest pass through unchanged. inv_freq:
-    ``(R/2,)`` frequencies from a scaling variant, replacing ``base^(-2i/R)``. attention_factor:
-    multiplies cos and sin (not the pass-through part), so the rotated part's logits scale by
-    its square. Returns ``(..., T, D)`` in x's floating dtype.
-
-    Computed a few positions at a time (every array of a step fits in cache), so ``x`` is read
-    once and the result written once; cos and sin are ``(T, R/2)``, one column per pair.
+    allowed) or an int T meaning ``arange(T)``. layout: "interleaved" (pairs (2i, 2i+1), rot =
+    ``rotate_every_two``; Meta LLaMA, GPT-J) or "half" (pairs (i, i + R/2), rot = ``rotate_half``;
+    GPT-NeoX, HF LLaMA). rotary_dim: rotate only the first R features (even, <= D; default D);
+    the rest pass through unchanged. inv_freq: ``(R/2,)`` frequencies from a scaling variant,
+    replacing ``base^(-2i/R)``. attention_factor: multiplies cos and sin (not the pass-through
+    part), so the rotated part's logits scale by its square. Returns ``(..., T, D)`` in x's
+    floating dtype.
     """
     x = as_float_array(x, "x")
     check_ndim(x, "x", 2, "(..., T, D)")
     check_choice(layout, "layout", LAYOUTS)
     *_, T, D = x.shape
     R = _rotary_dim(rotary_dim, D)
-    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor, x.dtype)  # (T, R/2)
-    if layout == "interleaved" and x.dtype.type in _COMPLEX and x.strides[-1] != x.itemsize:
-        x = np.ascontiguousarray(x)                                        # complex view needs it
-    out = np.empty(x.shape, x.dtype)                                       # (..., T, D)
-    out[..., R:] = x[..., R:]                                              # the pass-through part
-    rot = rotate_every_two if layout == "interleaved" else rotate_half     # looked up at call time
-    if rot is not _OWN_ROTATION[layout]:                                   # a replaced rotation:
-        return _apply_through(rot, x, out, cos, sin, layout)              # Eq. 34 through it
-    rotate = _rotate_interleaved if layout == "interleaved" else _rotate_half_layout
-    step = max(1, _CHUNK // max(1, x.size // max(T, 1)))                  # positions per step
-    tmp = np.empty(min(T, step) * (x.size // max(T, 1) + 4 * R), x.dtype)
-    for t in range(0, T, step):                                            # a loop over blocks
-        ts = slice(t, t + step)
-        rotate(x[..., ts, :R], out[..., ts, :R], cos[ts], sin[ts], tmp)
-    return out                                                             # (..., T, D)
+    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor)      # (T, R/2)
+    if layout == "interleaved":
+        cos, sin, rot = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1), rotate_every_two  # θ_0 θ_0 θ_1 θ_1 …
+    else:
+        cos, sin, rot = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), rotate_half  # θ_0 … θ_0 …
+    x_rot = x[..., :R]                                                          # (..., T, R)
+    with _overflow_raises(x.dtype):
+        rotated = x_rot * cos.astype(x.dtype) + rot(x_rot) * sin.astype(x.dtype)  # Eq. 34
+    return np.concatenate([rotated, x[..., R:]], axis=-1)                       # (..., T, D)
 
 
-def _apply_through(rot, x, out, cos, sin, layout: str) -> np.ndarray:
-    """Eq. 34 as written, ``x ⊙ cos(mΘ) + rot(x) ⊙ sin(mΘ)`` with the given rotation ``rot``.
-
-    ``apply_rope`` takes this path only when ``rotate_half`` / ``rotate_every_two`` has been
-    replaced (to study a wrong rotation, say); its own fast steps inline the module's rotations.
-    """
-    spread = (lambda a: np.repeat(a, 2, axis=-1)) if layout == "interleaved" else (
-        lambda a: np.concatenate([a, a], axis=-1))                         # (T, R/2) -> (T, R)
-    R = 2 * cos.shape[-1]
-    out[..., :R] = x[..., :R] * spread(cos) + rot(x[..., :R]) * spread(sin)
-    return out
-
-
-_OWN_ROTATION = {"half": rotate_half, "interleaved": rotate_every_two}
+@contextlib.contextmanager
+def _overflow_raises(dtype):
+    """Turn an overflow of the rotated features (|x| near the dtype's largest value) into ValueError."""
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            yield
+    except FloatingPointError:
+        raise ValueError(f"the rotated x overflows {np.dtype(dtype)}: |x| times the attention factor is too "
+                         f"close to the largest {np.dtype(dtype)}") from None
 
 
 def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray:

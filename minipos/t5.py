@@ -76,14 +76,12 @@ import math
 
 import numpy as np
 
-from . import _threads
-from ._checks import as_float_array, as_positions, check_int
+from ._checks import as_float_array, as_positions, check_alloc, check_int
 
 __all__ = [
     "relative_position_bucket",
     "first_distance_of_bucket",
     "t5_bias",
-    "t5_bias_definitional",
 ]
 
 
@@ -203,54 +201,13 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
 
     table: ``(K, H)`` float (T5's ``relative_attention_bias.weight``); the result keeps its dtype.
     q_positions: ``(T,)`` or an int T; k_positions: ``(S,)`` or an int S (non-negative integers).
-    Efficient form: each distinct distance is bucketed once (``T + S - 1`` of them for contiguous
-    positions, where the result is Toeplitz in (t, s) and every row is a window of the per-distance
-    values, copied without an index array); otherwise the ``(H, T, S)`` bias is a gather.
+    As the reference computes it: bucket every (t, s) pair, look the buckets up, heads first.
     """
     table = _check_table(table, num_buckets)
     q = as_positions(q_positions, "q_positions")
     k = as_positions(k_positions, "k_positions")
-    config = dict(bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance,
-                  exact=exact)
-    if q.size == 0 or k.size == 0:
-        return t5_bias_definitional(table, q, k, **config)
-    lowest = int(k.min()) - int(q.max())
-    span = int(k.max()) - int(q.min()) - lowest + 1                    # number of candidate distances
-    if span > q.size * k.size:                                          # sparse positions: no saving
-        return t5_bias_definitional(table, q, k, **config)
-    distances = np.arange(lowest, lowest + span)                        # (span,)
-    per_distance = table[relative_position_bucket(distances, **config)].T   # (H, span)
-    if _is_run(q) and _is_run(k):                                       # Toeplitz: copy windows
-        return _toeplitz(np.ascontiguousarray(per_distance), q.size, k.size)
-    return per_distance[:, k[None, :] - q[:, None] - lowest]            # (H, T, S)
-
-
-def _is_run(positions: np.ndarray) -> bool:
-    """True for consecutive integers ``p, p + 1, …`` (the usual, contiguous positions)."""
-    return positions.size < 2 or bool(np.all(np.diff(positions) == 1))
-
-
-def _toeplitz(per_distance: np.ndarray, T: int, S: int) -> np.ndarray:
-    """``out[h, t, s] = per_distance[h, s - t + T - 1]``, ``(H, T, S)``, one contiguous copy.
-
-    Row t is the window of S distances starting at ``T - 1 - t``: the sliding windows of
-    ``per_distance`` in reverse order, a view that is copied once (no index array), by several
-    threads when the result is large (``_threads.copy``).
-    """
-    windows = np.lib.stride_tricks.sliding_window_view(per_distance, S, axis=-1)  # (H, span-S+1, S)
-    return _threads.copy(windows[:, T - 1::-1, :])                       # (H, T, S), large: on threads
-
-
-def t5_bias_definitional(table, q_positions, k_positions, *, bidirectional: bool = True,
-                         num_buckets: int = 32, max_distance: int = 128, exact: bool = False) -> np.ndarray:
-    """``t5_bias`` as the reference computes it: bucket every (t, s) pair, look up, permute.
-
-    Same arguments and result ``(H, T, S)`` as ``t5_bias``.
-    """
-    table = _check_table(table, num_buckets)
-    q = as_positions(q_positions, "q_positions")
-    k = as_positions(k_positions, "k_positions")
-    relative = k[None, :] - q[:, None]                                  # (T, S) memory - context
+    check_alloc((table.shape[1], q.size, k.size), table.dtype, "t5_bias(table, q_positions, k_positions)")
+    relative = k[None, :] - q[:, None]                                  # (T, S): memory - context
     buckets = relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=num_buckets,
                                        max_distance=max_distance, exact=exact)   # (T, S)
     return np.ascontiguousarray(np.moveaxis(table[buckets], -1, 0))     # (T, S, H) -> (H, T, S)

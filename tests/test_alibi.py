@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minipos.alibi import alibi_bias, alibi_bias_bound, alibi_bias_key_only, alibi_slopes
+from minipos.alibi import alibi_bias, alibi_bias_key_only, alibi_slopes
+from minipos.fast.alibi import alibi_bias_bound
 from minipos.attention import attention, causal_mask, softmax
 
 # --- slopes -------------------------------------------------------------------------------

@@ -119,8 +119,9 @@ def test_causal_mask_rejects_bad_lengths():
 
 
 def test_attention_refuses_logits_that_overflow():
-    # float32 q . k = -1e40 overflows to -inf; silently it would look like a masked row.
-    q = np.full((1, 1, 4), -1e19, np.float32)
-    k = np.full((1, 2, 4), 1e19, np.float32)
-    with pytest.raises(ValueError, match="overflows"):
+    # float32 scale q . k = -(1/2) 4 (4e19)^2 = -3.2e39 overflows to -inf; silently it would look
+    # like a masked row.
+    q = np.full((1, 1, 4), -4e19, np.float32)
+    k = np.full((1, 2, 4), 4e19, np.float32)
+    with pytest.raises(ValueError, match="overflow"):
         attention(q, k, k)

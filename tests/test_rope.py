@@ -340,7 +340,7 @@ def test_errors_name_the_argument():
         apply_rope(x, 3, rotary_dim=3)
     with pytest.raises(ValueError, match="positions must hold integers"):
         apply_rope(x, [0.0, 1.5, 2.0])
-    with pytest.raises(ValueError, match="positions must have length T = 3"):
+    with pytest.raises(ValueError, match="positions must have length 3"):
         apply_rope(x, [0, 1])
     with pytest.raises(ValueError, match="inv_freq must have length rotary_dim/2 = 4"):
         apply_rope(x, 3, inv_freq=[1.0, 0.1])

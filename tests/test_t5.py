@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minipos.t5 import first_distance_of_bucket, relative_position_bucket, t5_bias, t5_bias_definitional
+from minipos.fast.t5 import t5_bias as fast_t5_bias
+from minipos.t5 import first_distance_of_bucket, relative_position_bucket, t5_bias
 
 DATA = Path(__file__).parent / "data" / "t5_buckets_reference.txt"
 RANGE = 10**6
@@ -195,7 +196,7 @@ def test_t5_bias_tiny_bidirectional_by_hand():
                [1, 0, 5, 6, 6, 6, 6, 7],
                [2, 1, 0, 5, 6, 6, 6, 6]]
     expected = np.stack([np.array(buckets, np.float32), -10 * np.array(buckets, np.float32)])   # (H, T, S)
-    for form in (t5_bias, t5_bias_definitional):
+    for form in (t5_bias, fast_t5_bias):
         out = form(TINY, 3, 8, num_buckets=8, max_distance=16)
         assert out.dtype == np.float32 and out.shape == (2, 3, 8)
         np.testing.assert_array_equal(out, expected)
@@ -208,7 +209,7 @@ def test_t5_bias_tiny_causal_with_cache_by_hand():
     buckets = [[3, 3, 2, 2, 1, 0, 0],
                [3, 3, 3, 2, 2, 1, 0]]
     expected = np.stack([np.array(buckets, np.float32), -10 * np.array(buckets, np.float32)])
-    for form in (t5_bias, t5_bias_definitional):
+    for form in (t5_bias, fast_t5_bias):
         out = form(table, [5, 6], 7, bidirectional=False, num_buckets=4, max_distance=8)
         np.testing.assert_array_equal(out, expected)
 
@@ -219,27 +220,27 @@ positions = st.lists(st.integers(0, 400), min_size=0, max_size=12).map(np.array)
 @settings(max_examples=60, deadline=None)
 @given(q=positions, k=positions, start=st.integers(0, 300), length=st.integers(1, 40),
        bidirectional=st.booleans(), exact=st.booleans())
-def test_toeplitz_form_equals_definitional_form(q, k, start, length, bidirectional, exact):
+def test_fast_form_equals_reference_form(q, k, start, length, bidirectional, exact):
     rng = np.random.default_rng(len(q) + 7 * len(k))
     table = rng.standard_normal((32, 3))
     contiguous = start + np.arange(length)
     for qq, kk in ((q, k), (contiguous, np.arange(start + length)), (contiguous, k)):
         qq, kk = qq.astype(np.int64), kk.astype(np.int64)
-        fast = t5_bias(table, qq, kk, bidirectional=bidirectional, exact=exact)
-        slow = t5_bias_definitional(table, qq, kk, bidirectional=bidirectional, exact=exact)
+        fast = fast_t5_bias(table, qq, kk, bidirectional=bidirectional, exact=exact)
+        slow = t5_bias(table, qq, kk, bidirectional=bidirectional, exact=exact)
         assert fast.shape == (3, len(qq), len(kk))
         np.testing.assert_array_equal(fast, slow)
 
 
 @pytest.mark.parametrize("T, S", [(37, 50), (50, 37), (8, 8)])
-def test_toeplitz_copy_on_threads_equals_definitional_form(T, S, monkeypatch):
+def test_toeplitz_copy_on_threads_equals_reference_form(T, S, monkeypatch):
     # Large Toeplitz biases are copied out by several threads, each a band of rows; forced here
     # at a small size (every band boundary is exercised with 37 and 50 rows).
-    from minipos import _threads
+    from minipos.fast import _threads
     monkeypatch.setattr(_threads, "_THREADED_COPY", 0)
     monkeypatch.setattr(_threads, "copy_workers", lambda: 3)
     table = np.random.default_rng(9).standard_normal((32, 2))
-    np.testing.assert_array_equal(t5_bias(table, T, S), t5_bias_definitional(table, T, S))
+    np.testing.assert_array_equal(fast_t5_bias(table, T, S), t5_bias(table, T, S))
 
 
 @settings(max_examples=30, deadline=None)
@@ -302,7 +303,7 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="q_positions"):
         t5_bias(np.zeros((32, 2)), np.array([-1, 0]), 3)
     with pytest.raises(ValueError, match="k_positions"):
-        t5_bias_definitional(np.zeros((32, 2)), 2, np.array([[0, 1]]))
+        fast_t5_bias(np.zeros((32, 2)), 2, np.array([[0, 1]]))
 
 
 # --- against transformers itself (skipped when it is not installed) ------------------------------

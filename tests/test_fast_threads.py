@@ -1,10 +1,10 @@
-"""Tests of minipos._threads: the worker threads of blockwise attention and the BLAS pause."""
+"""Tests of minipos.fast._threads: the worker threads of blockwise attention and the BLAS pause."""
 
 import threading
 
 import pytest
 
-from minipos import _threads
+from minipos.fast import _threads
 
 
 def test_one_worker_runs_the_tasks_in_order_on_this_thread():

@@ -24,7 +24,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ._checks import check_positive_int
+from .._checks import check_positive_int
 
 __all__ = ["cores", "default_workers", "copy", "run"]
 

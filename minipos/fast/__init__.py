@@ -1,0 +1,28 @@
+"""minipos, fast: the same public names and signatures as the reference, equal up to rounding.
+
+The contract: every function here returns what the reference function of the same name returns,
+up to floating-point rounding, and raises where it raises; ``minipos`` itself never imports this
+package, so deleting it changes no result of the reference. What lives here exists only for speed:
+worker threads and the BLAS pause (``_threads``), bias blocks kept between calls, bounds that skip
+blocks which underflow, a fixed softmax reference with a running-max fallback, split-angle
+trigonometry, Toeplitz copies. The modules mirror the reference's, name for name::
+
+    minipos.attention.attention             minipos.fast.attention.attention
+    minipos.attention.blockwise_attention   minipos.fast.attention.blockwise_attention
+    minipos.rope.apply_rope                 minipos.fast.rope.apply_rope
+    minipos.t5.t5_bias                      minipos.fast.t5.t5_bias
+    minipos.alibi.alibi_bias                minipos.fast.alibi.alibi_bias (+ alibi_bias_bound)
+    minipos.layer.MultiHeadAttention        minipos.fast.MultiHeadAttention
+
+and a user switches the layer with one import (the schemes and caches are the reference's)::
+
+    from minipos.fast import MultiHeadAttention
+
+Some functions take extra keyword arguments that only steer speed (``workers``, ``bias_max_fn``,
+``dtype``); the reference's arguments all mean the same here.
+"""
+
+from . import alibi, attention, rope, t5  # noqa: E402  (modules named as the reference's)
+from .layer import MultiHeadAttention  # noqa: E402
+
+__all__ = ["alibi", "attention", "rope", "t5", "MultiHeadAttention"]

@@ -1,0 +1,516 @@
+"""Attention, fast: the blockwise kernel with a fixed softmax reference, threads and skipped blocks.
+
+The same results as ``minipos.attention`` up to rounding. ``blockwise_attention`` here differs
+from the reference's running-max loop in how, not what:
+
+- **A fixed reference.** The online-softmax merge holds for any reference ``m`` (proved in
+  ``proofs.online_softmax``), so once a row has one allowed logit ``m_0`` (under ``causal``, its
+  logit at the diagonal key; else the max of its first block) every later block keeps ``m = m_0``:
+  ``l >= 1`` and no row max or rescaling is needed. ``-m_0`` rides in an extra column of the
+  queries against a row of ones under the keys, so one product gives ``scale q . k - m_0``, and
+  ``P [V | 1] = [P V | l]`` updates output and sum together. A logit more than ~88 (float32) above
+  ``m_0`` would overflow: that query block's ``[o | l]`` is then not finite, and it is redone with
+  the running max.
+- **Less work.** Key blocks are walked from the diagonal outwards; a block crossing the causal
+  diagonal is cut into bands of rows so the masked triangle is not scored; with ``bias_max_fn``
+  (an upper bound of the bias per head and block) heads whose block underflows ``e^{x - m}`` to 0
+  are not computed, which changes no bit.
+- **Threads.** Query blocks (and groups of heads, when blocks are few) are independent tasks,
+  run on several threads where the BLAS is an OpenBLAS whose own threads can be paused (``_threads``).
+
+``attention`` routes large problems through that kernel with the dense bias and mask sliced per
+block (a mask equal to ``causal_mask`` is recognised and skipped natively); small ones and
+``return_weights`` go to the reference.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from .. import attention as reference
+from .._checks import as_float_array, check_bool, check_broadcast, check_callable, check_qkv
+from . import _threads
+
+__all__ = ["attention", "blockwise_attention"]
+
+# Below this many logits (prod(...) H T S) the reference's dense attention is as fast.
+_DENSE_LOGITS = 1 << 18
+
+
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False):
+    """``minipos.attention.attention`` (same arguments and results, up to rounding), through the
+    blockwise kernel for large problems: no ``(..., H, T, S)`` logits or weights are formed."""
+    if check_bool(return_weights, "return_weights"):
+        return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=True)
+    q, k, v = check_qkv(q, k, v)
+    shape = (*q.shape[:-1], k.shape[-2])                                   # (..., H, T, S)
+    if math.prod(shape) < _DENSE_LOGITS or q.ndim < 3:
+        return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale)
+    scale = reference._scale(scale, q.shape[-1])
+    if bias is not None:
+        bias = as_float_array(bias, "bias")                               # finite, as in the reference
+        check_broadcast(bias, "bias", shape)
+    causal = False
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
+        check_broadcast(mask, "mask", shape)
+        if _is_causal(mask, shape[-2], shape[-1]):
+            causal, mask = True, None                                     # skipped natively, block by block
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    return _run(q, k, v, dtype, scale, _BLOCK, shape[-1] - shape[-2], causal, _slicer(bias), _slicer(mask),
+                None, _threads.default_workers(), source="bias")
+
+
+def _is_causal(mask: np.ndarray, T: int, S: int) -> bool:
+    """Whether ``mask`` is ``causal_mask(T, S)`` (with leading dims of size 1)."""
+    if mask.shape[-2:] != (T, S) or any(n != 1 for n in mask.shape[:-2]):
+        return False
+    return bool(np.array_equal(mask.reshape(T, S), reference.causal_mask(T, S)))
+
+
+def _slicer(a):
+    """``fn(q_slice, k_slice)``: the block of ``a`` (broadcastable to ``(..., H, T, S)``), or ``None``."""
+    if a is None:
+        return None
+    a = a.reshape((1,) * (2 - a.ndim) + a.shape) if a.ndim < 2 else a
+    rows, cols = a.shape[-2] > 1, a.shape[-1] > 1
+    return lambda qs, ks: a[..., qs if rows else slice(None), ks if cols else slice(None)]
+
+
+_BLOCK = 256
+
+
+def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
+                        block_size: int = 256, q_offset: int | None = None, workers: int | None = None,
+                        bias_max_fn=None) -> np.ndarray:
+    """``minipos.attention.blockwise_attention`` (same arguments and result, up to rounding), faster.
+
+    Two more keywords steer speed only:
+
+    workers: threads that share the query blocks (a positive int); by default the cores (capped
+      by ``MINIPOS_NUM_THREADS``) where the BLAS is an OpenBLAS found on Linux, whose own threads
+      are then paused at one for the duration of the call, process-wide; else 1. Small problems
+      run on one thread. ``bias_fn`` and ``mask_fn`` must then be safe to call from several
+      threads (pure functions of their slices are).
+    bias_max_fn: ``bias_max_fn(q_slice, k_slice)`` -> an upper bound of ``bias_fn``'s block per
+      head, broadcastable to ``(..., H, 1, 1)``; heads whose whole block underflows are then not
+      computed, and a block with none left is skipped before ``bias_fn`` is called. A bound below
+      the true maximum gives wrong results. ``alibi_bias_bound`` is ALiBi's.
+
+    Results agree to rounding for any ``workers``, and bit for bit when every head takes the same
+    path (a group that falls back to the running max, or a BLAS that rounds differently on one
+    thread than on several, can move the last bit).
+    """
+    q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+                                                                    block_size, q_offset)
+    check_callable(bias_max_fn, "bias_max_fn")
+    workers = _threads.check_workers(workers)
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    if dtype not in _UNDERFLOW:                                            # longdouble: the reference
+        return reference.blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal,
+                                             scale=scale, block_size=block, q_offset=q_offset)
+    if q.ndim == 2:                                                        # no head axis: lend one
+        bias_fn, mask_fn, bias_max_fn = (None if f is None else _heads_added(f)
+                                         for f in (bias_fn, mask_fn, bias_max_fn))
+        q, k, v = q[None], k[None], v[None]
+        return _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers)[0]
+    return _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers)
+
+
+def _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers, *,
+         source: str = "bias_fn") -> np.ndarray:
+    """The kernel on checked arguments: ``(..., H, T, Dv)``."""
+    job = _Blockwise(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
+                     source)
+    tasks, workers = job.tasks(workers)
+    _threads.run(job.attend, tasks, workers)
+    return job.out
+
+
+def _buffer_view(buf: np.ndarray, shape: tuple) -> np.ndarray:
+    """A C-contiguous view of shape ``shape`` on the first elements of the flat ``buf``."""
+    return buf[: math.prod(shape)].reshape(shape)
+
+
+def _block_term(value, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
+    """Check one block's bias (float) or mask (bool) from ``name``; ``None`` passes through.
+
+    Only the dtype and shape are checked here, which costs nothing per element; a bias holding
+    NaN or +inf is caught once per query block from the row sums (``_check_row_sums``).
+    """
+    if value is None:
+        return None
+    if (type(value) is np.ndarray and value.ndim <= len(target) and value.shape == target[len(target) - value.ndim:]
+            and (value.dtype == bool if boolean else value.dtype.kind == "f")):
+        return value                                                      # the common case, checked
+    where = f"{name}(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}))"
+    if boolean:
+        value = np.asarray(value)
+        if value.dtype != bool:
+            raise TypeError(f"{where} must return a boolean mask (True = may attend) or None, "
+                            f"got dtype {value.dtype}")
+    else:
+        value = as_float_array(value, where, finite=False)
+    if value.shape != tuple(target):
+        try:
+            ok = np.broadcast_shapes(value.shape, target) == tuple(target)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{where} returned shape {value.shape}, which does not broadcast to the "
+                             f"block shape (..., H, tq, tk) = {tuple(target)}")
+    return value
+
+
+def _check_row_sums(l: np.ndarray, qs: slice, source: str = "bias_fn") -> None:
+    """Raise if a row sum ``l`` of the query block ``qs`` is NaN or +inf.
+
+    Every exponent is ``<= 0`` for finite logits, so ``0 <= l <= S``: a NaN or an infinite ``l``
+    can only come from a NaN or +inf logit, i.e. from ``bias_fn`` (q, k and v are checked).
+    """
+    if not np.isfinite(l).all():
+        raise ValueError(f"{source} must return finite values (or -inf for a masked entry), and scale * q . k "
+                         f"+ {source} must not overflow {l.dtype}: the logits of queries "
+                         f"slice({qs.start}, {qs.stop}) hold NaN or +inf")
+
+
+def _causal_triangle(qs: slice, ks: slice, offset: int, cache: dict) -> np.ndarray:
+    """``s <= t + offset`` for the block ``(qs, ks)``, ``(tq, tk)``; blocks on the same diagonal
+    share one array (it depends on the sizes and on ``ks.start - qs.start`` only)."""
+    key = (qs.stop - qs.start, ks.stop - ks.start, ks.start - qs.start - offset)
+    if key not in cache:
+        t = np.arange(qs.start, qs.stop)[:, None]
+        s = np.arange(ks.start, ks.stop)[None, :]
+        cache[key] = s <= t + offset                              # causal_mask: s <= t + (S - T)
+    return cache[key]
+
+
+def _block_allowed(mask_fn, causal: bool, offset: int, qs: slice, ks: slice, target: tuple, cache: dict):
+    """The block's mask ``(..., H, tq, tk)``-broadcastable, or ``None`` when all keys are allowed."""
+    allowed = None
+    if mask_fn is not None:
+        allowed = _block_term(mask_fn(qs, ks), "mask_fn", qs, ks, target, boolean=True)
+    if causal and ks.stop - 1 > qs.start + offset:           # the block crosses the diagonal
+        tri = _causal_triangle(qs, ks, offset, cache)
+        allowed = tri if allowed is None else allowed & tri
+    return allowed
+
+
+def _online_update(x, v_blk, m, o, pv, rowmax) -> None:
+    """Fold one block of logits ``x`` ``(..., H, tq, tk)`` into the running ``m`` and ``o``.
+
+    ``v_blk`` is ``[V | 1]`` ``(..., H, tk, Dv + 1)``, so ``o`` ``(..., H, tq, Dv + 1)`` carries
+    the row sum ``l`` in its last column and one product updates both. ``x`` is overwritten by
+    ``P = e^{x - m_new}``; ``pv`` (``o``'s shape) and ``rowmax`` (``m``'s) are scratch.
+    """
+    np.max(x, axis=-1, keepdims=True, out=rowmax)
+    with np.errstate(invalid="ignore"):                                  # -inf - -inf: no key yet, NaN
+        gap = rowmax - m                                                 # how far the block's rows lie above m
+    m_new = np.maximum(m, rowmax, out=rowmax)                           # m_new = max(m, rowmax(x))
+    shift = np.where(np.isfinite(m_new), m_new, x.dtype.type(0))        # no key yet: shift by 0
+    alpha = np.exp(m - shift)                                            # e^{m - m_new}
+    o *= alpha                                                           # [o | l] e^{m - m_new}
+    m[...] = m_new
+    heads = _heads_that_count(gap, x.dtype)                              # the rest underflow: P = 0 exactly
+    if heads is None:
+        np.exp(np.subtract(x, shift, out=x), out=x)                     # P = e^{x - m_new}
+        o += np.matmul(x, v_blk, out=pv)                                 #   + P [V | 1]
+        return
+    xs, ss, vs, os_, ps = (a.reshape(-1, *a.shape[-2:]) for a in
+                           (x, shift, np.broadcast_to(v_blk, (*x.shape[:-2], *v_blk.shape[-2:])), o, pv))
+    for h in heads:                                                      # a loop over heads, not positions
+        np.exp(np.subtract(xs[h], ss[h], out=xs[h]), out=xs[h])
+        os_[h] += np.matmul(xs[h], vs[h], out=ps[h])
+
+
+def _heads_that_count(gap, dtype):
+    """Indices (over the flattened leading dims) of heads with a row whose block can add to it.
+
+    A row whose block maximum lies more than ``-ln(tiny)`` below the running max gets
+    ``e^{x - m} = 0`` exactly (the exponential underflows past the smallest subnormal), so its
+    exponentials and its ``P V`` product can be skipped without changing a bit. Returns ``None``
+    when every head counts (the common case: one batched pass).
+    """
+    dead = gap < _UNDERFLOW[np.dtype(dtype)]                             # (..., H, tq, 1)
+    if not dead.any():
+        return None
+    per_head = dead.reshape(-1, dead.shape[-2]).all(axis=-1)             # every row of the head is dead
+    if not per_head.any():
+        return None
+    return np.flatnonzero(~per_head)
+
+
+# e^x is exactly 0 below these (past the smallest subnormal): -103.97 in float32, -745.13 in float64
+_UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).smallest_subnormal)) - math.log(2.0) - 1.0
+              for t in (np.float16, np.float32, np.float64)}
+
+
+def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
+    """Key blocks a query block may see (with ``causal``, none past key ``qs.stop - 1 + offset``),
+    last first: the blocks nearest the diagonal come first, so under a bias that decays with
+    distance the running max is set early and the far blocks underflow and are skipped."""
+    stop = min(S, qs.stop + offset) if causal else S
+    return [slice(j, min(j + block, stop)) for j in range(0, stop, block)][::-1]
+
+
+def _sub_block(a, target, sel, heads, rows, keys):
+    """Rows ``rows`` and keys ``keys`` of the heads ``heads`` of the task ``sel``, from a block
+    term ``a`` broadcastable to ``target``; a view that the working block broadcasts against."""
+    if a is None:
+        return None
+    if a.shape == target[-2:]:                                             # no head axis: (tq, tk)
+        return a[rows, keys]
+    if len(sel) == 1 and a.ndim >= 3 and a.shape[-3:] == target[-3:]:      # every head, all rows and keys
+        return a[..., heads, rows, keys]
+    return np.broadcast_to(a, target)[sel][..., heads, rows, keys]         # scalars, (tk,), (1, tk), ...
+
+
+def _heads_added(fn):
+    """``fn`` of a call without a head axis, its blocks given one (as ``q[None]``)."""
+    def with_head(qs, ks):
+        value = fn(qs, ks)
+        return value if value is None else np.asarray(value)[None]
+    return with_head
+
+
+# Below this many multiply-adds (n T S (D + Dv)) one thread is faster than handing blocks out.
+_THREADED_WORK = 1 << 24
+
+
+class _Blockwise:
+    """One call of ``blockwise_attention``: the inputs laid out for the block products, the output,
+    and ``attend(qs, hs)``, which computes the rows ``qs`` of the heads ``hs`` (a task).
+
+    A task fixes each row's reference ``m`` up front where it can: under ``causal`` without a
+    ``mask_fn``, the row's logit at its diagonal key (``_diagonal_reference``). Otherwise its first
+    key block (the one nearest the diagonal) runs as the online softmax, and its row maxima become
+    the reference. From then on ``-m`` rides in a last column of the queries against a row of ones
+    under the keys, so the product gives ``x - m`` directly and each block costs one product, the
+    bias, one ``exp`` and one ``P [V | 1]``, with no row max and no rescaling (the merge identity
+    holds for any reference; see ``proofs.online_softmax``). A later block rising more than ~88
+    (float32) above ``m`` would overflow: the task's ``[o | l]`` is then not finite, and it is
+    recomputed with the running max throughout. With ``bias_max_fn``, heads whose block cannot
+    rise above the underflow of ``e^{x - m}`` are not computed (``_live_heads``).
+    """
+
+    def __init__(self, q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, source):
+        *lead, T, D = q.shape
+        S, Dv = v.shape[-2:]
+        self.q, self.lead, self.T, self.S, self.D = q.astype(dtype, copy=False), tuple(lead), T, S, D
+        self.kt1 = np.empty((*lead, D + 1, S), dtype)                       # [K^T ; 1]
+        self.kt1[..., :D, :], self.kt1[..., D, :] = np.swapaxes(k, -1, -2), 1
+        self.v1 = np.empty((*lead, S, Dv + 1), dtype)                       # [V | 1]: P [V | 1] = [P V | l]
+        self.v1[..., :Dv], self.v1[..., Dv] = v, 1
+        self.out = np.zeros((*lead, T, Dv), dtype)                          # (..., H, T, Dv)
+        self.scale, self.block, self.offset, self.causal = scale, block, offset, causal
+        self.bias_fn, self.mask_fn, self.bias_max_fn, self.source = bias_fn, mask_fn, bias_max_fn, source
+        # max |k_s| over each aligned key block (key blocks start at multiples of block), for
+        # bounding scale q . k by scale |q| |k|; only with bias_max_fn
+        self.k_max = None
+        if bias_max_fn is not None:
+            norms = np.sqrt(np.einsum("...sd,...sd->...s", k, k)).astype(np.float64)      # (..., S)
+            pad = -S % block
+            norms = np.concatenate([norms, np.zeros((*lead, pad))], axis=-1) if pad else norms
+            self.k_max = norms.reshape(*lead, -1, block).max(axis=-1)                  # (..., S / block)
+        self.k = k.astype(dtype, copy=False)
+        self.triangles, self.local, self.heads_per_task = {}, threading.local(), lead[-1]
+
+    def tasks(self, workers: int) -> tuple[list, int]:
+        """``([(qs, hs), ...], workers)``: a task per query block (and per group of heads when
+        blocks are few), the costliest first, and the threads to run them on (1 for small work,
+        the tasks then in order)."""
+        blocks = [slice(i, min(i + self.block, self.T)) for i in range(0, self.T, self.block)]
+        work = int(np.prod(self.lead)) * self.T * self.S * (self.D + self.v1.shape[-1])
+        if workers == 1 or work < _THREADED_WORK or not blocks:
+            return [(qs, None) for qs in blocks], 1
+        H = self.lead[-1]
+        groups = min(H, -(-2 * workers // len(blocks))) if len(blocks) < 2 * workers else 1
+        size = -(-H // groups)
+        self.heads_per_task = size
+        heads = [None] if size == H else [slice(h, min(h + size, H)) for h in range(0, H, size)]
+
+        def cost(task):
+            qs, hs = task
+            keys = min(self.S, qs.stop + self.offset) if self.causal else self.S
+            return (qs.stop - qs.start) * max(keys, 0) * (1 if hs is None else hs.stop - hs.start)
+        return sorted(((qs, hs) for qs in blocks for hs in heads), key=cost, reverse=True), workers
+
+    def _scratch(self, lead, tq):
+        """This thread's buffers, viewed for a task with leading dims ``lead`` and ``tq`` rows."""
+        bufs = getattr(self.local, "bufs", None)
+        if bufs is None:
+            n = int(np.prod(self.lead[:-1])) * self.heads_per_task
+            bq, bk, D, Dv1 = min(self.block, self.T), min(self.block, self.S), self.D, self.v1.shape[-1]
+            dtype = self.out.dtype
+            bufs = self.local.bufs = [np.empty(n * size, dtype) for size in
+                                      (bq * bk, bq * (D + 1), bq * Dv1, bq * Dv1, bq, bq)]
+        x, q1, o, pv, m, rowmax = bufs
+        return (x, _buffer_view(q1, (*lead, tq, self.D + 1)), _buffer_view(o, (*lead, tq, self.v1.shape[-1])),
+                pv, _buffer_view(m, (*lead, tq, 1)), rowmax)
+
+    def attend(self, qs: slice, hs: slice | None) -> None:
+        """Rows ``qs`` of the heads ``hs`` (``None``: all) into ``self.out``."""
+        sel = (Ellipsis,) if hs is None else (Ellipsis, hs, slice(None), slice(None))
+        q = self.q[sel]
+        lead, tq, D = q.shape[:-2], qs.stop - qs.start, self.D
+        x, q1, o, pv, m, rowmax = self._scratch(lead, tq)
+        np.multiply(q[..., qs, :], self.scale, out=q1[..., :D])               # scale multiplies q . k only
+        fixed = self._walk(qs, sel, q1, x, o, pv, m, rowmax, fixed_ok=True)
+        if fixed and not np.isfinite(o).all():                                 # overflowed past the fixed m
+            self._walk(qs, sel, q1, x, o, pv, m, rowmax, fixed_ok=False)
+        l = o[..., -1:]                                                        # (..., H, tq, 1)
+        _check_row_sums(l, qs, self.source)
+        np.divide(o[..., :-1], l, out=self.out[sel][..., qs, :], where=l > 0)  # out = o / l (0 if l = 0)
+
+    def _walk(self, qs, sel, q1, x, o, pv, m, rowmax, *, fixed_ok: bool) -> bool:
+        """Fold every key block of the query block ``qs`` into ``m`` and ``[o | l]``; returns
+        whether a fixed reference was used (see the class docstring)."""
+        D, kt1, v1 = self.D, self.kt1[sel], self.v1[sel]
+        m.fill(-np.inf)                                                        # m = -inf, l = 0, o = 0
+        o.fill(0)
+        fixed, bound, first = False, None, None
+        key_slices = _key_slices(qs, self.S, self.block, self.causal, self.offset)
+        if fixed_ok and self.causal and self.mask_fn is None and key_slices:
+            first = self._bias(qs, key_slices[0])                             # (bias,): computed once
+            reference = self._diagonal_reference(qs, key_slices[0], sel, q1, first[0])
+            if reference is not None:
+                m[...] = reference
+                fixed, bound = True, self._bound_terms(q1, m)
+                q1[..., D] = -m[..., 0]                                        # the product gives x - m
+        for n, ks in enumerate(key_slices):
+            target = (*self.lead, qs.stop - qs.start, ks.stop - ks.start)
+            allowed = _block_allowed(self.mask_fn, self.causal, self.offset, qs, ks, target, self.triangles)
+            if allowed is not None and not allowed.any():
+                continue                                                       # masked throughout: skip
+            heads = slice(None)
+            if fixed and bound is not None:
+                heads = self._live_heads(bound, qs, ks, sel)
+                if heads is None:
+                    continue                                                   # e^{x - m} = 0 throughout
+            (bias,) = first if n == 0 and first is not None else self._bias(qs, ks)
+            for rows, keys in _row_groups(qs, ks, self.causal, self.offset):
+                sub = lambda a: _sub_block(a, target, sel, heads, rows, keys)  # noqa: E731
+                qb = q1[..., heads, rows, :]
+                *lead, nr, _ = qb.shape
+                nk, width = keys.stop, D + 1 if fixed else D
+                xb = np.matmul(qb[..., :width], kt1[..., heads, :width, ks][..., keys],
+                               out=_buffer_view(x, (*lead, nr, nk)))           # scale q.k (- m)
+                pvb, vb = _buffer_view(pv, (*lead, nr, v1.shape[-1])), v1[..., heads, ks, :][..., keys, :]
+                if fixed:
+                    _fold_fixed(xb, sub(bias), sub(allowed), vb, o[..., heads, rows, :], pvb)
+                else:
+                    _fold(xb, sub(bias), sub(allowed), vb, m[..., rows, :], o[..., rows, :], pvb,
+                          _buffer_view(rowmax, (*lead, nr, 1)))
+            if fixed_ok and not fixed and np.isfinite(m).all():
+                fixed, bound = True, self._bound_terms(q1, m)
+                q1[..., D] = -m[..., 0]                                        # from now on the product is x - m
+        return fixed
+
+    def _bias(self, qs, ks) -> tuple:
+        """``(bias,)`` of the block, checked; ``(None,)`` without ``bias_fn``."""
+        if self.bias_fn is None:
+            return (None,)
+        target = (*self.lead, qs.stop - qs.start, ks.stop - ks.start)
+        return (_block_term(self.bias_fn(qs, ks), "bias_fn", qs, ks, target, boolean=False),)
+
+    def _diagonal_reference(self, qs, ks, sel, q1, bias):
+        """Under ``causal`` (no ``mask_fn``), each row's logit at its last allowed key
+        ``s = min(t + offset, S - 1)``: ``(..., h, tq, 1)``, or ``None`` when a row has no such key
+        in the first key block ``ks`` or that logit is not finite.
+
+        Any allowed logit is a valid fixed reference: it is at most the row max, so the row's
+        sum is at least ``e^0 = 1``, and the rows need no max over a block at all.
+        """
+        t = np.arange(qs.start, qs.stop)
+        s = np.minimum(t + self.offset, self.S - 1)
+        if s.min() < ks.start:                                                 # also t + offset < 0
+            return None
+        x = np.einsum("...td,...td->...t", q1[..., :self.D], self.k[sel][..., s, :])   # scale q_t . k_s
+        if bias is not None:
+            target = (*self.lead, qs.stop - qs.start, ks.stop - ks.start)
+            x += np.broadcast_to(bias, target)[sel][..., np.arange(len(t)), s - ks.start]
+        if not np.isfinite(x).all():
+            return None
+        return x[..., None]
+
+    def _bound_terms(self, q1, m):
+        """Per head of the task, over its rows: ``max scale |q_t|``, ``max -m_t`` and
+        ``max |m_t|`` (float64), for ``_live_heads``; ``None`` without ``bias_max_fn``."""
+        if self.bias_max_fn is None:
+            return None
+        q_norm = np.sqrt(np.einsum("...td,...td->...t", q1[..., :self.D], q1[..., :self.D]))
+        minus_m = -m[..., 0].astype(np.float64)
+        return (q_norm.max(axis=-1).astype(np.float64), minus_m.max(axis=-1), np.abs(minus_m).max(axis=-1))
+
+    def _live_heads(self, bound, qs, ks, sel):
+        """The range of heads (a slice of the task's heads) that may hold a logit with
+        ``e^{x - m}`` above 0 in block ``(qs, ks)``, or ``None`` if there is none.
+
+        For every row t of head h: ``x - m_t <= max_t scale |q_t| * max_s |k_s| + max_t -m_t + b_h``,
+        where ``b_h`` is ``bias_max_fn``'s bound (Cauchy-Schwarz bounds ``q . k``); the terms are
+        summed in float64 with a margin of ``1 + 1e-3 |terms|`` for the rounding of ``x`` in the
+        working dtype. A logit below ``-ln(smallest subnormal)`` gives ``e^{x - m} = 0`` exactly.
+        """
+        target = (*self.lead, 1, 1)
+        b = _block_term(self.bias_max_fn(qs, ks), "bias_max_fn", qs, ks, target, boolean=False)
+        b = np.asarray(b, dtype=np.float64)
+        b = (b if len(sel) == 1 and b.ndim >= 2 else np.broadcast_to(b, target)[sel])[..., 0, 0]   # (..., h)
+        if np.isnan(b).any():
+            raise ValueError(f"bias_max_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop})) "
+                             f"returned NaN; it must return an upper bound of the block's bias")
+        q_max, minus_m_max, m_abs = bound
+        b = np.maximum(b, -1e300)                                              # -inf (masked): far below
+        qk = q_max * self.k_max[sel[:-1]][..., ks.start // self.block]        # (..., h): sel without tq
+        live = qk + minus_m_max + b + 1.0 + 1e-3 * (qk + m_abs + np.abs(b)) >= _UNDERFLOW[self.out.dtype]
+        if live.ndim > 1:
+            live = np.broadcast_to(live, qk.shape).reshape(-1, qk.shape[-1]).any(axis=0)   # per head
+        if not live.any():
+            return None
+        idx = np.flatnonzero(live)
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+
+
+def _row_groups(qs: slice, ks: slice, causal: bool, offset: int, groups: int = 4):
+    """``(rows, keys)`` slices (relative to the block) that hold every allowed key of the block.
+
+    A block crossing the causal diagonal is cut into ``groups`` bands of rows, each taking only
+    the keys up to its last row's diagonal: the triangle above it (all masked) is never scored.
+    """
+    tq, tk = qs.stop - qs.start, ks.stop - ks.start
+    if not causal or ks.stop - 1 <= qs.start + offset or tq < 2 * groups:
+        return [(slice(0, tq), slice(0, tk))]
+    step = -(-tq // groups)
+    bands = []
+    for r in range(0, tq, step):                                           # a loop over bands of rows
+        rows = slice(r, min(r + step, tq))
+        last_key = qs.start + rows.stop - 1 + offset - ks.start            # s <= t + offset
+        if last_key >= 0:
+            bands.append((rows, slice(0, min(tk, last_key + 1))))
+    return bands
+
+
+def _fold_fixed(x, bias, allowed, v_blk, o, pv) -> None:
+    """``x`` is already ``scale q.k - m`` for a fixed ``m``: add the bias, mask, and add
+    ``e^x [V | 1]`` to ``[o | l]``. An overflow (a logit far above ``m``) leaves ``o`` not finite,
+    which the caller checks; the warnings it would raise are silenced here."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if bias is not None:
+            np.add(x, bias, out=x)
+        if allowed is not None:
+            np.copyto(x, -np.inf, where=~allowed)
+        np.exp(x, out=x)
+        o += np.matmul(x, v_blk, out=pv)
+
+
+def _fold(x, bias, allowed, v_blk, m, o, pv, rowmax) -> None:
+    """Add the bias to the block's ``scale q.k``, mask it, and fold it into ``m`` and ``[o | l]``."""
+    if bias is not None:
+        np.add(x, bias, out=x)                                             # x = scale q.k + b
+    if allowed is not None:
+        np.copyto(x, -np.inf, where=~allowed)                              # masked logits -> -inf
+    _online_update(x, v_blk, m, o, pv, rowmax)

@@ -1,0 +1,170 @@
+"""The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step replaced.
+
+Everything but steps 6-7 of the forward pass (bias seam and attention) is the reference's. The
+attend step here:
+
+- runs ``minipos.fast.blockwise_attention`` (threads, fixed softmax reference, skipped blocks),
+  with ``block_size`` or, for the dense default, 256 once the problem is large (small problems and
+  ``return_weights`` take the reference's dense step);
+- for a causal call over runs of consecutive positions, lets the kernel skip future blocks by
+  index instead of masking them;
+- computes the bias of the schemes listed in ``HINTS`` in the layer's dtype by their fast
+  functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
+  same) from one call to the next while the scheme's parameters are unchanged, and hands the
+  kernel a bound of the bias per block where one is known (ALiBi), so heads that underflow are
+  skipped.
+
+The speed hints are a table keyed by the exact scheme class, not methods of the schemes: a
+subclass that changes ``bias`` gets no hint and runs its own ``bias``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .. import layer as reference
+from ..layer import ALiBi, T5Bias
+from . import alibi as fast_alibi
+from . import t5 as fast_t5
+from ._runs import is_run
+from .attention import _DENSE_LOGITS, blockwise_attention
+
+__all__ = ["MultiHeadAttention", "HINTS", "Hints"]
+
+
+@dataclass(frozen=True)
+class Hints:
+    """What the fast layer knows of a scheme's bias, for speed only.
+
+    bias: ``bias(scheme, dtype, q_positions, k_positions)`` -> the scheme's ``bias(q, k)`` in
+      ``dtype`` (equal up to rounding).
+    state: ``state(scheme)`` -> a hashable value of everything the bias depends on besides the
+      positions (the memo of bias blocks is kept while it is unchanged).
+    bound: ``bound(scheme, q_positions, k_positions)`` -> an upper bound ``(H, 1, 1)`` of the
+      block's bias, or ``None`` when none is known.
+    """
+
+    bias: Callable
+    state: Callable
+    bound: Callable | None = None
+
+
+def _t5_bias(sc, dtype, q, k):
+    out = fast_t5.t5_bias(sc.table, q, k, bidirectional=sc.bidirectional, num_buckets=sc.num_buckets,
+                          max_distance=sc.max_distance)
+    return out.astype(dtype, copy=False)
+
+
+def _t5_state(sc):
+    table = np.asarray(sc.table)
+    return ("t5", sc.bidirectional, sc.num_buckets, sc.max_distance, table.dtype.str, table.shape, table.tobytes())
+
+
+HINTS = {
+    ALiBi: Hints(
+        bias=lambda sc, dtype, q, k: fast_alibi.alibi_bias(sc.slopes, q, k, symmetric=sc.symmetric, dtype=dtype),
+        state=lambda sc: ("alibi", sc.symmetric, np.asarray(sc.slopes).tobytes()),
+        bound=lambda sc, q, k: fast_alibi.alibi_bias_bound(sc.slopes, q, k, symmetric=sc.symmetric)),
+    T5Bias: Hints(bias=_t5_bias, state=_t5_state),
+}
+
+
+class MultiHeadAttention(reference.MultiHeadAttention):
+    """``minipos.layer.MultiHeadAttention``, faster; same arguments, weights, schemes and caches,
+    outputs equal up to rounding. Bias blocks are kept between calls, up to 64 MiB."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._memo = None                                   # bias blocks kept across calls
+
+    def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights):
+        T, S = len(q_pos), len(k_pos)
+        block = self.block_size
+        if return_weights or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
+            return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights)
+        hints = HINTS.get(type(self.scheme))
+        logits = self._logits_fn(hints, extra, q_pos, k_pos)
+        bound = None
+        if hints is not None and hints.bound is not None and extra is None:
+            bound = lambda qs, ks: hints.bound(self.scheme, q_pos[qs], k_pos[ks])  # noqa: E731
+        scale = self.scheme.scale(self.head_dim)
+        kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound)
+        if causal and T and S and is_run(q_pos) and is_run(k_pos):          # query t sees s <= t + offset
+            pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
+            return blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
+        return blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos), **kw)
+
+    def _logits_fn(self, hints, extra, q_pos, k_pos):
+        """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
+        sc, dtype = self.scheme, self.dtype
+        if hints is None:
+            def seam(q, k):
+                bias = sc.bias(q, k)
+                return None if bias is None else np.asarray(bias).astype(dtype, copy=False)
+            memo = None
+        else:
+            seam = lambda q, k: hints.bias(sc, dtype, q, k)                    # noqa: E731
+            stamp = (hints.state(sc), np.dtype(dtype).str)
+            if self._memo is None or self._memo.stamp != stamp or self._memo.full():
+                self._memo = _DistanceMemo(stamp)                              # kept for the next call
+            memo = self._memo
+        runs = memo is not None and is_run(q_pos) and is_run(k_pos)            # so is every slice
+
+        def fn(qs, ks):
+            q, k = q_pos[qs], k_pos[ks]
+            bias = seam(q, k) if not runs else memo.get(q, k, lambda: seam(q, k))
+            if extra is None:
+                return bias
+            more = extra(qs, ks)                                               # (B, H, tq, tk)
+            return more if bias is None else more + bias
+        return fn
+
+
+def _mask_fn(mask, causal, q_pos, k_pos):
+    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, and padding)."""
+    def fn(qs, ks):
+        allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+        if mask is None:
+            return allowed
+        pad = mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
+        return pad if allowed is None else pad & allowed
+    return fn
+
+
+class _DistanceMemo:
+    """Bias blocks by ``(k_0 - q_0, tq, tk)`` for runs of consecutive positions.
+
+    Under a bias that depends on ``j - i`` only, every block on one diagonal of the blockwise walk
+    has the same bias; the blocks met first (nearest the diagonal) are kept, up to ``limit`` bytes.
+    ``stamp`` names what the bias depends on (the scheme's parameters, the dtype): the layer keeps
+    the memo across calls while it is unchanged and not ``full()``. Safe to share between threads.
+    """
+
+    def __init__(self, stamp, limit: int = 64 << 20):
+        self.stamp, self.blocks, self.room, self.limit, self.lock = stamp, {}, limit, limit, threading.Lock()
+
+    def full(self) -> bool:
+        """Three quarters or more of ``limit`` used: a new call starts a fresh memo (decoding, each
+        step a new block, would otherwise fill it with blocks never met again)."""
+        return self.room <= self.limit // 4
+
+    def get(self, q, k, compute):
+        """The block for the runs of positions ``q``, ``k``, from the memo or ``compute()``."""
+        if not (len(q) and len(k)):
+            return compute()
+        key = (int(k[0] - q[0]), len(q), len(k))
+        found = self.blocks.get(key)
+        if found is not None:
+            return found
+        bias = compute()
+        with self.lock:
+            if key in self.blocks or bias.nbytes > self.room:
+                return self.blocks.get(key, bias)
+            self.room -= bias.nbytes
+            bias.setflags(write=False)
+            self.blocks[key] = bias
+        return bias
