@@ -24,9 +24,12 @@ import sympy as sp
 
 from .core import theorem
 
-#: The blockwise (online-softmax) attention of ``minipos.attention``; ``_tie_blockwise`` checks it
-#: against the softmax-weighted sum (see there).
+#: The blockwise (online-softmax) attention of ``minipos.attention`` (the running max) and of
+#: ``minipos.fast.attention`` (a fixed reference m, which the merge allows since it holds for any
+#: m, with the running max as its fallback); ``_tie_blockwise`` checks both against the
+#: softmax-weighted sum (see there).
 BLOCKWISE = "minipos.attention.blockwise_attention"
+FAST_BLOCKWISE = "minipos.fast.attention.blockwise_attention"
 
 
 def _stats(x, v, m):
@@ -43,7 +46,7 @@ def _softmax_sum(x, v):
 @theorem("online_softmax.merge",
          "merging (m, l, o) of two blocks with l = l1 e^{m1-m} + l2 e^{m2-m}, "
          "o = (o1 l1 e^{m1-m} + o2 l2 e^{m2-m}) / l gives the softmax-weighted sum over the union, for any m",
-         checks=("minipos.attention.softmax", BLOCKWISE))
+         checks=("minipos.attention.softmax", BLOCKWISE, FAST_BLOCKWISE))
 def _(p):
     m1, m2, m = sp.symbols("m_1 m_2 m", real=True)
     for sizes in p.cases(blocks=[(2, 2), (1, 3)]):
@@ -137,9 +140,10 @@ def _tie_blockwise(p):
             logits = np.where(np.tril(np.ones((3, 5), bool), 2), logits, -np.inf)
         w = np.exp(logits - logits.max(-1, keepdims=True))
         return (w / w.sum(-1, keepdims=True)) @ v
-    p.tie(BLOCKWISE, expected=expected,
-          points=[(1, False, 0.5), (2, False, 0.5), (5, False, 0.5), (2, True, 0.5), (4, True, 0.5),
-                  (1, False, 400.0), (2, True, 400.0)],
-          symbols=(sp.Symbol("block_size"), sp.Symbol("causal"), sp.Symbol("scale")),
-          call=lambda f, b, c, s: f(q, k, v, block_size=b, causal=c, scale=s),
-          reason="equals softmax(scale q.k) v, for logits near 1 and near 1000")
+    for target in (BLOCKWISE, FAST_BLOCKWISE):
+        p.tie(target, expected=expected,
+              points=[(1, False, 0.5), (2, False, 0.5), (5, False, 0.5), (2, True, 0.5), (4, True, 0.5),
+                      (1, False, 400.0), (2, True, 400.0)],
+              symbols=(sp.Symbol("block_size"), sp.Symbol("causal"), sp.Symbol("scale")),
+              call=lambda f, b, c, s: f(q, k, v, block_size=b, causal=c, scale=s),
+              reason="equals softmax(scale q.k) v, for logits near 1 and near 1000")

@@ -7,6 +7,7 @@ import pytest
 sp = pytest.importorskip("sympy")
 
 import minipos.attention  # noqa: E402
+import minipos.fast.attention  # noqa: E402
 from proofs import online_softmax as proofs_os  # noqa: E402
 from proofs.core import ProofFailure, StepFalse, Theorem, TieMismatch, select  # noqa: E402
 
@@ -74,7 +75,8 @@ def test_blockwise_that_normalises_each_block_fails(monkeypatch):
     assert "at block_size = 1, causal = False, scale = 0.5" in str(err.value)
 
 
-def test_blockwise_without_the_running_max_fallback_fails(monkeypatch):
+@pytest.mark.parametrize("module", ["reference", "fast"])
+def test_blockwise_without_the_running_max_fallback_fails(monkeypatch, module):
     # A blockwise form that keeps the first block's max as a fixed reference and never falls
     # back overflows once a later block's logits rise ~1000 above it: the tie at scale 400 fails.
     def fixed_only(q, k, v, *, block_size, causal=False, scale=None):
@@ -87,7 +89,9 @@ def test_blockwise_without_the_running_max_fallback_fails(monkeypatch):
         with np.errstate(over="ignore", invalid="ignore"):
             w = np.exp(logits - m)
             return (w @ v) / w.sum(-1, keepdims=True)
-    monkeypatch.setattr(minipos.attention, "blockwise_attention", fixed_only)
+    target = minipos.attention if module == "reference" else minipos.fast.attention
+    monkeypatch.setattr(target, "blockwise_attention", fixed_only)
     with pytest.raises(ProofFailure) as err:
         select(["online_softmax.merge"])[0].prove()
     assert "scale = 400.0" in str(err.value)
+    assert f"tie to {target.__name__}.blockwise_attention" in str(err.value)
