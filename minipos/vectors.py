@@ -26,6 +26,11 @@ Determinism: inputs are drawn with fixed seeds (``numpy.random.default_rng``) an
 multiples of 2^-10, so every float input is exact in float32 as well; floats are written with
 Python's ``repr`` (the shortest string that reads back to the same float64), keys in a fixed
 order. Exporting twice gives byte-identical files on the same platform.
+
+Trust: ``export`` replaces each file atomically (temp file + ``os.replace``). ``check`` reads a
+directory it does not trust: each file is validated against ``SCHEMA`` (= ``spec/schema.json``)
+and the caps (``MAX_FILE_BYTES``, ``MAX_DEPTH``, ``MAX_TOLERANCE``, ``MAX_ARRAY_VALUES``) before
+a case runs, and every problem is a failed check naming the file; ``spec/README.md`` lists them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import numbers
 import os
 import re
 import secrets
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -45,7 +51,9 @@ import numpy as np
 from . import __version__, alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from .attention import causal_mask
 
-__all__ = ["SPEC_VERSION", "FAMILIES", "Mismatch", "encode", "decode", "build_family", "export", "check",
+__all__ = ["SPEC_VERSION", "FAMILIES", "SCHEMA", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_TOLERANCE",
+           "MAX_ARRAY_VALUES", "MAX_NDIM", "Mismatch", "FamilyCheck", "SpecError", "encode", "decode",
+           "validate", "parse", "build_family", "export", "check", "check_families", "check_document",
            "format_mismatches", "main"]
 
 SPEC_VERSION = "1.0.0"
@@ -623,8 +631,10 @@ def build_family(name: str) -> dict:
     """The JSON document of family ``name``: every case with its inputs and expected outputs."""
     family = FAMILIES[_check_family(name)]
     cases = [_encode_case(case, family.run(case["inputs"], case["params"])) for case in family.build()]
-    return {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
-            "family": name, "function": family.function, "description": family.description, "cases": cases}
+    doc = {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
+           "family": name, "function": family.function, "description": family.description, "cases": cases}
+    _decode_document(doc, name)  # export writes only what check accepts (schema, caps, unique names)
+    return doc
 
 
 def _dumps(obj, level: int = 0) -> str:
@@ -728,6 +738,291 @@ def export(directory, families=None) -> list:
     return paths
 
 
+# --------------------------------------------------------------------------- reading a spec safely
+
+MAX_FILE_BYTES = 64 * 2**20  # a family file larger than this is refused before it is read
+MAX_DEPTH = 64               # JSON nesting (the format needs under 10)
+MAX_TOLERANCE = {"float64": 1e-6, "float32": 1e-2}  # largest rtol and atol a case may carry
+
+SCHEMA = {  # spec/schema.json, which a test keeps equal to this
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "minipos-vectors/1.0.0/schema.json",
+    "title": "minipos golden vectors: one family of cases",
+    "description": "One file per family (one function). Each case gives keyword parameters, input arrays, "
+                   "expected output arrays and the tolerances for float64 and float32 ports. See spec/README.md.",
+    "type": "object",
+    "required": ["format", "spec_version", "minipos_version", "family", "function", "description", "cases"],
+    "additionalProperties": False,
+    "properties": {
+        "format": {"const": "minipos-vectors"},
+        "spec_version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$"},
+        "minipos_version": {"type": "string"},
+        "family": {"type": "string", "pattern": "^[a-z0-9_]+$"},
+        "function": {"type": "string", "description": "The minipos function whose behaviour the family records."},
+        "description": {"type": "string"},
+        "cases": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/case"}},
+    },
+    "$defs": {
+        "case": {
+            "type": "object",
+            "required": ["name", "description", "params", "inputs", "expected", "tolerance"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9_]+$"},
+                "description": {"type": "string"},
+                "params": {"type": "object", "description": "Keyword arguments: JSON numbers, strings, booleans, "
+                                                            "null, lists and objects."},
+                "inputs": {"type": "object", "additionalProperties": {"$ref": "#/$defs/array"}},
+                "expected": {"type": "object", "minProperties": 1, "additionalProperties": {"$ref": "#/$defs/array"}},
+                "where": {
+                    "type": "object",
+                    "description": "Optional, per output: a boolean array of the output's shape; compare only "
+                                   "where it is true.",
+                    "additionalProperties": {"$ref": "#/$defs/array"},
+                },
+                "tolerance": {
+                    "type": "object",
+                    "required": ["float64", "float32"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "float64": {"$ref": "#/$defs/tolerance_float64"},
+                        "float32": {"$ref": "#/$defs/tolerance_float32"},
+                    },
+                },
+            },
+        },
+        **{f"tolerance_{precision}": {
+            "type": "object",
+            "description": ("For a float64 port. A value matches when |got - expected| <= atol + rtol * |expected|; "
+                            "0 and 0 mean equal. At most 1e-6 each." if precision == "float64" else
+                            "For a float32 port, compared as for float64. At most 1e-2 each."),
+            "required": ["rtol", "atol"],
+            "additionalProperties": False,
+            "properties": {key: {"type": "number", "minimum": 0, "maximum": cap} for key in ("rtol", "atol")},
+        } for precision, cap in MAX_TOLERANCE.items()},
+        "array": {
+            "type": "object",
+            "description": "An n-dimensional array: data in row-major (C) order; shape [] is a scalar.",
+            "required": ["dtype", "shape", "data"],
+            "additionalProperties": False,
+            "properties": {
+                "dtype": {"enum": list(ENCODED_DTYPES)},
+                "shape": {"type": "array", "maxItems": MAX_NDIM, "items": {"type": "integer", "minimum": 0}},
+                "data": {"type": "array", "items": {"type": ["number", "boolean"]}},
+            },
+        },
+    },
+}
+
+
+class SpecError(ValueError):
+    """A vectors file that ``check`` cannot trust: unreadable, malformed, or not what its name says."""
+
+
+_JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+               "number": (int, float), "integer": int}
+_ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description"}
+SCHEMA_KEYWORDS = _ANNOTATIONS | {"$ref", "type", "const", "enum", "pattern", "minimum", "maximum", "required",
+                                  "properties", "additionalProperties", "minProperties", "minItems", "maxItems",
+                                  "items"}
+
+
+def _type_is(kind: type, name: str) -> bool:
+    """Whether values of Python type ``kind`` (as ``json`` parses them) are JSON Schema type ``name``."""
+    return issubclass(kind, _JSON_TYPES[name]) and not (name in ("number", "integer") and issubclass(kind, bool))
+
+
+def _json_name(value) -> str:
+    return next((n for n in ("object", "array", "string", "boolean", "null", "integer", "number")
+                 if _type_is(type(value), n)), type(value).__name__)
+
+
+def validate(doc, schema: dict | None = None) -> None:
+    """Raise ``SpecError`` at the first place ``doc`` breaks ``schema`` (default: ``SCHEMA``).
+
+    Implements the part of JSON Schema (draft 2020-12) that ``spec/schema.json`` uses (the names
+    in ``SCHEMA_KEYWORDS``; local ``$ref`` only), with one strictness more: ``integer`` is a JSON
+    number written without a fraction or exponent. The message names the place as a path
+    (``$.cases[3].tolerance.float64.rtol``).
+    """
+    root = SCHEMA if schema is None else schema
+    _validate(doc, root, root, "$")
+
+
+def _validate(value, schema: dict, root: dict, path: str) -> None:
+    unknown = set(schema) - SCHEMA_KEYWORDS
+    if unknown:
+        raise NotImplementedError(f"the schema uses {sorted(unknown)}, which vectors.validate does not implement")
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_type_is(type(value), k) for k in kinds):
+            raise SpecError(f"{path}: expected {' or '.join(kinds)}, got {_json_name(value)}")
+    if "const" in schema and value != schema["const"]:
+        raise SpecError(f"{path}: must be {schema['const']!r}, got {_short(value)}")
+    if "enum" in schema and not any(value == v and type(value) is type(v) for v in schema["enum"]):
+        raise SpecError(f"{path}: must be one of {schema['enum']}, got {_short(value)}")
+    if "pattern" in schema and isinstance(value, str) and not re.search(schema["pattern"], value):
+        raise SpecError(f"{path}: {_short(value)} does not match {schema['pattern']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and not value >= schema["minimum"]:  # NaN fails both bounds
+            raise SpecError(f"{path}: {value!r} is below the minimum {schema['minimum']!r}")
+        if "maximum" in schema and not value <= schema["maximum"]:
+            raise SpecError(f"{path}: {value!r} is above the maximum {schema['maximum']!r}")
+    if isinstance(value, dict):
+        _validate_object(value, schema, root, path)
+    if isinstance(value, list):
+        _validate_array(value, schema, root, path)
+
+
+def _validate_object(value: dict, schema: dict, root: dict, path: str) -> None:
+    for key in schema.get("required", ()):
+        if key not in value:
+            raise SpecError(f"{path}: missing required field {key!r}")
+    if len(value) < schema.get("minProperties", 0):
+        raise SpecError(f"{path}: needs at least {schema['minProperties']} entry, has none")
+    for key, item in value.items():
+        sub = schema.get("properties", {}).get(key, schema.get("additionalProperties", True))
+        if sub is False:
+            raise SpecError(f"{path}: unexpected field {_short(key)}")
+        if sub is not True:
+            _validate(item, sub, root, f"{path}.{key}")
+
+
+def _validate_array(value: list, schema: dict, root: dict, path: str) -> None:
+    if len(value) < schema.get("minItems", 0):
+        raise SpecError(f"{path}: needs at least {schema['minItems']} item(s), has {len(value)}")
+    if len(value) > schema.get("maxItems", len(value)):
+        raise SpecError(f"{path}: has {len(value)} items, more than {schema['maxItems']}")
+    items = schema.get("items")
+    if items is None:
+        return
+    if set(items) <= {"type"} | _ANNOTATIONS:  # a type only (array data): check each distinct type once
+        kinds = [items["type"]] if isinstance(items["type"], str) else items["type"]
+        for kind in set(map(type, value)):
+            if not any(_type_is(kind, k) for k in kinds):
+                i = next(i for i, v in enumerate(value) if type(v) is kind)
+                raise SpecError(f"{path}[{i}]: expected {' or '.join(kinds)}, got {_json_name(value[i])}")
+        return
+    for i, item in enumerate(value):
+        _validate(item, items, root, f"{path}[{i}]")
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def _inside(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # different drives
+        return False
+
+
+def _read_regular_file(path: str, root: str) -> bytes:
+    """The bytes of ``path``, a regular file within ``root`` (real path) of at most ``MAX_FILE_BYTES``.
+
+    Raises ``FileNotFoundError`` when there is no such entry and ``SpecError`` for a symlink out of
+    ``root``, anything but a regular file (a FIFO is opened non-blocking, so it cannot hang the
+    read) or a file above the size cap.
+    """
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        real = os.path.realpath(path)
+        if not _inside(real, root):
+            raise SpecError(f"is a symbolic link to {real}, outside the directory")
+        path = real
+        try:
+            info = os.stat(path)
+        except OSError as err:
+            raise SpecError(f"is a symbolic link to {real}, which cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(f"is not a regular file ({_file_kind(info.st_mode)})")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        raise SpecError(f"cannot be opened ({err.strerror or err})") from None
+    try:
+        info = os.fstat(fd)  # what was opened, which may not be what was looked at
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError(f"is not a regular file ({_file_kind(info.st_mode)})")
+        if info.st_size > MAX_FILE_BYTES:
+            raise SpecError(f"is {info.st_size} bytes, more than the {MAX_FILE_BYTES} a vectors file may have")
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_FILE_BYTES:
+        raise SpecError(f"grew while read to more than the {MAX_FILE_BYTES} bytes a vectors file may have")
+    return b"".join(chunks)
+
+
+def _refuse_constant(name: str):
+    raise SpecError(f"holds {name}, which is not JSON (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise SpecError(f"holds the number {_short(text)}, which is out of range for float64")
+    return value
+
+
+def _object(pairs: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:  # parsers differ on which of two equal keys wins: refuse the ambiguity
+            raise SpecError(f"has a duplicate key {_short(key)}")
+        out[key] = value
+    return out
+
+
+def _check_depth(doc) -> None:
+    """Raise ``SpecError`` if ``doc`` nests lists and objects deeper than ``MAX_DEPTH``."""
+    level, depth = [doc], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise SpecError(f"nests lists and objects deeper than {MAX_DEPTH} levels")
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, (dict, list))]
+
+
+def parse(data: bytes):
+    """The JSON document in ``data``, or ``SpecError`` saying why it is not one ``check`` reads.
+
+    Strict: UTF-8, standard JSON (no NaN or Infinity, no number beyond float64), no duplicate
+    keys, at most ``MAX_DEPTH`` levels of nesting.
+    """
+    if not data:
+        raise SpecError("is empty (0 bytes)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"is not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r})") from None
+    try:
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                         object_pairs_hook=_object)
+    except RecursionError:
+        raise SpecError(f"nests lists and objects deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as err:
+        raise SpecError(f"is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}; "
+                        "truncated?)") from None
+    _check_depth(doc)
+    return doc
+
+
 # --------------------------------------------------------------------------- check
 
 @dataclass(frozen=True)
@@ -749,6 +1044,25 @@ class Mismatch:
         return f"{where}{list(self.index)}: expected {self.expected!r}, got {self.got!r}"
 
 
+@dataclass(frozen=True)
+class FamilyCheck:
+    """What ``check`` found in one family file: cases run, values compared, and the mismatches."""
+
+    family: str
+    path: str
+    cases: int = 0
+    values: int = 0
+    mismatches: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def __str__(self) -> str:
+        counts = f"{self.family}: {self.cases} cases, {self.values} values compared"
+        return f"ok   {counts}" if self.ok else f"FAIL {counts}, {len(self.mismatches)} problem(s)"
+
+
 def compare(family: str, case: str, output: str, expected: np.ndarray, got, tolerance: dict,
             where: np.ndarray | None = None) -> list:
     """Every element of ``got`` outside ``atol + rtol * |expected|`` of ``expected`` (only where ``where``)."""
@@ -764,81 +1078,194 @@ def compare(family: str, case: str, output: str, expected: np.ndarray, got, tole
             for idx in np.argwhere(bad).tolist() for idx in [tuple(idx)]]
 
 
-def check_case(family: str, case: dict, precision: str = "float64") -> list:
-    """Run one case with the installed minipos; return its mismatches."""
-    inputs = {k: decode(v) for k, v in case["inputs"].items()}
-    where = {k: decode(v) for k, v in case.get("where", {}).items()}
-    try:
-        got = FAMILIES[family].run(inputs, case["params"])
-    except Exception as err:  # a case that now raises is a mismatch, reported with the error
-        return [Mismatch(family, case["name"], detail=f"raised {type(err).__name__}: {err}")]
-    out = []
-    for name, value in case["expected"].items():
-        if name not in got:
-            out.append(Mismatch(family, case["name"], name, detail="output missing"))
-            continue
-        out += compare(family, case["name"], name, decode(value), got[name], case["tolerance"][precision],
-                       where.get(name))
+def _decode_case(case: dict) -> dict:
+    """A case (valid against the schema) with its arrays decoded and its masks checked."""
+    label = f"case {case['name']!r}"
+    out = {"name": case["name"], "params": case["params"], "tolerance": case["tolerance"]}
+    for group in ("inputs", "expected", "where"):
+        out[group] = {k: decode(v, f"{label}: {group}.{k}") for k, v in case.get(group, {}).items()}
+    for name, mask in out["where"].items():
+        if name not in out["expected"]:
+            raise SpecError(f"{label}: where.{name} masks an output that expected does not have")
+        if mask.dtype != bool:
+            raise SpecError(f"{label}: where.{name} must be a bool array, got {mask.dtype}")
+        if mask.shape != out["expected"][name].shape:
+            raise SpecError(f"{label}: where.{name} has shape {list(mask.shape)}, but expected.{name} has "
+                            f"{list(out['expected'][name].shape)}")
+    for precision, cap in MAX_TOLERANCE.items():
+        for key, value in case["tolerance"][precision].items():
+            if not 0 <= value <= cap:  # the schema says so too; this holds for documents built in Python
+                raise SpecError(f"{label}: tolerance.{precision}.{key} = {value!r} is outside [0, {cap}]")
     return out
 
 
-def check_document(doc: dict) -> list:
-    """Every mismatch of one family document (as written by ``export``)."""
-    family = doc.get("family")
+def _decode_document(doc, name: str | None = None) -> list:
+    """The decoded cases of a family document, or ``SpecError`` if it is not a faithful one.
+
+    ``name`` (the file's stem) must be the document's ``family``; the family must be known, its
+    ``function`` the one this minipos records, its major ``spec_version`` this one, and its case
+    names unique.
+    """
+    validate(doc)
+    family = doc["family"]
+    if name is not None and family != name:
+        raise SpecError(f"holds family {family!r}, but its file name says {name!r}")
     if family not in FAMILIES:
-        return [Mismatch(str(family), "-", detail=f"unknown family; this minipos knows {sorted(FAMILIES)}")]
-    if doc.get("spec_version", "").split(".")[0] != SPEC_VERSION.split(".")[0]:
-        return [Mismatch(family, "-", detail=f"spec_version {doc.get('spec_version')!r}, this minipos "
-                         f"reads {SPEC_VERSION}")]
-    return [m for case in doc["cases"] for m in check_case(family, case)]
+        raise SpecError(f"holds family {family!r}, which this minipos does not know; the families are "
+                        f"{sorted(FAMILIES)}")
+    if doc["function"] != FAMILIES[family].function:
+        raise SpecError(f"says function {_short(doc['function'])}, but family {family!r} records "
+                        f"{FAMILIES[family].function}")
+    if doc["spec_version"].split(".")[0] != SPEC_VERSION.split(".")[0]:
+        raise SpecError(f"has spec_version {doc['spec_version']!r}; this minipos reads {SPEC_VERSION}")
+    seen = set()
+    for case in doc["cases"]:
+        if case["name"] in seen:
+            raise SpecError(f"has a duplicate case name {case['name']!r}")
+        seen.add(case["name"])
+    return [_decode_case(case) for case in doc["cases"]]
 
 
-def check(directory, families=None) -> list:
-    """Recompute every case of every family file in ``directory``; return all mismatches (empty = pass)."""
+def _run_case(family: str, case: dict, precision: str = "float64") -> tuple:
+    """``(mismatches, values compared)`` of one decoded case, run with the installed minipos."""
+    name = case["name"]
+    try:
+        got = FAMILIES[family].run(case["inputs"], case["params"])
+    except Exception as err:  # a case that now raises is a mismatch, reported with the error
+        return [Mismatch(family, name, detail=f"raised {type(err).__name__}: {err}")], 0
+    out, values = [], 0
+    for output, expected in case["expected"].items():
+        if output not in got:
+            out.append(Mismatch(family, name, output, detail="output missing"))
+            continue
+        mask = case["where"].get(output)
+        values += expected.size if mask is None else int(np.count_nonzero(mask))
+        out += compare(family, name, output, expected, got[output], case["tolerance"][precision], mask)
+    for output in got:
+        if output not in case["expected"]:
+            out.append(Mismatch(family, name, output, detail="returned but not recorded in expected"))
+    if values == 0:
+        out.append(Mismatch(family, name, detail="compares no values (every output empty or masked out)"))
+    return out, values
+
+
+def check_case(family: str, case: dict, precision: str = "float64") -> list:
+    """Run one case (as written in a family file) with the installed minipos; return its mismatches."""
+    _check_family(family, "family")
+    if precision not in MAX_TOLERANCE:
+        raise ValueError(f"precision must be one of {list(MAX_TOLERANCE)}, got {_short(precision)}")
+    _validate(case, SCHEMA["$defs"]["case"], SCHEMA, "$")
+    return _run_case(family, _decode_case(case), precision)[0]
+
+
+def _check_decoded(family: str, path: str, cases: list) -> FamilyCheck:
+    mismatches, values = [], 0
+    for case in cases:
+        found, n = _run_case(family, case)
+        mismatches += found
+        values += n
+    if values == 0:
+        mismatches.append(Mismatch(family, "-", detail="0 values compared; a family must compare at least one value"))
+    return FamilyCheck(family, path, len(cases), values, tuple(mismatches))
+
+
+def check_document(doc) -> list:
+    """Every mismatch of one family document (as written by ``export``), or why it cannot be checked."""
+    try:
+        cases = _decode_document(doc)
+    except (SpecError, ValueError, TypeError) as err:
+        family = doc.get("family") if isinstance(doc, dict) and isinstance(doc.get("family"), str) else "?"
+        return [Mismatch(family, "-", detail=str(err))]
+    return list(_check_decoded(doc["family"], "", cases).mismatches)
+
+
+def _check_file(directory: str, root: str, name: str) -> FamilyCheck:
+    """Read, validate and recompute ``<name>.json``; every problem is a mismatch naming the file."""
+    path = os.path.join(directory, f"{name}.json")
+    try:
+        cases = _decode_document(parse(_read_regular_file(path, root)), name)
+    except FileNotFoundError:
+        return FamilyCheck(name, path, mismatches=(Mismatch(name, "-", detail=f"no file {path}"),))
+    except OSError as err:
+        return FamilyCheck(name, path, mismatches=(Mismatch(name, "-", detail=f"{path}: cannot be read "
+                                                                              f"({err.strerror or err})"),))
+    except (SpecError, ValueError, TypeError) as err:  # decode names the case and field
+        return FamilyCheck(name, path, mismatches=(Mismatch(name, "-", detail=f"{path}: {err}"),))
+    return _check_decoded(name, path, cases)
+
+
+def check_families(directory, families=None) -> list:
+    """One ``FamilyCheck`` per family: each file read safely, validated and recomputed.
+
+    With ``families=None`` the directory must hold exactly the known families: a missing family
+    file fails, and so does a ``*.json`` that is no known family (hidden files are ignored).
+    Nothing in the directory can crash, hang or exhaust memory: an unreadable, oversized,
+    malformed or unfaithful file is a failed ``FamilyCheck`` whose mismatch names the file and
+    the reason. Raises only for bad arguments (``TypeError``/``ValueError``, e.g. no such directory).
+    """
     directory = _check_directory(directory)
     names = _check_families(families)
     if not os.path.isdir(directory):
         raise ValueError(f"directory {directory!r} does not exist or is not a directory")
-    out = []
-    for name in names:
-        path = os.path.join(directory, f"{name}.json")
-        if not os.path.exists(path):
-            out.append(Mismatch(name, "-", detail=f"no file {path}"))
-            continue
-        with open(path, encoding="utf-8") as f:
-            out += check_document(json.load(f))
-    return out
+    root = os.path.realpath(directory)
+    results = [_check_file(directory, root, name) for name in names]
+    if families is None:
+        for entry in sorted(os.listdir(directory)):
+            stem, ext = os.path.splitext(entry)
+            if ext == ".json" and not entry.startswith(".") and stem not in FAMILIES:
+                path = os.path.join(directory, entry)
+                results.append(FamilyCheck(stem, path, mismatches=(Mismatch(
+                    stem, "-", detail=f"{path}: not a family this minipos knows; the families are "
+                                      f"{sorted(FAMILIES)}"),)))
+    return results
+
+
+def check(directory, families=None) -> list:
+    """Recompute every case of every family file in ``directory``; return all mismatches (empty = pass).
+
+    See ``check_families`` for what is checked besides the values.
+    """
+    return [m for result in check_families(directory, families) for m in result.mismatches]
 
 
 def format_mismatches(mismatches: list) -> str:
-    """One line per mismatch, then the number of mismatched values per case."""
+    """One line per mismatch, then the number of mismatched values per case that has any."""
     lines = [str(m) for m in mismatches]
     per_case = {}
     for m in mismatches:
-        per_case[f"{m.family}/{m.case}"] = per_case.get(f"{m.family}/{m.case}", 0) + 1
+        if m.index is not None:
+            per_case[f"{m.family}/{m.case}"] = per_case.get(f"{m.family}/{m.case}", 0) + 1
     lines += [f"{key}: {n} mismatch(es)" for key, n in per_case.items()]
     return "\n".join(lines)
 
 
 def main(args) -> int:
-    """``minipos vectors export DIR`` / ``minipos vectors check DIR`` (``args`` from the CLI parser)."""
-    if args.vectors_command == "export":
-        try:
+    """``minipos vectors export DIR`` / ``minipos vectors check DIR`` (``args`` from the CLI parser).
+
+    Exit status 0 on success; 1 when a check fails or the directory cannot be used, with one line
+    per problem and no traceback.
+    """
+    command = f"minipos vectors {args.vectors_command}"
+    try:
+        if args.vectors_command == "export":
             paths = export(args.dir)
-        except (ValueError, TypeError, OSError) as err:
-            print(f"minipos vectors export: error: {err}", file=sys.stderr)
-            return 1
+        else:
+            results = check_families(args.dir)
+    except (ValueError, TypeError, OSError) as err:
+        print(f"{command}: error: {err}", file=sys.stderr)
+        return 1
+    if args.vectors_command == "export":
         size = sum(os.path.getsize(p) for p in paths)
         print(f"wrote {len(paths)} families ({size / 1e6:.2f} MB) to {args.dir}, spec {SPEC_VERSION}")
         return 0
-    mismatches = check(args.dir)
+    mismatches = [m for r in results for m in r.mismatches]
     if mismatches:
         print(format_mismatches(mismatches))
-        print(f"FAILED: {len(mismatches)} mismatch(es) against {args.dir}")
+    print("\n".join(str(r) for r in results))
+    if mismatches:
+        print(f"FAILED: {len(mismatches)} problem(s) in {sum(not r.ok for r in results)} of {len(results)} "
+              f"families of {args.dir}")
         return 1
-    total = 0
-    for name in FAMILIES:
-        with open(os.path.join(args.dir, f"{name}.json"), encoding="utf-8") as f:
-            total += len(json.load(f)["cases"])
-    print(f"ok: minipos {__version__} reproduces {total} cases in {len(FAMILIES)} families of {args.dir}")
+    print(f"ok: minipos {__version__} reproduces {sum(r.cases for r in results)} cases "
+          f"({sum(r.values for r in results)} values) in {len(results)} families of {args.dir}")
     return 0

@@ -58,6 +58,7 @@ def validate(value, schema, root=SCHEMA, path="$"):
     assert "enum" not in schema or value in schema["enum"], f"{path}: enum"
     assert "pattern" not in schema or re.search(schema["pattern"], value), f"{path}: pattern"
     assert "minimum" not in schema or value >= schema["minimum"], f"{path}: minimum"
+    assert "maximum" not in schema or value <= schema["maximum"], f"{path}: maximum"
     if isinstance(value, dict):
         assert not set(schema.get("required", ())) - set(value), f"{path}: required"
         assert len(value) >= schema.get("minProperties", 0), f"{path}: minProperties"
@@ -68,6 +69,7 @@ def validate(value, schema, root=SCHEMA, path="$"):
                 validate(item, sub, root, f"{path}.{key}")
     if isinstance(value, list):
         assert len(value) >= schema.get("minItems", 0), f"{path}: minItems"
+        assert len(value) <= schema.get("maxItems", len(value)), f"{path}: maxItems"
         for i, item in enumerate(value):
             validate(item, schema.get("items", {}), root, f"{path}[{i}]")
 
@@ -75,8 +77,11 @@ def validate(value, schema, root=SCHEMA, path="$"):
 def test_the_validator_rejects_what_the_schema_forbids():
     good = _doc("alibi_slopes")
     validate(good, SCHEMA)
+    tolerance = good["cases"][0]["tolerance"]
     for broken in ({**good, "extra": 1}, {**good, "format": "other"},
-                   {**good, "cases": [{**good["cases"][0], "tolerance": {"float64": {"rtol": -1, "atol": 0}}}]}):
+                   {**good, "cases": [{**good["cases"][0], "tolerance": {"float64": {"rtol": -1, "atol": 0}}}]},
+                   {**good, "cases": [{**good["cases"][0], "tolerance": {**tolerance, "float64": {"rtol": 1e300,
+                                                                                                  "atol": 0}}}]}):
         with pytest.raises(AssertionError):
             validate(broken, SCHEMA)
 
@@ -91,6 +96,10 @@ def test_every_file_follows_the_schema_and_decodes(family):
             assert len(arr["data"]) == int(np.prod(arr["shape"])), case["name"]
         for name, mask in case.get("where", {}).items():
             assert mask["shape"] == case["expected"][name]["shape"] and mask["dtype"] == "bool"
+
+
+def test_the_schema_minipos_checks_with_is_spec_schema_json():
+    assert vectors.SCHEMA == SCHEMA
 
 
 def test_schema_is_valid_for_jsonschema_too():

@@ -271,3 +271,295 @@ def test_an_export_killed_at_any_moment_leaves_old_or_complete_files(tmp_path):
     assert killed, "every export finished before it was killed; the test did not exercise a kill"
     vectors.export(spec)  # the next export completes and clears any temp file a killed one left
     assert _snapshot(spec) == new
+
+
+# --- check cannot be fooled into "ok" ------------------------------------------------------------
+
+def _load(spec, family) -> dict:
+    return json.loads((spec / f"{family}.json").read_text())
+
+
+def _save(spec, family, doc, **dump) -> None:
+    (spec / f"{family}.json").write_text(json.dumps(doc, **dump))
+
+
+def _failures(spec, family) -> list:
+    """The lines ``check`` reports for ``family``; the CLI must exit 1 on the same directory."""
+    lines = [str(m) for m in vectors.check(spec) if m.family == family]
+    assert main(["vectors", "check", str(spec)]) == 1
+    return lines
+
+
+def _scale_expected(doc, factor=3.0):
+    for case in doc["cases"]:
+        for arr in case["expected"].values():
+            if arr["dtype"] == "float64":
+                arr["data"] = [v * factor + 1.0 for v in arr["data"]]
+
+
+def test_check_passes_a_faithful_copy_and_counts_values_per_family(tmp_path, capsys):
+    spec = _spec_copy(tmp_path)
+    results = vectors.check_families(spec)
+    assert [r.family for r in results] == list(vectors.FAMILIES)
+    for r in results:
+        doc = _load(spec, r.family)
+        values = 0
+        for case in doc["cases"]:  # every expected value, or only where the case's mask is true
+            for name, arr in case["expected"].items():
+                mask = case.get("where", {}).get(name)
+                values += sum(mask["data"]) if mask else len(arr["data"])
+        assert (r.cases, r.values, r.mismatches) == (len(doc["cases"]), values, ())
+    assert main(["vectors", "check", str(spec)]) == 0
+    out = capsys.readouterr().out
+    rel_shift = next(r for r in results if r.family == "rel_shift")
+    assert f"rel_shift: {rel_shift.cases} cases, {rel_shift.values} values compared" in out
+    assert f"reproduces {sum(r.cases for r in results)} cases ({sum(r.values for r in results)} values) in 14 families" in out
+
+
+@pytest.mark.parametrize("raw", ["1e300", "Infinity", "1e400", "NaN"])
+def test_a_raised_tolerance_beside_changed_values_fails(tmp_path, raw):
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "rope")
+    _scale_expected(doc)
+    for case in doc["cases"]:
+        case["tolerance"]["float64"] = {"rtol": 12345.0, "atol": 12345.0}
+    (spec / "rope.json").write_text(json.dumps(doc).replace("12345.0", raw))
+    lines = _failures(spec, "rope")
+    assert len(lines) == 1 and str(spec / "rope.json") in lines[0], lines
+
+
+def test_the_tolerance_cap_holds_for_every_committed_vector_and_is_enforced(tmp_path):
+    for path in VECTORS.glob("*.json"):
+        for case in json.loads(path.read_text())["cases"]:
+            for precision, cap in vectors.MAX_TOLERANCE.items():
+                assert max(case["tolerance"][precision].values()) <= cap, (path.name, case["name"])
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "xpos")
+    doc["cases"][0]["tolerance"]["float32"]["rtol"] = vectors.MAX_TOLERANCE["float32"] * 2
+    _save(spec, "xpos", doc)
+    assert "maximum" in _failures(spec, "xpos")[0]
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d.update(cases=[]), "at least 1"),
+    (lambda d: d["cases"][1].update(expected={}), "at least 1"),
+    (lambda d: d["cases"].append(dict(d["cases"][0])), "duplicate case name"),
+    (lambda d: d.update(extra=1), "unexpected field 'extra'"),
+    (lambda d: d["cases"][0].update(note="x"), "unexpected field 'note'"),
+    (lambda d: d["cases"][0]["inputs"]["x"].update(order="F"), "unexpected field 'order'"),
+    (lambda d: d["cases"][0]["tolerance"]["float64"].update(mode="ulp"), "unexpected field 'mode'"),
+    (lambda d: d.pop("cases"), "missing required field 'cases'"),
+    (lambda d: d.update(family="rope_scaling"), "family 'rope_scaling'"),
+    (lambda d: d.update(function="minipos.alibi.alibi_bias"), "function"),
+    (lambda d: d.update(spec_version="2.0.0"), "spec_version"),
+])
+def test_an_edited_family_fails_naming_file_and_reason(tmp_path, edit, words):
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "rope")
+    edit(doc)
+    _save(spec, "rope", doc)
+    lines = _failures(spec, "rope")
+    assert lines and words in lines[0] and str(spec / "rope.json") in lines[0], lines
+
+
+def test_masks_that_compare_nothing_fail(tmp_path):
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "rel_shift")
+    _scale_expected(doc)
+    for case in doc["cases"]:
+        case["where"]["out"]["data"] = [False] * len(case["where"]["out"]["data"])
+    _save(spec, "rel_shift", doc)
+    lines = _failures(spec, "rel_shift")
+    assert lines and all("compares no values" in line for line in lines[:-1]), lines
+    assert lines[-1] == "rel_shift/-: 0 values compared; a family must compare at least one value"
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c["where"].update(missing=c["where"]["scores"]), "where.missing"),
+    (lambda c: c["where"]["scores"].update(dtype="int64", data=[int(v) for v in c["where"]["scores"]["data"]]),
+     "where.scores must be a bool array"),
+    (lambda c: c["where"]["scores"].update(shape=[1, *c["where"]["scores"]["shape"]]), "where.scores has shape"),
+    (lambda c: (c["expected"].pop("scores"), c.pop("where")), "scores: returned but not recorded in expected"),
+    (lambda c: c["expected"].update(other=c["expected"]["scores"]), "other: output missing"),
+])
+def test_masks_and_outputs_must_match_what_the_function_returns(tmp_path, edit, words):
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "xl_scores")
+    edit(doc["cases"][1])
+    _save(spec, "xl_scores", doc)
+    lines = _failures(spec, "xl_scores")
+    assert lines and any(words in line for line in lines), lines
+
+
+def test_another_familys_content_under_a_name_fails(tmp_path):
+    spec = _spec_copy(tmp_path)
+    shutil.copy(spec / "alibi_bias.json", spec / "rope.json")
+    lines = _failures(spec, "rope")
+    assert lines == [f"rope/-: {spec / 'rope.json'}: holds family 'alibi_bias', but its file name says 'rope'"]
+
+
+def test_a_duplicate_key_fails(tmp_path):
+    spec = _spec_copy(tmp_path)
+    text = (spec / "xpos.json").read_text()
+    (spec / "xpos.json").write_text(text.replace('"rtol": 1e-09,', '"rtol": 1e300, "rtol": 1e-09,', 1))
+    assert "duplicate key 'rtol'" in _failures(spec, "xpos")[0]
+
+
+def test_a_missing_or_unknown_family_file_fails_unless_families_are_named(tmp_path):
+    spec = _spec_copy(tmp_path)
+    (spec / "rope.json").unlink()
+    shutil.copy(spec / "xpos.json", spec / "foo.json")
+    lines = [str(m) for m in vectors.check(spec)]
+    assert lines == [f"rope/-: no file {spec / 'rope.json'}",
+                     f"foo/-: {spec / 'foo.json'}: not a family this minipos knows; the families are "
+                     f"{sorted(vectors.FAMILIES)}"]
+    assert vectors.check(spec, families=["xpos", "alibi_slopes"]) == []
+
+
+def test_symlinks_inside_the_directory_are_followed_and_outside_it_refused(tmp_path):
+    spec = _spec_copy(tmp_path)
+    (spec / "sub").mkdir()
+    (spec / "rope.json").rename(spec / "sub" / "rope.json")
+    (spec / "rope.json").symlink_to(pathlib.Path("sub") / "rope.json")
+    assert vectors.check(spec, families=["rope"]) == []
+    outside = tmp_path / "elsewhere.json"
+    shutil.copy(VECTORS / "rope.json", outside)   # a faithful file, but not one the directory holds
+    (spec / "rope.json").unlink()
+    (spec / "rope.json").symlink_to(outside)
+    lines = _failures(spec, "rope")
+    assert lines == [f"rope/-: {spec / 'rope.json'}: is a symbolic link to {outside}, outside the directory"]
+
+
+# --- check reports what it cannot read, naming the file -----------------------------------------
+
+def _expect_one_failure(spec, family, words, capsys):
+    lines = [str(m) for m in vectors.check(spec)]
+    assert len(lines) == 1 and lines[0].startswith(f"{family}/-: {spec / (family + '.json')}: "), lines
+    assert words in lines[0], lines
+    capsys.readouterr()
+    assert main(["vectors", "check", str(spec)]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and out.count(str(spec / f"{family}.json")) == 1
+
+
+def _rewrite(spec, family, data: bytes):
+    (spec / f"{family}.json").write_bytes(data)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda b: b[: len(b) // 2], "not valid JSON"),
+    (lambda b: b"", "empty"),
+    (lambda b: b"\xff\xfe" + b, "not UTF-8"),
+    (lambda b: b"[" * 200_000 + b"]" * 200_000, "nest"),
+    (lambda b: b'{"cases": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", "nest"),
+    (lambda b: b"[" * 100 + b"]" * 100, "nest"),
+    (lambda b: b.replace(b'"dtype": "float64"', b'"dtype": "S2000000000"', 1), "dtype"),
+    (lambda b: b.replace(b'"shape": [', b'"shape": [-1, ', 1), "shape"),
+    (lambda b: b"[]", "expected object, got array"),
+    (lambda b: b"[" + b + b"]", "expected object, got array"),
+    (lambda b: json.dumps({k: v for k, v in json.loads(b).items() if k != "cases"}).encode(), "'cases'"),
+    (lambda b: b.replace(b"0.0341796875", b"NaN", 1), "NaN"),
+    (lambda b: b.replace(b"0.0341796875", b"1e400", 1), "1e400"),
+    (lambda b: b.replace(b"0.0341796875", b'"0.0341796875"', 1), "data"),
+])
+def test_a_malformed_file_is_a_failed_check_not_a_crash(tmp_path, capsys, make, words):
+    spec = _spec_copy(tmp_path)
+    _rewrite(spec, "xpos", make((spec / "xpos.json").read_bytes()))
+    _expect_one_failure(spec, "xpos", words, capsys)
+
+
+def test_a_directory_in_place_of_a_file_is_a_failed_check(tmp_path, capsys):
+    spec = _spec_copy(tmp_path)
+    (spec / "xpos.json").unlink()
+    (spec / "xpos.json").mkdir()
+    _expect_one_failure(spec, "xpos", "not a regular file (a directory)", capsys)
+
+
+def test_a_file_above_the_size_cap_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
+    spec = _spec_copy(tmp_path)
+    with open(spec / "xpos.json", "r+b") as f:   # sparse: costs no disk
+        f.truncate(vectors.MAX_FILE_BYTES + 1)
+    _expect_one_failure(spec, "xpos", f"more than the {vectors.MAX_FILE_BYTES}", capsys)
+    monkeypatch.setattr(vectors, "MAX_FILE_BYTES", 1000)
+    assert "more than the 1000" in str(vectors.check(spec, ["rope"])[0])
+
+
+def _cli_check(spec) -> subprocess.CompletedProcess:
+    """``minipos vectors check`` in a subprocess, killed if it runs a minute (a hang fails the test)."""
+    return subprocess.run([sys.executable, "-m", "minipos.cli", "vectors", "check", str(spec)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_in_place_of_a_file_does_not_hang_check(tmp_path):
+    spec = _spec_copy(tmp_path)
+    (spec / "xpos.json").unlink()
+    os.mkfifo(spec / "xpos.json")
+    done = _cli_check(spec)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"xpos/-: {spec / 'xpos.json'}: is not a regular file (a FIFO)" in done.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_a_symlink_to_dev_zero_is_refused(tmp_path):
+    spec = _spec_copy(tmp_path)
+    (spec / "xpos.json").unlink()
+    (spec / "xpos.json").symlink_to("/dev/zero")
+    done = _cli_check(spec)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"xpos/-: {spec / 'xpos.json'}: is a symbolic link to /dev/zero, outside the directory" in done.stdout
+
+
+# --- vectors.validate agrees with a second validator ---------------------------------------------
+
+def _broken_documents():
+    good = json.loads((VECTORS / "xl_scores.json").read_text())
+    case = good["cases"][0]
+    edits = [
+        lambda d: d.update(extra=1), lambda d: d.update(format="other"), lambda d: d.pop("function"),
+        lambda d: d.update(cases=[]), lambda d: d.update(cases={}), lambda d: d.update(family="Rope"),
+        lambda d: d.update(spec_version="1.0"), lambda d: d["cases"][0].update(name="a b"),
+        lambda d: d["cases"][0].update(expected={}), lambda d: d["cases"][0].pop("tolerance"),
+        lambda d: d["cases"][0]["tolerance"]["float64"].update(rtol=-1.0),
+        lambda d: d["cases"][0]["tolerance"]["float64"].update(rtol=2e-6),
+        lambda d: d["cases"][0]["tolerance"]["float32"].update(atol=0.02),
+        lambda d: d["cases"][0]["tolerance"].update(float16={"rtol": 0, "atol": 0}),
+        lambda d: d["cases"][0]["inputs"]["q"].update(dtype="float32"),
+        lambda d: d["cases"][0]["inputs"]["q"].update(shape=[-1]),
+        lambda d: d["cases"][0]["inputs"]["q"].update(shape=[1] * 33),
+        lambda d: d["cases"][0]["inputs"]["q"].update(data=["1"]),
+        lambda d: d["cases"][0]["inputs"]["q"].update(data=[[1.0]]),
+        lambda d: d["cases"][0]["inputs"]["q"].pop("data"),
+        lambda d: d["cases"][0]["where"].update(scores=1), lambda d: d["cases"][0].update(params=[]),
+    ]
+    yield good, True
+    for edit in edits:
+        doc = json.loads(json.dumps(good))
+        edit(doc)
+        yield doc, False
+    assert case  # the source document was not edited in place
+
+
+def test_validate_agrees_with_jsonschema():
+    jsonschema = pytest.importorskip("jsonschema")
+    checker = jsonschema.Draft202012Validator(vectors.SCHEMA)
+    for doc, valid in _broken_documents():
+        assert checker.is_valid(doc) is valid, doc
+        if valid:
+            vectors.validate(doc)
+        else:
+            with pytest.raises(vectors.SpecError, match=r"^\$"):
+                vectors.validate(doc)
+
+
+def test_validate_refuses_a_schema_keyword_it_does_not_implement():
+    with pytest.raises(NotImplementedError, match="uniqueItems"):
+        vectors.validate([1], {"type": "array", "uniqueItems": True})
+
+
+def test_build_family_refuses_a_case_that_check_would_refuse(monkeypatch):
+    family = vectors.FAMILIES["alibi_slopes"]
+    loose = lambda: [dict(c, tolerance=vectors.tol(1e-3, 1e-3)) for c in family.build()]  # noqa: E731
+    monkeypatch.setitem(vectors.FAMILIES, "alibi_slopes", dataclasses.replace(family, build=loose))
+    with pytest.raises(vectors.SpecError, match="maximum"):
+        vectors.build_family("alibi_slopes")
