@@ -8,8 +8,9 @@ seam               what the scheme returns                     schemes
 =================  ==========================================  =================================
 input              ``embed(x, positions)``: x + p before the   ``Sinusoidal``, ``LearnedAbsolute``
                    projections
-rotate             ``rotate_q / rotate_k(x, positions)``:       ``Rotary``, ``XPos``
-                   q, k after a position-dependent map
+rotate             ``rotate_q / rotate_k(x, positions,         ``Rotary``, ``XPos``
+                   seq_len=)``: q, k after a position-
+                   dependent map
 bias               ``bias(q_positions, k_positions)``: an       ``ALiBi``, ``T5Bias``
                    additive ``(H, T, S)`` term
 content-position   ``content_position(q, k, q_pos, k_pos)``:   ``TransformerXL``, ``DeBERTa``
@@ -18,21 +19,22 @@ content-position   ``content_position(q, k, q_pos, k_pos)``:   ``TransformerXL``
                    couple content with position, per block
 =================  ==========================================  =================================
 
-One forward pass, with ``x`` ``(B, T, d_model)``::
+One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__``, step by step)::
 
-    x_in    = scheme.embed(x, positions)                          # input seam
-    q, k, v = split_heads(x_in @ wq + bq), ...                    # (B, H, T, D)
-    q, k    = scheme.rotate_q(q, positions), scheme.rotate_k(k, positions)   # rotate seam
-    k, v, key_positions = cache.append(k, v, positions)          # (B, H, S, D)
-    # (a scheme with rotates_cached_keys, e.g. dynamic-NTK RoPE, caches k unrotated and
-    #  rotates all S keys here instead, with this step's frequencies)
-    q_c, extra = scheme.content_position(q, k, positions, key_positions)     # content-position
-    logits_fn = lambda qs, ks: scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)  # bias seam
-    out     = attention(q_c, k, v, bias=logits_fn(all, all), mask=mask, scale=scheme.scale(D))
-    y       = merge_heads(out) @ wo + bo                          # (B, T, d_model)
+    1) x       = scheme.embed(x, positions)                               # input seam
+    2) q, k, v = heads(x @ wq + bq), heads(x @ wk + bk), heads(x @ wv + bv)   # (B, H, T, D)
+    3) q, k    = scheme.rotate_q(q, positions), scheme.rotate_k(k, positions)   # rotate seam
+    4) k, v    = cache.extend(k, v, positions)                            # (B, H, S, D), past keys first
+    5) q, extra = scheme.content_position(q, k, positions, key_positions)   # content-position seam
+    6) logits_bias(qs, ks) = scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)   # bias seam
+    7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D))
+    8) y       = merge_heads(out) @ wo + bo                               # (B, T, d_model)
 
-With ``block_size=N`` the same ``logits_fn`` is called per (query block, key block) by
-``blockwise_attention`` (online softmax), so no ``(T, S)`` array is ever held, for every scheme.
+A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
+``rotates_cached_keys``) caches keys unrotated and rotates all S keys in step 4 instead, with this
+call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, which calls the same
+``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
+scheme. ``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
 
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; the projection columns are laid out head by
 head (column ``h * D + d``), exactly as the ``view(B, T, H, D)`` of HF/fairseq/Meta code. To load a
@@ -55,8 +57,9 @@ scheme      ``T5Bias``: ``table`` =  ``Rotary(layout="half",    ``DeBERTa``: ``r
 .. [1] In DeBERTa the output projection lives in ``DebertaV2SelfOutput``, followed by dropout,
    a residual and LayerNorm, which are outside attention.
 
-The KV cache stores keys *after* the rotate seam, values, and the key positions. A decoding step's
-queries start at the cache length unless ``positions`` says otherwise.
+The KV cache stores keys *after* the rotate seam, values, and the key positions; it changes only
+once a call has succeeded. A decoding step's queries start at the cache length unless
+``positions`` says otherwise.
 """
 
 from __future__ import annotations

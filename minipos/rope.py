@@ -72,11 +72,8 @@ and the relative upper bound (1/(D/2)) Σ_j |S_j| decays, with oscillations, as 
 (the paper's Fig. 2). ``long_term_decay`` evaluates it. It is a property of the frequencies;
 no other code here depends on it.
 
-Precision, measured. ``to_bfloat16`` emulates bfloat16 in NumPy and ``angle_error`` measures
-the error of angles m θ_i computed in float16 / bfloat16 / float32 the way frameworks do,
-against float64. The design fact: in bfloat16 position 4097 rounds to 4096 (8 significant
-bits: the spacing of bfloat16 numbers in [4096, 8192) is 32), so a bf16 angle can be off by a
-whole radian at θ_0 = 1 and neighbouring positions share a rotation.
+Precision. ``to_bfloat16`` emulates bfloat16 in NumPy and ``angle_error`` measures the error of
+angles m θ_i computed in float16 / bfloat16 / float32 the way frameworks do, against float64.
 
 Partial rotary (GPT-NeoX ``rotary_pct``, GPT-J ``rotary_dim``, HF ``partial_rotary_factor``).
 With ``rotary_dim = R < D`` only the first R features of each head are rotated and the last
@@ -165,7 +162,7 @@ def rope_angles(positions, inv_freq) -> np.ndarray:
 
     positions: an int n (meaning ``arange(n)``) or integer positions ``(T,)``; negative entries
     are allowed, non-integers raise. inv_freq: ``(D/2,)``. The product is taken in float64
-    whatever the inputs (in bfloat16, position 4097 would round to 4096).
+    whatever the inputs.
     """
     pos = as_positions(positions, "positions", allow_negative=True)  # (T,)
     inv_freq = _as_inv_freq(inv_freq)                                # (D/2,)
@@ -464,8 +461,7 @@ def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32"
 
     Computed the way a framework does it in that dtype: positions and ``inv_freq`` are each cast
     to the precision, multiplied, and the product rounded to it (bfloat16 emulated by
-    ``to_bfloat16``). In bfloat16 position 4097 rounds to 4096, so at θ_0 = 1 the angle is off by
-    a whole radian. positions: an int T (meaning ``arange(T)``) or integer positions ``(T,)``,
+    ``to_bfloat16``). positions: an int T (meaning ``arange(T)``) or integer positions ``(T,)``,
     negative allowed. inv_freq: ``(D/2,)``. dtypes: names from ``PRECISIONS``.
     Returns ``{name: AngleError}`` in the order of ``dtypes``; the cos/sin errors are those of
     the angle error alone (cos and sin evaluated in float64 at the rounded angle).

@@ -52,21 +52,8 @@ computed once per configuration and every distance is bucketed by ``np.searchsor
 - ``exact=False`` (default, the reference): the thresholds of the float32 formula, found by
   bisection on ``[E, M]`` with IEEE float32 ``/`` and ``*`` and a correctly rounded float32 log.
 
-At the standard configurations (K/M = 32/128, 32/256, 64/256, 16/64, 128/1024, both modes) the
-two tables are identical and equal to transformers 5.24.0 / torch 2.13.0 (CPU) for every integer
-in [-10^6, 10^6]. There, the boundaries whose real value is an integer have n / E = 2, 4, 8 and
-M / E = 16 (n = 16, 32, 64 for 32/128), where float32 gives ln(n/E) / ln(M/E) = 1/4, 2/4, 3/4
-exactly (f32(ln 8) happens to equal 3 f32(ln 2)), so truncation lands where real arithmetic
-does; every other boundary is at least 78 float32 ulps from an integer, far beyond rounding.
-
-The tables differ only at unusual configurations with a boundary within a few float32 ulps of an
-integer. Scanning causal P = 2 … 130 with E < M < max(4P, 1030) (128,516 configurations, every
-distance up to M + 1): exact buckets differ from torch's at 95 configurations (one distance each),
-e.g. causal K = 15, M = 636, where n = -206 is bucket 13 in float32 and 12 exactly. At such
-points the reference's own bucket hangs on the last ulp of its float32 log: torch's, NumPy's and
-a correctly rounded log disagree there, and the float32 table of this module (correctly rounded)
-still differs from torch at 29 of the 128,516 configurations (34 distances). No portable code
-can promise more; ``exact=True`` is the platform-independent alternative.
+At the standard configurations the two tables are identical and equal to the reference; the
+configurations where they differ, and why, are on the docs page (T5 relative buckets, porting notes).
 """
 
 from __future__ import annotations
