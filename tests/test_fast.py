@@ -84,6 +84,7 @@ def test_attention_recognises_the_causal_mask_and_skips_future_blocks():
     (dict(bias=np.full((2, 300, 300), -np.inf)), ValueError, "bias must be finite"),
     (dict(bias=np.zeros((3, 300, 300))), ValueError, "bias of shape"),
     (dict(mask=np.ones((300, 300))), TypeError, "mask must be a boolean"),
+    (dict(mask=np.ones((300, 300), np.int8)), TypeError, "mask must be a boolean"),
     (dict(mask=np.ones((3, 300, 300), bool)), ValueError, "mask of shape"),
     (dict(scale=float("nan")), ValueError, "scale"),
     (dict(return_weights="no"), TypeError, "return_weights"),
@@ -91,9 +92,20 @@ def test_attention_recognises_the_causal_mask_and_skips_future_blocks():
 def test_attention_errors_are_the_references(bad, error, match):
     rng = np.random.default_rng(2)
     q, k, v = _qkv(rng, (2,), 300, 300, 4, 4, np.float64)
+    assert q.shape[0] * 300 * 300 >= fa._DENSE_LOGITS / 2                  # shapes are checked before sizes
     for f in (attention.attention, fa.attention):
         with pytest.raises(error, match=match):
             f(q, k, v, **bad)
+
+
+def test_attention_errors_on_the_kernel_path():
+    rng = np.random.default_rng(2)
+    q, k, v = _qkv(rng, (4,), 300, 300, 4, 4, np.float64)                # 360,000 logits: the kernel
+    assert 4 * 300 * 300 >= fa._DENSE_LOGITS
+    with pytest.raises(TypeError, match="mask must be a boolean"):
+        fa.attention(q, k, v, mask=np.ones((300, 300)))
+    with pytest.raises(ValueError, match="bias must be finite"):
+        fa.attention(q, k, v, bias=np.full((300, 300), -np.inf))
 
 
 def test_attention_overflow_is_refused_on_the_kernel_path():
@@ -129,6 +141,32 @@ def test_blockwise_attention_equals_reference(lead, T, S, block, causal, shift, 
     want = attention.blockwise_attention(q, k, v, **kw)
     got = fa.blockwise_attention(q, k, v, **kw)
     np.testing.assert_allclose(got, want, **TOL[dtype])
+
+
+def test_a_non_finite_diagonal_logit_leaves_the_running_max_to_find_a_reference():
+    # Causal, no mask_fn: the fast kernel takes each row's diagonal logit as its fixed reference;
+    # where that logit is -inf (the bias masks the diagonal key) it walks with the running max.
+    rng = np.random.default_rng(6)
+    q, k, v = _qkv(rng, (2,), 8, 8, 4, 3, np.float64)
+    bias = np.zeros((8, 8))
+    bias[3, 3] = -np.inf
+    kw = dict(bias_fn=lambda qs, ks: bias[qs, ks], causal=True, block_size=4)
+    np.testing.assert_allclose(fa.blockwise_attention(q, k, v, **kw), attention.blockwise_attention(q, k, v, **kw),
+                               atol=1e-12)
+
+
+def test_block_terms_as_lists_are_checked_like_arrays():
+    rng = np.random.default_rng(7)
+    q, k, v = _qkv(rng, (1,), 4, 4, 2, 2, np.float64)
+    keep = [[True, False, True, True]] * 4
+    kw = dict(mask_fn=lambda qs, ks: [row[ks] for row in keep[qs]], block_size=4)
+    np.testing.assert_allclose(fa.blockwise_attention(q, k, v, **kw), attention.blockwise_attention(q, k, v, **kw),
+                               atol=1e-12)
+
+
+def test_fast_alibi_bias_refuses_a_non_floating_dtype():
+    with pytest.raises(TypeError, match="dtype"):
+        falibi.alibi_bias([0.5], 2, 2, dtype=np.int32)
 
 
 def test_blockwise_attention_in_longdouble_is_the_reference():

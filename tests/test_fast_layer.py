@@ -162,3 +162,13 @@ def test_blockwise_layer_equals_dense_with_threads(monkeypatch):
     np.testing.assert_array_equal(layer(x, causal=True), one)
     dense = ref.MultiHeadAttention(16, 4, scheme=ALiBi(), seed=7, dtype=np.float32)
     np.testing.assert_allclose(one, dense(x, causal=True), rtol=1e-5, atol=1e-5)
+
+
+def test_the_memo_keeps_what_fits_and_hands_back_what_does_not():
+    from minipos.fast.layer import _DistanceMemo
+    memo = _DistanceMemo("stamp", limit=100)
+    q, k = np.arange(2), np.arange(3)
+    small = memo.get(q, k, lambda: np.zeros(6, np.float64))               # 48 bytes: kept
+    assert memo.get(q, k, lambda: pytest.fail("computed twice")) is small
+    big = memo.get(q + 5, k, lambda: np.ones(10))                         # 80 bytes > 52 left: not kept
+    assert big.sum() == 10 and (-5, 2, 3) not in memo.blocks

@@ -128,3 +128,20 @@ def test_copy_on_threads_is_an_exact_contiguous_copy(shape, monkeypatch):
     out = _threads.copy(src)
     assert out.flags.c_contiguous and out.dtype == src.dtype
     np.testing.assert_array_equal(out, src)
+
+
+def test_no_openblas_is_found_where_the_memory_map_cannot_be_read_or_loaded(monkeypatch, tmp_path):
+    import builtins
+    real_open = builtins.open
+
+    def no_maps(path, *a, **kw):
+        if path == "/proc/self/maps":
+            raise OSError("no /proc")
+        return real_open(path, *a, **kw)
+    monkeypatch.setattr(builtins, "open", no_maps)
+    assert _threads._find_openblas() is None
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 0:0 0 /nonexistent/libopenblas.so\n")
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **kw: real_open(maps if path == "/proc/self/maps" else path,
+                                                                           *a, **kw))
+    assert _threads._find_openblas() is None                           # listed, but not loadable

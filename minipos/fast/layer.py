@@ -153,9 +153,7 @@ class _DistanceMemo:
         return self.room <= self.limit // 4
 
     def get(self, q, k, compute):
-        """The block for the runs of positions ``q``, ``k``, from the memo or ``compute()``."""
-        if not (len(q) and len(k)):
-            return compute()
+        """The block for the (non-empty) runs of positions ``q``, ``k``, from the memo or ``compute()``."""
         key = (int(k[0] - q[0]), len(q), len(k))
         found = self.blocks.get(key)
         if found is not None:
