@@ -48,15 +48,25 @@ initialised ``normal(0, 0.02)``, whose row ``pos`` is added to token ``pos``. It
 ``padding_idx + 1`` like fairseq, hence its 514-row table for 512 tokens.)
 
 Shapes: ``positions`` ``(T,)``; tables ``(T, D)``; frequencies ``(D // 2,)``.
+
+Errors: a ``base`` whose frequencies leave float64's normal range, positions beyond ``2**53``
+(where float64 stops holding every integer) and angles ``pos · w_i`` that overflow raise
+``ValueError`` naming the argument, as does a table too large for this machine's memory or a
+learned table whose ``std`` draws values that are not finite, normal numbers of its ``dtype``.
 """
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_choice, check_float, check_int
+from ._checks import as_float_array, as_positions, check_alloc, check_choice, check_float, check_int
 
 __all__ = ["sinusoidal_table", "sinusoidal_frequencies", "learned_table", "absolute_embedding"]
+
+MAX_POSITION = 2 ** 53
+"""Largest ``|position|`` accepted: float64 holds every integer up to here, and no further."""
 
 LAYOUTS = ("interleaved", "split", "tensor2tensor")
 
@@ -83,10 +93,35 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0, layout: str = "in
     """
     dim = _check_dim(dim, layout)
     base = check_float(base, "base", positive=True)
-    i = np.arange(dim // 2, dtype=np.float64)
-    if layout == "tensor2tensor":
-        return np.power(base, -i / max(dim // 2 - 1, 1))  # w_i = base^(-i/(D/2 - 1))
-    return np.power(base, -2.0 * i / dim)                 # w_i = base^(-2i/D)
+    check_alloc((dim // 2,), np.float64, "dim")
+    w = np.arange(dim // 2, dtype=np.float64)                # i, then the exponent, then w: in place
+    with np.errstate(over="ignore", under="ignore"):          # checked just below
+        if layout == "tensor2tensor":
+            np.divide(np.negative(w, out=w), max(dim // 2 - 1, 1), out=w)
+        else:
+            np.divide(np.multiply(w, -2.0, out=w), dim, out=w)
+        np.power(base, w, out=w)                              # w_i = base^(-2i/D) or base^(-i/(D/2 - 1))
+    if w.size and not (np.all(np.isfinite(w)) and w.min() >= np.finfo(np.float64).tiny):
+        raise ValueError(f"base must keep the frequencies w_i within float64's normal range, got "
+                         f"base = {base}, which makes them reach {w.min() if w.min() < 1 else w.max()}")
+    return w
+
+
+def _is_count(positions) -> bool:
+    """True for an int n that stands for ``arange(n)`` (not a bool, not an array)."""
+    return isinstance(positions, numbers.Integral) and not isinstance(positions, bool)
+
+
+def _table_positions(positions, dim: int) -> np.ndarray:
+    """``positions`` as int64 ``(T,)`` once a ``(T, dim)`` float64 table is known to fit in memory."""
+    if _is_count(positions) and positions > 0:                # before arange(n) is built
+        check_alloc((positions, dim), np.float64, "positions and dim")
+    pos = as_positions(positions, "positions", allow_negative=True)
+    check_alloc((pos.shape[0], dim), np.float64, "positions and dim")
+    if pos.size and max(-int(pos.min()), int(pos.max())) > MAX_POSITION:
+        raise ValueError(f"positions must lie within +-2**53 (float64 holds every integer only up to "
+                         f"there), got {int(pos.min())} ... {int(pos.max())}")
+    return pos
 
 
 def sinusoidal_table(positions, dim: int, *, base: float = 10000.0, layout: str = "interleaved") -> np.ndarray:
@@ -96,8 +131,11 @@ def sinusoidal_table(positions, dim: int, *, base: float = 10000.0, layout: str 
     are allowed (relative distances). See the module docstring for the three layouts.
     """
     dim = _check_dim(dim, layout)
+    pos = _table_positions(positions, dim)                      # (T,), the table known to fit
     w = sinusoidal_frequencies(dim, base=base, layout=layout)   # (D//2,)
-    pos = as_positions(positions, "positions", allow_negative=True)
+    if pos.size and w.size and not np.isfinite(float(np.abs(pos).max()) * float(w.max())):
+        raise ValueError(f"positions and base make the angles pos · w_i overflow float64 (largest |position| "
+                         f"{int(np.abs(pos).max())}, largest frequency {w.max()} from base = {base})")
     angles = pos.astype(np.float64)[:, None] * w[None, :]       # pos · w_i, (T, D//2)
     sin, cos = np.sin(angles), np.cos(angles)
     if layout == "interleaved":
@@ -118,11 +156,22 @@ def learned_table(num_positions: int, dim: int, *, seed: int = 0, std: float = 0
     P = check_int(num_positions, "num_positions", minimum=1)
     D = check_int(dim, "dim", minimum=1)
     std = check_float(std, "std", minimum=0.0)
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}") from None
     if not np.issubdtype(dtype, np.floating):
         raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    if 0 < std < float(np.finfo(dtype).tiny):
+        raise ValueError(f"std must be 0 or a normal {dtype} (>= {np.finfo(dtype).tiny}), got {std}: "
+                         "the draws would be subnormal or 0")
+    check_alloc((P, D), np.float64, "num_positions and dim")
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
-    return rng.normal(0.0, std, size=(P, D)).astype(dtype)  # (P, D)
+    with np.errstate(over="ignore"):                          # checked just below
+        table = rng.normal(0.0, std, size=(P, D)).astype(dtype)  # (P, D)
+    if not np.all(np.isfinite(table)):
+        raise ValueError(f"std = {std} draws values beyond the range of dtype {dtype}")
+    return table
 
 
 def absolute_embedding(table, positions) -> np.ndarray:
@@ -136,11 +185,18 @@ def absolute_embedding(table, positions) -> np.ndarray:
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_positions, D), got shape {table.shape}")
     P = table.shape[0]
+    if _is_count(positions) and positions > P:                # arange(n) reaches n - 1 >= P
+        _cannot_extrapolate(P, positions - 1)
     pos = as_positions(positions, "positions", ndim=None)
     if pos.size and pos.max() >= P:
-        raise ValueError(
-            f"positions must be < num_positions = {P} (the rows of table), got maximum "
-            f"{int(pos.max())}: a learned absolute table cannot extrapolate beyond the "
-            "positions it was trained on"
-        )
+        _cannot_extrapolate(P, int(pos.max()))
+    check_alloc((*pos.shape, table.shape[1]), table.dtype, "positions")
     return table[pos]  # (..., T, D)
+
+
+def _cannot_extrapolate(P: int, largest: int):
+    raise ValueError(
+        f"positions must be < num_positions = {P} (the rows of table), got maximum "
+        f"{largest}: a learned absolute table cannot extrapolate beyond the "
+        "positions it was trained on"
+    )
