@@ -36,45 +36,82 @@ Matching torchscale exactly
   cancels in every score ``q . k``, but not in the individual vectors. ``scale_offset = c``
   reproduces torchscale's vectors exactly; the default 0 uses the plain exponent ``n/g``.
 - Precision: torchscale works in the model dtype (float32); zeta, angles and powers here are
-  float64 and the result is cast to ``x``'s dtype. ``zeta_0^(n/g)`` leaves the float32 range
-  near ``|n|/g ~ 70`` (float64: ~ 566); such positions raise here instead of giving inf/0
-  (and NaN scores). Centring with ``scale_offset`` halves the exponents.
+  float64 and the result is cast to ``x``'s dtype. ``zeta_0^(n/g)`` leaves the normal float32
+  range near ``|n|/g ~ 70`` (float64: ~ 566), upwards for keys and downwards (into subnormals,
+  then 0) for queries; such positions raise here, for queries and keys alike, instead of giving
+  inf, 0 or subnormal vectors (and NaN or inaccurate scores). Centring with ``scale_offset``
+  halves the exponents.
 - The paper also uses blockwise causal attention at inference; that belongs to the attention
   mask, not to this module.
 """
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_even_int, check_float, check_int, check_ndim
+from ._checks import (
+    as_float_array,
+    as_positions,
+    check_alloc,
+    check_bool,
+    check_even_int,
+    check_float,
+    check_int,
+    check_ndim,
+)
 from .rope import apply_rope
 
 __all__ = ["xpos_zeta", "xpos_scale", "apply_xpos"]
+
+MAX_EXPONENT = 2 ** 53
+"""Largest ``|n|`` of a scale exponent: float64 holds every integer up to here, and no further."""
 
 
 def xpos_zeta(dim: int) -> np.ndarray:
     """The per-pair ratios ``zeta_i = (2i + 0.4 D) / (1.4 D)``, float64 ``(D/2,)``, all in (0, 1)."""
     dim = check_even_int(dim, "dim")
-    return (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)  # (2i/D + 0.4) / 1.4
+    check_alloc((dim // 2,), np.float64, "dim")
+    zeta = np.arange(0, dim, 2, dtype=np.float64)                            # 2i, in place below
+    return np.divide(np.add(zeta, 0.4 * dim, out=zeta), 1.4 * dim, out=zeta)  # (2i/D + 0.4) / 1.4
 
 
 def xpos_scale(positions, dim: int, *, scale_base: float = 512) -> np.ndarray:
     """The query scales ``zeta_i^(n/g)``, float64 ``(T, D/2)``, g = ``scale_base``; keys use 1 / it.
 
     positions: an int T (meaning ``arange(T)``) or integer exponents ``n`` ``(T,)``, negative
-    allowed (torchscale's centred exponents are negative for the first half). dim: even head
-    dim D. scale_base: g > 0.
+    allowed (torchscale's centred exponents are negative for the first half), ``|n| <= 2**53``.
+    dim: even head dim D. scale_base: g > 0. Raises ``ValueError`` where a scale leaves float64's
+    normal range (overflow, or underflow to a subnormal or 0).
     """
-    pos = as_positions(positions, "positions", allow_negative=True)                   # (T,)
-    zeta = xpos_zeta(dim)                                                              # (D/2,)
+    dim = check_even_int(dim, "dim")
     g = check_float(scale_base, "scale_base", positive=True)
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool) and positions > 0:
+        check_alloc((positions, dim // 2), np.float64, "positions and dim")  # before arange(n) is built
+    pos = as_positions(positions, "positions", allow_negative=True)                   # (T,)
+    check_alloc((pos.shape[0], dim // 2), np.float64, "positions and dim")
+    _check_exponents(int(pos.min()) if pos.size else 0, int(pos.max()) if pos.size else 0, "positions")
+    zeta = xpos_zeta(dim)                                                              # (D/2,)
     with np.errstate(over="ignore", under="ignore"):                                  # checked just below
         scale = zeta[None, :] ** (pos[:, None].astype(np.float64) / g)  # (T, D/2): zeta_i^(n/g)
-    if not np.all(np.isfinite(scale) & (scale > 0)):
-        raise ValueError("positions are too far from 0 for the xPos scale in float64 (zeta^(n/g) over- or "
-                         "underflows); centre them (apply_xpos's scale_offset)")
+    _check_scale(scale, np.float64, "from 0")
     return scale
+
+
+def _check_exponents(lo: int, hi: int, names: str) -> None:
+    """Raise unless every exponent n in [lo, hi] (Python ints) is exact in float64."""
+    if max(-lo, hi) > MAX_EXPONENT:
+        raise ValueError(f"{names} must give exponents n within +-2**53 (float64 holds every integer only "
+                         f"up to there), got {lo} ... {hi}")
+
+
+def _check_scale(scale: np.ndarray, dtype, away: str) -> None:
+    """Raise unless every scale is a finite, normal (not subnormal, not 0) number of ``dtype``."""
+    if scale.size and not (np.all(np.isfinite(scale)) and scale.min() >= np.finfo(dtype).tiny):
+        raise ValueError(f"positions are too far {away} for the xPos scale in {np.dtype(dtype)}: "
+                         f"zeta^(n/scale_base) reaches {scale.min():.3g} ... {scale.max():.3g}, outside "
+                         f"its normal range; centre the positions with scale_offset or raise scale_base")
 
 
 def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, downscale: bool = False,
@@ -85,20 +122,29 @@ def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, 
     int T meaning ``arange(T)``. downscale: False for queries (``zeta^(+n/g)``), True for keys
     (``zeta^(-n/g)``). scale_offset: subtracted from the positions in the scale exponent only;
     ``(S + 1) // 2`` with S = cache length + T reproduces torchscale (module docstring).
-    Returns ``(..., T, D)`` in x's floating dtype.
+    Returns ``(..., T, D)`` in x's floating dtype. Raises ``ValueError`` where a scale leaves the
+    normal range of x's dtype, for queries (underflow) and keys (overflow) alike.
     """
     x = as_float_array(x, "x")
     check_ndim(x, "x", 2, "(..., T, D)")
-    if not isinstance(downscale, bool):
-        raise TypeError(f"downscale must be a bool, got {type(downscale).__name__} {downscale!r}")
-    D = x.shape[-1]
-    rotated = apply_rope(x, positions, base=base, layout="interleaved")         # (..., T, D): R(n) x
-    pos = as_positions(positions, "positions", allow_negative=True)             # (T,)
-    exponent = pos - check_int(scale_offset, "scale_offset")
+    downscale = check_bool(downscale, "downscale")
+    *_, T, D = x.shape
+    if D < 2 or D % 2:
+        raise ValueError(f"x must have an even head dim D >= 2 (x.shape[-1]), got shape {x.shape}")
+    pos = as_positions(positions, "positions", allow_negative=True, length=T)    # (T,), length first
+    offset = check_int(scale_offset, "scale_offset")
+    _check_exponents(int(pos.min()) if T else 0, int(pos.max()) if T else 0, "positions")  # angles n w_i
+    lo, hi = (int(pos.min()) - offset, int(pos.max()) - offset) if T else (0, 0)  # n - scale_offset
+    _check_exponents(lo, hi, "positions - scale_offset")
+    exponent = (pos - pos.min()) + lo if T else pos                              # (T,), n - scale_offset, exact
     with np.errstate(over="ignore", under="ignore"):                             # checked just below
         scale = xpos_scale(-exponent if downscale else exponent, D, scale_base=scale_base)  # (T, D/2)
         scale = np.repeat(scale, 2, axis=-1).astype(x.dtype)                     # (T, D), duplicated
-    if not np.all(np.isfinite(scale) & (scale > 0)):
-        raise ValueError(f"positions are too far from scale_offset for the xPos scale in {x.dtype} "
-                         f"(zeta^(n/g) over- or underflows); centre them with scale_offset")
-    return rotated * scale                                                      # zeta^(+-n/g) R(n) x
+    _check_scale(scale, x.dtype, "from scale_offset")
+    with np.errstate(over="ignore", invalid="ignore"):                           # checked just below
+        rotated = apply_rope(x, pos, base=base, layout="interleaved")           # (..., T, D): R(n) x
+        out = rotated * scale                                                    # zeta^(+-n/g) R(n) x
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"x rotated and scaled by xPos overflows {x.dtype} (scale up to {scale.max():.3g}); "
+                         f"rescale x or centre the positions with scale_offset")
+    return out

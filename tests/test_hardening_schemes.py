@@ -64,3 +64,55 @@ def test_sinusoidal_extreme_but_valid_input_still_works():
     np.testing.assert_allclose(table, [[math.sin(2), math.cos(2), math.sin(2e150), math.cos(2e150)]])
     assert sinusoidal_table(0, 6).shape == (0, 6)
     assert learned_table(2, 3, std=0.0).tolist() == [[0.0] * 3] * 2
+
+
+# --- xpos ----------------------------------------------------------------------------------
+
+from minipos.xpos import apply_xpos, xpos_scale  # noqa: E402
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    # Queries: zeta_0 = 2/7 and (2/7)^(40000/512) = e^(-97.9) = 3e-43, below float32's smallest normal
+    # 1.18e-38 (a subnormal with few significant bits); keys (2/7)^(-78.1) = 3e42 overflow float32.
+    (lambda: apply_xpos(np.ones((1, 8), np.float32), [40000]), ValueError, "scale_offset"),
+    (lambda: apply_xpos(np.ones((1, 8), np.float32), [40000], downscale=True), ValueError, "scale_offset"),
+    # float16: (2/7)^(5000/512) = 4.8e-6, below float16's smallest normal 6.1e-5.
+    (lambda: apply_xpos(np.ones((1, 8), np.float16), [5000]), ValueError, "float16"),
+    (lambda: apply_xpos(np.ones((1, 8)), [1], scale_offset=2 ** 70), ValueError, "scale_offset"),
+    (lambda: apply_xpos(np.ones((1, 8)), [1], scale_base=1e-300), ValueError, "scale_base"),
+    (lambda: apply_xpos(np.ones((2, 0)), 2), ValueError, "^x must have an even head dim"),
+    (lambda: apply_xpos(np.ones((1, 8)), [1], downscale="no"), TypeError, "^downscale must be True or False"),
+    # (1e38, 0) rotated by -710 rad (cos = 1 - 2e-9) is still 1e38; pair 0's scale (2/7)^(-710/512) = 5.68
+    # takes it to 5.7e38, beyond float32's 3.4e38.
+    (lambda: apply_xpos(np.eye(1, 8, dtype=np.float32) * 1e38, [-710]), ValueError, "^x rotated and scaled"),
+])
+def test_xpos_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_xpos_position_count_is_checked_before_it_is_built(small_machine):
+    # arange(10**9) would need 8 GB; x has 5 positions, which the error says first.
+    with pytest.raises(ValueError, match="^positions must have length 5"):
+        apply_xpos(np.ones((5, 8)), 10 ** 9)
+    # (10**5, D/2 = 4) float64 is 3.2 MB, more than the 1 MiB machine.
+    with pytest.raises(ValueError, match="^positions and dim asks"):
+        xpos_scale(10 ** 5, 8)
+
+
+def test_xpos_numpy_bool_flag_and_valid_extremes():
+    x = np.ones((1, 2))
+    np.testing.assert_array_equal(apply_xpos(x, [3], downscale=np.bool_(True)), apply_xpos(x, [3], downscale=True))
+    # D = 2, float32, query at 30000: (2/7)^(30000/512) = e^(-73.4) = 1.3e-32 is a normal float32; the pair
+    # (1, 1) rotated by 30000 rad is (cos - sin, sin + cos).
+    n, s = 30000, (2 / 7) ** (30000 / 512)
+    out = apply_xpos(np.ones((1, 2), np.float32), [n])
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out[0], [s * (math.cos(n) - math.sin(n)), s * (math.sin(n) + math.cos(n))], rtol=1e-5)
+    # an offset far from 0, positions near it: only the exponent n - scale_offset = -6 changes, so the ratio
+    # to offset 2**40 (exponent 0, scale 1) is zeta_i^(-6/512) per pair, zeta = (3.2, 5.2, 7.2, 9.2) / 11.2.
+    p = 2 ** 40
+    ratio = apply_xpos(np.ones((1, 8)), [p], scale_offset=p + 6) / apply_xpos(np.ones((1, 8)), [p], scale_offset=p)
+    zeta = np.array([3.2, 5.2, 7.2, 9.2]) / 11.2
+    np.testing.assert_allclose(ratio[0], np.repeat(zeta ** (-6 / 512), 2), rtol=1e-12)
+    assert apply_xpos(np.ones((0, 8)), 0).shape == (0, 8)
