@@ -54,16 +54,22 @@ Causality. The shifted scores are exact for j <= i + M, i.e. where ``causal_mask
 the other entries hold the pad zero and the next row's values (garbage) that the causal mask
 removes. For any sign of i - j (a bidirectional use) take the definitional ``xl_terms``, which
 gathers R_{i-j} for every pair.
+
+Errors. Shapes that do not match raise ``ValueError`` naming the argument and the array it must
+match; distances i - j must fit int64 and, after ``clamp_len``, lie within +-2**53 (where float64
+stops holding every integer); scores that overflow the floating dtype raise instead of returning
+inf; an output (or the definitional form's per-pair table) too large for memory raises first.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_float, check_int, float_dtype
-from .sinusoidal import sinusoidal_table
+from ._checks import as_float_array, as_positions, check_alloc, check_float, check_int, float_dtype
+from .sinusoidal import MAX_POSITION, sinusoidal_table
 
 __all__ = [
     "relative_embeddings",
@@ -92,9 +98,12 @@ def relative_embeddings(k_len: int, d_model: int, *, base: float = 10000.0,
     if d_model % 2:
         raise ValueError(f"d_model must be even for the [sin | cos] table, got {d_model}")
     base = check_float(base, "base", positive=True)
+    check_alloc((S, d_model), np.float64, "k_len and d_model")
+    if clamp_len is not None:
+        clamp_len = min(check_int(clamp_len, "clamp_len", minimum=1), max(S - 1, 1))  # above S-1: no-op
     distances = np.arange(S - 1, -1, -1, dtype=np.int64)  # (S,)  pos_seq, descending
     if clamp_len is not None:
-        distances = np.minimum(distances, check_int(clamp_len, "clamp_len", minimum=1))
+        distances = np.minimum(distances, clamp_len)
     return sinusoidal_table(distances, d_model, base=base, layout="split")  # (S, d_model)  R
 
 
@@ -114,8 +123,16 @@ def relative_heads(table, w_r, num_heads: int) -> np.ndarray:
     if w_r.shape[1] % H:
         raise ValueError(f"w_r must have H*D columns with H = num_heads = {H}, got shape {w_r.shape}")
     S, D = table.shape[0], w_r.shape[1] // H
-    projected = table @ w_r  # (S, H*D)  W_{k,R} R
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        projected = table @ w_r  # (S, H*D)  W_{k,R} R
+    _check_finite(projected, "table @ w_r", "table or w_r")
     return projected.reshape(S, H, D).transpose(1, 0, 2)  # (H, S, D)
+
+
+def _check_finite(out: np.ndarray, what: str, names: str) -> None:
+    """Raise if ``out`` (computed from finite inputs) overflowed its dtype to inf or NaN."""
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{what} overflows {out.dtype}; rescale {names}, or compute in float64")
 
 
 def rel_shift(x) -> np.ndarray:
@@ -142,13 +159,17 @@ def rel_shift(x) -> np.ndarray:
     return padded.reshape(*lead, T, S)  # (..., T, S): a view, no second copy
 
 
-def _as_qk(q, k=None, *, causal: bool = True):
-    """q as (..., H, T, D) and k as (..., H, S, D) with the same leading dims and D."""
+def _as_q(q) -> np.ndarray:
+    """q as a finite float array (..., H, T, D)."""
     q = as_float_array(q, "q")
     if q.ndim < 3:
         raise ValueError(f"q must have shape (..., H, T, D), got shape {q.shape}")
-    if k is None:
-        return q, None
+    return q
+
+
+def _as_qk(q, k, *, causal: bool = True):
+    """q as (..., H, T, D) and k as (..., H, S, D) with the same leading dims and D."""
+    q = _as_q(q)
     k = as_float_array(k, "k")
     if k.ndim != q.ndim or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k must have shape (..., H, S, D) matching q {q.shape}, got shape {k.shape}")
@@ -158,20 +179,21 @@ def _as_qk(q, k=None, *, causal: bool = True):
     return q, k
 
 
-def _as_shaped(a, name: str, shape: tuple, letters: str) -> np.ndarray:
-    """``a`` as a float array of exactly ``shape``, or a ValueError naming ``name``."""
+def _as_shaped(a, name: str, shape: tuple, letters: str, q: np.ndarray) -> np.ndarray:
+    """``a`` as a float array of exactly ``shape`` (read off q), or a ValueError naming both."""
     a = as_float_array(a, name)
     if a.shape != tuple(shape):
-        raise ValueError(f"{name} must have shape {letters} = {tuple(shape)}, got shape {a.shape}")
+        raise ValueError(f"{name} must have shape {letters} = {tuple(shape)} to match q of shape {q.shape}, "
+                         f"got shape {a.shape}")
     return a
 
 
 def _as_w_r(w_r, H: int, D: int) -> np.ndarray:
-    """W_R as (d_model, H*D) with an even d_model (the [sin | cos] table's width)."""
+    """W_R as (d_model, H*D) with an even d_model >= 2 (the [sin | cos] table's width)."""
     w_r = as_float_array(w_r, "w_r")
-    if w_r.ndim != 2 or w_r.shape[1] != H * D or w_r.shape[0] % 2:
-        raise ValueError(f"w_r must have shape (d_model, H*D) = (even d_model, {H * D}), "
-                         f"got shape {w_r.shape}")
+    if w_r.ndim != 2 or w_r.shape[1] != H * D or w_r.shape[0] % 2 or w_r.shape[0] < 2:
+        raise ValueError(f"w_r must have shape (d_model, H*D) = (even d_model >= 2, {H * D}) to match q's "
+                         f"H = {H} and D = {D}, got shape {w_r.shape}")
     return w_r
 
 
@@ -182,15 +204,17 @@ def position_scores(q, r, v) -> np.ndarray:
     S-1-s: ``relative_heads(relative_embeddings(S, d_model), w_r, H)``); v: (H, D), the code's
     ``r_r_bias``. Returns (..., H, T, S), exact for j <= i + M (the causal entries).
     """
-    q, _ = _as_qk(q)
+    q = _as_q(q)
     *_, H, T, D = q.shape
     r = as_float_array(r, "r")
     if r.ndim != 3 or r.shape[0] != H or r.shape[2] != D or r.shape[1] < T:
         raise ValueError(f"r must have shape (H, S, D) = ({H}, S >= {T}, {D}) for q {q.shape}, "
                          f"got shape {r.shape}")
-    v = _as_shaped(v, "v", (H, D), "(H, D)")
-    bd = np.matmul(q + v[:, None, :], np.swapaxes(r, -1, -2))  # (..., H, T, S)  BD, unshifted
-    return rel_shift(bd).astype(float_dtype(q, r, v), copy=False)  # BD[i, j] <- BD[i, j+T-1-i]
+    v = _as_shaped(v, "v", (H, D), "(H, D)", q)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        bd = np.matmul(q + v[:, None, :], np.swapaxes(r, -1, -2)).astype(float_dtype(q, r, v), copy=False)
+    _check_finite(bd, "(q + v) . r", "q, r or v")  # (..., H, T, S)  BD, unshifted
+    return rel_shift(bd)  # BD[i, j] <- BD[i, j+T-1-i]
 
 
 def xl_scores(q, k, r, u, v) -> np.ndarray:
@@ -203,12 +227,15 @@ def xl_scores(q, k, r, u, v) -> np.ndarray:
     """
     q, k = _as_qk(q, k)
     *_, H, T, D = q.shape
-    r = _as_shaped(r, "r", (H, k.shape[-2], D), "(H, S, D) with S = k.shape[-2]")
-    u = _as_shaped(u, "u", (H, D), "(H, D)")
-    v = _as_shaped(v, "v", (H, D), "(H, D)")
-    ac = np.matmul(q + u[:, None, :], np.swapaxes(k, -1, -2))  # (..., H, T, S)  (a) + (c)
+    r = _as_shaped(r, "r", (H, k.shape[-2], D), "(H, S, D) with S = k.shape[-2]", q)
+    u = _as_shaped(u, "u", (H, D), "(H, D)", q)
+    v = _as_shaped(v, "v", (H, D), "(H, D)", q)
     bd = position_scores(q, r, v)  # (..., H, T, S)  (b) + (d)
-    return (ac + bd).astype(float_dtype(q, k, r, u, v), copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        ac = np.matmul(q + u[:, None, :], np.swapaxes(k, -1, -2))  # (..., H, T, S)  (a) + (c)
+        scores = (ac + bd).astype(float_dtype(q, k, r, u, v), copy=False)
+    _check_finite(scores, "the logits (q + u) . k + (q + v) . r", "q, k, r, u or v")
+    return scores
 
 
 def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 10000.0,
@@ -219,18 +246,26 @@ def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 100
     positions of any order and sign (no causal restriction). Projects R once per distinct
     distance, then gathers: the general form of ``rel_shift``. ``clamp_len`` as in ``xl_terms``.
     """
-    q, _ = _as_qk(q)
+    q = _as_q(q)
     *_, H, T, D = q.shape
-    v = _as_shaped(v, "v", (H, D), "(H, D)")
+    v = _as_shaped(v, "v", (H, D), "(H, D)", q)
     w_r = _as_w_r(w_r, H, D)
+    dtype = float_dtype(q, v, w_r)
+    if _is_count(k_positions) and k_positions > 0:  # the output, before arange(S) is built
+        check_alloc((*q.shape[:-1], k_positions), dtype, "k_positions")
     kp = as_positions(k_positions, "k_positions", allow_negative=True)
+    check_alloc((*q.shape[:-1], kp.shape[0]), dtype, "k_positions")
+    check_alloc((3, T, kp.shape[0]), np.int64, "q_positions and k_positions (i - j, sorted, indexed)")
     n = _pair_distances(q_positions, kp, T, kp.shape[0], clamp_len)  # (T, S)  i - j
     dist, index = np.unique(n.ravel(), return_inverse=True)  # (U,) distinct distances, (T*S,)
+    check_alloc((*q.shape[:-1], dist.size), np.result_type(q, v, w_r), "q_positions and k_positions")
     table = sinusoidal_table(dist, w_r.shape[0], base=base, layout="split")  # (U, d_model)  R_n
     r = relative_heads(table, w_r, H)  # (H, U, D)  W_R R_n
-    scores = np.einsum("...htd,hud->...htu", q + v[:, None, :], r)  # (..., H, T, U)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        scores = np.einsum("...htd,hud->...htu", q + v[:, None, :], r).astype(dtype, copy=False)  # (..., H, T, U)
+    _check_finite(scores, "(q + v) . W_R R", "q, v or w_r")
     index = np.broadcast_to(index.reshape(n.shape), (*q.shape[:-1], n.shape[1]))  # (..., H, T, S)
-    return np.take_along_axis(scores, index, axis=-1).astype(float_dtype(q, v, w_r), copy=False)
+    return np.take_along_axis(scores, index, axis=-1)
 
 
 class XLTerms(NamedTuple):
@@ -242,22 +277,38 @@ class XLTerms(NamedTuple):
     d: np.ndarray  # v . W_R R_{i-j}
 
 
+def _is_count(positions) -> bool:
+    """True for an int n that stands for ``arange(n)`` (not a bool, not an array)."""
+    return isinstance(positions, numbers.Integral) and not isinstance(positions, bool)
+
+
 def _pair_distances(q_positions, k_positions, T: int, S: int, clamp_len) -> np.ndarray:
-    """i - j for every pair, (T, S); default positions put the queries last in arange(S)."""
+    """i - j for every pair, (T, S); default positions put the queries last in arange(S).
+
+    The lengths are checked before an int position count builds ``arange``, and the extreme
+    distances in Python ints before NumPy subtracts, so that nothing wraps around int64.
+    """
     if q_positions is None:
         if S < T:
-            raise ValueError(f"q_positions is required when S < T, got T={T}, S={S}")
+            raise ValueError(f"q_positions is required when k has fewer keys than q has queries "
+                             f"(S = {S} < T = {T}); the default puts the queries last among the keys")
         q_positions = np.arange(S - T, S)
-    qp = as_positions(q_positions, "q_positions", allow_negative=True)
+    qp = as_positions(q_positions, "q_positions", allow_negative=True, length=T)  # (T,), q's queries
     kp = as_positions(np.arange(S) if k_positions is None else k_positions, "k_positions",
-                      allow_negative=True)
-    if qp.shape != (T,) or kp.shape != (S,):
-        raise ValueError(f"q_positions must have shape (T,) = ({T},) and k_positions (S,) = ({S},), "
-                         f"got {qp.shape} and {kp.shape}")
+                      allow_negative=True, length=S)                                # (S,), k's keys
+    c = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1)
+    if T == 0 or S == 0:
+        return np.zeros((T, S), dtype=np.int64)
+    lo, hi = int(qp.min()) - int(kp.max()), int(qp.max()) - int(kp.min())  # extreme i - j, exact
+    if lo < -2 ** 63 or hi >= 2 ** 63:
+        raise ValueError(f"q_positions and k_positions give distances i - j beyond int64, {lo} ... {hi}")
+    far = max(-lo, hi) if c is None else min(c, max(-lo, hi))  # largest |i - j| after clamp_len
+    if far > MAX_POSITION:
+        raise ValueError(f"q_positions and k_positions must give distances i - j within +-2**53 (float64 holds "
+                         f"every integer only up to there; clamp_len caps them), got {lo} ... {hi}")
     n = qp[:, None] - kp[None, :]  # (T, S)  i - j
-    if clamp_len is not None:
-        c = check_int(clamp_len, "clamp_len", minimum=1)
-        n = np.clip(n, -c, c)
+    if c is not None:
+        n = np.clip(n, -max(far, 1), max(far, 1))  # a cap beyond every distance changes nothing
     return n
 
 
@@ -273,19 +324,26 @@ def xl_terms(q, k, w_r, u, v, *, q_positions=None, k_positions=None, base: float
     q, k = _as_qk(q, k, causal=False)
     *_, H, T, D = q.shape
     S = k.shape[-2]
-    u = _as_shaped(u, "u", (H, D), "(H, D)")
-    v = _as_shaped(v, "v", (H, D), "(H, D)")
+    u = _as_shaped(u, "u", (H, D), "(H, D)", q)
+    v = _as_shaped(v, "v", (H, D), "(H, D)", q)
     w_r = _as_w_r(w_r, H, D)
+    dtype = float_dtype(q, k, w_r, u, v)
+    check_alloc((T * S, max(w_r.shape)), np.float64, "q and k (R_{i-j} for all T * S pairs)")
+    check_alloc((*q.shape[:-1], S), dtype, "q and k")
     n = _pair_distances(q_positions, k_positions, T, S, clamp_len)  # (T, S)
     R = sinusoidal_table(n.ravel(), w_r.shape[0], base=base, layout="split")  # (T*S, d_model) R_{i-j}
-    r_ij = (R @ w_r).reshape(T, S, H, D)  # (T, S, H, D)  W_{k,R} R_{i-j}, head by head
     full = (*q.shape[:-2], T, S)  # (..., H, T, S)
-    a = np.einsum("...htd,...hsd->...hts", q, k)  # (a) q_i . k_j
-    b = np.einsum("...htd,tshd->...hts", q, r_ij)  # (b) q_i . W_R R_{i-j}
-    c = np.broadcast_to(np.einsum("hd,...hsd->...hs", u, k)[..., None, :], full)  # (c) u . k_j
-    d = np.broadcast_to(np.einsum("hd,tshd->hts", v, r_ij), full)  # (d) v . W_R R_{i-j}
-    dtype = float_dtype(q, k, w_r, u, v)
-    return XLTerms(*(t.astype(dtype) for t in (a, b, c, d)))
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        r_ij = (R @ w_r).reshape(T, S, H, D)  # (T, S, H, D)  W_{k,R} R_{i-j}, head by head
+        a = np.einsum("...htd,...hsd->...hts", q, k)  # (a) q_i . k_j
+        b = np.einsum("...htd,tshd->...hts", q, r_ij)  # (b) q_i . W_R R_{i-j}
+        c = np.broadcast_to(np.einsum("hd,...hsd->...hs", u, k)[..., None, :], full)  # (c) u . k_j
+        d = np.broadcast_to(np.einsum("hd,tshd->hts", v, r_ij), full)  # (d) v . W_R R_{i-j}
+        terms = XLTerms(*(t.astype(dtype) for t in (a, b, c, d)))
+    for name, term, inputs in zip(("(a) q . k", "(b) q . W_R R", "(c) u . k", "(d) v . W_R R"), terms,
+                                  ("q or k", "q or w_r", "u or k", "v or w_r")):
+        _check_finite(term, f"the term {name}", inputs)
+    return terms
 
 
 def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=None,
@@ -298,4 +356,7 @@ def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=Non
     """
     a, b, c, d = xl_terms(q, k, w_r, u, v, q_positions=q_positions, k_positions=k_positions,
                           base=base, clamp_len=clamp_len)
-    return a + b + c + d  # A^rel_{i,j}, arXiv:1901.02860 Sec. 3.3
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        scores = a + b + c + d  # A^rel_{i,j}, arXiv:1901.02860 Sec. 3.3
+    _check_finite(scores, "the logits (a) + (b) + (c) + (d)", "q, k, w_r, u or v")
+    return scores

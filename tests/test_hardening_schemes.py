@@ -116,3 +116,77 @@ def test_xpos_numpy_bool_flag_and_valid_extremes():
     zeta = np.array([3.2, 5.2, 7.2, 9.2]) / 11.2
     np.testing.assert_allclose(ratio[0], np.repeat(zeta ** (-6 / 512), 2), rtol=1e-12)
     assert apply_xpos(np.ones((0, 8)), 0).shape == (0, 8)
+
+
+# --- transformer_xl ------------------------------------------------------------------------
+
+from minipos.transformer_xl import (  # noqa: E402
+    position_scores,
+    relative_embeddings,
+    xl_position_logits,
+    xl_scores,
+    xl_terms,
+)
+
+
+def _xl(dtype=np.float64, scale=1.0):
+    rng = np.random.default_rng(0)
+    shapes = ((1, 2, 3, 4), (1, 2, 5, 4), (2, 5, 4), (2, 4), (2, 4), (6, 8))  # q, k, r, u, v, w_r
+    return tuple((rng.standard_normal(s) * scale).astype(dtype) for s in shapes)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    # (2**62 + 2**61) - (-2**62) = 1.25 * 2**63 does not fit int64 (it wrapped to a negative distance).
+    (lambda q, k, r, u, v, w_r: xl_position_logits(q[..., :1, :], v, w_r, [2 ** 62 + 2 ** 61], [-(2 ** 62)]),
+     ValueError, "q_positions and k_positions give distances i - j beyond int64"),
+    # a distance of 2**60 is not exact in float64 (the sinusoid would be taken at a rounded distance).
+    (lambda q, k, r, u, v, w_r: xl_position_logits(q[..., :1, :], v, w_r, [2 ** 60], [0]), ValueError,
+     r"within \+-2\*\*53"),
+    (lambda q, k, r, u, v, w_r: xl_scores(q, None, r, u, v), TypeError, "^k must be a real numeric array"),
+    # d_model = 0: no [sin | cos] table can be built.
+    (lambda q, k, r, u, v, w_r: xl_terms(q, k, np.zeros((0, 8)), u, v), ValueError, "^w_r must have shape"),
+    # the default puts the 3 queries last among the keys: impossible with 2 keys.
+    (lambda q, k, r, u, v, w_r: xl_terms(q, k[..., :2, :], w_r, u, v), ValueError, "fewer keys"),
+    # v's shape is read off q, and the message says so.
+    (lambda q, k, r, u, v, w_r: xl_position_logits(q[..., :3], v, w_r[:, :6], [0, 1, 2], [0]), ValueError,
+     r"^v must have shape \(H, D\) = \(2, 3\) to match q"),
+    # 2**63 keys cannot fit in memory (it returned an empty table).
+    (lambda q, k, r, u, v, w_r: relative_embeddings(2 ** 63, 2), ValueError, "^k_len and d_model"),
+])
+def test_transformer_xl_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(*_xl())
+
+
+@pytest.mark.parametrize("call", [
+    lambda q, k, r, u, v, w_r: xl_scores(q, k, r, u, v),
+    lambda q, k, r, u, v, w_r: position_scores(q, r, v),
+    lambda q, k, r, u, v, w_r: xl_terms(q, k, w_r, u, v),
+    lambda q, k, r, u, v, w_r: xl_position_logits(q, v, w_r, [2, 3, 4], 5),
+])
+def test_transformer_xl_scores_that_overflow_float32_raise(call):
+    # entries ~1e20: every product q . k, (q + v) . r, (q + v) . W_R R ~ 1e40 is beyond float32's 3.4e38
+    # (they returned inf).
+    with pytest.raises(ValueError, match="overflows float32"):
+        call(*_xl(np.float32, 1e20))
+
+
+def test_transformer_xl_clamp_len_beyond_every_distance_changes_nothing():
+    # clamp_len caps |i - j|; 2**70 exceeds every distance (it raised OverflowError).
+    np.testing.assert_array_equal(relative_embeddings(4, 8, clamp_len=2 ** 70), relative_embeddings(4, 8))
+    q, k, r, u, v, w_r = _xl()
+    np.testing.assert_array_equal(xl_position_logits(q, v, w_r, [2, 3, 4], 5, clamp_len=2 ** 70),
+                                  xl_position_logits(q, v, w_r, [2, 3, 4], 5))
+    # a distance of 2**60 capped at 3 is distance 3.
+    np.testing.assert_array_equal(xl_position_logits(q[..., :1, :], v, w_r, [2 ** 60], [0], clamp_len=3),
+                                  xl_position_logits(q[..., :1, :], v, w_r, [3], [0]))
+
+
+def test_transformer_xl_sizes_are_checked_before_building(small_machine):
+    q, k, r, u, v, w_r = _xl()
+    # arange(10**9) would need 8 GB; q has 3 queries, which the error says first.
+    with pytest.raises(ValueError, match="^q_positions must have length 3"):
+        xl_position_logits(q, v, w_r, 10 ** 9, 5)
+    # 10**5 keys: the output (1, 2, 3, 10**5) float64 is 4.8 MB, more than the 1 MiB machine.
+    with pytest.raises(ValueError, match="^k_positions asks"):
+        xl_position_logits(q, v, w_r, [0, 1, 2], 10 ** 5)

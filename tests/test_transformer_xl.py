@@ -317,7 +317,7 @@ def test_definitional_and_table_errors():
         xl_terms(q, k, w_r[:, :3], u, v)
     with pytest.raises(ValueError, match=r"^w_r must have shape"):
         xl_terms(q, k, np.zeros((3, 4)), u, v)  # odd d_model: no [sin | cos] table
-    with pytest.raises(ValueError, match=r"q_positions must have shape"):
+    with pytest.raises(ValueError, match=r"q_positions must have (shape|length)"):
         xl_terms(q, k, w_r, u, v, q_positions=np.arange(4))
     with pytest.raises(ValueError, match=r"q_positions must hold integers"):
         xl_position_logits(q, v, w_r, np.array([0.5, 1, 2]), np.arange(5))
