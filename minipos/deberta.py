@@ -66,15 +66,26 @@ positions, and every function here applies the same per-pair formula for any ``T
 The references are exercised with ``T == S`` only: HF's ``T != S`` branch (``build_rpos``) passes
 its bucket arguments swapped and yields an ``(S, S)`` p2c term; microsoft's selects p2c rows by
 ``relative_pos[:, 0]``, which is the query position only without buckets.
+
+Errors name the argument the caller passed: :func:`spans_from_config` checks a configuration
+under its config keys (``position_buckets``, ``max_relative_positions``,
+``max_position_embeddings``), so a bad config is reported there and not as the ``bucket_size``
+or ``max_position`` it turns into. ``att_span`` is at most ``2**62`` (the index ``2 att_span - 1``
+must fit int64); relative positions are int64 and never wrap; shapes that do not match name
+both arrays; scores that overflow the floating dtype raise instead of returning inf.
 """
 
 from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from ._checks import (
     as_float_array,
     as_positions,
+    check_alloc,
     check_choice,
     check_int,
     check_positive_int,
@@ -94,6 +105,8 @@ __all__ = [
 ]
 
 _POS_ATT_TYPES = ("c2p", "p2c")
+MAX_SPAN = 2 ** 62
+"""Largest ``att_span``: the index ``2 att_span - 1`` (and ``relative_pos + att_span``) fit int64."""
 
 
 def _as_int_array(relative_pos) -> np.ndarray:
@@ -101,16 +114,29 @@ def _as_int_array(relative_pos) -> np.ndarray:
     return as_positions(np.asarray(relative_pos), "relative_pos", allow_negative=True, ndim=None)
 
 
-def _check_buckets(bucket_size, max_position) -> tuple[int, int]:
-    bucket_size = check_int(bucket_size, "bucket_size", minimum=2)
+def _check_buckets(bucket_size, max_position, names=("bucket_size", "max_position"),
+                   note: str = "") -> tuple[int, int]:
+    """``(bucket_size, max_position)`` of a log-bucket config; ``names`` are the caller's names."""
+    b_name, m_name = names
+    bucket_size = check_int(bucket_size, b_name, minimum=2)
     mid = bucket_size // 2
-    max_position = check_int(max_position, "max_position")
+    max_position = check_int(max_position, m_name)
     if max_position - 1 <= mid:
         raise ValueError(
-            f"max_position must be > bucket_size // 2 + 1 = {mid + 1} (else the log scale "
-            f"log((max_position - 1) / mid) is not positive), got {max_position}"
+            f"{m_name} must be > {b_name} // 2 + 1 = {mid + 1} (else the log scale "
+            f"log(({m_name} - 1) / ({b_name} // 2)) is not positive), got {max_position}{note}"
         )
+    if max_position >= 2 ** 63:
+        raise ValueError(f"{m_name} must be < 2**63 (no int64 distance reaches it), got {max_position}")
     return bucket_size, max_position
+
+
+def _check_span(att_span, name: str = "att_span") -> int:
+    """``att_span`` as an int in [1, 2**62] (the rows of a ``(2 att_span, ...)`` table)."""
+    att_span = check_positive_int(att_span, name)
+    if att_span > MAX_SPAN:
+        raise ValueError(f"{name} must be <= 2**62 (the index 2 * att_span - 1 must fit int64), got {att_span}")
+    return att_span
 
 
 def make_log_bucket_position(relative_pos, bucket_size: int, max_position: int, *,
@@ -140,6 +166,8 @@ def make_log_bucket_position(relative_pos, bucket_size: int, max_position: int, 
     relative_pos: integer array, any shape. Returns int64, same shape.
     """
     r = _as_int_array(relative_pos)
+    if r.size and int(r.min()) == np.iinfo(np.int64).min:
+        raise ValueError("relative_pos must lie within +-(2**63 - 1), got -2**63, whose magnitude int64 cannot hold")
     bucket_size, max_position = _check_buckets(bucket_size, max_position)
     check_choice(precision, "precision", ("float32", "float64"))
     f = np.float32 if precision == "float32" else np.float64
@@ -160,11 +188,15 @@ def relative_positions(q_positions, k_positions, *, bucket_size: int = -1,
     q_positions: ``(T,)`` ints or an int T; k_positions: ``(S,)`` ints or an int S.
     Returns int64 ``(T, S)``. A cached step passes ``q_positions = arange(P, P + T)``.
     """
-    q = as_positions(q_positions, "q_positions")
-    k = as_positions(k_positions, "k_positions")
-    rel = q[:, None] - k[None, :]  # (T, S)
     bucket_size = check_int(bucket_size, "bucket_size")
     max_position = check_int(max_position, "max_position")
+    T, S = _count(q_positions), _count(k_positions)
+    if T is not None and S is not None:  # the output fits, before an int n builds arange(n)
+        check_alloc((T, S), np.int64, "q_positions and k_positions")
+    q = as_positions(q_positions, "q_positions")
+    k = as_positions(k_positions, "k_positions")
+    check_alloc((q.shape[0], k.shape[0]), np.int64, "q_positions and k_positions")
+    rel = q[:, None] - k[None, :]  # (T, S), both >= 0: no int64 overflow
     if bucket_size > 0 and max_position > 0:
         rel = make_log_bucket_position(rel, bucket_size, max_position, precision=precision)
     return rel
@@ -179,8 +211,17 @@ def build_relative_position(q_len: int, k_len: int, *, bucket_size: int = -1,
     """
     T = check_int(q_len, "q_len", minimum=0)
     S = check_int(k_len, "k_len", minimum=0)
+    check_alloc((T, S), np.int64, "q_len and k_len")
     return relative_positions(T, S, bucket_size=bucket_size, max_position=max_position,
                               precision=precision)
+
+
+def _count(positions) -> int | None:
+    """The number of positions without building them: n for an int n, the length of a 1-D list or
+    array, None where ``as_positions`` will raise anyway."""
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+        return int(positions) if positions >= 0 else None
+    return np.shape(positions)[0] if np.ndim(positions) == 1 else None
 
 
 def spans_from_config(*, position_buckets: int = -1, max_relative_positions: int = -1,
@@ -190,42 +231,68 @@ def spans_from_config(*, position_buckets: int = -1, max_relative_positions: int
     ``max_relative_positions < 1`` means ``max_position_embeddings``; ``att_span`` is
     ``position_buckets`` when it is > 0, else ``max_relative_positions``. The relative table
     ``rel_embeddings`` has ``2 * att_span`` rows. v3: ``(256, 512, 256)``.
+
+    ``position_buckets < 1`` means no buckets; otherwise it must be >= 2 with ``max_relative_positions``
+    (or the ``max_position_embeddings`` it falls back to) > ``position_buckets // 2 + 1``, and
+    ``att_span <= 2**62``. Errors name these config keys, not the arguments they become.
     """
     buckets = check_int(position_buckets, "position_buckets")
     max_rel = check_int(max_relative_positions, "max_relative_positions")
+    max_emb = check_positive_int(max_position_embeddings, "max_position_embeddings")
+    max_key = "max_relative_positions"
     if max_rel < 1:
-        max_rel = check_positive_int(max_position_embeddings, "max_position_embeddings")
-    return buckets, max_rel, (buckets if buckets > 0 else max_rel)
+        max_rel, max_key = max_emb, "max_position_embeddings"  # HF: max_relative_positions < 1 falls back
+    if buckets > 0:
+        if buckets < 2:
+            raise ValueError(f"position_buckets must be >= 2, or < 1 for no buckets, got {buckets}")
+        _check_buckets(buckets, max_rel, ("position_buckets", max_key),
+                       "" if max_key == "max_relative_positions" else " (used since max_relative_positions < 1)")
+        return buckets, max_rel, _check_span(buckets, "position_buckets")
+    return buckets, max_rel, _check_span(max_rel, max_key)
 
 
 def relative_index(relative_pos, att_span: int) -> np.ndarray:
     """The paper's delta (Eq. 3): ``clip(relative_pos + att_span, 0, 2 * att_span - 1)``.
 
     relative_pos: integer array, any shape (``i - j``, possibly bucketed). Returns int64.
+    Computed as ``clip(relative_pos, -k, k - 1) + k``, equal and free of int64 overflow.
     """
-    k = check_positive_int(att_span, "att_span")
+    k = _check_span(att_span)
     r = _as_int_array(relative_pos)
-    return np.clip(r + k, 0, 2 * k - 1)  # delta(i, j), Eq. 3
+    return np.clip(r, -k, k - 1) + k  # delta(i, j) = clip(r + k, 0, 2k - 1), Eq. 3
 
 
-def _check_pos_table(table, name: str, att_span: int, heads: int, dim: int) -> np.ndarray:
+def _check_pos_table(table, name: str, att_span: int, heads: int, dim: int, content) -> np.ndarray:
+    """A relative table ``(H, 2 * att_span, D)``, H and D read off ``content`` (q or k)."""
     table = as_float_array(table, name)
     want = (heads, 2 * att_span, dim)
     if table.shape != want:
-        raise ValueError(f"{name} must have shape (H, 2 * att_span, D) = {want}, got {table.shape}")
+        raise ValueError(f"{name} must have shape (H, 2 * att_span, D) = {want} (H and D from "
+                         f"{'q' if name == 'pos_key' else 'k'} of shape {content.shape}), got {table.shape}")
     return table
 
 
-def _index_for(relative_pos, att_span: int, out_shape: tuple) -> np.ndarray:
-    """The Eq. 3 index broadcast to ``out_shape`` ``(..., H, T, S)``, or raise naming it."""
+def _index_for(relative_pos, att_span: int, out_shape: tuple, source: str) -> np.ndarray:
+    """The Eq. 3 index broadcast to ``out_shape`` ``(..., H, T, S)``, or raise naming it.
+
+    ``source`` says which arrays fixed ``out_shape`` (e.g. "T from q of shape (...)").
+    """
     idx = relative_index(relative_pos, att_span)
-    if idx.ndim < 2 or idx.shape[-2:] != out_shape[-2:]:
-        raise ValueError(f"relative_pos must have shape (T, S) = {out_shape[-2:]}, got {idx.shape}")
+    if idx.ndim < 2 or idx.shape[-2:] != tuple(out_shape[-2:]):
+        raise ValueError(f"relative_pos must have shape (T, S) = {tuple(out_shape[-2:])} ({source}), "
+                         f"got {idx.shape}")
     try:
         return np.broadcast_to(idx, out_shape)
     except ValueError:
         raise ValueError(f"relative_pos of shape {idx.shape} does not broadcast to (..., H, T, S) "
-                         f"= {out_shape}") from None
+                         f"= {out_shape} ({source})") from None
+
+
+def _check_finite(out: np.ndarray, what: str, names: str) -> np.ndarray:
+    """``out`` if finite; raise if it (computed from finite inputs) overflowed its dtype."""
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{what} overflows {out.dtype}; rescale {names}, or compute in float64")
+    return out
 
 
 def _check_content(x, name: str, letters: str) -> np.ndarray:
@@ -244,11 +311,15 @@ def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     """
     q = _check_content(q, "q", "(..., H, T, D)")
     *lead, H, T, D = q.shape
-    att_span = check_positive_int(att_span, "att_span")
-    pos_key = _check_pos_table(pos_key, "pos_key", att_span, H, D)
-    qp = np.matmul(q, np.swapaxes(pos_key, -1, -2))  # (..., H, T, 2K)
+    att_span = _check_span(att_span)
+    pos_key = _check_pos_table(pos_key, "pos_key", att_span, H, D, q)
     S = np.shape(relative_pos)[-1] if np.ndim(relative_pos) else 0
-    idx = _index_for(relative_pos, att_span, (*lead, H, T, S))
+    idx = _index_for(relative_pos, att_span, (*lead, H, T, S), f"T from q of shape {q.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below
+        qp = np.matmul(q, np.swapaxes(pos_key, -1, -2))  # (..., H, T, 2K)
+    _check_finite(qp, "q . pos_key", "q or pos_key")
+    if idx.size == 0:
+        return np.zeros(idx.shape, qp.dtype)  # (..., H, T, S) with a zero dim
     if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
         flat = idx[(0,) * (idx.ndim - 2)] + (2 * att_span) * np.arange(T)[:, None]  # t * 2K + delta
         return _take_rows(qp, flat)                                           # (..., H, T, S)
@@ -265,11 +336,15 @@ def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
     """
     k = _check_content(k, "k", "(..., H, S, D)")
     *lead, H, S, D = k.shape
-    att_span = check_positive_int(att_span, "att_span")
-    pos_query = _check_pos_table(pos_query, "pos_query", att_span, H, D)
-    kp = np.matmul(pos_query, np.swapaxes(k, -1, -2))  # (..., H, 2K, S)
+    att_span = _check_span(att_span)
+    pos_query = _check_pos_table(pos_query, "pos_query", att_span, H, D, k)
     T = np.shape(relative_pos)[-2] if np.ndim(relative_pos) >= 2 else 0
-    idx = _index_for(relative_pos, att_span, (*lead, H, T, S))
+    idx = _index_for(relative_pos, att_span, (*lead, H, T, S), f"S from k of shape {k.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below
+        kp = np.matmul(pos_query, np.swapaxes(k, -1, -2))  # (..., H, 2K, S)
+    _check_finite(kp, "pos_query . k", "k or pos_query")
+    if idx.size == 0:
+        return np.zeros(idx.shape, kp.dtype)  # (..., H, T, S) with a zero dim
     if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
         flat = idx[(0,) * (idx.ndim - 2)] * S + np.arange(S)[None, :]           # delta * S + s
         return _take_rows(kp, flat)                                           # (..., H, T, S)
@@ -287,6 +362,9 @@ def parse_pos_att_type(pos_att_type) -> tuple[str, ...]:
     """``pos_att_type`` as a tuple; a config string ``"p2c|c2p"`` is split on ``|``."""
     if isinstance(pos_att_type, str):
         pos_att_type = [t.strip() for t in pos_att_type.lower().split("|") if t.strip()]
+    if isinstance(pos_att_type, (bytes, Mapping)) or not isinstance(pos_att_type, Iterable):
+        raise TypeError(f"pos_att_type must be a sequence of 'c2p' / 'p2c' or a config string like "
+                        f"'p2c|c2p', got {type(pos_att_type).__name__} {pos_att_type!r}")
     types = tuple(pos_att_type)
     for t in types:
         check_choice(t, "pos_att_type", _POS_ATT_TYPES)
@@ -317,16 +395,29 @@ def disentangled_scores(q, k, pos_key, pos_query, relative_pos, *, att_span: int
     """
     q, k = _check_qk(q, k)
     types = parse_pos_att_type(pos_att_type)
-    tables = [t for t in (pos_key, pos_query) if t is not None]
-    dtype = float_dtype(q, k, *[np.asarray(t) for t in tables])
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)).astype(dtype)  # c2c: (..., H, T, S)
-    _index_for(relative_pos, att_span, scores.shape)  # raise early, naming relative_pos
-    if "c2p" in types:
-        scores += c2p_term(q, pos_key, relative_pos, att_span)
-    if "p2c" in types:
-        scores += p2c_term(k, pos_query, relative_pos, att_span)
+    att_span = _check_span(att_span)
+    dtype = float_dtype(q, k, *_tables(pos_key, pos_query))
+    out_shape = (*q.shape[:-1], k.shape[-2])  # (..., H, T, S)
+    _index_for(relative_pos, att_span, out_shape, _qk_source(q, k))  # raise early, naming relative_pos
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below
+        scores = np.matmul(q, np.swapaxes(k, -1, -2)).astype(dtype)  # c2c: (..., H, T, S)
+        if "c2p" in types:
+            scores += c2p_term(q, pos_key, relative_pos, att_span)
+        if "p2c" in types:
+            scores += p2c_term(k, pos_query, relative_pos, att_span)
+    _check_finite(scores, "the logits c2c + c2p + p2c", "q, k, pos_key or pos_query")
     scale = np.sqrt(q.shape[-1] * (1 + len(types)))  # sqrt(3D) with c2p and p2c (Eq. 4)
     return scores / dtype.type(scale)
+
+
+def _tables(pos_key, pos_query) -> list:
+    """The relative tables that were given, as float arrays (for the result's dtype)."""
+    return [as_float_array(t, name, finite=False) for name, t in (("pos_key", pos_key), ("pos_query", pos_query))
+            if t is not None]
+
+
+def _qk_source(q: np.ndarray, k: np.ndarray) -> str:
+    return f"T from q of shape {q.shape}, S from k of shape {k.shape}"
 
 
 def disentangled_scores_definitional(q, k, pos_key, pos_query, relative_pos, *, att_span: int,
@@ -343,17 +434,27 @@ def disentangled_scores_definitional(q, k, pos_key, pos_query, relative_pos, *, 
     q, k = _check_qk(q, k)
     types = parse_pos_att_type(pos_att_type)
     check_choice(p2c_convention, "p2c_convention", ("code", "paper"))
-    att_span = check_positive_int(att_span, "att_span")
+    att_span = _check_span(att_span)
     H, T, S, D = q.shape[-3], q.shape[-2], k.shape[-2], q.shape[-1]
-    idx = _index_for(relative_pos, att_span, (T, S))                           # delta(i, j)
-    scores = np.einsum("...htd,...hsd->...hts", q, k)                          # Q^c_i . K^c_j
-    if "c2p" in types:
-        kr = _check_pos_table(pos_key, "pos_key", att_span, H, D)[:, idx]      # (H, T, S, D)
-        scores = scores + np.einsum("...htd,htsd->...hts", q, kr)              # Q^c_i . K^r_delta(i,j)
-    if "p2c" in types:
-        ji = idx if p2c_convention == "code" else relative_index(-np.asarray(relative_pos), att_span)
-        qr = _check_pos_table(pos_query, "pos_query", att_span, H, D)[:, ji]   # (H, T, S, D)
-        scores = scores + np.einsum("...hsd,htsd->...hts", k, qr)              # K^c_j . Q^r_delta'
-    tables = [np.asarray(t) for t in (pos_key, pos_query) if t is not None]
-    dtype = float_dtype(q, k, *tables)
-    return (scores / np.sqrt(D * (1 + len(types)))).astype(dtype, copy=False)  # / sqrt(3D)
+    idx = _index_for(relative_pos, att_span, (T, S), _qk_source(q, k))        # delta(i, j)
+    check_alloc((H, T, S, D), np.result_type(q, k), "q and k (a vector per (i, j) pair)")
+    with np.errstate(over="ignore", invalid="ignore"):                         # checked below
+        scores = np.einsum("...htd,...hsd->...hts", q, k)                      # Q^c_i . K^c_j
+        if "c2p" in types:
+            kr = _check_pos_table(pos_key, "pos_key", att_span, H, D, q)[:, idx]   # (H, T, S, D)
+            scores = scores + np.einsum("...htd,htsd->...hts", q, kr)          # Q^c_i . K^r_delta(i,j)
+        if "p2c" in types:
+            ji = idx if p2c_convention == "code" else _paper_p2c_index(relative_pos, att_span)
+            qr = _check_pos_table(pos_query, "pos_query", att_span, H, D, k)[:, ji]  # (H, T, S, D)
+            scores = scores + np.einsum("...hsd,htsd->...hts", k, qr)          # K^c_j . Q^r_delta'
+    dtype = float_dtype(q, k, *_tables(pos_key, pos_query))
+    with np.errstate(over="ignore", invalid="ignore"):                         # checked below
+        scores = (scores / np.sqrt(D * (1 + len(types)))).astype(dtype, copy=False)  # / sqrt(3D)
+    return _check_finite(scores, "the logits (c2c + c2p + p2c) / sqrt(3D)", "q, k, pos_key or pos_query")
+
+
+def _paper_p2c_index(relative_pos, att_span: int) -> np.ndarray:
+    """The paper's ``delta(j, i) = clip(-relative_pos + k, 0, 2k - 1)``, as ``k - clip(r, 1 - k, k)``
+    (equal, and free of the int64 overflow of negating ``-2**63``)."""
+    r = _as_int_array(relative_pos)
+    return att_span - np.clip(r, 1 - att_span, att_span)  # delta(j, i), Eq. 3

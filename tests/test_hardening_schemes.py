@@ -190,3 +190,94 @@ def test_transformer_xl_sizes_are_checked_before_building(small_machine):
     # 10**5 keys: the output (1, 2, 3, 10**5) float64 is 4.8 MB, more than the 1 MiB machine.
     with pytest.raises(ValueError, match="^k_positions asks"):
         xl_position_logits(q, v, w_r, [0, 1, 2], 10 ** 5)
+
+
+# --- deberta -------------------------------------------------------------------------------
+
+from minipos.deberta import (  # noqa: E402
+    build_relative_position,
+    c2p_term,
+    disentangled_scores,
+    disentangled_scores_definitional,
+    make_log_bucket_position,
+    parse_pos_att_type,
+    relative_index,
+    relative_positions,
+    spans_from_config,
+)
+
+
+def _deb(dtype=np.float64, scale=1.0):
+    rng = np.random.default_rng(1)
+    shapes = ((1, 2, 3, 4), (1, 2, 4, 4), (2, 8, 4), (2, 8, 4))  # q, k, pos_key, pos_query (att_span 4)
+    return tuple((rng.standard_normal(s) * scale).astype(dtype) for s in shapes)
+
+
+REL = np.subtract.outer(np.arange(3), np.arange(4))  # (T, S) = (3, 4), i - j
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    # |-2**63| does not fit int64: np.abs gave -2**63 back, and so did the bucket.
+    (lambda: make_log_bucket_position([INT64_MIN], 256, 512), ValueError, "^relative_pos"),
+    (lambda: relative_index([1], 2 ** 70), ValueError, r"^att_span must be <= 2\*\*62"),
+    # config errors name the config keys, not the bucket_size / max_position they become.
+    (lambda: spans_from_config(position_buckets=1), ValueError, "^position_buckets must be >= 2"),
+    (lambda: spans_from_config(position_buckets=256, max_relative_positions=3), ValueError,
+     r"^max_relative_positions must be > position_buckets // 2 \+ 1 = 129"),
+    (lambda: spans_from_config(position_buckets=256, max_relative_positions=-1, max_position_embeddings=100),
+     ValueError, r"^max_position_embeddings must be > .* \(used since max_relative_positions < 1\)"),
+    (lambda: spans_from_config(max_relative_positions=16, max_position_embeddings="512"), TypeError,
+     "^max_position_embeddings"),
+    (lambda: spans_from_config(max_relative_positions=2 ** 63), ValueError, "^max_relative_positions must be <="),
+    (lambda: parse_pos_att_type(None), TypeError, "^pos_att_type must be a sequence"),
+    (lambda: parse_pos_att_type(3), TypeError, "^pos_att_type must be a sequence"),
+    # a relative_pos with 3 rows against q with 4 queries: the message says where T = 4 came from.
+    (lambda: c2p_term(np.ones((2, 4, 4)), np.ones((2, 8, 4)), REL, 4), ValueError, r"T from q of shape \(2, 4, 4\)"),
+])
+def test_deberta_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_deberta_layer_names_the_config_keys():
+    from minipos.layer import DeBERTa
+
+    with pytest.raises(ValueError, match="^position_buckets"):
+        DeBERTa(position_buckets=1)
+    with pytest.raises(ValueError, match="^max_relative_positions"):
+        DeBERTa(max_relative_positions=3)
+    with pytest.raises(TypeError, match="^pos_att_type"):
+        DeBERTa(pos_att_type=None)
+
+
+def test_deberta_indices_never_wrap():
+    # delta = clip(r + k, 0, 2k - 1) with k = 4: r = int64 max -> 7 (r + k wrapped to a negative -> 0),
+    # r = int64 min -> 0, r = -1 -> 3.
+    assert relative_index([INT64_MAX, INT64_MIN, -1], 4).tolist() == [7, 0, 3]
+    # the paper's p2c index clip(-r + k, 0, 2k - 1): r = int64 min gives 2k - 1 = 7, exactly as r = -10**6
+    # does (negating int64 min wrapped back to int64 min, giving 0).
+    q, k, pk, pq = _deb()
+    far, near = np.full((3, 4), INT64_MIN), np.full((3, 4), -10 ** 6)
+    kw = dict(att_span=4, pos_att_type=("p2c",), p2c_convention="paper")
+    np.testing.assert_array_equal(disentangled_scores_definitional(q, k, pk, pq, far, **kw),
+                                  disentangled_scores_definitional(q, k, pk, pq, near, **kw))
+
+
+def test_deberta_empty_and_overflowing_scores():
+    q, k, pk, pq = _deb()
+    # no batch: an empty result, not an IndexError
+    assert c2p_term(q[:0], pk, REL, 4).shape == (0, 2, 3, 4)
+    # entries ~1e20 in float32: q . k ~ 1e40 overflows float32 (it returned inf).
+    q, k, pk, pq = _deb(np.float32, 1e20)
+    with pytest.raises(ValueError, match="overflows float32"):
+        disentangled_scores(q, k, pk, pq, REL, att_span=4)
+    with pytest.raises(ValueError, match="overflows float32"):
+        c2p_term(q, pk, REL, 4)
+
+
+def test_deberta_sizes_are_checked_before_building(small_machine):
+    # (2000, 2000) int64 is 32 MB, more than the 1 MiB machine (the positions alone, 16 kB, fit).
+    with pytest.raises(ValueError, match="^q_len and k_len asks"):
+        build_relative_position(2000, 2000)
+    with pytest.raises(ValueError, match="^q_positions and k_positions asks"):
+        relative_positions(2000, 2000)
