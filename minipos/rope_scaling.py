@@ -63,7 +63,12 @@ Conventions and differences from HF
 - HF only warns about bad values; here they raise ``ValueError``: ``factor < 1``,
   ``beta_fast <= beta_slow``, ``high_freq_factor <= low_freq_factor``, factor lists that are not
   ``D/2`` positive numbers, ``base <= 1``, odd ``dim`` and non-finite numbers. HF's
-  ``beta_fast or 32`` turns a 0 into the default; here 0 is rejected.
+  ``beta_fast or 32`` turns a 0 into the default; here 0 is rejected. Values that are finite but
+  extreme raise too where they would make a frequency 0, inf or of infinite wavelength
+  (``2 pi / inv_freq`` must be a finite float64), or an attention factor whose square (the
+  logits' scale) is 0 or inf in float64: the error names the arguments that produced it.
+  Lengths (``seq_len``, ``original_max_position_embeddings``, ``max_position_embeddings``) are at
+  most ``2**53``. The errors say ``base``, the keyword; a checkpoint calls it ``rope_theta``.
 - ``dynamic`` and ``longrope`` are evaluated at one ``seq_len``. HF's ``dynamic_rope_update``
   recomputes them only when the length grows past the cached length (and resets below ``L``), so
   within one generation the frequencies track the largest length seen so far.
@@ -78,17 +83,61 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_even_int, check_float, check_int, check_positive_int
+from ._checks import (
+    as_float_array,
+    check_alloc,
+    check_bool,
+    check_even_int,
+    check_float,
+    check_int,
+)
 from .rope import rope_inv_freq
 
 __all__ = ["linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "REGISTRY"]
 
 
-def _base_inv_freq(dim: int, base: float) -> np.ndarray:
-    """Plain RoPE frequencies ``w_i = base^(-2i/D)``, float64 ``(D/2,)``; checks ``dim`` and ``base``."""
+_WORK = 8  # the most float64 (D/2,) vectors a scaling holds at once (yarn's ramp and blend)
+MAX_LENGTH = 2 ** 53
+"""Largest length accepted: float64 holds every integer up to here, and no further."""
+
+
+def _base_inv_freq(dim: int, base: float, names: str = "base") -> np.ndarray:
+    """Plain RoPE frequencies ``w_i = base^(-2i/D)``, float64 ``(D/2,)``; checks ``dim`` and ``base``.
+
+    ``names`` are the arguments that produced ``base`` (a scaled base names its scale too).
+    """
     if check_float(base, "base") <= 1.0:
-        raise ValueError(f"base must be > 1, got {base}")
-    return rope_inv_freq(dim, base=base)  # w_i = base^(-2i/D)
+        raise ValueError(f"base must be > 1 (a checkpoint's rope_theta), got {base}")
+    check_alloc((_WORK, check_even_int(dim, "dim") // 2), np.float64, f"dim (the {_WORK} vectors of D/2 at work)")
+    return _checked_inv_freq(rope_inv_freq(dim, base=base), names)  # w_i = base^(-2i/D)
+
+
+def _checked_inv_freq(inv_freq: np.ndarray, names: str) -> np.ndarray:
+    """``inv_freq`` if every entry is > 0 with a finite wavelength ``2 pi / w``; else raise naming ``names``."""
+    with np.errstate(divide="ignore", over="ignore"):
+        wavelength = 2 * math.pi / inv_freq
+    if inv_freq.size and not (np.all(inv_freq > 0) and np.all(np.isfinite(inv_freq))
+                              and np.all(np.isfinite(wavelength))):
+        raise ValueError(f"{names} give frequencies inv_freq from {inv_freq.min()} to {inv_freq.max()}; each must "
+                         f"be finite and > 0 with a finite wavelength 2 pi / inv_freq in float64")
+    return inv_freq
+
+
+def _checked_attention_factor(attention_factor: float, names: str) -> float:
+    """``attention_factor`` if it and its square (the logits' scale) are finite, normal and > 0."""
+    square = attention_factor * attention_factor
+    if not (attention_factor > 0 and math.isfinite(square) and square >= np.finfo(np.float64).tiny):
+        raise ValueError(f"the attention factor {attention_factor} (from {names}) must have a finite, nonzero "
+                         f"float64 square (the scale of the logits)")
+    return float(attention_factor)
+
+
+def _check_length(value, name: str, minimum: int = 1) -> int:
+    """A length (positions, a context size) as an int in [minimum, 2**53]."""
+    value = check_int(value, name, minimum=minimum)
+    if value > MAX_LENGTH:
+        raise ValueError(f"{name} must be <= 2**53 (float64 holds every integer only up to there), got {value}")
+    return value
 
 
 def _check_factor(factor, name: str = "factor") -> float:
@@ -103,6 +152,14 @@ def _ntk_exponent(dim: int) -> float:
     return dim / (dim - 2)
 
 
+def _ntk_base(base: float, ratio: float, dim: int, names: str) -> float:
+    """``base * ratio^(D/(D-2))``, or a ValueError naming ``names`` where it leaves float64."""
+    exponent = _ntk_exponent(dim)
+    if math.log(base) + exponent * math.log(ratio) >= math.log(np.finfo(np.float64).max):
+        raise ValueError(f"{names} give an NTK base base * ({ratio})^(D/(D-2)) beyond float64 (base = {base})")
+    return base * ratio ** exponent  # b' = b r^(D/(D-2))
+
+
 def linear(dim: int, *, base: float = 10000.0, factor: float):
     """Position interpolation (PI, arXiv:2306.15595 Sec. 2.2): ``w_i / factor``, attention factor 1.
 
@@ -110,7 +167,7 @@ def linear(dim: int, *, base: float = 10000.0, factor: float):
     """
     inv_freq = _base_inv_freq(dim, base)
     factor = _check_factor(factor)
-    return inv_freq / factor, 1.0  # theta(m) = (m / s) w_i
+    return _checked_inv_freq(inv_freq / factor, "base and factor"), 1.0  # theta(m) = (m / s) w_i
 
 
 def ntk(dim: int, *, base: float = 10000.0, factor: float):
@@ -121,8 +178,8 @@ def ntk(dim: int, *, base: float = 10000.0, factor: float):
     """
     _base_inv_freq(dim, base)
     factor = _check_factor(factor)
-    new_base = base * factor ** _ntk_exponent(dim)  # b' = b s^(D/(D-2))
-    return _base_inv_freq(dim, new_base), 1.0
+    new_base = _ntk_base(base, factor, dim, "base and factor")  # b' = b s^(D/(D-2))
+    return _base_inv_freq(dim, new_base, "base and factor"), 1.0
 
 
 def dynamic(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
@@ -136,10 +193,11 @@ def dynamic(dim: int, *, base: float = 10000.0, factor: float, original_max_posi
     """
     _base_inv_freq(dim, base)
     factor = _check_factor(factor)
-    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
-    n = max(check_positive_int(seq_len, "seq_len"), L)
-    new_base = base * (factor * n / L - (factor - 1.0)) ** _ntk_exponent(dim)  # b (s n/L - s + 1)^(D/(D-2))
-    return _base_inv_freq(dim, new_base), 1.0
+    L = _check_length(original_max_position_embeddings, "original_max_position_embeddings")
+    n = max(_check_length(seq_len, "seq_len"), L)
+    names = "base, factor, seq_len and original_max_position_embeddings"
+    new_base = _ntk_base(base, factor * n / L - (factor - 1.0), dim, names)  # b (s n/L - s + 1)^(D/(D-2))
+    return _base_inv_freq(dim, new_base, names), 1.0
 
 
 def _yarn_correction_dim(num_rotations: float, dim: int, base: float, L: int) -> float:
@@ -159,6 +217,10 @@ def _yarn_ramp(dim: int, base: float, L: int, beta_fast: float, beta_slow: float
     """
     low = _yarn_correction_dim(beta_fast, dim, base, L)
     high = _yarn_correction_dim(beta_slow, dim, base, L)
+    for name, beta, edge in (("beta_fast", beta_fast, low), ("beta_slow", beta_slow, high)):
+        if not math.isfinite(edge):  # L / (2 pi beta) overflows float64 for a tiny beta
+            raise ValueError(f"{name} = {beta} puts an end of the YaRN ramp at pair index {edge}; it must be "
+                             f"a finite index (a beta this small has no finite wavelength)")
     if truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
@@ -182,15 +244,16 @@ def _yarn_attention_factor(factor: float, mscale, mscale_all_dim, attention_fact
     mscale_all_dim = _optional_float(mscale_all_dim, "mscale_all_dim", minimum=0.0)
     attention_factor = _optional_float(attention_factor, "attention_factor", positive=True)
     if attention_factor is not None:
-        return attention_factor
+        return _checked_attention_factor(attention_factor, "attention_factor")
     if mscale and mscale_all_dim:  # HF tests truthiness: 0 counts as absent
-        return _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
-    return _yarn_mscale(factor)  # sqrt(1/t) = 0.1 ln(s) + 1
+        ratio = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+        return _checked_attention_factor(ratio, "factor, mscale and mscale_all_dim")
+    return _checked_attention_factor(_yarn_mscale(factor), "factor")  # sqrt(1/t) = 0.1 ln(s) + 1
 
 
 def _interpolation_args(dim, base, factor, original_max_position_embeddings):
     """The plain ``w_i``, the checked ``factor`` and ``L`` that yarn and llama3 both start from."""
-    L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    L = _check_length(original_max_position_embeddings, "original_max_position_embeddings")
     return _base_inv_freq(dim, base), _check_factor(factor), L
 
 
@@ -210,12 +273,12 @@ def yarn(dim: int, *, base: float = 10000.0, factor: float, original_max_positio
     beta_slow = check_float(beta_slow, "beta_slow", positive=True)
     if beta_fast <= beta_slow:
         raise ValueError(f"beta_fast must be > beta_slow, got beta_fast={beta_fast}, beta_slow={beta_slow}")
-    if not isinstance(truncate, bool):
-        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
+    truncate = check_bool(truncate, "truncate")
     attention_factor = _yarn_attention_factor(factor, mscale, mscale_all_dim, attention_factor)
     ramp = _yarn_ramp(int(dim), float(base), L, beta_fast, beta_slow, truncate)
     g = 1.0 - ramp                                      # extrapolation weight
-    return (1.0 - g) * inv_freq / factor + g * inv_freq, attention_factor  # h(w) = (1-g) w/s + g w
+    inv_freq = (1.0 - g) * inv_freq / factor + g * inv_freq  # h(w) = (1-g) w/s + g w
+    return _checked_inv_freq(inv_freq, "base and factor"), attention_factor
 
 
 def llama3(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
@@ -237,7 +300,8 @@ def llama3(dim: int, *, base: float = 10000.0, factor: float, original_max_posit
     a = (L / wavelen - lo) / (hi - lo)                                 # smooth factor
     medium = (1 - a) * inv_freq / factor + a * inv_freq
     scaled = np.where(wavelen > L / lo, inv_freq / factor, medium)     # long wavelengths: w / s
-    return np.where(wavelen < L / hi, inv_freq, scaled), 1.0           # short wavelengths: w
+    inv_freq = np.where(wavelen < L / hi, inv_freq, scaled)            # short wavelengths: w
+    return _checked_inv_freq(inv_freq, "base and factor"), 1.0
 
 
 def _check_factor_list(values, name: str, size: int) -> np.ndarray:
@@ -261,11 +325,14 @@ def longrope(dim: int, *, base: float = 10000.0, short_factor, long_factor,
     (1 if ``s == 1``). Returns ``(inv_freq, attention_factor)``, ``inv_freq`` float64 ``(D/2,)``.
     """
     inv_freq = _base_inv_freq(dim, base)
-    L = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=2)
-    L_max = check_positive_int(max_position_embeddings, "max_position_embeddings")
-    n = check_positive_int(seq_len, "seq_len")
+    L = _check_length(original_max_position_embeddings, "original_max_position_embeddings", minimum=2)
+    L_max = _check_length(max_position_embeddings, "max_position_embeddings")
+    n = _check_length(seq_len, "seq_len")
     short = _check_factor_list(short_factor, "short_factor", inv_freq.size)
     long = _check_factor_list(long_factor, "long_factor", inv_freq.size)
+    with np.errstate(over="ignore"):  # checked just below: both lists, whichever seq_len picks
+        _checked_inv_freq(inv_freq / short, "base and short_factor")
+        _checked_inv_freq(inv_freq / long, "base and long_factor")
     if factor is None and L_max < L:
         raise ValueError("max_position_embeddings must be >= original_max_position_embeddings, "
                          f"got {L_max} < {L}")
@@ -273,7 +340,8 @@ def longrope(dim: int, *, base: float = 10000.0, short_factor, long_factor,
     attention_factor = _optional_float(attention_factor, "attention_factor", positive=True)
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(L))
-    return inv_freq / (long if n > L else short), float(attention_factor)  # w_i / lambda_i
+    attention_factor = _checked_attention_factor(attention_factor, "attention_factor")
+    return inv_freq / (long if n > L else short), attention_factor  # w_i / lambda_i
 
 
 REGISTRY = {"linear": linear, "ntk": ntk, "dynamic": dynamic, "yarn": yarn, "llama3": llama3,

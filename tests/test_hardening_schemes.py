@@ -281,3 +281,46 @@ def test_deberta_sizes_are_checked_before_building(small_machine):
         build_relative_position(2000, 2000)
     with pytest.raises(ValueError, match="^q_positions and k_positions asks"):
         relative_positions(2000, 2000)
+
+
+# --- rope_scaling --------------------------------------------------------------------------
+
+from minipos import rope_scaling as rs  # noqa: E402
+
+LONG = dict(long_factor=[1.0] * 4, original_max_position_embeddings=16, max_position_embeddings=64, seq_len=20)
+YARN = dict(factor=4.0, original_max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    # w_0 / 1e-320 = 1 / 1e-320 is inf in float64.
+    (lambda: rs.longrope(8, short_factor=[1e-320, 1.0, 1.0, 1.0], **LONG), ValueError, "short_factor"),
+    # 1e300^(8/6) = 1e400 is beyond float64 (Python's ** raised OverflowError).
+    (lambda: rs.ntk(8, factor=1e300), ValueError, "factor"),
+    (lambda: rs.dynamic(8, factor=1e300, original_max_position_embeddings=16, seq_len=2 ** 40), ValueError,
+     "factor"),
+    # w_3 / s = 10000^(-3/4) / 1e308 = 1e-311: subnormal, and 2 pi / w = inf.
+    (lambda: rs.linear(8, factor=1e308), ValueError, "factor"),
+    # L / (2 pi 1e-320) = 1e321 is inf: the ramp's end is at pair index inf (it raised OverflowError).
+    (lambda: rs.yarn(8, beta_slow=1e-320, **YARN), ValueError, "^beta_slow"),
+    # the logits scale by the square: (1e-200)^2 = 1e-400 is 0 in float64.
+    (lambda: rs.yarn(8, attention_factor=1e-200, **YARN), ValueError, "attention_factor"),
+    # mscale ratio (0.1 * 1e308 * ln 4 + 1) / (0.1 * 1e-300 * ln 4 + 1) = 1.4e307; its square is inf.
+    (lambda: rs.yarn(8, mscale=1e308, mscale_all_dim=1e-300, **YARN), ValueError, "mscale"),
+    (lambda: rs.dynamic(8, factor=2.0, original_max_position_embeddings=16, seq_len=2 ** 70), ValueError,
+     r"^seq_len must be <= 2\*\*53"),
+    (lambda: rs.yarn(8, truncate="no", **YARN), TypeError, "^truncate must be True or False"),
+    # 8 vectors of 2**39 float64 are 32 TiB: refused at once (it died in MemoryError).
+    (lambda: rs.linear(2 ** 40, factor=2.0), ValueError, "^dim"),
+    # rope_theta reaches these functions as base: the message gives both names.
+    (lambda: rs.linear(8, base=1.0, factor=2.0), ValueError, r"^base must be > 1 \(a checkpoint's rope_theta\)"),
+])
+def test_rope_scaling_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_rope_scaling_numpy_bool_and_extreme_but_valid_input():
+    np.testing.assert_array_equal(rs.yarn(8, truncate=np.bool_(False), **YARN)[0],
+                                  rs.yarn(8, truncate=False, **YARN)[0])
+    # base 1e300, dim 4: w = (1, 1e-150); linear factor 2 halves both.
+    np.testing.assert_allclose(rs.linear(4, base=1e300, factor=2.0)[0], [0.5, 0.5e-150], rtol=1e-15)
