@@ -27,7 +27,6 @@ __all__ = [
     "check_broadcast",
     "check_qkv",
     "check_callable",
-    "MAX_BYTES",
 ]
 
 
@@ -65,7 +64,11 @@ def check_float(value, name: str, *, positive: bool = False, minimum: float | No
     """Return ``value`` as a finite Python float, optionally > 0 or >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be finite, got an integer of {value.bit_length()} bits, too large "
+                         "for a float") from None
     if not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:
@@ -126,7 +129,7 @@ def as_positions(positions, name: str = "positions", *, allow_negative: bool = F
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise ValueError(f"{name} must hold integers, got non-integer values")
     if arr.size and (np.issubdtype(arr.dtype, np.floating) or arr.dtype == np.uint64):
-        if np.any(np.abs(arr) >= 2.0 ** 62):  # beyond int64 (with room for differences)
+        if np.any(np.abs(arr.astype(np.float64)) >= 2.0 ** 62):  # beyond int64 (with room for differences)
             raise ValueError(f"{name} must hold integers of magnitude below 2**62, got {arr.max()}")
     arr = arr.astype(np.int64, copy=False)
     if ndim is not None and arr.ndim != ndim:
@@ -152,31 +155,45 @@ def check_choice(value, name: str, choices) -> str:
 
 
 def _memory_bytes() -> int:
-    """The machine's physical memory in bytes (2**63 where it cannot be read)."""
+    """The memory available to a new array now, in bytes: Linux's ``MemAvailable``, else the
+    machine's physical memory (2**63 where neither can be read)."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, OSError, ValueError):
         return 1 << 63
 
 
-MAX_BYTES = _memory_bytes()
-"""The largest single array minipos allocates: the machine's physical memory."""
+MAX_BYTES = None
+"""A fixed limit in bytes for ``check_alloc`` instead of the memory available now (for tests)."""
 
 
-def check_alloc(shape, dtype, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` if an array of ``shape`` and ``dtype`` cannot fit.
+def check_alloc(shape, dtype, name: str, *, copies: int = 1) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``copies`` arrays of ``shape`` and ``dtype`` would
+    not fit in the memory available now.
 
     Called before a function allocates an output whose size the caller chose, so that a request
-    too large fails at once with the argument named, not in a ``MemoryError`` deep in NumPy.
+    too large fails at once with the argument named, not in a ``MemoryError`` deep in NumPy (or
+    by the kernel ending the process). ``copies`` counts the arrays of that size the function
+    holds at once.
     """
     count = 1
     for n in shape:
         count *= int(n)
     nbytes = count * np.dtype(dtype).itemsize
-    if nbytes > MAX_BYTES:
-        raise ValueError(f"{name} asks for an array of shape {tuple(int(n) for n in shape)} "
-                         f"({nbytes / 2**30:.3g} GiB of {np.dtype(dtype)}), more than this machine's "
-                         f"memory ({MAX_BYTES / 2**30:.3g} GiB)")
+    if MAX_BYTES is not None or nbytes * copies > (1 << 28):    # below 256 MiB: never worth a look
+        available = _memory_bytes() if MAX_BYTES is None else MAX_BYTES
+        if nbytes * copies > available:
+            raise ValueError(f"{name} asks for an array of shape {tuple(int(n) for n in shape)} "
+                             f"({nbytes / 2**30:.3g} GiB of {np.dtype(dtype)}"
+                             f"{f', {copies} at once' if copies > 1 else ''}), more than the memory "
+                             f"available ({available / 2**30:.3g} GiB)")
 
 
 def check_broadcast(arr: np.ndarray, name: str, target: tuple) -> None:

@@ -43,6 +43,7 @@ __all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_key_only"]
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """The per-head slopes ``m_h``, float64 ``(H,)``, by the paper's rule (any ``H >= 1``)."""
     H = check_positive_int(num_heads, "num_heads")
+    check_alloc((H,), np.float64, "alibi_slopes(num_heads)", copies=4)
     P = 1 << (H.bit_length() - 1)                                # 2^floor(log2 H)
     exponents = np.concatenate([
         8.0 * np.arange(1, P + 1) / P,                           # m_h = 2^(-8h/P), h = 1 … P

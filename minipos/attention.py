@@ -67,7 +67,8 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     """
     T = check_int(q_len, "q_len", minimum=0)
     S = check_int(k_len, "k_len", minimum=0)
-    check_alloc((T, S), bool, "causal_mask(q_len, k_len)")
+    check_alloc((T + S, 9), np.int8, "causal_mask(q_len, k_len)")    # the positions (int64) and ...
+    check_alloc((T, S), bool, "causal_mask(q_len, k_len)")           # ... the mask
     t = np.arange(T)[:, None]
     s = np.arange(S)[None, :]
     return s <= t + (S - T)  # (T, S)

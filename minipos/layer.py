@@ -163,7 +163,7 @@ class Sinusoidal(Scheme):
     terms = TERMS
 
     def __init__(self, *, base: float = 10000.0, layout: str = "interleaved"):
-        self.base = base
+        self.base = check_float(base, "base", positive=True)
         self.layout = check_choice(layout, "layout", {"interleaved", "split", "tensor2tensor"})
 
     def embed(self, x, positions):
@@ -237,7 +237,8 @@ class Rotary(Scheme):
         theta = self.scaling_args.pop("rope_theta", None)  # transformers 5 keeps it in rope_parameters
         if theta is not None and base != 10000.0 and float(theta) != float(base):
             raise ValueError(f"scaling['rope_theta'] ({theta}) contradicts base ({base}); give one of them")
-        self.base = check_float(base if theta is None else theta, "base", positive=True)
+        self.base = (check_float(base, "base", positive=True) if theta is None else
+                     check_float(theta, "scaling['rope_theta']", positive=True))
         self.rotates_cached_keys = self.scaling_kind in self.LENGTH_DEPENDENT
 
     @staticmethod
@@ -400,7 +401,7 @@ class TransformerXL(Scheme):
     terms = TERMS
 
     def __init__(self, *, base: float = 10000.0):
-        self.base = base
+        self.base = check_float(base, "base", positive=True)
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
@@ -450,6 +451,7 @@ class DeBERTa(Scheme):
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
+        check_alloc((2 * self.att_span, self.d_model), layer.dtype, "DeBERTa's rel_embeddings (2 * att_span, d_model)")
         self.rel_embeddings = rng.standard_normal((2 * self.att_span, self.d_model)).astype(layer.dtype)
 
     def parameters(self):
@@ -680,7 +682,7 @@ class MultiHeadAttention:
     def _heads(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
         y = x @ w if b is None else x @ w + b
         B, T, _ = x.shape
-        return y.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)
+        return y.reshape(B, T, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
 
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights):
         """Steps 6 and 7: the logits' bias of a block, and attention over all blocks or one."""

@@ -106,6 +106,7 @@ import numpy as np
 
 from ._checks import (
     as_float_array,
+    check_alloc,
     as_positions,
     check_choice,
     check_even_int,
@@ -145,8 +146,14 @@ def rope_inv_freq(dim: int, *, base: float = 10000.0) -> np.ndarray:
     """
     dim = check_even_int(dim, "dim")
     base = check_float(base, "base", positive=True)
+    check_alloc((dim // 2,), np.float64, "rope_inv_freq(dim)")
     i = np.arange(dim // 2, dtype=np.float64)
-    return base ** (-2.0 * i / dim)  # Eq. 15: θ_i = base^(-2(i-1)/d), i counted from 1 there
+    with np.errstate(over="ignore", under="ignore"):
+        inv_freq = base ** (-2.0 * i / dim)  # Eq. 15: θ_i = base^(-2(i-1)/d), i counted from 1 there
+    if not (np.isfinite(inv_freq).all() and (inv_freq > 0).all()):
+        raise ValueError(f"base = {base:g} gives frequencies base^(-2i/dim) that over- or underflow float64; "
+                         "use a base nearer 1")
+    return inv_freq
 
 
 def _as_inv_freq(inv_freq, name: str = "inv_freq") -> np.ndarray:
@@ -166,6 +173,8 @@ def rope_angles(positions, inv_freq) -> np.ndarray:
     """
     pos = as_positions(positions, "positions", allow_negative=True)  # (T,)
     inv_freq = _as_inv_freq(inv_freq)                                # (D/2,)
+    _check_angles(pos, inv_freq, 1.0)
+    check_alloc((pos.size, inv_freq.size), np.float64, "rope_angles(positions, inv_freq)")
     return np.outer(pos.astype(np.float64), inv_freq)                # (T, D/2): m θ_i
 
 
@@ -190,6 +199,8 @@ def rotation_matrix(position: int, dim: int, *, base: float = 10000.0,
     dim = check_even_int(dim, "dim")
     check_choice(layout, "layout", LAYOUTS)
     theta = rope_inv_freq(dim, base=base) if inv_freq is None else _check_len(inv_freq, dim, "dim")
+    _check_angles(np.array([m]), theta, 1.0)
+    check_alloc((dim, dim), np.float64, "rotation_matrix(position, dim)")
     angle = m * theta                             # (D/2,)
     a, b = _pair_indices(dim, layout)
     R = np.zeros((dim, dim), dtype=np.float64)

@@ -63,7 +63,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_int
+from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_int
 
 __all__ = [
     "relative_position_bucket",
@@ -78,9 +78,13 @@ def _per_direction(bidirectional, num_buckets, max_distance) -> tuple[int, int]:
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
     num_buckets = check_int(num_buckets, "num_buckets", minimum=2)
     max_distance = check_int(max_distance, "max_distance", minimum=1)
+    if max_distance > 2 ** 62 or num_buckets > 2 ** 31:
+        raise ValueError(f"max_distance must be <= 2**62 and num_buckets <= 2**31, got max_distance={max_distance}, "
+                         f"num_buckets={num_buckets}")
     if bidirectional and num_buckets < 4:
         raise ValueError(f"num_buckets must be >= 4 when bidirectional (2 per direction), got {num_buckets}")
     per_dir = num_buckets // 2 if bidirectional else num_buckets
+    check_alloc((per_dir,), np.int64, "num_buckets (the first distance of each bucket)", copies=8)
     max_exact = per_dir // 2
     if max_distance <= max_exact:
         rule = "num_buckets // 4" if bidirectional else "num_buckets // 2"
@@ -113,16 +117,30 @@ def _float32_thresholds(per_dir: int, max_distance: int) -> list[int]:
 
 
 def _exact_thresholds(per_dir: int, max_distance: int) -> list[int]:
-    """First n of each log bucket E+1 … P-1 under real arithmetic, in exact integers."""
+    """First n of each log bucket E+1 … P-1 under real arithmetic.
+
+    ``b(n) >= E + k`` iff ``n**W >= M**k * E**(W - k)`` (W = P - E). The logarithm of the
+    real-number boundary, ``E (M/E)^(k/W)``, puts each search within a step or two of its answer;
+    each step compares the two sides by their logarithms, and in exact integers only where the
+    logarithms are too close to tell (so the cost is linear in the number of buckets).
+    """
     E, width = per_dir // 2, per_dir - per_dir // 2
+    ln_M, ln_E = math.log(max_distance), math.log(E)
+
+    def reached(n: int, k: int) -> bool:                   # n**W >= M**k * E**(W - k)
+        gap = width * math.log(n) - (k * ln_M + (width - k) * ln_E)
+        if abs(gap) > 1e-12 * (width * math.log(max_distance) + 1.0):    # far beyond the rounding of the logs
+            return gap > 0
+        return n ** width >= max_distance ** k * E ** (width - k)
+
     first = []
-    for k in range(1, width):                             # a loop over buckets, not distances
-        target = max_distance**k * E ** (width - k)        # b(n) >= E + k  <=>  n**width >= target
-        lo, hi = E, max_distance                           # invariant: lo**width < target <= hi**width
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if mid**width >= target else (mid, hi)
-        first.append(hi)
+    for k in range(1, width):                              # a loop over buckets, not distances
+        n = min(max_distance, max(E + 1, math.ceil(E * math.exp(k / width * (ln_M - ln_E)))))
+        while n > E + 1 and reached(n - 1, k):
+            n -= 1
+        while not reached(n, k):
+            n += 1
+        first.append(n)
     return first
 
 
@@ -146,6 +164,7 @@ def relative_position_bucket(relative_position, *, bidirectional: bool = True, n
     buckets (module docstring). Every distance is bucketed with one ``searchsorted``.
     """
     per_dir, max_distance = _per_direction(bidirectional, num_buckets, max_distance)
+    exact = check_bool(exact, "exact")
     n = as_positions(np.asarray(relative_position), "relative_position", allow_negative=True, ndim=None)
     n = np.clip(n, -max_distance, max_distance)           # |n| >= M is in the last bucket anyway
     if bidirectional:
