@@ -37,7 +37,7 @@ import numpy as np
 
 from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_positive_int
 
-__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_key_only"]
+__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_backward", "alibi_bias_key_only"]
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -78,6 +78,26 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> 
         rel = -np.abs(rel)                                         # -|i - j|
     m = slopes.astype(np.float64)[:, None, None]                   # (H, 1, 1)
     return (m * rel[None, :, :]).astype(slopes.dtype, copy=False)  # -m_h (i - j), (H, T, S)
+
+
+def alibi_bias_backward(dbias, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
+    """The gradient of the slopes for the bias gradient ``dbias`` ``(..., H, T, S)``: ``(H,)``.
+
+    ALiBi's slopes are fixed in the paper; a variant that learns them (per head) gets this
+    gradient: the bias is ``m_h r_ts`` with ``r = j - i`` (or ``-|i - j|``), so
+    ``dm_h = sum_{t, s} dbias[..., h, t, s] r_ts``, leading dims summed too.
+    """
+    dbias = as_float_array(dbias, "dbias")
+    symmetric = check_bool(symmetric, "symmetric")
+    i = as_positions(q_positions, "q_positions")
+    j = as_positions(k_positions, "k_positions")
+    if dbias.ndim < 3 or dbias.shape[-2:] != (i.size, j.size):
+        raise ValueError(f"dbias must have shape (..., H, T, S) = (..., H, {i.size}, {j.size}), got {dbias.shape}")
+    rel = (j[None, :] - i[:, None]).astype(np.float64)            # j - i, (T, S)
+    if symmetric:
+        rel = -np.abs(rel)                                         # -|i - j|
+    per_head = dbias.reshape(-1, *dbias.shape[-3:]).sum(axis=0)   # (H, T, S)
+    return np.einsum("hts,ts->h", per_head, rel).astype(dbias.dtype, copy=False)   # sum_ts dbias r
 
 
 def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:

@@ -34,7 +34,8 @@ import numpy as np
 from ._checks import (as_float_array, check_alloc, check_bool, check_broadcast, check_callable, check_float,
                       check_int, check_positive_int, check_qkv)
 
-__all__ = ["softmax", "causal_mask", "attention", "blockwise_attention"]
+__all__ = ["softmax", "causal_mask", "attention", "blockwise_attention", "softmax_backward", "attention_backward",
+           "blockwise_attention_backward"]
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
@@ -162,7 +163,7 @@ def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: 
 
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
-                        block_size: int = 256, q_offset: int | None = None) -> np.ndarray:
+                        block_size: int = 256, q_offset: int | None = None, return_lse: bool = False):
     """``attention`` by the online softmax over query and key blocks, never holding ``(T, S)``.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``. Returns ``(..., H, T, Dv)``.
@@ -177,47 +178,74 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
       ``causal``) defaults to ``S - T`` as in ``causal_mask``. Key blocks in a query block's future
       are never computed.
     block_size: queries and keys per block; memory is ``O(... H block^2)`` beside the inputs.
+    return_lse: also return each row's log-sum-exp ``lse = m + ln l`` ``(..., H, T)`` (``-inf`` for
+      a row with no allowed key), which ``blockwise_attention_backward`` recomputes P from.
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
     """
     q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
+    return_lse = check_bool(return_lse, "return_lse")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     *lead, T, _ = q.shape
-    S, Dv = v.shape[-2:]
-    out = np.zeros((*lead, T, Dv), dtype)                                # (..., H, T, Dv)
-    with np.errstate(over="ignore", invalid="ignore"):                   # an overflow is checked below
-        for i in range(0, T, block):                                     # a loop over query blocks
-            _attend_rows(slice(i, min(i + block, T)), q, k, v, out, bias_fn, mask_fn, causal, scale, block, offset)
+    out = np.zeros((*lead, T, v.shape[-1]), dtype)                       # (..., H, T, Dv)
+    lse = np.full((*lead, T), -np.inf, dtype)                            # (..., H, T)
+    blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
+        for qs in blocks.query_slices():                                 # a loop over query blocks
+            _attend_rows(qs, blocks, v, out, lse)
     if not np.isfinite(out).all():
         raise ValueError(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
-    return out
+    return (out, lse) if return_lse else out
 
 
-def _attend_rows(qs, q, k, v, out, bias_fn, mask_fn, causal, scale, block, offset) -> None:
-    """The rows ``qs`` of ``out``: the online softmax over the key blocks they may see."""
-    dtype, lead, tq = out.dtype, q.shape[:-2], qs.stop - qs.start
+class _Blocks:
+    """The logits of one (query block, key block) of a blockwise call: ``scale q . k + bias``,
+    masked entries ``-inf``, or ``None`` for a block masked throughout."""
+
+    def __init__(self, q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype):
+        self.q, self.k, self.bias_fn, self.mask_fn = q, k, bias_fn, mask_fn
+        self.causal, self.scale, self.block, self.offset, self.dtype = causal, dtype.type(scale), block, offset, dtype
+
+    def query_slices(self):
+        T = self.q.shape[-2]
+        return [slice(i, min(i + self.block, T)) for i in range(0, T, self.block)]
+
+    def key_slices(self, qs):
+        """The key blocks queries ``qs`` may see (causal: none after key ``qs.stop - 1 + offset``)."""
+        S = self.k.shape[-2]
+        last = min(S, qs.stop + self.offset) if self.causal else S
+        return [slice(j, min(j + self.block, last)) for j in range(0, max(last, 0), self.block)]
+
+    def logits(self, qs, ks):
+        target = (*self.q.shape[:-2], qs.stop - qs.start, ks.stop - ks.start)
+        allowed = _block_term(self.mask_fn, "mask_fn", qs, ks, target, boolean=True)
+        if self.causal:
+            t, s = np.arange(qs.start, qs.stop)[:, None], np.arange(ks.start, ks.stop)[None, :]
+            allowed = (s <= t + self.offset) if allowed is None else allowed & (s <= t + self.offset)
+        if allowed is not None and not allowed.any():
+            return None                                                 # masked throughout: skip
+        q = (self.q[..., qs, :] * self.scale).astype(self.dtype, copy=False)
+        x = q @ np.swapaxes(self.k[..., ks, :], -1, -2).astype(self.dtype, copy=False)   # scale q.k
+        bias = _block_term(self.bias_fn, "bias_fn", qs, ks, target, boolean=False)
+        if bias is not None:
+            x = x + bias.astype(self.dtype, copy=False)                 # + b
+        if allowed is not None:
+            x = np.where(allowed, x, self.dtype.type(-np.inf))          # masked -> -inf
+        return x                                                        # (..., H, tq, tk)
+
+
+def _attend_rows(qs, blocks, v, out, lse) -> None:
+    """The rows ``qs`` of ``out`` and ``lse``: the online softmax over the key blocks they may see."""
+    dtype, lead, tq = out.dtype, out.shape[:-2], qs.stop - qs.start
     m = np.full((*lead, tq, 1), -np.inf, dtype)                         # running row max
     l = np.zeros((*lead, tq, 1), dtype)                                 # running row sum
     o = np.zeros((*lead, tq, out.shape[-1]), dtype)                     # running output
-    S = k.shape[-2]
-    last = min(S, qs.stop + offset) if causal else S                    # causal: no key after t + offset
-    for j in range(0, max(last, 0), block):                             # a loop over key blocks
-        ks = slice(j, min(j + block, last))
-        target = (*lead, tq, ks.stop - j)
-        allowed = _block_term(mask_fn, "mask_fn", qs, ks, target, boolean=True)
-        if causal:
-            t, s = np.arange(qs.start, qs.stop)[:, None], np.arange(ks.start, ks.stop)[None, :]
-            allowed = (s <= t + offset) if allowed is None else allowed & (s <= t + offset)
-        if allowed is not None and not allowed.any():
-            continue                                                    # masked throughout: skip
-        x = (q[..., qs, :] * dtype.type(scale)).astype(dtype, copy=False) @ np.swapaxes(k[..., ks, :], -1, -2).astype(dtype, copy=False)
-        bias = _block_term(bias_fn, "bias_fn", qs, ks, target, boolean=False)
-        if bias is not None:
-            x = x + bias.astype(dtype, copy=False)                      # x = scale q.k + b
-        if allowed is not None:
-            x = np.where(allowed, x, dtype.type(-np.inf))               # masked -> -inf
-        m, l, o = _online_update(m, l, o, x, v[..., ks, :].astype(dtype, copy=False))
+    for ks in blocks.key_slices(qs):                                    # a loop over key blocks
+        x = blocks.logits(qs, ks)
+        if x is not None:
+            m, l, o = _online_update(m, l, o, x, v[..., ks, :].astype(dtype, copy=False))
     out[..., qs, :] = np.divide(o, l, out=np.zeros_like(o), where=l > 0)   # out = o / l (0 if l = 0)
+    lse[..., qs] = (m + np.log(l))[..., 0]                                 # -inf where l = 0
 
 
 def _online_update(m, l, o, x, v_blk):
@@ -228,3 +256,108 @@ def _online_update(m, l, o, x, v_blk):
     alpha = np.exp(m - shift)                                            # e^{m - m_new} (0 for m = -inf)
     p = np.exp(x - shift)                                                # e^{x - m_new}
     return m_new, l * alpha + p.sum(axis=-1, keepdims=True), o * alpha + p @ v_blk
+
+
+# --------------------------------------------------------------------------- gradients
+
+def softmax_backward(p, dp, axis: int = -1) -> np.ndarray:
+    """The gradient of ``softmax`` at output ``p``: ``dx = p * (dp - sum(p * dp))`` along ``axis``.
+
+    The Jacobian of softmax is ``diag(p) - p p^T`` (proved in ``proofs.gradients``), symmetric, so
+    the vector-Jacobian product is ``diag(p) dp - p (p . dp)``. p, dp: the same shape. A row
+    with ``p = 0`` throughout (fully masked) gets ``dx = 0``.
+    """
+    p, dp = as_float_array(p, "p"), as_float_array(dp, "dp")
+    if p.shape != dp.shape:
+        raise ValueError(f"dp must have the shape of p {p.shape}, got {dp.shape}")
+    axis = check_int(axis, "axis")
+    return p * (dp - np.sum(p * dp, axis=axis, keepdims=True))          # (diag(p) - p p^T) dp
+
+
+def _reduce_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """``grad`` summed over the axes that broadcasting added or stretched to reach its shape."""
+    lead = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(lead))) if lead else grad
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True) if stretched else grad
+
+
+def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None):
+    """The gradients of ``attention(q, k, v, bias=bias, mask=mask, scale=scale)`` for ``dout``.
+
+    dout: ``(..., H, T, Dv)``, the gradient of the output. Returns ``(dq, dk, dv, dbias)``, with
+    ``dbias`` summed to the shape of the ``bias`` passed (``None`` without one). With
+    ``S = scale q k^T + bias`` (masked: ``-inf``), ``P = softmax(S)`` and ``O = P V``:
+
+        dV = P^T dO
+        dP = dO V^T
+        dS = P * (dP - rowsum(dP * P))        (softmax_backward; rowsum(dP * P) = rowsum(dO * O))
+        dq = scale dS K,   dk = scale dS^T Q,   dbias = dS
+
+    A fully masked row has ``P = 0``, so its gradients are zero.
+    """
+    out, p = attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=True)   # (..., H, T, S)
+    q, k, v = check_qkv(q, k, v)
+    dout = _check_grad(dout, out, "dout")
+    scale = _scale(scale, q.shape[-1])
+    dv = np.swapaxes(p, -1, -2) @ dout                                   # P^T dO      (..., H, S, Dv)
+    dp = dout @ np.swapaxes(v, -1, -2)                                   # dO V^T      (..., H, T, S)
+    ds = softmax_backward(p, dp)                                         # P * (dP - rowsum(dP * P))
+    dq = scale * (ds @ k)                                                # (..., H, T, D)
+    dk = scale * (np.swapaxes(ds, -1, -2) @ q)                           # (..., H, S, D)
+    dbias = None if bias is None else _reduce_to(ds, np.shape(bias)).astype(out.dtype, copy=False)
+    return dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
+
+
+def _check_grad(grad, like: np.ndarray, name: str) -> np.ndarray:
+    """``grad`` as a finite array of ``like``'s shape, in its dtype."""
+    grad = as_float_array(grad, name)
+    if grad.shape != like.shape:
+        raise ValueError(f"{name} must have the shape of the forward's output {like.shape}, got {grad.shape}")
+    return grad.astype(like.dtype, copy=False)
+
+
+def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
+                                 scale=None, block_size: int = 256, q_offset: int | None = None,
+                                 bias_grad_fn=None):
+    """The gradients of ``blockwise_attention`` (FlashAttention-2, Dao 2023, arXiv:2307.08691, Alg. 2).
+
+    Takes the forward's arguments, its output ``out`` and ``lse`` (``return_lse=True``) and the
+    output gradient ``dout`` ``(..., H, T, Dv)``; returns ``(dq, dk, dv)``. Each block of P is
+    recomputed from the logits and ``lse`` instead of being stored, so no ``(T, S)`` array is held:
+
+        D_i  = rowsum(dO_i * O_i)                     (= rowsum(dP_i * P_i), one value per row)
+        P_ij = exp(S_ij - lse_i)
+        dV_j += P_ij^T dO_i,    dP_ij = dO_i V_j^T,    dS_ij = P_ij * (dP_ij - D_i)
+        dQ_i += scale dS_ij K_j,    dK_j += scale dS_ij^T Q_i
+
+    bias_grad_fn: ``bias_grad_fn(q_slice, k_slice, dS_block)`` is called for every block that
+    ``bias_fn`` was, with ``dS_block`` ``(..., H, tq, tk)``, the gradient of that block's logits
+    (so of its bias): a scheme sums it into its parameters' gradients block by block.
+    """
+    q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+                                                         block_size, q_offset)
+    check_callable(bias_grad_fn, "bias_grad_fn", "(q_slice, k_slice, dS_block) -> None")
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    *lead, T, _ = q.shape
+    out = _check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
+    dout = _check_grad(dout, out, "dout")
+    lse = as_float_array(lse, "lse", finite=False)
+    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
+    blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
+    D = np.sum(dout * out, axis=-1, keepdims=True)                       # (..., H, T, 1): rowsum(dO * O)
+    for qs in blocks.query_slices():                                     # a loop over query blocks
+        for ks in blocks.key_slices(qs):                                 # a loop over key blocks
+            x = blocks.logits(qs, ks)
+            if x is None:
+                continue
+            p = np.exp(x - np.where(np.isfinite(lse[..., qs, None]), lse[..., qs, None], np.inf))  # P_ij
+            dv[..., ks, :] += np.swapaxes(p, -1, -2) @ dout[..., qs, :]                  # dV_j += P^T dO_i
+            ds = p * (dout[..., qs, :] @ np.swapaxes(v[..., ks, :], -1, -2) - D[..., qs, :])   # dS = P (dP - D_i)
+            if bias_grad_fn is not None:
+                bias_grad_fn(qs, ks, ds)
+            dq[..., qs, :] += scale * (ds @ k[..., ks, :])                               # dQ_i += scale dS K_j
+            dk[..., ks, :] += scale * (np.swapaxes(ds, -1, -2) @ q[..., qs, :])          # dK_j += scale dS^T Q_i
+    return dq, dk, dv

@@ -124,6 +124,7 @@ __all__ = [
     "rotate_half",
     "rotate_every_two",
     "apply_rope",
+    "apply_rope_backward",
     "layout_permutation",
     "inverse_layout_permutation",
     "interleaved_to_half_weights",
@@ -307,6 +308,34 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     with _overflow_raises(x.dtype):
         rotated = x_rot * cos.astype(x.dtype) + rot(x_rot) * sin.astype(x.dtype)  # Eq. 34
     return np.concatenate([rotated, x[..., R:]], axis=-1)                       # (..., T, D)
+
+
+def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
+                        rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
+    """The gradient of ``apply_rope`` for the output gradient ``dy`` ``(..., T, D)``: ``R(m)^T dy``.
+
+    ``apply_rope`` is linear in x, ``y = f R(m) x`` on the rotated part (f the attention factor)
+    and ``y = x`` on the rest, so ``dx = f R(m)^T dy``: the rotation by minus the angle (proved in
+    ``proofs.gradients``). In Eq. 34's terms the adjoint of ``rot`` is ``-rot``, so
+
+        dx = dy ⊙ cos(mΘ) - rot(dy) ⊙ sin(mΘ)            (cos, sin times f)
+
+    Same keywords as ``apply_rope``; returns ``(..., T, D)`` in dy's floating dtype.
+    """
+    dy = as_float_array(dy, "dy")
+    check_ndim(dy, "dy", 2, "(..., T, D)")
+    check_choice(layout, "layout", LAYOUTS)
+    *_, T, D = dy.shape
+    R = _rotary_dim(rotary_dim, D)
+    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor)       # (T, R/2)
+    if layout == "interleaved":
+        cos, sin, rot = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1), rotate_every_two
+    else:
+        cos, sin, rot = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), rotate_half
+    dy_rot = dy[..., :R]                                                         # (..., T, R)
+    with _overflow_raises(dy.dtype):
+        rotated = dy_rot * cos.astype(dy.dtype) - rot(dy_rot) * sin.astype(dy.dtype)   # R(m)^T dy
+    return np.concatenate([rotated, dy[..., R:]], axis=-1)                       # (..., T, D)
 
 
 @contextlib.contextmanager

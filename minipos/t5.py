@@ -69,6 +69,7 @@ __all__ = [
     "relative_position_bucket",
     "first_distance_of_bucket",
     "t5_bias",
+    "t5_bias_backward",
 ]
 
 
@@ -217,3 +218,27 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
     buckets = relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=num_buckets,
                                        max_distance=max_distance, exact=exact)   # (T, S)
     return np.ascontiguousarray(np.moveaxis(table[buckets], -1, 0))     # (T, S, H) -> (H, T, S)
+
+
+def t5_bias_backward(dbias, q_positions, k_positions, *, bidirectional: bool = True, num_buckets: int = 32,
+                     max_distance: int = 128, exact: bool = False) -> np.ndarray:
+    """The gradient of the table for the bias gradient ``dbias`` ``(..., H, T, S)``: ``dtable (K, H)``.
+
+    ``t5_bias`` copies ``table[bucket(k_s - q_t), h]`` to every pair, so the table's gradient is the
+    sum of ``dbias`` over the pairs in each bucket (proved in ``proofs.gradients``):
+
+        dtable[b, h] = sum_{(t, s): bucket(k_s - q_t) = b} dbias[..., h, t, s]
+
+    Leading dims (a batch) are summed too. Same keywords as ``t5_bias``.
+    """
+    dbias = as_float_array(dbias, "dbias")
+    q = as_positions(q_positions, "q_positions")
+    k = as_positions(k_positions, "k_positions")
+    if dbias.ndim < 3 or dbias.shape[-2:] != (q.size, k.size):
+        raise ValueError(f"dbias must have shape (..., H, T, S) = (..., H, {q.size}, {k.size}), got {dbias.shape}")
+    per_pair = dbias.reshape(-1, *dbias.shape[-3:]).sum(axis=0)                 # (H, T, S): the batch summed
+    buckets = relative_position_bucket(k[None, :] - q[:, None], bidirectional=bidirectional,
+                                       num_buckets=num_buckets, max_distance=max_distance, exact=exact)  # (T, S)
+    dtable = np.stack([np.bincount(buckets.ravel(), weights=g.ravel(), minlength=num_buckets)
+                       for g in per_pair], axis=-1)                              # (K, H): a loop over heads
+    return dtable.astype(dbias.dtype, copy=False)

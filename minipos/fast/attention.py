@@ -86,8 +86,8 @@ _BLOCK = 256
 
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
-                        block_size: int = 256, q_offset: int | None = None, workers: int | None = None,
-                        bias_max_fn=None) -> np.ndarray:
+                        block_size: int = 256, q_offset: int | None = None, return_lse: bool = False,
+                        workers: int | None = None, bias_max_fn=None):
     """``minipos.attention.blockwise_attention`` (same arguments and result, up to rounding), faster.
 
     Two more keywords steer speed only:
@@ -109,27 +109,31 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                                     block_size, q_offset)
     check_callable(bias_max_fn, "bias_max_fn")
+    return_lse = check_bool(return_lse, "return_lse")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     if dtype not in _UNDERFLOW:                                            # longdouble: the reference
-        return reference.blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal,
-                                             scale=scale, block_size=block, q_offset=q_offset)
+        return reference.blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, scale=scale,
+                                             block_size=block, q_offset=q_offset, return_lse=return_lse)
     if q.ndim == 2:                                                        # no head axis: lend one
         bias_fn, mask_fn, bias_max_fn = (None if f is None else _heads_added(f)
                                          for f in (bias_fn, mask_fn, bias_max_fn))
-        q, k, v = q[None], k[None], v[None]
-        return _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers)[0]
-    return _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers)
+        got = _run(q[None], k[None], v[None], dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn,
+                   workers, lse=return_lse)
+        return (got[0][0], got[1][0]) if return_lse else got[0]
+    return _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers, lse=return_lse)
 
 
 def _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, workers, *,
-         source: str = "bias_fn") -> np.ndarray:
-    """The kernel on checked arguments: ``(..., H, T, Dv)``."""
+         source: str = "bias_fn", lse: bool = False):
+    """The kernel on checked arguments: ``(..., H, T, Dv)``, and ``lse`` ``(..., H, T)`` if asked."""
     job = _Blockwise(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
                      source)
+    if lse:
+        job.lse = np.full(q.shape[:-1], -np.inf, dtype)
     tasks, workers = job.tasks(workers)
     _threads.run(job.attend, tasks, workers)
-    return job.out
+    return (job.out, job.lse) if lse else job.out
 
 
 def _buffer_view(buf: np.ndarray, shape: tuple) -> np.ndarray:
@@ -307,6 +311,7 @@ class _Blockwise:
         self.v1 = np.empty((*lead, S, Dv + 1), dtype)                       # [V | 1]: P [V | 1] = [P V | l]
         self.v1[..., :Dv], self.v1[..., Dv] = v, 1
         self.out = np.zeros((*lead, T, Dv), dtype)                          # (..., H, T, Dv)
+        self.lse = None                                                     # (..., H, T) when asked for
         self.scale, self.block, self.offset, self.causal = scale, block, offset, causal
         self.bias_fn, self.mask_fn, self.bias_max_fn, self.source = bias_fn, mask_fn, bias_max_fn, source
         # max |k_s| over each aligned key block (key blocks start at multiples of block), for
@@ -366,6 +371,9 @@ class _Blockwise:
         l = o[..., -1:]                                                        # (..., H, tq, 1)
         _check_row_sums(l, qs, self.source)
         np.divide(o[..., :-1], l, out=self.out[sel][..., qs, :], where=l > 0)  # out = o / l (0 if l = 0)
+        if self.lse is not None:
+            with np.errstate(divide="ignore"):
+                self.lse[sel[:-1]][..., qs] = (m + np.log(l))[..., 0]          # lse = m + ln l (-inf if l = 0)
 
     def _walk(self, qs, sel, q1, x, o, pv, m, rowmax, *, fixed_ok: bool) -> bool:
         """Fold every key block of the query block ``qs`` into ``m`` and ``[o | l]``; returns
