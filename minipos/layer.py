@@ -65,13 +65,14 @@ once a call has succeeded. A decoding step's queries start at the cache length u
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_choice, check_float,
                       check_int, check_positive_int)
-from .attention import attention, blockwise_attention
+from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 
 __all__ = [
     "MultiHeadAttention",
@@ -145,6 +146,28 @@ class Scheme:
     def scale(self, head_dim: int) -> float:
         return 1.0 / np.sqrt(head_dim)
 
+    # The seams' gradients, for ``MultiHeadAttention.backward``. ``add(name, grad)`` sums a
+    # parameter's gradient ("scheme.<name>", or a layer weight such as "wk").
+
+    def embed_backward(self, dx, positions, add):  # input seam: returns the gradient of x
+        return dx
+
+    def rotate_q_backward(self, dq, positions, *, seq_len: int):  # rotate seam: the map's transpose
+        return dq
+
+    def rotate_k_backward(self, dk, positions, *, seq_len: int):
+        return dk
+
+    def bias_backward(self, q_positions, k_positions, dbias) -> dict:  # bias seam: {"scheme.<name>": grad}
+        return {}
+
+    def content_position_backward(self, dq_c, add):  # the query used against content -> the query
+        return dq_c
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+        """The extra logits of the block ``(qs, ks)``: ``(dq[..., qs, :], dk[..., ks, :])``."""
+        raise NotImplementedError(f"{type(self).__name__} has extra logits but no extra_backward")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -199,6 +222,10 @@ class LearnedAbsolute(Scheme):
 
     def embed(self, x, positions):
         return x + sinusoidal.absolute_embedding(self.table, positions).astype(x.dtype, copy=False)
+
+    def embed_backward(self, dx, positions, add):
+        add("scheme.table", sinusoidal.absolute_embedding_backward(self.table, positions, dx.sum(axis=0)))
+        return dx
 
     def __repr__(self) -> str:
         return f"LearnedAbsolute(max_positions={self.max_positions})"
@@ -295,6 +322,14 @@ class Rotary(Scheme):
     rotate_q = _apply
     rotate_k = _apply
 
+    def _apply_backward(self, dx, positions, *, seq_len):  # R(m)^T
+        inv_freq, factor = self.frequencies(seq_len)
+        return rope.apply_rope_backward(dx, positions, inv_freq=inv_freq, layout=self.layout,
+                                        rotary_dim=self.rotary_dim, attention_factor=factor)
+
+    rotate_q_backward = _apply_backward
+    rotate_k_backward = _apply_backward
+
     def __repr__(self) -> str:
         kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
         return f"Rotary(layout={self.layout!r}, rotary_dim={self.rotary_dim}{kind})"
@@ -319,6 +354,12 @@ class XPos(Scheme):
 
     def rotate_k(self, k, positions, *, seq_len):
         return xpos.apply_xpos(k, positions, base=self.base, scale_base=self.scale_base, downscale=True)
+
+    def rotate_q_backward(self, dq, positions, *, seq_len):
+        return xpos.apply_xpos_backward(dq, positions, base=self.base, scale_base=self.scale_base)
+
+    def rotate_k_backward(self, dk, positions, *, seq_len):
+        return xpos.apply_xpos_backward(dk, positions, base=self.base, scale_base=self.scale_base, downscale=True)
 
     def __repr__(self) -> str:
         return f"XPos(scale_base={self.scale_base})"
@@ -380,6 +421,10 @@ class T5Bias(Scheme):
         return t5.t5_bias(self.table, q_positions, k_positions, bidirectional=self.bidirectional,
                           num_buckets=self.num_buckets, max_distance=self.max_distance)
 
+    def bias_backward(self, q_positions, k_positions, dbias):
+        return {"scheme.table": t5.t5_bias_backward(dbias, q_positions, k_positions, bidirectional=self.bidirectional,
+                                                    num_buckets=self.num_buckets, max_distance=self.max_distance)}
+
     def scale(self, head_dim):
         return 1.0
 
@@ -420,6 +465,18 @@ class TransformerXL(Scheme):
             return scale * transformer_xl.xl_position_logits(q[..., qs, :], self.v, self.w_r, q_positions[qs],
                                                              k_positions[ks], base=self.base)
         return q + self.u[:, None, :], extra  # terms (a) + (c): (q_i + u) . k_j
+
+    def content_position_backward(self, dq_c, add):
+        add("scheme.u", dq_c.sum(axis=(0, 2)))                               # q_c = q + u: du = sum dq_c
+        return dq_c
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+        scale = 1.0 / np.sqrt(self.head_dim)
+        dq, dv, dw_r = transformer_xl.xl_position_logits_backward(
+            q[..., qs, :], self.v, self.w_r, q_positions[qs], k_positions[ks], scale * dlogits, base=self.base)
+        add("scheme.v", dv)
+        add("scheme.w_r", dw_r)
+        return dq, 0.0
 
     def __repr__(self) -> str:
         return "TransformerXL()"
@@ -475,6 +532,27 @@ class DeBERTa(Scheme):
                 total = total + deberta.p2c_term(k[..., ks, :], pos_query, rel, self.att_span)
             return scale * total
         return q, extra
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+        L, D2 = self.layer, 2 * self.att_span
+        rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=self.position_buckets,
+                                         max_position=self.max_relative_positions)
+        d = self.scale(self.head_dim) * dlogits                              # (B, H, tq, tk)
+        dq, dk = 0.0, 0.0
+        for term, w, b, name in (("c2p", L.wk, L.bk, "k"), ("p2c", L.wq, L.bq, "q")):
+            if term not in self.pos_att_type:
+                continue
+            table = self._project(w, b)                                      # (H, 2k, D)
+            if term == "c2p":
+                dq, dtable = deberta.c2p_term_backward(q[..., qs, :], table, rel, self.att_span, d)
+            else:
+                dk, dtable = deberta.p2c_term_backward(k[..., ks, :], table, rel, self.att_span, d)
+            dproj = dtable.transpose(1, 0, 2).reshape(D2, -1)                # (2k, H*D): table = rel_emb w + b
+            add("w" + name, self.rel_embeddings.T @ dproj)
+            if b is not None:
+                add("b" + name, dproj.sum(axis=0))
+            add("scheme.rel_embeddings", dproj @ w.T)
+        return dq, dk
 
     def scale(self, head_dim):
         return 1.0 / np.sqrt(head_dim * (1 + len(self.pos_att_type)))
@@ -634,7 +712,7 @@ class MultiHeadAttention:
         return cache
 
     def __call__(self, x, *, positions=None, mask=None, causal: bool = False, cache: KVCache | None = None,
-                 return_weights: bool = False):
+                 return_weights: bool = False, return_context: bool = False):
         """Attend ``x`` ``(B, T, d_model)`` to itself (and to the cache); return ``(B, T, d_model)``.
 
         positions: ``(T,)`` integer positions of the queries; default ``cache.seen + arange(T)``
@@ -643,67 +721,165 @@ class MultiHeadAttention:
           ``S`` counts the cached keys too. causal: queries see keys at positions ``<=`` their own.
         cache: a ``KVCache`` of this layer (``new_cache()``), updated once the call has succeeded.
         return_weights: also return the attention weights ``(B, H, T, S)`` (dense path only).
+        return_context: also return a ``Context`` of the pass, for ``backward(ctx, dy)``:
+          ``y, ctx = layer(x, return_context=True)`` (after the weights, if both are asked for).
         """
         x, positions, mask, causal = self._check_call(x, positions, mask, causal, cache, return_weights)
+        return_context = check_bool(return_context, "return_context")
         sc = self.scheme
         past = np.zeros(0, np.int64) if cache is None else cache.positions
         k_pos = np.concatenate([past, positions])                               # (S,) key positions
         seq_len = int(k_pos.max()) + 1 if len(k_pos) else 1                     # for length-dependent RoPE
 
         # 1) input seam: absolute position vectors added to the embeddings
-        x = sc.embed(x, positions)                                              # (B, T, d_model)
+        x_in = sc.embed(x, positions)                                           # (B, T, d_model)
         # 2) projections, split into heads
-        q, k, v = (self._heads(x, w, b) for w, b in ((self.wq, self.bq), (self.wk, self.bk), (self.wv, self.bv)))
+        q_p, k_p, v = (self._heads(x_in, w, b) for w, b in ((self.wq, self.bq), (self.wk, self.bk), (self.wv, self.bv)))
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos)
-        q = sc.rotate_q(q, positions, seq_len=seq_len)                          # (B, H, T, D)
-        if not sc.rotates_cached_keys:
-            k = sc.rotate_k(k, positions, seq_len=seq_len)
+        q = sc.rotate_q(q_p, positions, seq_len=seq_len)                        # (B, H, T, D)
+        k = k_p if sc.rotates_cached_keys else sc.rotate_k(k_p, positions, seq_len=seq_len)
         # 4) cache: the keys and values of earlier calls in front of this call's
         tag = sc.cache_tag(seq_len)
         if cache is not None:
             k, v, _ = cache.extend(k, v, positions, tag=tag)                    # (B, H, S, D)
+        k_raw = k
         if sc.rotates_cached_keys:
             k = sc.rotate_k(k, k_pos, seq_len=seq_len)                          # every key, this call's map
         # 5) content-position seam: the query used against content, and the extra logits
-        q, extra = sc.content_position(q, k, positions, k_pos)
+        q_c, extra = sc.content_position(q, k, positions, k_pos)
         # 6) bias seam and 7) attention, dense or blockwise
-        out = self._attend(q, k, v, extra, positions, k_pos, mask, causal, return_weights)
-        out, weights = out if return_weights else (out, None)
+        out, weights, lse = self._attend(q_c, k, v, extra, positions, k_pos, mask, causal, return_weights,
+                                         return_context)
         # 8) merge the heads, output projection
         B, H, T, D = out.shape
-        y = out.transpose(0, 2, 1, 3).reshape(B, T, H * D) @ self.wo           # (B, T, d_model)
+        merged = out.transpose(0, 2, 1, 3).reshape(B, T, H * D)                 # (B, T, H*D)
+        y = merged @ self.wo
         if self.bo is not None:
-            y = y + self.bo
+            y = y + self.bo                                                     # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
             cache._owner = cache._owner or weakref.ref(self)
             cache.commit(T, tag)
-        return (y, weights) if return_weights else y
+        result = (y, weights) if return_weights else (y,)
+        if return_context:
+            result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
+                               extra, out, lse, merged),)
+        return result if len(result) > 1 else y
 
     def _heads(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
         y = x @ w if b is None else x @ w + b
         B, T, _ = x.shape
         return y.reshape(B, T, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
 
-    def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights):
-        """Steps 6 and 7: the logits' bias of a block, and attention over all blocks or one."""
+    def _logits_fn(self, extra, q_pos, k_pos):
+        """``logits(qs, ks)``: the bias seam plus the content-position seam's extra logits of the
+        queries ``qs`` and keys ``ks`` (index slices), ``(H, tq, tk)`` or ``(B, H, tq, tk)``, or ``None``."""
         sc = self.scheme
 
-        def logits(qs, ks):  # bias seam + content-position seam, for queries qs and keys ks
+        def logits(qs, ks):
             bias = sc.bias(q_pos[qs], k_pos[ks])                                # (H, tq, tk) or None
             more = None if extra is None else extra(qs, ks)                     # (B, H, tq, tk) or None
             return more if bias is None else bias if more is None else bias + more
+        return logits
 
-        def allowed(qs, ks):  # causal (by positions) and the padding mask, for a block
+    @staticmethod
+    def _allowed_fn(mask, causal, q_pos, k_pos):
+        """``allowed(qs, ks)``: causal (by positions) and the padding mask of a block, or ``None``."""
+        def allowed(qs, ks):
             tri = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
             pad = None if mask is None else mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
             return pad if tri is None else tri if pad is None else tri & pad
+        return allowed
 
-        scale = sc.scale(self.head_dim)
+    def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
+        """Steps 6 and 7: ``(out, weights or None, lse or None)`` of attention over all blocks or one."""
+        logits, allowed = self._logits_fn(extra, q_pos, k_pos), self._allowed_fn(mask, causal, q_pos, k_pos)
+        scale = self.scheme.scale(self.head_dim)
         if self.block_size is None:
             every = (slice(0, len(q_pos)), slice(0, len(k_pos)))
-            return attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,
-                             return_weights=return_weights)
-        return blockwise_attention(q, k, v, bias_fn=logits, mask_fn=allowed, scale=scale, block_size=self.block_size)
+            got = attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,
+                            return_weights=return_weights)
+            return (*got, None) if return_weights else (got, None, None)
+        got = blockwise_attention(q, k, v, bias_fn=logits, mask_fn=allowed, scale=scale, block_size=self.block_size,
+                                  return_lse=return_lse)
+        return (got[0], None, got[1]) if return_lse else (got, None, None)
+
+    # ----------------------------------------------------------------------- backward
+
+    def backward(self, ctx: "Context", dy) -> dict:
+        """The gradients of a pass for the output gradient ``dy`` ``(B, T, d_model)``.
+
+        ctx: the ``Context`` returned by ``layer(x, ..., return_context=True)``. Returns a dict keyed
+        by parameter name as the golden vectors name them: ``"x"``, ``"wq"``, ``"wk"``, ``"wv"``,
+        ``"wo"``, ``"bq"``, ``"bk"``, ``"bv"``, ``"bo"`` (with ``bias=True``) and the scheme's
+        learned parameters as ``"scheme.<name>"`` (``"scheme.table"``, ``"scheme.u"``, ...). Keys
+        and values from earlier calls (a cache) are constants here. The forward's steps, reversed.
+        """
+        if not isinstance(ctx, Context):
+            raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
+        dy = as_float_array(dy, "dy")
+        if dy.shape != ctx.x.shape:
+            raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
+        sc, grads = self.scheme, {}
+        add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
+        B, T, _ = dy.shape
+        # 8) output projection: y = merged wo + bo
+        add("wo", np.einsum("btf,btd->fd", ctx.merged, dy))                    # merged^T dy
+        if self.bo is not None:
+            add("bo", dy.sum(axis=(0, 1)))
+        dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
+        # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
+        dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
+        # 5) content-position seam: the query used against content
+        dq = sc.content_position_backward(dq_c, add) + dq_extra                  # (B, H, T, D)
+        dk = dk + dk_extra                                                      # (B, H, S, D)
+        # 4) cache: the gradients of this call's keys and values (earlier ones are constants)
+        if sc.rotates_cached_keys:
+            dk = sc.rotate_k_backward(dk, ctx.k_positions, seq_len=ctx.seq_len)
+        dk, dv = dk[..., ctx.past:, :], dv[..., ctx.past:, :]
+        # 3) rotate seam
+        dq = sc.rotate_q_backward(dq, ctx.positions, seq_len=ctx.seq_len)
+        if not sc.rotates_cached_keys:
+            dk = sc.rotate_k_backward(dk, ctx.positions, seq_len=ctx.seq_len)
+        # 2) projections: q = heads(x_in wq + bq), ...
+        dx_in = np.zeros_like(ctx.x_in)
+        for name, d in (("q", dq), ("k", dk), ("v", dv)):
+            d2 = d.transpose(0, 2, 1, 3).reshape(B, T, -1)                      # (B, T, H*D)
+            add("w" + name, np.einsum("btd,btf->df", ctx.x_in, d2))           # x_in^T d
+            if getattr(self, "b" + name) is not None:
+                add("b" + name, d2.sum(axis=(0, 1)))
+            dx_in += d2 @ getattr(self, "w" + name).T
+        # 1) input seam
+        add("x", sc.embed_backward(dx_in, ctx.positions, add))
+        return grads
+
+    def _attend_backward(self, ctx, dout, add):
+        """Steps 7 and 6 reversed: ``(dq_c, dk, dv, dq, dk)``: the gradients of the content query,
+        keys and values, and those the extra logits give q and k (the scheme's go to ``add``)."""
+        sc = self.scheme
+        logits, allowed = self._logits_fn(ctx.extra, ctx.positions, ctx.k_positions), self._allowed_fn(
+            ctx.mask, ctx.causal, ctx.positions, ctx.k_positions)
+        dq_extra, dk_extra = np.zeros(ctx.q.shape), np.zeros(ctx.k.shape)
+
+        def logits_grad(qs, ks, ds):  # dS of a block is the gradient of its bias and extra logits
+            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
+                add(name, g)
+            if ctx.extra is not None:
+                dq_blk, dk_blk = sc.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
+                dq_extra[..., qs, :] += dq_blk
+                dk_extra[..., ks, :] += dk_blk
+        scale = sc.scale(self.head_dim)
+        if self.block_size is None:
+            every = (slice(0, len(ctx.positions)), slice(0, len(ctx.k_positions)))
+            bias = logits(*every)
+            dq_c, dk, dv, ds = attention_backward(ctx.q_c, ctx.k, ctx.v, dout, bias=bias, mask=allowed(*every),
+                                                   scale=scale)
+            if ds is not None:
+                logits_grad(*every, ds)
+        else:
+            dq_c, dk, dv = blockwise_attention_backward(
+                ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, bias_fn=logits, mask_fn=allowed, scale=scale,
+                block_size=self.block_size, bias_grad_fn=logits_grad)
+        return dq_c, dk, dv, dq_extra, dk_extra
 
     def _check_call(self, x, positions, mask, causal, cache, return_weights):
         """Every argument of a call checked once: ``(x, positions (T,), mask, causal)``, the mask
@@ -749,3 +925,28 @@ def _float_dtype(dtype) -> np.dtype:
     if not np.issubdtype(dtype, np.floating):
         raise TypeError(f"dtype must be a floating dtype, got {dtype}")
     return dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Context:
+    """What ``MultiHeadAttention.backward`` needs of a forward pass (returned with
+    ``return_context=True``): the input, positions and mask, and each step's result. It holds
+    no reference to the layer; the layer and its scheme keep no state for the backward."""
+
+    x: np.ndarray              # (B, T, d_model)
+    positions: np.ndarray      # (T,)
+    k_positions: np.ndarray    # (S,)
+    seq_len: int
+    mask: np.ndarray | None    # (B, 1, 1|T, S)
+    causal: bool
+    past: int                  # keys from the cache in front of this call's
+    x_in: np.ndarray           # after the input seam (B, T, d_model)
+    q: np.ndarray              # after the rotate seam (B, H, T, D)
+    k_raw: np.ndarray          # the keys as cached (B, H, S, D)
+    k: np.ndarray              # the keys attended (B, H, S, D)
+    v: np.ndarray              # (B, H, S, Dv)
+    q_c: np.ndarray            # the query used against content (B, H, T, D)
+    extra: object              # the content-position seam's extra logits, or None
+    out: np.ndarray            # attention's output (B, H, T, Dv)
+    lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
+    merged: np.ndarray         # (B, T, H*Dv)

@@ -81,24 +81,26 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         super().__init__(*args, **kwargs)
         self._memo = None                                   # bias blocks kept across calls
 
-    def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights):
+    def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
         if return_weights or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
-            return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights)
+            return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
-        logits = self._logits_fn(hints, extra, q_pos, k_pos)
+        logits = self._fast_logits_fn(hints, extra, q_pos, k_pos)
         bound = None
         if hints is not None and hints.bound is not None and extra is None:
             bound = lambda qs, ks: hints.bound(self.scheme, q_pos[qs], k_pos[ks])  # noqa: E731
         scale = self.scheme.scale(self.head_dim)
-        kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound)
+        kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound, return_lse=True)
         if causal and T and S and is_run(q_pos) and is_run(k_pos):          # query t sees s <= t + offset
             pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
-            return blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
-        return blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos), **kw)
+            out, lse = blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
+        else:
+            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos), **kw)
+        return out, None, lse if return_lse else None
 
-    def _logits_fn(self, hints, extra, q_pos, k_pos):
+    def _fast_logits_fn(self, hints, extra, q_pos, k_pos):
         """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
         sc, dtype = self.scheme, self.dtype
         if hints is None:
