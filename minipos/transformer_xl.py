@@ -55,6 +55,12 @@ the other entries hold the pad zero and the next row's values (garbage) that the
 removes. For any sign of i - j (a bidirectional use) take the definitional ``xl_terms``, which
 gathers R_{i-j} for every pair.
 
+Gradients. ``rel_shift_backward``, ``position_scores_backward``, ``xl_scores_backward`` and
+``xl_position_logits_backward`` take their forward's arguments plus the output gradient ``dout``
+(``dy`` for ``rel_shift``) and return the input gradients, each in its input's dtype. The
+shift's backward is its transpose (pad T zeros in front of the flat gradient, view as (T, S+1),
+drop the pad column); a gather's is a scatter-add, so pairs at one distance sum.
+
 Errors. Shapes that do not match raise ``ValueError`` naming the argument and the array it must
 match; distances i - j must fit int64 and, after ``clamp_len``, lie within +-2**53 (where float64
 stops holding every integer); scores that overflow the floating dtype raise instead of returning
@@ -63,6 +69,7 @@ inf; an output (or the definitional form's per-pair table) too large for memory 
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import NamedTuple
 
@@ -81,6 +88,10 @@ __all__ = [
     "XLTerms",
     "xl_terms",
     "xl_scores_definitional",
+    "rel_shift_backward",
+    "position_scores_backward",
+    "xl_scores_backward",
+    "xl_position_logits_backward",
 ]
 
 
@@ -197,6 +208,17 @@ def _as_w_r(w_r, H: int, D: int) -> np.ndarray:
     return w_r
 
 
+def _as_position_args(q, r, v):
+    """q (..., H, T, D), r (H, S >= T, D) and v (H, D) as finite float arrays, H and D agreeing."""
+    q = _as_q(q)
+    *_, H, T, D = q.shape
+    r = as_float_array(r, "r")
+    if r.ndim != 3 or r.shape[0] != H or r.shape[2] != D or r.shape[1] < T:
+        raise ValueError(f"r must have shape (H, S, D) = ({H}, S >= {T}, {D}) for q {q.shape}, "
+                         f"got shape {r.shape}")
+    return q, r, _as_shaped(v, "v", (H, D), "(H, D)", q)
+
+
 def position_scores(q, r, v) -> np.ndarray:
     """Terms (b) + (d), unscaled: out[..., h, i, j] = (q_i + v_h) . W_R R_{(M+i)-j}.
 
@@ -204,17 +226,20 @@ def position_scores(q, r, v) -> np.ndarray:
     S-1-s: ``relative_heads(relative_embeddings(S, d_model), w_r, H)``); v: (H, D), the code's
     ``r_r_bias``. Returns (..., H, T, S), exact for j <= i + M (the causal entries).
     """
-    q = _as_q(q)
-    *_, H, T, D = q.shape
-    r = as_float_array(r, "r")
-    if r.ndim != 3 or r.shape[0] != H or r.shape[2] != D or r.shape[1] < T:
-        raise ValueError(f"r must have shape (H, S, D) = ({H}, S >= {T}, {D}) for q {q.shape}, "
-                         f"got shape {r.shape}")
-    v = _as_shaped(v, "v", (H, D), "(H, D)", q)
+    q, r, v = _as_position_args(q, r, v)
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         bd = np.matmul(q + v[:, None, :], np.swapaxes(r, -1, -2)).astype(float_dtype(q, r, v), copy=False)
     _check_finite(bd, "(q + v) . r", "q, r or v")  # (..., H, T, S)  BD, unshifted
     return rel_shift(bd)  # BD[i, j] <- BD[i, j+T-1-i]
+
+
+def _as_xl_args(q, k, r, u, v):
+    """q (..., H, T, D), k (..., H, S, D), r (H, S, D), u and v (H, D), checked to agree."""
+    q, k = _as_qk(q, k)
+    *_, H, T, D = q.shape
+    r = _as_shaped(r, "r", (H, k.shape[-2], D), "(H, S, D) with S = k.shape[-2]", q)
+    u = _as_shaped(u, "u", (H, D), "(H, D)", q)
+    return q, k, r, u, _as_shaped(v, "v", (H, D), "(H, D)", q)
 
 
 def xl_scores(q, k, r, u, v) -> np.ndarray:
@@ -225,11 +250,7 @@ def xl_scores(q, k, r, u, v) -> np.ndarray:
     ``r_r_bias``). Returns (..., H, T, S) in the promoted dtype. Valid for j <= i + M: apply
     ``causal_mask(T, S)``. The reference then multiplies by 1/sqrt(D).
     """
-    q, k = _as_qk(q, k)
-    *_, H, T, D = q.shape
-    r = _as_shaped(r, "r", (H, k.shape[-2], D), "(H, S, D) with S = k.shape[-2]", q)
-    u = _as_shaped(u, "u", (H, D), "(H, D)", q)
-    v = _as_shaped(v, "v", (H, D), "(H, D)", q)
+    q, k, r, u, v = _as_xl_args(q, k, r, u, v)
     bd = position_scores(q, r, v)  # (..., H, T, S)  (b) + (d)
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         ac = np.matmul(q + u[:, None, :], np.swapaxes(k, -1, -2))  # (..., H, T, S)  (a) + (c)
@@ -246,6 +267,19 @@ def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 100
     positions of any order and sign (no causal restriction). Projects R once per distinct
     distance, then gathers: the general form of ``rel_shift``. ``clamp_len`` as in ``xl_terms``.
     """
+    q, v, w_r, table, index = _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
+    r = relative_heads(table, w_r, q.shape[-3])  # (H, U, D)  W_R R_n
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        scores = np.einsum("...htd,hud->...htu", q + v[:, None, :], r).astype(float_dtype(q, v, w_r),
+                                                                              copy=False)  # (..., H, T, U)
+    _check_finite(scores, "(q + v) . W_R R", "q, v or w_r")
+    index = np.broadcast_to(index, (*q.shape[:-1], index.shape[1]))  # (..., H, T, S)
+    return np.take_along_axis(scores, index, axis=-1)
+
+
+def _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len):
+    """The checked q, v, w_r, the table R_n (U, d_model) at the U distinct distances i - j, and
+    the index (T, S) of each pair's distance among them (the sizes checked before any is built)."""
     q = _as_q(q)
     *_, H, T, D = q.shape
     v = _as_shaped(v, "v", (H, D), "(H, D)", q)
@@ -260,12 +294,7 @@ def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 100
     dist, index = np.unique(n.ravel(), return_inverse=True)  # (U,) distinct distances, (T*S,)
     check_alloc((*q.shape[:-1], dist.size), np.result_type(q, v, w_r), "q_positions and k_positions")
     table = sinusoidal_table(dist, w_r.shape[0], base=base, layout="split")  # (U, d_model)  R_n
-    r = relative_heads(table, w_r, H)  # (H, U, D)  W_R R_n
-    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
-        scores = np.einsum("...htd,hud->...htu", q + v[:, None, :], r).astype(dtype, copy=False)  # (..., H, T, U)
-    _check_finite(scores, "(q + v) . W_R R", "q, v or w_r")
-    index = np.broadcast_to(index.reshape(n.shape), (*q.shape[:-1], n.shape[1]))  # (..., H, T, S)
-    return np.take_along_axis(scores, index, axis=-1)
+    return q, v, w_r, table, index.reshape(n.shape)
 
 
 class XLTerms(NamedTuple):
@@ -360,3 +389,153 @@ def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=Non
         scores = a + b + c + d  # A^rel_{i,j}, arXiv:1901.02860 Sec. 3.3
     _check_finite(scores, "the logits (a) + (b) + (c) + (d)", "q, k, w_r, u or v")
     return scores
+
+
+# --------------------------------------------------------------------------- gradients
+#
+# Each backward takes its forward's arguments plus the output gradient and returns the input
+# gradients, each in its input's floating dtype; no state is kept between the two passes.
+
+
+def rel_shift_backward(dy) -> np.ndarray:
+    """The adjoint of ``rel_shift``: dx (..., T, S) with <rel_shift(x), dy> = <x, dx> for all x, dy.
+
+    ``rel_shift`` is linear, and its output has its input's shape (..., T, S), so dy alone fixes
+    dx's shape. Flat, the forward reads out[n] = [0 | x].flat[n + T] (the padded buffer, viewed as
+    (..., T, S+1), without its first T entries); the adjoint runs its three steps backwards:
+
+        buf = [T zeros, dy.flat]          adjoint of dropping the first T entries
+        buf viewed as (..., T, S+1)       adjoint of the views (the same buffer)
+        dx = buf[..., 1:]                 adjoint of padding the zero column: drop it
+
+    So dx[..., i, j + T - 1 - i] = dy[..., i, j] for j <= i + M (the causal entries); dx[..., 0, :T-1]
+    is 0 (the forward never reads it); dy at the pad zero (j = i + M + 1) reaches nothing, and dy
+    on the garbage beyond it flows to the next row of x, as the forward copied it from there. In
+    attention the causal mask zeroes dy there. Requires S >= T. Returns dy's floating dtype.
+    """
+    dy = as_float_array(dy, "dy")
+    if dy.ndim < 2:
+        raise ValueError(f"dy must have shape (..., T, S), got shape {dy.shape}")
+    *lead, T, S = dy.shape
+    if S < T:
+        raise ValueError(f"dy must have S >= T (the shape of rel_shift's output), got T={T}, S={S}")
+    return _rel_shift_adjoint(dy)
+
+
+def _rel_shift_adjoint(dy: np.ndarray) -> np.ndarray:
+    """``rel_shift_backward`` on a checked dy (..., T, S), S >= T."""
+    *lead, T, S = dy.shape
+    buf = np.zeros((*lead, T + T * S), dtype=dy.dtype)  # (..., T(S+1))
+    buf[..., T:] = dy.reshape(*lead, T * S)  # [0 ... 0 | dy]: the dropped first T get no gradient
+    return buf.reshape(*lead, T, S + 1)[..., 1:]  # (..., T, S): the pad column dropped
+
+
+def _as_dout(dout, shape: tuple, source: str) -> np.ndarray:
+    """``dout`` as a finite float array of the forward's output shape, or raise naming it."""
+    dout = as_float_array(dout, "dout")
+    if dout.shape != tuple(shape):
+        raise ValueError(f"dout must have the shape of the forward's output (..., H, T, S) = {tuple(shape)} "
+                         f"({source}), got shape {dout.shape}")
+    return dout
+
+
+def _batch(a: np.ndarray) -> np.ndarray:
+    """(..., H, X, Y) as (N, H, X, Y), N the product of ... (1 without leading dims), for sums over ...."""
+    return a.reshape(math.prod(a.shape[:-3]), *a.shape[-3:])
+
+
+def _head_sum(g: np.ndarray) -> np.ndarray:
+    """(..., H, T, D) summed over ... and T to (H, D): the adjoint of broadcasting a per-head vector."""
+    return g.sum(axis=(*range(g.ndim - 3), g.ndim - 2))
+
+
+def _grads(inputs: str, **grads) -> tuple:
+    """Each gradient ``name=(grad, input)`` cast to its input's floating dtype, raising where it overflowed."""
+    out = []
+    for name, (grad, like) in grads.items():
+        with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+            grad = grad.astype(like.dtype, copy=False)
+        _check_finite(grad, f"the gradient of {name}", f"{inputs} or dout")
+        out.append(grad)
+    return tuple(out)
+
+
+def _position_adjoint(q, r, v, dout):
+    """d(q + v) (..., H, T, D), dr (H, S, D), dv (H, D) of BD = rel_shift((q + v) r^T)."""
+    qv = q + v[:, None, :]  # (..., H, T, D)  q_i + v
+    dbd = _rel_shift_adjoint(dout)  # (..., H, T, S)  dBD, unshifted
+    dqv = dbd @ r  # d(q + v) = dBD r
+    dr = np.einsum("nhts,nhtd->hsd", _batch(dbd), _batch(qv))  # dr = sum over ... of dBD^T (q + v)
+    return dqv, dr, _head_sum(dqv)  # dv = sum over ... and T of d(q + v)
+
+
+def position_scores_backward(q, r, v, dout):
+    """Gradients of ``position_scores(q, r, v)`` for the output gradient dout (..., H, T, S).
+
+    Returns (dq, dr, dv) of shapes (..., H, T, D), (H, S, D), (H, D). With BD = (q + v) r^T and
+    out = rel_shift(BD):
+
+        dBD = rel_shift_backward(dout)
+        dq = dBD r,    dv = sum over ... and T of dBD r,    dr = sum over ... of dBD^T (q + v)
+
+    Gradient at the garbage entries j > i + M of dout flows where the shift copied them from;
+    attention's causal mask makes it 0.
+    """
+    q, r, v = _as_position_args(q, r, v)
+    dout = _as_dout(dout, (*q.shape[:-1], r.shape[1]), f"q of shape {q.shape}, r of shape {r.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
+        dq, dr, dv = _position_adjoint(q, r, v, dout)
+    return _grads("q, r, v", q=(dq, q), r=(dr, r), v=(dv, v))
+
+
+def xl_scores_backward(q, k, r, u, v, dout):
+    """Gradients of ``xl_scores(q, k, r, u, v)`` for the output gradient dout (..., H, T, S).
+
+    Returns (dq, dk, dr, du, dv) of the shapes of q (..., H, T, D), k (..., H, S, D),
+    r (H, S, D), u (H, D), v (H, D). The logits are AC + BD with AC = (q + u) k^T:
+
+        d(q + u) = dout k,    dk = dout^T (q + u),    du = sum over ... and T of d(q + u)
+        d(q + v), dr, dv      from position_scores_backward (BD)
+        dq = d(q + u) + d(q + v)
+    """
+    q, k, r, u, v = _as_xl_args(q, k, r, u, v)
+    dout = _as_dout(dout, (*q.shape[:-1], k.shape[-2]), f"q of shape {q.shape}, k of shape {k.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
+        dqu = dout @ k  # (..., H, T, D)  d(q + u) = dAC k
+        dk = np.swapaxes(dout, -1, -2) @ (q + u[:, None, :])  # (..., H, S, D)  dk = dAC^T (q + u)
+        dqv, dr, dv = _position_adjoint(q, r, v, dout)  # (b) + (d)
+        dq = dqu + dqv
+        du = _head_sum(dqu)
+    return _grads("q, k, r, u, v", q=(dq, q), k=(dk, k), r=(dr, r), u=(du, u), v=(dv, v))
+
+
+def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, base: float = 10000.0,
+                                clamp_len: int | None = None):
+    """Gradients of ``xl_position_logits`` (same arguments) for the output gradient dout (..., H, T, S).
+
+    Returns (dq, dv, dw_r) of shapes (..., H, T, D), (H, D), (d_model, H*D). The forward projects
+    the U distinct distances, r = split_heads(R_n W_R) (H, U, D), scores them, P = (q + v) r^T
+    (..., H, T, U), and gathers out[..., t, s] = P[..., t, index[t, s]]. Backwards:
+
+        dP[..., t, c] = sum over s with index[t, s] = c of dout[..., t, s]   (a gather's adjoint: scatter-add)
+        d(q + v) = dP r  -> dq, and dv = its sum over ... and T
+        dr = sum over ... of dP^T (q + v)                                    (H, U, D)
+        dW_R = R_n^T merge_heads(dr)                                         (d_model, H*D)
+
+    Pairs at the same distance (clamped ones included) sum into one row of dP's last axis. The
+    scatter-add runs in float64.
+    """
+    q, v, w_r, table, index = _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
+    *lead, H, T, D = q.shape
+    U = table.shape[0]
+    dout = _as_dout(dout, (*lead, H, T, index.shape[1]), f"q of shape {q.shape} and the positions")
+    check_alloc((*lead, H, T, U), np.float64, "q_positions and k_positions (dout by distance)")
+    dp = np.zeros((*lead, H, T, U))  # (..., H, T, U)
+    np.add.at(dp, (..., np.arange(T)[:, None], index), dout)  # dP[.., t, index[t, s]] += dout[.., t, s]
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
+        r = relative_heads(table, w_r, H)  # (H, U, D)  W_R R_n
+        dqv = dp @ r  # (..., H, T, D)  d(q + v) = dP r
+        dr = np.einsum("nhtu,nhtd->hud", _batch(dp), _batch(q + v[:, None, :]))  # (H, U, D)
+        dw_r = table.T @ dr.transpose(1, 0, 2).reshape(U, H * D)  # (d_model, H*D)  R_n^T dr
+        dv = _head_sum(dqv)  # (H, D)
+    return _grads("q, v, w_r", q=(dqv, q), v=(dv, v), w_r=(dw_r, w_r))
