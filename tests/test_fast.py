@@ -169,6 +169,39 @@ def test_fast_alibi_bias_refuses_a_non_floating_dtype():
         falibi.alibi_bias([0.5], 2, 2, dtype=np.int32)
 
 
+@settings(max_examples=50, deadline=None)
+@given(lead=st.sampled_from([(), (2,), (2, 3)]), T=st.integers(1, 12), S=st.integers(1, 12),
+       block=st.integers(1, 14), causal=st.booleans(), shift=st.integers(-3, 3), dtype=dtypes,
+       masked=st.booleans(), bound=st.booleans(), threads=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_blockwise_attention_backward_equals_reference(lead, T, S, block, causal, shift, dtype, masked, bound,
+                                                       threads, seed):
+    # bound: a valid (loose) bias_max_fn, so heads whose block underflows are skipped; threads:
+    # the size above which query blocks go to two threads is lowered to 0.
+    rng = np.random.default_rng(seed)
+    q, k, v = _qkv(rng, lead, T, S, 3, 2, dtype)
+    dout = rng.standard_normal(v.shape[:-2] + (T, 2)).astype(dtype)
+    bias = (rng.standard_normal((*lead, T, S)) * 3).astype(dtype)
+    keep = rng.random((T, S)) > 0.2
+    kw = dict(bias_fn=lambda qs, ks: bias[..., qs, ks], block_size=block, causal=causal,
+              mask_fn=(lambda qs, ks: keep[qs, ks]) if masked else None, q_offset=S - T + shift if causal else None)
+    out, lse = attention.blockwise_attention(q, k, v, return_lse=True, **kw)
+    want_bias, got_bias = np.zeros(bias.shape, np.float64), np.zeros(bias.shape, np.float64)
+
+    def collect(into):
+        def bias_grad_fn(qs, ks, ds):
+            into[..., qs, ks] += ds
+        return bias_grad_fn
+    want = attention.blockwise_attention_backward(q, k, v, out, lse, dout, bias_grad_fn=collect(want_bias), **kw)
+    extra = dict(bias_max_fn=(lambda qs, ks: bias[..., qs, ks].max(axis=(-2, -1), keepdims=True) + 0.5) if bound
+                 else None, workers=2 if threads else 1)
+    with mock.patch.object(fa, "_THREADED_WORK", 0 if threads else fa._THREADED_WORK):
+        got = fa.blockwise_attention_backward(q, k, v, out, lse, dout, bias_grad_fn=collect(got_bias), **kw, **extra)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, **TOL[dtype])
+    np.testing.assert_allclose(got_bias, want_bias, **TOL[dtype])
+
+
 def test_blockwise_attention_in_longdouble_is_the_reference():
     rng = np.random.default_rng(4)
     q, k, v = _qkv(rng, (2,), 5, 7, 3, 2, np.longdouble)

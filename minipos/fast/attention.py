@@ -34,7 +34,7 @@ from .. import attention as reference
 from .._checks import as_float_array, check_bool, check_broadcast, check_callable, check_qkv
 from . import _threads
 
-__all__ = ["attention", "blockwise_attention"]
+__all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
 
 # Below this many logits (prod(...) H T S) the reference's dense attention is as fast.
 _DENSE_LOGITS = 1 << 18
@@ -260,6 +260,39 @@ def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
     distance the running max is set early and the far blocks underflow and are skipped."""
     stop = min(S, qs.stop + offset) if causal else S
     return [slice(j, min(j + block, stop)) for j in range(0, stop, block)][::-1]
+
+
+def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
+                                 scale=None, block_size: int = 256, q_offset: int | None = None, bias_grad_fn=None,
+                                 workers: int | None = None, bias_max_fn=None):
+    """``minipos.attention.blockwise_attention_backward`` (same arguments and results up to
+    rounding), faster: ``-lse`` rides in an extra column of the queries so one product gives
+    ``S - lse`` and ``P = exp`` of it; future key blocks are skipped under ``causal``, heads whose
+    block underflows under ``bias_max_fn``; query blocks run on ``workers`` threads, each summing
+    dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
+    with ``dS`` zero for the heads skipped there.
+    """
+    q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+                                                                    block_size, q_offset)
+    check_callable(bias_grad_fn, "bias_grad_fn", "(q_slice, k_slice, dS_block) -> None")
+    check_callable(bias_max_fn, "bias_max_fn")
+    workers = _threads.check_workers(workers)
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    if dtype not in _UNDERFLOW or q.ndim == 2:                              # longdouble, no head axis
+        return reference.blockwise_attention_backward(q, k, v, out, lse, dout, bias_fn=bias_fn, mask_fn=mask_fn,
+                                                      causal=causal, scale=scale, block_size=block,
+                                                      q_offset=q_offset, bias_grad_fn=bias_grad_fn)
+    *lead, T, _ = q.shape
+    out = reference._check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
+    dout = reference._check_grad(dout, out, "dout")
+    lse = as_float_array(lse, "lse", finite=False)
+    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    job = _BlockwiseGrad(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
+                         out, lse, dout, bias_grad_fn)
+    tasks, workers = job.tasks(workers)
+    _threads.run(job.grad, tasks, workers)
+    return job.result()
 
 
 def _sub_block(a, target, sel, heads, rows, keys):
@@ -522,3 +555,90 @@ def _fold(x, bias, allowed, v_blk, m, o, pv, rowmax) -> None:
     if allowed is not None:
         np.copyto(x, -np.inf, where=~allowed)                              # masked logits -> -inf
     _online_update(x, v_blk, m, o, pv, rowmax)
+
+
+class _BlockwiseGrad(_Blockwise):
+    """One call of ``blockwise_attention_backward``: ``grad(qs, None)`` adds the query block ``qs``'s
+    share to dQ (its own rows) and to this thread's dK and dV (summed by ``result``)."""
+
+    def __init__(self, q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, out, lse, dout,
+                 bias_grad_fn):
+        super().__init__(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, "bias_fn")
+        self.heads_per_task = self.lead[-1]
+        self.dout = dout
+        self.row_d = np.einsum("...td,...td->...t", dout, out)[..., None]   # D_i = rowsum(dO * O)  (..., T, 1)
+        huge = np.finfo(dtype).max / 8
+        self.minus_lse = np.where(np.isfinite(lse), -lse, -huge).astype(dtype)   # no key: P = e^{-huge} = 0
+        self.vt = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=dtype)     # (..., Dv, S)
+        self.dq = np.zeros(q.shape, dtype)
+        self.partial, self.lock, self.bias_grad_fn = {}, threading.Lock(), bias_grad_fn
+
+    def tasks(self, workers: int):
+        """``([(qs, None), ...], workers)``: a task per query block (all heads), the costliest first."""
+        blocks = [slice(i, min(i + self.block, self.T)) for i in range(0, self.T, self.block)]
+        work = int(np.prod(self.lead)) * self.T * self.S * (self.D + self.v1.shape[-1])
+        if workers == 1 or work < _THREADED_WORK or len(blocks) < 2:
+            return [(qs, None) for qs in blocks], 1
+        keys = lambda qs: min(self.S, qs.stop + self.offset) if self.causal else self.S  # noqa: E731
+        return [(qs, None) for qs in sorted(blocks, key=lambda qs: -(qs.stop - qs.start) * max(keys(qs), 0))], workers
+
+    def _accumulators(self):
+        key = threading.get_ident()
+        if key not in self.partial:
+            with self.lock:
+                self.partial[key] = (np.zeros(self.k.shape, self.out.dtype), np.zeros(self.v1[..., :-1].shape,
+                                                                                       self.out.dtype))
+        return self.partial[key]
+
+    def grad(self, qs: slice, hs=None) -> None:
+        dk, dv = self._accumulators()
+        D, tq, dtype = self.D, qs.stop - qs.start, self.out.dtype
+        q1 = np.empty((*self.lead, tq, D + 1), dtype)
+        np.multiply(self.q[..., qs, :], self.scale, out=q1[..., :D])
+        q1[..., D] = self.minus_lse[..., qs]                                   # the product gives S - lse
+        bound = self._bound_terms(q1, -q1[..., D:])
+        do, row_d, q_blk = self.dout[..., qs, :], self.row_d[..., qs, :], self.q[..., qs, :]
+        dq = np.zeros((*self.lead, tq, D), dtype)
+        for ks in _key_slices(qs, self.S, self.block, self.causal, self.offset):
+            target = (*self.lead, tq, ks.stop - ks.start)
+            allowed = _block_allowed(self.mask_fn, self.causal, self.offset, qs, ks, target, self.triangles)
+            if allowed is not None and not allowed.any():
+                continue                                                       # masked throughout
+            heads = slice(None)
+            if bound is not None:
+                heads = self._live_heads(bound, qs, ks, (Ellipsis,))
+                if heads is None:
+                    continue                                                   # P = 0 throughout
+            (bias,) = self._bias(qs, ks)
+            sel = (Ellipsis, heads, slice(None), slice(None))
+            sub = lambda a: _sub_block(a, target, (Ellipsis,), heads, slice(None), slice(None))  # noqa: E731
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = np.matmul(q1[sel], self.kt1[sel][..., ks])                 # S - lse
+                if bias is not None:
+                    p += sub(bias)
+                if allowed is not None:
+                    np.copyto(p, -np.inf, where=~sub(allowed))
+                np.exp(p, out=p)                                               # P = exp(S - lse)
+            dv[sel][..., ks, :] += np.matmul(np.swapaxes(p, -1, -2), do[sel])  # dV_j += P^T dO_i
+            ds = np.matmul(do[sel], self.vt[sel][..., ks])                    # dP = dO V^T
+            ds -= row_d[sel]
+            ds *= p                                                            # dS = P (dP - D_i)
+            if self.bias_grad_fn is not None:
+                full = ds if heads == slice(None) else _zeros_but(ds, target, heads)
+                with self.lock:
+                    self.bias_grad_fn(qs, ks, full)
+            dq[sel] += np.matmul(ds, self.k[sel][..., ks, :])                  # dQ_i += dS K_j (scale later)
+            dk[sel][..., ks, :] += np.matmul(np.swapaxes(ds, -1, -2), q_blk[sel])   # dK_j += dS^T Q_i
+        self.dq[..., qs, :] = dq * self.scale
+
+    def result(self):
+        dks, dvs = zip(*self.partial.values()) if self.partial else ((np.zeros(self.k.shape, self.out.dtype),),
+                                                                    (np.zeros(self.v1[..., :-1].shape, self.out.dtype),))
+        return self.dq, sum(dks) * self.scale, sum(dvs)
+
+
+def _zeros_but(ds, target, heads):
+    """``ds`` of the heads ``heads`` placed in zeros of the full block shape ``target``."""
+    full = np.zeros(target, ds.dtype)
+    full[..., heads, :, :] = ds
+    return full

@@ -31,7 +31,7 @@ from ..layer import ALiBi, T5Bias
 from . import alibi as fast_alibi
 from . import t5 as fast_t5
 from ._runs import is_run
-from .attention import _DENSE_LOGITS, blockwise_attention
+from .attention import _DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
 
 __all__ = ["MultiHeadAttention", "HINTS", "Hints"]
 
@@ -99,6 +99,38 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         else:
             out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos), **kw)
         return out, None, lse if return_lse else None
+
+    def _attend_backward(self, ctx, dout, add):
+        """Steps 7 and 6 reversed with the fast blockwise backward wherever the forward ran the kernel."""
+        T, S = len(ctx.positions), len(ctx.k_positions)
+        if ctx.lse is None or not (T and S):
+            return super()._attend_backward(ctx, dout, add)
+        sc = self.scheme
+        hints = HINTS.get(type(sc))
+        logits = self._fast_logits_fn(hints, ctx.extra, ctx.positions, ctx.k_positions)
+        dq_extra, dk_extra = np.zeros(ctx.q.shape), np.zeros(ctx.k.shape)
+
+        def logits_grad(qs, ks, ds):  # called one block at a time
+            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
+                add(name, g)
+            if ctx.extra is not None:
+                dq_blk, dk_blk = sc.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
+                dq_extra[..., qs, :] += dq_blk
+                dk_extra[..., ks, :] += dk_blk
+        bound = None
+        if hints is not None and hints.bound is not None and ctx.extra is None:
+            bound = lambda qs, ks: hints.bound(sc, ctx.positions[qs], ctx.k_positions[ks])  # noqa: E731
+        kw = dict(bias_fn=logits, scale=sc.scale(self.head_dim), block_size=self.block_size or 256,
+                  bias_grad_fn=logits_grad, bias_max_fn=bound)
+        q_pos, k_pos, mask = ctx.positions, ctx.k_positions, ctx.mask
+        if ctx.causal and is_run(q_pos) and is_run(k_pos):
+            pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
+            grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, mask_fn=pad, causal=True,
+                                                 q_offset=int(q_pos[0] - k_pos[0]), **kw)
+        else:
+            grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout,
+                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos), **kw)
+        return (*grads, dq_extra, dk_extra)
 
     def _fast_logits_fn(self, hints, extra, q_pos, k_pos):
         """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""
