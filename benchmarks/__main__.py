@@ -45,6 +45,7 @@ def run(quick: bool) -> str:
     c = QUICK if quick else FULL
     r = c["repeats"]
     rows = cases.attention_rows(*c["attn"], c["block"], r, c["blocks"])
+    rows += cases.backward_rows(*c["attn"], r)
     rows += cases.rope_rows(*c["rope"], r)
     rows.append(cases.rope_definitional_row(*c["rope_def"], r))
     rows.append(cases.t5_row(*c["t5"], r))
@@ -52,6 +53,7 @@ def run(quick: bool) -> str:
     rows.append(cases.deberta_row(*c["deberta"], r))
     rows.append(cases.alibi_block_row(c["attn"][0], c["attn"][1], c["block"], r))
     rows += cases.memory_rows(c["long"][0], c["dense_T"], *c["long"][1:])
+    rows.append(cases.backward_memory_row(*c["long"]))
     rows += cases.decode_rows(c["decode"], c["long"][1], c["long"][2], c["steps"])
     return table(rows)
 

@@ -2,7 +2,8 @@
 
 ``python -m benchmarks._worker KIND T H D BLOCK`` prints ``seconds peak_bytes``; KIND is
 ``layer`` (causal ALiBi through ``minipos.fast.MultiHeadAttention`` with ``block_size=BLOCK``, B=1,
-float32), ``blockwise`` (``minipos.fast.attention.blockwise_attention``) or ``dense`` (the
+float32), ``blockwise`` (``minipos.fast.attention.blockwise_attention``), ``backward`` (that forward, then
+``blockwise_attention_backward``) or ``dense`` (the
 reference ``attention`` with the causal mask) on random q, k, v, or ``baseline`` (the imports alone).
 """
 
@@ -32,7 +33,7 @@ def _peak_bytes() -> int:
 def run(kind: str, T: int, H: int, D: int, block: int) -> tuple[float, int]:
     from minipos.attention import attention, causal_mask
     from minipos.fast import MultiHeadAttention
-    from minipos.fast.attention import blockwise_attention
+    from minipos.fast.attention import blockwise_attention, blockwise_attention_backward
     from minipos.layer import ALiBi
 
     rng = np.random.default_rng(0)
@@ -46,6 +47,10 @@ def run(kind: str, T: int, H: int, D: int, block: int) -> tuple[float, int]:
         q, k, v = (rng.standard_normal((1, H, T, D), dtype=np.float32) for _ in range(3))
         if kind == "blockwise":
             run_once = lambda: blockwise_attention(q, k, v, causal=True, block_size=block)  # noqa: E731
+        elif kind == "backward":
+            def run_once():
+                out, lse = blockwise_attention(q, k, v, causal=True, block_size=block, return_lse=True)
+                blockwise_attention_backward(q, k, v, out, lse, out, causal=True, block_size=block)
         else:
             run_once = lambda: attention(q, k, v, mask=causal_mask(T, T))   # noqa: E731
     start = time.perf_counter()

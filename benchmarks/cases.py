@@ -95,6 +95,60 @@ def attention_rows(T: int, H: int, D: int, block: int, repeats: int, blocks=()) 
     return rows + layer_rows
 
 
+def backward_rows(T: int, H: int, D: int, repeats: int) -> list[Row]:
+    """The blockwise backward (causal ALiBi, float32): against its own forward and against torch's
+    autograd through sdpa with the same float mask (the backward pass alone on both sides)."""
+    q, k, v, slopes, pos, bias_fn, bound_fn = _alibi_case(T, H, D)
+    dout = np.random.default_rng(8).standard_normal(q.shape, dtype=np.float32)
+    kw = dict(bias_fn=bias_fn, causal=True, bias_max_fn=bound_fn)
+    out, lse = fast.attention.blockwise_attention(q, k, v, return_lse=True, **kw)
+    fwd = lambda: fast.attention.blockwise_attention(q, k, v, return_lse=True, **kw)              # noqa: E731
+    bwd = lambda: fast.attention.blockwise_attention_backward(q, k, v, out, lse, dout, **kw)      # noqa: E731
+    size = f"H={H} T=S={T} D={D} f32"
+    rows = [_ratio_row(f"fast blockwise_attention_backward causal ALiBi {size} / its forward", bwd, fwd, repeats, 2.5)]
+    small = slice(0, min(T, 512))
+    ref = lambda: attention.blockwise_attention_backward(                                          # noqa: E731
+        q[..., small, :], k[..., small, :], v[..., small, :], out[..., small, :], lse[..., small],
+        dout[..., small, :], bias_fn=bias_fn, causal=True)
+    rows.append(_info_row(f"reference blockwise_attention_backward (T=S={small.stop}) / fast (T=S={small.stop})",
+                          ref, lambda: fast.attention.blockwise_attention_backward(
+                              q[..., small, :], k[..., small, :], v[..., small, :], out[..., small, :],
+                              lse[..., small], dout[..., small, :], **kw), max(1, repeats // 3)))
+    if torch is None:
+        rows.append(Row("fast blockwise backward / torch autograd backward through sdpa (same float mask)", None, None,
+                        None, "<= 1.0", None, note=NO_TORCH))
+        return rows
+    bias = np.where(pos[None, :] <= pos[:, None], alibi.alibi_bias(slopes, pos, pos), -np.inf).astype(np.float32)
+    tmask, tdout = torch.from_numpy(bias[None]), torch.from_numpy(dout)
+    leaves = [torch.from_numpy(a).requires_grad_() for a in (q, k, v)]
+
+    def torch_backward():
+        """The backward pass alone: the forward is run first, outside the clock."""
+        y = torch.nn.functional.scaled_dot_product_attention(*leaves, attn_mask=tmask)
+        start = time.perf_counter()
+        y.backward(tdout)
+        return time.perf_counter() - start
+
+    def ours():
+        start = time.perf_counter()
+        bwd()
+        return time.perf_counter() - start
+    tf, tg, ratio = _interleaved_clocks(ours, torch_backward, repeats)
+    rows.append(Row("fast blockwise backward / torch autograd backward through sdpa (same float mask)", tf, tg, ratio,
+                    "<= 1.0", ratio <= 1.0))
+    return rows
+
+
+def _interleaved_clocks(f, g, repeats: int) -> tuple[float, float, float]:
+    """``interleaved`` for functions that return the time of their own measured part."""
+    f(), g()
+    tf, tg = [], []
+    for _ in range(repeats):
+        tf.append(f())
+        tg.append(g())
+    return float(np.median(tf)), float(np.median(tg)), float(np.median(np.array(tf) / np.array(tg)))
+
+
 def _layer_rows(T: int, H: int, D: int, repeats: int) -> list[Row]:
     """The whole layer call (causal ALiBi, float32): reference and fast against the products it must
     make (four projections and (q k^T) v) and against the same layer in torch."""
@@ -220,6 +274,15 @@ def _worker(kind: str, T: int, H: int, D: int, block: int) -> tuple[float, int]:
     out = subprocess.run([sys.executable, "-m", "benchmarks._worker", kind, str(T), str(H), str(D), str(block)],
                          capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout.split()
     return float(out[0]), int(out[1])
+
+
+def backward_memory_row(T: int, H: int, D: int, block: int) -> Row:
+    """Peak resident memory of the fast blockwise backward (forward, then backward) at a long length."""
+    mib = 2.0 ** 20
+    seconds, peak = _worker("backward", T, H, D, block)
+    return Row(f"peak RSS, fast blockwise forward + backward causal T=S={T} H={H} D={D} (ref: the dense (H, T, S) "
+               f"f32 logits alone)", peak / mib, H * T * T * 4 / mib, peak / mib / (H * T * T * 4 / mib), "< 2048 MiB",
+               peak / mib < 2048, unit="MiB", note=f"{seconds:.1f} s")
 
 
 def memory_rows(T_long: int, T_dense: int, H: int, D: int, block: int) -> list[Row]:
