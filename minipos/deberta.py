@@ -67,6 +67,12 @@ The references are exercised with ``T == S`` only: HF's ``T != S`` branch (``bui
 its bucket arguments swapped and yields an ``(S, S)`` p2c term; microsoft's selects p2c rows by
 ``relative_pos[:, 0]``, which is the query position only without buckets.
 
+Gradients: ``c2p_term_backward``, ``p2c_term_backward`` and ``disentangled_scores_backward`` take
+their forward's arguments plus the output gradient ``dout`` and return the input gradients, each
+in its input's dtype. The adjoint of each gather is a scatter-add: every pair (i, j) that reads
+row ``delta`` of a relative table adds its gradient to that row, so clipped and bucketed
+distances that share a row sum there.
+
 Errors name the argument the caller passed: :func:`spans_from_config` checks a configuration
 under its config keys (``position_buckets``, ``max_relative_positions``,
 ``max_position_embeddings``), so a bad config is reported there and not as the ``bucket_size``
@@ -77,6 +83,7 @@ both arrays; scores that overflow the floating dtype raise instead of returning 
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Mapping
 
@@ -102,6 +109,9 @@ __all__ = [
     "p2c_term",
     "disentangled_scores",
     "disentangled_scores_definitional",
+    "c2p_term_backward",
+    "p2c_term_backward",
+    "disentangled_scores_backward",
 ]
 
 _POS_ATT_TYPES = ("c2p", "p2c")
@@ -302,6 +312,16 @@ def _check_content(x, name: str, letters: str) -> np.ndarray:
     return x
 
 
+def _c2p_args(q, pos_key, relative_pos, att_span):
+    """Checked q (..., H, T, D), pos_key (H, 2K, D) and the Eq. 3 index broadcast to (..., H, T, S)."""
+    q = _check_content(q, "q", "(..., H, T, D)")
+    *lead, H, T, D = q.shape
+    att_span = _check_span(att_span)
+    pos_key = _check_pos_table(pos_key, "pos_key", att_span, H, D, q)
+    S = np.shape(relative_pos)[-1] if np.ndim(relative_pos) else 0
+    return q, pos_key, _index_for(relative_pos, att_span, (*lead, H, T, S), f"T from q of shape {q.shape}")
+
+
 def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     """Unscaled content-to-position term ``q_i . pos_key[delta(i, j)]`` (Eq. 4, second term).
 
@@ -309,21 +329,27 @@ def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     projection); relative_pos: ``(T, S)`` ints ``i - j``. Returns ``(..., H, T, S)``.
     Efficient form: one ``(T, D) x (D, 2K)`` product per head, then a gather along the last axis.
     """
-    q = _check_content(q, "q", "(..., H, T, D)")
-    *lead, H, T, D = q.shape
-    att_span = _check_span(att_span)
-    pos_key = _check_pos_table(pos_key, "pos_key", att_span, H, D, q)
-    S = np.shape(relative_pos)[-1] if np.ndim(relative_pos) else 0
-    idx = _index_for(relative_pos, att_span, (*lead, H, T, S), f"T from q of shape {q.shape}")
+    q, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
+    T = q.shape[-2]
     with np.errstate(over="ignore", invalid="ignore"):  # checked below
         qp = np.matmul(q, np.swapaxes(pos_key, -1, -2))  # (..., H, T, 2K)
     _check_finite(qp, "q . pos_key", "q or pos_key")
     if idx.size == 0:
         return np.zeros(idx.shape, qp.dtype)  # (..., H, T, S) with a zero dim
     if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
-        flat = idx[(0,) * (idx.ndim - 2)] + (2 * att_span) * np.arange(T)[:, None]  # t * 2K + delta
+        flat = idx[(0,) * (idx.ndim - 2)] + pos_key.shape[1] * np.arange(T)[:, None]  # t * 2K + delta
         return _take_rows(qp, flat)                                           # (..., H, T, S)
     return np.take_along_axis(qp, idx, axis=-1)  # (..., H, T, S)
+
+
+def _p2c_args(k, pos_query, relative_pos, att_span):
+    """Checked k (..., H, S, D), pos_query (H, 2K, D) and the Eq. 3 index broadcast to (..., H, T, S)."""
+    k = _check_content(k, "k", "(..., H, S, D)")
+    *lead, H, S, D = k.shape
+    att_span = _check_span(att_span)
+    pos_query = _check_pos_table(pos_query, "pos_query", att_span, H, D, k)
+    T = np.shape(relative_pos)[-2] if np.ndim(relative_pos) >= 2 else 0
+    return k, pos_query, _index_for(relative_pos, att_span, (*lead, H, T, S), f"S from k of shape {k.shape}")
 
 
 def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
@@ -334,12 +360,8 @@ def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
     (relative embeddings through the query projection); relative_pos: ``(T, S)`` ints ``i - j``.
     Returns ``(..., H, T, S)``. Efficient form: ``(S, D) x (D, 2K)`` per head, then a gather.
     """
-    k = _check_content(k, "k", "(..., H, S, D)")
-    *lead, H, S, D = k.shape
-    att_span = _check_span(att_span)
-    pos_query = _check_pos_table(pos_query, "pos_query", att_span, H, D, k)
-    T = np.shape(relative_pos)[-2] if np.ndim(relative_pos) >= 2 else 0
-    idx = _index_for(relative_pos, att_span, (*lead, H, T, S), f"S from k of shape {k.shape}")
+    k, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
+    S = k.shape[-2]
     with np.errstate(over="ignore", invalid="ignore"):  # checked below
         kp = np.matmul(pos_query, np.swapaxes(k, -1, -2))  # (..., H, 2K, S)
     _check_finite(kp, "pos_query . k", "k or pos_query")
@@ -458,3 +480,131 @@ def _paper_p2c_index(relative_pos, att_span: int) -> np.ndarray:
     (equal, and free of the int64 overflow of negating ``-2**63``)."""
     r = _as_int_array(relative_pos)
     return att_span - np.clip(r, 1 - att_span, att_span)  # delta(j, i), Eq. 3
+
+
+# --------------------------------------------------------------------------- gradients
+#
+# Each backward takes its forward's arguments plus the output gradient dout (..., H, T, S) and
+# returns the input gradients, each in its input's floating dtype; no state is kept between them.
+
+
+def _check_dout(dout, shape: tuple, source: str) -> np.ndarray:
+    """``dout`` as a finite float array of the forward's output shape, or raise naming it."""
+    dout = as_float_array(dout, "dout")
+    if dout.shape != tuple(shape):
+        raise ValueError(f"dout must have the shape of the forward's output (..., H, T, S) = {tuple(shape)} "
+                         f"({source}), got shape {dout.shape}")
+    return dout
+
+
+def _batch(a: np.ndarray) -> np.ndarray:
+    """(..., H, X, Y) as (N, H, X, Y), N the product of ... (1 without leading dims), for sums over ...."""
+    return a.reshape(math.prod(a.shape[:-3]), *a.shape[-3:])
+
+
+def _grad(grad: np.ndarray, like: np.ndarray, name: str, inputs: str) -> np.ndarray:
+    """``grad`` in ``like``'s floating dtype, or raise naming ``name`` where it overflowed it."""
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        grad = grad.astype(like.dtype, copy=False)
+    return _check_finite(grad, f"the gradient of {name}", f"{inputs} or dout")
+
+
+def _take_along_last_backward(dout: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
+    """The adjoint of ``np.take_along_axis(a, idx, axis=-1)`` for ``a`` of shape (..., size).
+
+    The gather reads ``out[..., s] = a[..., idx[..., s]]``; its transpose scatters and adds,
+    ``da[..., c] = sum of dout[..., s] over the s with idx[..., s] = c``, in float64.
+    """
+    check_alloc((*dout.shape[:-1], size), np.float64, "dout (by relative position)")
+    da = np.zeros((*dout.shape[:-1], size))                         # (..., size)
+    grid = np.indices(dout.shape, sparse=True)[:-1]                 # the other axes, as take_along_axis
+    np.add.at(da, (*grid, idx), dout)                               # da[..., idx[..., s]] += dout[..., s]
+    return da
+
+
+def _c2p_adjoint(q, pos_key, idx, dout):
+    """dq (..., H, T, D) and dpos_key (H, 2K, D) of c2p = gather(q pos_key^T, idx), unscaled."""
+    dqp = _take_along_last_backward(dout, idx, pos_key.shape[1])  # (..., H, T, 2K)  scatter-add
+    dq = dqp @ pos_key                                             # dq = dQP K^r
+    dpos_key = np.einsum("nhtc,nhtd->hcd", _batch(dqp), _batch(q))  # dK^r = sum over ... of dQP^T q
+    return dq, dpos_key
+
+
+def _p2c_adjoint(k, pos_query, idx, dout):
+    """dk (..., H, S, D) and dpos_query (H, 2K, D) of p2c: out[.., t, s] = (pos_query k^T)[.., idx[t, s], s]."""
+    t = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731  (..., T, S) <-> (..., S, T)
+    dkp = _take_along_last_backward(t(dout), t(idx), pos_query.shape[1])  # (..., H, S, 2K)  = dKP^T
+    dk = dkp @ pos_query                                                  # dk = dKP^T Q^r
+    dpos_query = np.einsum("nhsc,nhsd->hcd", _batch(dkp), _batch(k))     # dQ^r = sum over ... of dKP k
+    return dk, dpos_query
+
+
+def c2p_term_backward(q, pos_key, relative_pos, att_span: int, dout):
+    """Gradients of ``c2p_term`` (same arguments) for the output gradient dout ``(..., H, T, S)``.
+
+    Returns ``(dq, dpos_key)`` of shapes ``(..., H, T, D)`` and ``(H, 2 * att_span, D)``. The
+    forward scores every row, ``QP = q pos_key^T`` ``(..., H, T, 2K)``, then gathers
+    ``out[..., t, s] = QP[..., t, delta(t, s)]``. Backwards:
+
+        dQP[..., t, c] = sum over s with delta(t, s) = c of dout[..., t, s]   (scatter-add)
+        dq = dQP pos_key,    dpos_key = sum over ... of dQP^T q
+    """
+    q, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
+    dout = _check_dout(dout, idx.shape, f"T from q of shape {q.shape}, S from relative_pos")
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
+        dq, dpos_key = _c2p_adjoint(q, pos_key, idx, dout)
+    return _grad(dq, q, "q", "q, pos_key"), _grad(dpos_key, pos_key, "pos_key", "q, pos_key")
+
+
+def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
+    """Gradients of ``p2c_term`` (same arguments) for the output gradient dout ``(..., H, T, S)``.
+
+    Returns ``(dk, dpos_query)`` of shapes ``(..., H, S, D)`` and ``(H, 2 * att_span, D)``. The
+    forward scores every row, ``KP = pos_query k^T`` ``(..., H, 2K, S)``, then gathers
+    ``out[..., t, s] = KP[..., delta(t, s), s]`` (the code's index, module docstring). Backwards:
+
+        dKP[..., c, s] = sum over t with delta(t, s) = c of dout[..., t, s]   (scatter-add)
+        dk = dKP^T pos_query,    dpos_query = sum over ... of dKP k
+    """
+    k, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
+    dout = _check_dout(dout, idx.shape, f"T from relative_pos, S from k of shape {k.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
+        dk, dpos_query = _p2c_adjoint(k, pos_query, idx, dout)
+    return _grad(dk, k, "k", "k, pos_query"), _grad(dpos_query, pos_query, "pos_query", "k, pos_query")
+
+
+def disentangled_scores_backward(q, k, pos_key, pos_query, relative_pos, dout, *, att_span: int,
+                                 pos_att_type=("c2p", "p2c")):
+    """Gradients of ``disentangled_scores`` (same arguments) for the output gradient dout ``(..., H, T, S)``.
+
+    Returns ``(dq, dk, dpos_key, dpos_query)`` of the shapes of q ``(..., H, T, D)``, k
+    ``(..., H, S, D)`` and the tables ``(H, 2 * att_span, D)``; a table whose term is not in
+    ``pos_att_type`` gets ``None`` (it may be None). With ``g = dout / sqrt(D (1 + len(pos_att_type)))``
+    (the forward's scale):
+
+        c2c = q k^T:   dq = g k,   dk = g^T q
+        c2p:           dq += c2p_term_backward(q, pos_key, ..., g)[0],   dpos_key = its [1]
+        p2c:           dk += p2c_term_backward(k, pos_query, ..., g)[0], dpos_query = its [1]
+    """
+    q, k = _check_qk(q, k)
+    types = parse_pos_att_type(pos_att_type)
+    att_span = _check_span(att_span)
+    out_shape = (*q.shape[:-1], k.shape[-2])  # (..., H, T, S)
+    _index_for(relative_pos, att_span, out_shape, _qk_source(q, k))  # raise early, naming relative_pos
+    dout = _check_dout(dout, out_shape, _qk_source(q, k))
+    g = dout / np.sqrt(q.shape[-1] * (1 + len(types)))  # d(c2c + c2p + p2c), the scale sqrt(3D) undone
+    dpos_key = dpos_query = None
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
+        dq = g @ k  # c2c: dq = g k
+        dk = np.swapaxes(g, -1, -2) @ q  # c2c: dk = g^T q
+        if "c2p" in types:
+            _, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
+            dq_c2p, dpos_key = _c2p_adjoint(q, pos_key, idx, g)
+            dq = dq + dq_c2p
+            dpos_key = _grad(dpos_key, pos_key, "pos_key", "q, pos_key")
+        if "p2c" in types:
+            _, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
+            dk_p2c, dpos_query = _p2c_adjoint(k, pos_query, idx, g)
+            dk = dk + dk_p2c
+            dpos_query = _grad(dpos_query, pos_query, "pos_query", "k, pos_query")
+    return _grad(dq, q, "q", "q, k, pos_key"), _grad(dk, k, "k", "q, k, pos_query"), dpos_key, dpos_query
