@@ -49,6 +49,9 @@ initialised ``normal(0, 0.02)``, whose row ``pos`` is added to token ``pos``. It
 
 Shapes: ``positions`` ``(T,)``; tables ``(T, D)``; frequencies ``(D // 2,)``.
 
+Gradients: the sinusoids are fixed; the learned table's gradient is
+``absolute_embedding_backward(table, positions, dout)``, a scatter-add of ``dout`` by position.
+
 Errors: a ``base`` whose frequencies leave float64's normal range, positions beyond ``2**53``
 (where float64 stops holding every integer) and angles ``pos · w_i`` that overflow raise
 ``ValueError`` naming the argument, as does a table too large for this machine's memory or a
@@ -63,7 +66,8 @@ import numpy as np
 
 from ._checks import as_float_array, as_positions, check_alloc, check_choice, check_float, check_int
 
-__all__ = ["sinusoidal_table", "sinusoidal_frequencies", "learned_table", "absolute_embedding"]
+__all__ = ["sinusoidal_table", "sinusoidal_frequencies", "learned_table", "absolute_embedding",
+           "absolute_embedding_backward"]
 
 MAX_POSITION = 2 ** 53
 """Largest ``|position|`` accepted: float64 holds every integer up to here, and no further."""
@@ -181,6 +185,13 @@ def absolute_embedding(table, positions) -> np.ndarray:
     or ``(..., T)`` with ``0 <= pos < P``; a position ``>= P`` raises, since a learned table has
     no row there and cannot extrapolate.
     """
+    table, pos = _embedding_args(table, positions)
+    check_alloc((*pos.shape, table.shape[1]), table.dtype, "positions")
+    return table[pos]  # (..., T, D)
+
+
+def _embedding_args(table, positions) -> tuple[np.ndarray, np.ndarray]:
+    """The table (P, D) as a finite float array and the positions as int64 (..., T) in [0, P)."""
     table = as_float_array(table, "table")
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_positions, D), got shape {table.shape}")
@@ -190,8 +201,32 @@ def absolute_embedding(table, positions) -> np.ndarray:
     pos = as_positions(positions, "positions", ndim=None)
     if pos.size and pos.max() >= P:
         _cannot_extrapolate(P, int(pos.max()))
-    check_alloc((*pos.shape, table.shape[1]), table.dtype, "positions")
-    return table[pos]  # (..., T, D)
+    return table, pos
+
+
+def absolute_embedding_backward(table, positions, dout) -> np.ndarray:
+    """The gradient of ``absolute_embedding(table, positions)`` for the output gradient ``dout``.
+
+    dout: ``(..., T, D)``, the shape of the forward's output (positions' shape plus D). Returns
+    dtable ``(P, D)`` in table's dtype. The forward gathers rows, ``out[t] = table[pos[t]]``, so
+    its adjoint scatters and adds: ``dtable[p] = sum of dout[t] over the t with pos[t] = p``
+    (a repeated position sums; a row no position reads gets 0). Summed in float64. The table's
+    values do not enter (only its shape and dtype); it is taken to mirror the forward.
+    """
+    table, pos = _embedding_args(table, positions)
+    dout = as_float_array(dout, "dout")
+    if dout.shape != (*pos.shape, table.shape[1]):
+        raise ValueError(f"dout must have the shape of the forward's output (..., T, D) = "
+                         f"{(*pos.shape, table.shape[1])} (positions of shape {pos.shape}, table of shape "
+                         f"{table.shape}), got shape {dout.shape}")
+    dtable = np.zeros(table.shape)                            # (P, D), float64
+    np.add.at(dtable, pos, dout)                              # dtable[pos[t]] += dout[t]
+    with np.errstate(over="ignore"):                          # checked just below
+        dtable = dtable.astype(table.dtype, copy=False)
+    if not np.all(np.isfinite(dtable)):
+        raise ValueError(f"the gradient of table overflows {table.dtype}: dout summed over repeated positions "
+                         f"exceeds its range; rescale dout")
+    return dtable
 
 
 def _cannot_extrapolate(P: int, largest: int):
