@@ -41,6 +41,9 @@ Matching torchscale exactly
   then 0) for queries; such positions raise here, for queries and keys alike, instead of giving
   inf, 0 or subnormal vectors (and NaN or inaccurate scores). Centring with ``scale_offset``
   halves the exponents.
+- Gradient: ``apply_xpos_backward(dy, positions, ...)`` (the same keywords) returns
+  ``R(n)^T (zeta^(+-(n - c)/g) dy)``: the scale is equal on both features of a pair, so it
+  commutes with the rotation, whose adjoint is the rotation by minus the angle.
 - The paper also uses blockwise causal attention at inference; that belongs to the attention
   mask, not to this module.
 """
@@ -61,9 +64,9 @@ from ._checks import (
     check_int,
     check_ndim,
 )
-from .rope import apply_rope
+from .rope import apply_rope, apply_rope_backward
 
-__all__ = ["xpos_zeta", "xpos_scale", "apply_xpos"]
+__all__ = ["xpos_zeta", "xpos_scale", "apply_xpos", "apply_xpos_backward"]
 
 MAX_EXPONENT = 2 ** 53
 """Largest ``|n|`` of a scale exponent: float64 holds every integer up to here, and no further."""
@@ -114,6 +117,27 @@ def _check_scale(scale: np.ndarray, dtype, away: str) -> None:
                          f"its normal range; centre the positions with scale_offset or raise scale_base")
 
 
+def _pair_scales(x: np.ndarray, name: str, positions, scale_base, downscale, scale_offset):
+    """Positions (T,) and the scales ``zeta_i^(+-(n - scale_offset)/g)`` duplicated per pair, (T, D)
+    in the dtype of ``x`` ``(..., T, D)`` (x or dy, called ``name``), every argument checked."""
+    check_ndim(x, name, 2, "(..., T, D)")
+    downscale = check_bool(downscale, "downscale")
+    *_, T, D = x.shape
+    if D < 2 or D % 2:
+        raise ValueError(f"{name} must have an even head dim D >= 2 ({name}.shape[-1]), got shape {x.shape}")
+    pos = as_positions(positions, "positions", allow_negative=True, length=T)    # (T,), length first
+    offset = check_int(scale_offset, "scale_offset")
+    _check_exponents(int(pos.min()) if T else 0, int(pos.max()) if T else 0, "positions")  # angles n w_i
+    lo, hi = (int(pos.min()) - offset, int(pos.max()) - offset) if T else (0, 0)  # n - scale_offset
+    _check_exponents(lo, hi, "positions - scale_offset")
+    exponent = (pos - pos.min()) + lo if T else pos                              # (T,), n - scale_offset, exact
+    with np.errstate(over="ignore", under="ignore"):                             # checked just below
+        scale = xpos_scale(-exponent if downscale else exponent, D, scale_base=scale_base)  # (T, D/2)
+        scale = np.repeat(scale, 2, axis=-1).astype(x.dtype)                     # (T, D), duplicated
+    _check_scale(scale, x.dtype, "from scale_offset")
+    return pos, scale
+
+
 def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, downscale: bool = False,
                scale_offset: int = 0) -> np.ndarray:
     """Rotate ``x`` as interleaved RoPE and scale pair i by ``zeta_i^(+-(n - scale_offset)/g)``.
@@ -126,21 +150,7 @@ def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, 
     normal range of x's dtype, for queries (underflow) and keys (overflow) alike.
     """
     x = as_float_array(x, "x")
-    check_ndim(x, "x", 2, "(..., T, D)")
-    downscale = check_bool(downscale, "downscale")
-    *_, T, D = x.shape
-    if D < 2 or D % 2:
-        raise ValueError(f"x must have an even head dim D >= 2 (x.shape[-1]), got shape {x.shape}")
-    pos = as_positions(positions, "positions", allow_negative=True, length=T)    # (T,), length first
-    offset = check_int(scale_offset, "scale_offset")
-    _check_exponents(int(pos.min()) if T else 0, int(pos.max()) if T else 0, "positions")  # angles n w_i
-    lo, hi = (int(pos.min()) - offset, int(pos.max()) - offset) if T else (0, 0)  # n - scale_offset
-    _check_exponents(lo, hi, "positions - scale_offset")
-    exponent = (pos - pos.min()) + lo if T else pos                              # (T,), n - scale_offset, exact
-    with np.errstate(over="ignore", under="ignore"):                             # checked just below
-        scale = xpos_scale(-exponent if downscale else exponent, D, scale_base=scale_base)  # (T, D/2)
-        scale = np.repeat(scale, 2, axis=-1).astype(x.dtype)                     # (T, D), duplicated
-    _check_scale(scale, x.dtype, "from scale_offset")
+    pos, scale = _pair_scales(x, "x", positions, scale_base, downscale, scale_offset)  # (T,), (T, D)
     with np.errstate(over="ignore", invalid="ignore"):                           # checked just below
         rotated = apply_rope(x, pos, base=base, layout="interleaved")           # (..., T, D): R(n) x
         out = rotated * scale                                                    # zeta^(+-n/g) R(n) x
@@ -148,3 +158,38 @@ def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, 
         raise ValueError(f"x rotated and scaled by xPos overflows {x.dtype} (scale up to {scale.max():.3g}); "
                          f"rescale x or centre the positions with scale_offset")
     return out
+
+
+def apply_xpos_backward(dy, positions, *, base: float = 10000.0, scale_base: float = 512,
+                        downscale: bool = False, scale_offset: int = 0) -> np.ndarray:
+    """The gradient of ``apply_xpos`` (same positions and keywords) for the output gradient dy.
+
+    dy: ``(..., T, D)``, D even, the shape of the forward's output (and of x); positions:
+    ``(T,)`` integers or an int T. Returns dx ``(..., T, D)`` in dy's floating dtype. The forward
+    is linear in x, ``y = s * R(n) x`` with s = ``zeta_i^(+-(n - scale_offset)/g)`` the same on
+    both features of pair i, so s commutes with the block-diagonal R(n), and R(n) is orthogonal:
+
+        dx = R(n)^T (s * dy) = (s * dy) cos(n w) - rot(s * dy) sin(n w)     (``apply_rope_backward``)
+
+    Raises ``ValueError`` naming dy where T differs from the number of positions, and where the
+    scaled gradient overflows dy's dtype (keys, whose scale grows with n).
+    """
+    dy = as_float_array(dy, "dy")
+    count = _count(positions)
+    if count is not None and dy.ndim >= 2 and dy.shape[-2] != count:
+        raise ValueError(f"dy must have the shape of the forward's output (..., T, D) with T = {count} "
+                         f"positions, got shape {dy.shape}")
+    pos, scale = _pair_scales(dy, "dy", positions, scale_base, downscale, scale_offset)  # (T,), (T, D)
+    with np.errstate(over="ignore", invalid="ignore"):                           # checked just below
+        scaled = dy * scale                                                       # s * dy, (..., T, D)
+    if not np.all(np.isfinite(scaled)):
+        raise ValueError(f"dy scaled by xPos overflows {dy.dtype} (scale up to {scale.max():.3g}); rescale dy "
+                         f"or centre the positions with scale_offset")
+    return apply_rope_backward(scaled, pos, base=base, layout="interleaved")   # R(n)^T (s * dy)
+
+
+def _count(positions) -> int | None:
+    """The number of positions without building them (None where ``as_positions`` raises anyway)."""
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+        return int(positions)
+    return np.shape(positions)[0] if np.ndim(positions) == 1 else None
