@@ -398,7 +398,7 @@ def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=Non
 
 
 def rel_shift_backward(dy) -> np.ndarray:
-    """The adjoint of ``rel_shift``: dx (..., T, S) with <rel_shift(x), dy> = <x, dx> for all x, dy.
+    """The adjoint of ``rel_shift``: dx (..., T, S) with ``sum(rel_shift(x) * dy) == sum(x * dx)`` for all x, dy.
 
     ``rel_shift`` is linear, and its output has its input's shape (..., T, S), so dy alone fixes
     dx's shape. Flat, the forward reads out[n] = [0 | x].flat[n + T] (the padded buffer, viewed as

@@ -257,7 +257,8 @@ def test_xl_position_logits_backward_matches_torch_autograd(seed, lead, H, D, ha
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
     T, S, d_model = len(qp), len(kp), 2 * half
-    q, v, w_r = rng.standard_normal((*lead, H, T, D)), rng.standard_normal((H, D)), rng.standard_normal((d_model, H * D))
+    q, v = rng.standard_normal((*lead, H, T, D)), rng.standard_normal((H, D))
+    w_r = rng.standard_normal((d_model, H * D))
     dout = rng.standard_normal((*lead, H, T, S))
     qt, vt, wt = (torch.tensor(a, requires_grad=True) for a in (q, v, w_r))
     n = torch.tensor(qp, dtype=torch.float64)[:, None] - torch.tensor(kp, dtype=torch.float64)[None, :]
