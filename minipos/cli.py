@@ -22,10 +22,36 @@ import sys
 import numpy as np
 
 from . import __version__
+from ._checks import check_int
 from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
                     T5Bias, TransformerXL, XPos)
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
+TOUR_LIMITS = {"d_model": 512, "heads": 16, "seq_len": 64}  # a tour in seconds, in a few hundred MB
+MAX_SEED = 2**32 - 1
+
+
+def check_tour_args(d_model, heads, seq_len, seed, *, names=None) -> None:
+    """Raise ``ValueError``/``TypeError`` naming the argument unless the tour can run these.
+
+    Each size is an int from 1 to its ``TOUR_LIMITS`` entry (the 4x run attends over
+    ``4 * seq_len`` positions in every head), ``heads`` divides ``d_model`` into an even head
+    dim (RoPE and xPos rotate feature pairs), and ``seed`` is an int in ``0 ... MAX_SEED``.
+    ``names`` maps an argument to the name an error shows (the CLI's ``--d-model``, say).
+    """
+    name = {"d_model": "d_model", "heads": "heads", "seq_len": "seq_len", "seed": "seed", **(names or {})}
+    for key, value in (("d_model", d_model), ("heads", heads), ("seq_len", seq_len)):
+        if check_int(value, name[key], minimum=1) > TOUR_LIMITS[key]:
+            raise ValueError(f"{name[key]} must be at most {TOUR_LIMITS[key]}, got {value} "
+                             "(the limit keeps a tour to seconds)")
+    if check_int(seed, name["seed"], minimum=0) > MAX_SEED:
+        raise ValueError(f"{name['seed']} must be at most {MAX_SEED}, got {seed}")
+    if d_model % heads:
+        raise ValueError(f"{name['heads']} ({heads}) must divide {name['d_model']} ({d_model})")
+    if (d_model // heads) % 2:
+        culprit = name["heads"] if d_model % 2 == 0 else name["d_model"]  # an odd d_model has no even head dim
+        raise ValueError(f"{culprit}: the head dim {name['d_model']} / {name['heads']} = {d_model // heads} "
+                         "must be even (RoPE and xPos rotate pairs of features)")
 
 
 def tour_schemes(seq_len: int) -> list:
@@ -53,7 +79,11 @@ def _runs_longer(layer, x, factor=4):
 
 
 def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) -> list:
-    """Run every scheme through the same input; return one dict of measured facts per scheme."""
+    """Run every scheme through the same input; return one dict of measured facts per scheme.
+
+    Arguments are checked by ``check_tour_args`` (``ValueError``/``TypeError`` naming the bad one).
+    """
+    check_tour_args(d_model, heads, seq_len, seed)
     x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
     rows = []
     for scheme in tour_schemes(seq_len):
@@ -106,11 +136,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="minipos", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"minipos {__version__}")
     sub = parser.add_subparsers(dest="command")
-    p_tour = sub.add_parser("tour", help="run every scheme through one attention layer and compare")
-    p_tour.add_argument("--d-model", type=int, default=64)
-    p_tour.add_argument("--heads", type=int, default=4)
-    p_tour.add_argument("--seq-len", type=int, default=32, help="training length (the 4x run uses 4 times it)")
-    p_tour.add_argument("--seed", type=int, default=0)
+    p_tour = sub.add_parser("tour", help="run every scheme through one attention layer and compare",
+                            description="Run every scheme through one attention layer and compare. The "
+                            "sizes are limited so that a tour takes seconds.")
+    p_tour.add_argument("--d-model", type=int, default=64,
+                        help=f"model width, at most {TOUR_LIMITS['d_model']} (default 64)")
+    p_tour.add_argument("--heads", type=int, default=4,
+                        help=f"attention heads, at most {TOUR_LIMITS['heads']}; d_model / heads, the head dim, "
+                        "must be a whole even number (default 4)")
+    p_tour.add_argument("--seq-len", type=int, default=32,
+                        help=f"training length, at most {TOUR_LIMITS['seq_len']}; the 4x run uses 4 times it "
+                        "(default 32)")
+    p_tour.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
     p_tour.add_argument("--json", action="store_true", help="print the same data as JSON")
     p_vec = sub.add_parser("vectors", help="export or check the golden vectors of every scheme")
     vec_sub = p_vec.add_subparsers(dest="vectors_command", required=True)
@@ -123,11 +160,11 @@ def main(argv=None) -> int:
     if args.command == "vectors":
         from . import vectors
         return vectors.main(args)
-    for name in ("d_model", "heads", "seq_len"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.d_model % args.heads:
-        parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads})")
+    try:
+        check_tour_args(args.d_model, args.heads, args.seq_len, args.seed,
+                        names={k: f"--{k.replace('_', '-')}" for k in ("d_model", "heads", "seq_len", "seed")})
+    except (ValueError, TypeError) as err:
+        p_tour.error(str(err))  # usage and one line naming the option; exit status 2
     rows = tour(args.d_model, args.heads, args.seq_len, args.seed)
     if args.json:
         print(json.dumps({"d_model": args.d_model, "heads": args.heads, "seq_len": args.seq_len,
