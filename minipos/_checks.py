@@ -27,6 +27,9 @@ __all__ = [
     "check_broadcast",
     "check_qkv",
     "check_callable",
+    "check_axis",
+    "check_result",
+    "Overflow",
 ]
 
 
@@ -71,6 +74,8 @@ def check_float(value, name: str, *, positive: bool = False, minimum: float | No
                          "for a float") from None
     if not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
+    if value != 0 and abs(value) < np.finfo(np.float64).tiny:
+        raise ValueError(f"{name} must be 0 or a normal float64 (|{name}| >= 2.2e-308), got the subnormal {value}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
     if minimum is not None and value < minimum:
@@ -148,7 +153,9 @@ def check_ndim(arr: np.ndarray, name: str, minimum: int, letters: str) -> None:
 
 
 def check_choice(value, name: str, choices) -> str:
-    """Raise unless ``value`` is one of ``choices``."""
+    """Raise unless ``value`` is one of ``choices`` (strings)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {sorted(choices)!r}, got {type(value).__name__} {value!r}")
     if value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
     return value
@@ -229,3 +236,22 @@ def check_callable(fn, name: str, what: str = "(q_slice, k_slice) -> array"):
     if fn is not None and not callable(fn):
         raise TypeError(f"{name} must be a callable {what}, or None; got {type(fn).__name__}")
     return fn
+
+
+def check_axis(axis, ndim: int, name: str = "axis") -> int:
+    """``axis`` as an int in ``[-ndim, ndim)`` (``ndim`` of at least 1)."""
+    axis = check_int(axis, name)
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ValueError(f"{name} must be in [-{max(ndim, 1)}, {max(ndim, 1)}) for an array of {ndim} dims, got {axis}")
+    return axis
+
+
+class Overflow(ValueError):
+    """A result that does not fit its dtype (a ``ValueError``): the inputs are too large."""
+
+
+def check_result(arr: np.ndarray, what: str) -> np.ndarray:
+    """Raise ``Overflow`` if ``arr`` (computed with overflow warnings silenced) is not finite."""
+    if not np.isfinite(arr).all():
+        raise Overflow(f"{what} overflow {arr.dtype}; rescale the inputs or use float64")
+    return arr

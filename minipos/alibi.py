@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_positive_int
+from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_positive_int, check_result
 
 __all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_backward", "alibi_bias_key_only"]
 
@@ -77,7 +77,9 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> 
     if symmetric:
         rel = -np.abs(rel)                                         # -|i - j|
     m = slopes.astype(np.float64)[:, None, None]                   # (H, 1, 1)
-    return (m * rel[None, :, :]).astype(slopes.dtype, copy=False)  # -m_h (i - j), (H, T, S)
+    with np.errstate(over="ignore"):
+        bias = (m * rel[None, :, :]).astype(slopes.dtype, copy=False)  # -m_h (i - j), (H, T, S)
+    return check_result(bias, "slopes times the distances")
 
 
 def alibi_bias_backward(dbias, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
@@ -92,12 +94,15 @@ def alibi_bias_backward(dbias, q_positions, k_positions, *, symmetric: bool = Fa
     i = as_positions(q_positions, "q_positions")
     j = as_positions(k_positions, "k_positions")
     if dbias.ndim < 3 or dbias.shape[-2:] != (i.size, j.size):
-        raise ValueError(f"dbias must have shape (..., H, T, S) = (..., H, {i.size}, {j.size}), got {dbias.shape}")
+        raise ValueError(f"dbias must have shape (..., H, T, S) with T = len(q_positions) = {i.size} and "
+                         f"S = len(k_positions) = {j.size}, got {dbias.shape}")
     rel = (j[None, :] - i[:, None]).astype(np.float64)            # j - i, (T, S)
     if symmetric:
         rel = -np.abs(rel)                                         # -|i - j|
-    per_head = dbias.reshape(-1, *dbias.shape[-3:]).sum(axis=0)   # (H, T, S)
-    return np.einsum("hts,ts->h", per_head, rel).astype(dbias.dtype, copy=False)   # sum_ts dbias r
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_head = dbias.sum(axis=tuple(range(dbias.ndim - 3)))   # (H, T, S): leading dims summed
+        dslopes = np.einsum("hts,ts->h", per_head, rel)            # sum_ts dbias r
+    return check_result(dslopes, "the slopes' gradient").astype(dbias.dtype, copy=False)
 
 
 def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:
@@ -114,4 +119,6 @@ def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:
     slopes = _check_slopes(slopes)
     j = as_positions(k_positions, "k_positions")
     m = slopes.astype(np.float64)[:, None, None]                        # (H, 1, 1)
-    return (m * j[None, None, :]).astype(slopes.dtype, copy=False)     # +m_h j, (H, 1, S)
+    with np.errstate(over="ignore"):
+        bias = (m * j[None, None, :]).astype(slopes.dtype, copy=False)  # +m_h j, (H, 1, S)
+    return check_result(bias, "slopes times the key positions")

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (as_float_array, check_alloc, check_bool, check_broadcast, check_callable, check_float,
-                      check_int, check_positive_int, check_qkv)
+from ._checks import (as_float_array, check_alloc, check_axis, check_bool, check_broadcast, check_callable,
+                      check_float, check_int, check_positive_int, check_qkv, check_result, Overflow)
 
 __all__ = ["softmax", "causal_mask", "attention", "blockwise_attention", "softmax_backward", "attention_backward",
            "blockwise_attention_backward"]
@@ -47,10 +47,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     x: any shape, floating (ints become float64). Returns the same shape and dtype.
     """
     x = as_float_array(x, "x", finite=False)
-    axis = check_int(axis, "axis")
-    if not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
-        raise ValueError(f"axis must be in [-{max(x.ndim, 1)}, {max(x.ndim, 1)}) for x of shape {x.shape}, "
-                         f"got {axis}")
+    axis = check_axis(axis, x.ndim)
     if np.isnan(x).any() or np.isposinf(x).any():
         raise ValueError("x must not hold NaN or +inf (use -inf for masked entries)")
     m = np.max(x, axis=axis, keepdims=True) if x.size else x
@@ -109,7 +106,7 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         if bias is not None:
             logits = logits + bias.astype(dtype, copy=False)
     if not np.isfinite(logits).all():
-        raise ValueError(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
     if mask is not None:
         logits = np.where(mask, logits, dtype.type(-np.inf))               # masked -> -inf
     weights = softmax(logits, axis=-1)                                    # (..., H, T, S)
@@ -194,7 +191,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
         for qs in blocks.query_slices():                                 # a loop over query blocks
             _attend_rows(qs, blocks, v, out, lse)
     if not np.isfinite(out).all():
-        raise ValueError(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
     return (out, lse) if return_lse else out
 
 
@@ -270,8 +267,10 @@ def softmax_backward(p, dp, axis: int = -1) -> np.ndarray:
     p, dp = as_float_array(p, "p"), as_float_array(dp, "dp")
     if p.shape != dp.shape:
         raise ValueError(f"dp must have the shape of p {p.shape}, got {dp.shape}")
-    axis = check_int(axis, "axis")
-    return p * (dp - np.sum(p * dp, axis=axis, keepdims=True))          # (diag(p) - p p^T) dp
+    axis = check_axis(axis, p.ndim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        dx = p * (dp - np.sum(p * dp, axis=axis, keepdims=True))        # (diag(p) - p p^T) dp
+    return check_result(dx, "p * dp")
 
 
 def _reduce_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
@@ -300,11 +299,14 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None):
     q, k, v = check_qkv(q, k, v)
     dout = _check_grad(dout, out, "dout")
     scale = _scale(scale, q.shape[-1])
-    dv = np.swapaxes(p, -1, -2) @ dout                                   # P^T dO      (..., H, S, Dv)
-    dp = dout @ np.swapaxes(v, -1, -2)                                   # dO V^T      (..., H, T, S)
-    ds = softmax_backward(p, dp)                                         # P * (dP - rowsum(dP * P))
-    dq = scale * (ds @ k)                                                # (..., H, T, D)
-    dk = scale * (np.swapaxes(ds, -1, -2) @ q)                           # (..., H, S, D)
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
+        dv = np.swapaxes(p, -1, -2) @ dout                               # P^T dO      (..., H, S, Dv)
+        dp = dout @ np.swapaxes(v, -1, -2)                               # dO V^T      (..., H, T, S)
+        ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))           # P * (dP - rowsum(dP * P))
+        dq = scale * (ds @ k)                                            # (..., H, T, D)
+        dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
+    for g in (dv, ds, dq, dk):
+        check_result(g, "the gradients of attention")
     dbias = None if bias is None else _reduce_to(ds, np.shape(bias)).astype(out.dtype, copy=False)
     return dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
 
@@ -347,6 +349,16 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
         raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
+        _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale)
+    for g in (dq, dk, dv):
+        check_result(g, "the gradients of attention")
+    return dq, dk, dv
+
+
+def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale) -> None:
+    """The loops of ``blockwise_attention_backward``, summing into ``dq``, ``dk``, ``dv``."""
+    q, k = blocks.q, blocks.k
     D = np.sum(dout * out, axis=-1, keepdims=True)                       # (..., H, T, 1): rowsum(dO * O)
     for qs in blocks.query_slices():                                     # a loop over query blocks
         for ks in blocks.key_slices(qs):                                 # a loop over key blocks
@@ -360,4 +372,3 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
                 bias_grad_fn(qs, ks, ds)
             dq[..., qs, :] += scale * (ds @ k[..., ks, :])                               # dQ_i += scale dS K_j
             dk[..., ks, :] += scale * (np.swapaxes(ds, -1, -2) @ q[..., qs, :])          # dK_j += scale dS^T Q_i
-    return dq, dk, dv

@@ -70,8 +70,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
-from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_choice, check_float,
-                      check_int, check_positive_int)
+from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_float,
+                      check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 
 __all__ = [
@@ -735,6 +735,8 @@ class MultiHeadAttention:
         x_in = sc.embed(x, positions)                                           # (B, T, d_model)
         # 2) projections, split into heads
         q_p, k_p, v = (self._heads(x_in, w, b) for w, b in ((self.wq, self.bq), (self.wk, self.bk), (self.wv, self.bv)))
+        for name, a in (("q", q_p), ("k", k_p), ("v", v)):
+            check_result(a, f"x @ w{name}")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos)
         q = sc.rotate_q(q_p, positions, seq_len=seq_len)                        # (B, H, T, D)
         k = k_p if sc.rotates_cached_keys else sc.rotate_k(k_p, positions, seq_len=seq_len)
@@ -748,8 +750,11 @@ class MultiHeadAttention:
         # 5) content-position seam: the query used against content, and the extra logits
         q_c, extra = sc.content_position(q, k, positions, k_pos)
         # 6) bias seam and 7) attention, dense or blockwise
-        out, weights, lse = self._attend(q_c, k, v, extra, positions, k_pos, mask, causal, return_weights,
-                                         return_context)
+        try:
+            out, weights, lse = self._attend(q_c, k, v, extra, positions, k_pos, mask, causal, return_weights,
+                                             return_context)
+        except Overflow as err:
+            raise Overflow(f"x, the weights or the scheme's parameters are too large: {err}") from None
         # 8) merge the heads, output projection
         B, H, T, D = out.shape
         merged = out.transpose(0, 2, 1, 3).reshape(B, T, H * D)                 # (B, T, H*D)
@@ -766,7 +771,8 @@ class MultiHeadAttention:
         return result if len(result) > 1 else y
 
     def _heads(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
-        y = x @ w if b is None else x @ w + b
+        with np.errstate(over="ignore", invalid="ignore"):               # checked by the caller
+            y = x @ w if b is None else x @ w + b
         B, T, _ = x.shape
         return y.reshape(B, T, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
 

@@ -247,15 +247,15 @@ def rotate_every_two(x) -> np.ndarray:
     return np.stack([-x2, x1], axis=-1).reshape(x.shape)
 
 
-def _rotary_dim(rotary_dim, D: int) -> int:
+def _rotary_dim(rotary_dim, D: int, name: str = "x") -> int:
     """The number R of rotated features: all of D by default, else an even R <= D."""
     if rotary_dim is None:
-        if D % 2:
-            raise ValueError(f"x must have an even head dim D (last axis) for RoPE, got D = {D}")
+        if D % 2 or D < 2:
+            raise ValueError(f"{name} must have an even head dim D >= 2 (last axis) for RoPE, got D = {D}")
         return D
     R = check_even_int(rotary_dim, "rotary_dim")
     if R > D:
-        raise ValueError(f"rotary_dim must be <= the head dim D = {D} of x, got {R}")
+        raise ValueError(f"rotary_dim must be <= the head dim D = {D} of {name}, got {R}")
     return R
 
 
@@ -326,27 +326,27 @@ def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, 
     check_ndim(dy, "dy", 2, "(..., T, D)")
     check_choice(layout, "layout", LAYOUTS)
     *_, T, D = dy.shape
-    R = _rotary_dim(rotary_dim, D)
+    R = _rotary_dim(rotary_dim, D, "dy")
     cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor)       # (T, R/2)
     if layout == "interleaved":
         cos, sin, rot = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1), rotate_every_two
     else:
         cos, sin, rot = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), rotate_half
     dy_rot = dy[..., :R]                                                         # (..., T, R)
-    with _overflow_raises(dy.dtype):
+    with _overflow_raises(dy.dtype, "dy"):
         rotated = dy_rot * cos.astype(dy.dtype) - rot(dy_rot) * sin.astype(dy.dtype)   # R(m)^T dy
     return np.concatenate([rotated, dy[..., R:]], axis=-1)                       # (..., T, D)
 
 
 @contextlib.contextmanager
-def _overflow_raises(dtype):
+def _overflow_raises(dtype, name: str = "x"):
     """Turn an overflow of the rotated features (|x| near the dtype's largest value) into ValueError."""
     try:
         with np.errstate(over="raise", invalid="raise"):
             yield
     except FloatingPointError:
-        raise ValueError(f"the rotated x overflows {np.dtype(dtype)}: |x| times the attention factor is too "
-                         f"close to the largest {np.dtype(dtype)}") from None
+        raise ValueError(f"the rotated {name} overflows {np.dtype(dtype)}: |{name}| times the attention factor is "
+                         f"too close to the largest {np.dtype(dtype)}") from None
 
 
 def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray:
@@ -360,6 +360,7 @@ def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray
     """
     dim = check_positive_int(dim, "dim")
     R = _rotary_dim(rotary_dim, dim) if rotary_dim is not None else check_even_int(dim, "dim")
+    check_alloc((dim,), np.int64, "layout_permutation(dim)", copies=3)
     rotated = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2)])  # evens, then odds
     return np.concatenate([rotated, np.arange(R, dim)]).astype(np.int64)
 
@@ -377,7 +378,7 @@ def _permute_heads(w, num_heads, head_dim, rotary_dim, inverse: bool) -> np.ndar
     """Apply the per-head layout permutation (or its inverse) to the last axis of ``w``."""
     w = as_float_array(w, "w")
     H = check_positive_int(num_heads, "num_heads")
-    if w.ndim == 0 or w.shape[-1] % H:
+    if w.ndim == 0 or w.shape[-1] % H or w.shape[-1] == 0:
         raise ValueError(f"w must have shape (..., num_heads*head_dim) with num_heads = {H}, got {w.shape}")
     D = w.shape[-1] // H if head_dim is None else check_positive_int(head_dim, "head_dim")
     if H * D != w.shape[-1]:
@@ -512,8 +513,9 @@ def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32"
         raise ValueError("positions and inv_freq must be non-empty, "
                          f"got lengths {pos.size} and {inv_freq.size}")
     names = _check_precisions(dtypes)
-    exact = np.outer(pos, inv_freq)                                     # (T, D/2): m θ_i in float64
-    return {name: _angle_error_in(name, pos, inv_freq, exact) for name in names}
+    with np.errstate(over="ignore", invalid="ignore"):                # an overflowing angle is reported as inf
+        exact = np.outer(pos, inv_freq)                                     # (T, D/2): m θ_i in float64
+        return {name: _angle_error_in(name, pos, inv_freq, exact) for name in names}
 
 
 def long_term_decay(dim: int, distances, *, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
@@ -534,7 +536,9 @@ def long_term_decay(dim: int, distances, *, base: float = 10000.0) -> tuple[np.n
     dim = check_even_int(dim, "dim")
     theta = rope_inv_freq(dim, base=base)                                     # (D/2,)
     if isinstance(distances, numbers.Integral) and not isinstance(distances, bool):
-        distances = np.arange(check_int(distances, "distances", minimum=0), dtype=np.float64)
+        count = check_int(distances, "distances", minimum=0)
+        check_alloc((count, dim), np.complex128, "long_term_decay(dim, distances)", copies=2)
+        distances = np.arange(count, dtype=np.float64)
     m = as_float_array(distances, "distances").astype(np.float64)             # (...)
     angles = m[..., None] * theta                                             # (..., D/2): m θ_k
     S = np.cumsum(np.exp(1j * angles), axis=-1)                               # (..., D/2): S_1 … S_{D/2}

@@ -63,7 +63,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_int
+from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_int, check_result
 
 __all__ = [
     "relative_position_bucket",
@@ -210,6 +210,7 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
     q_positions: ``(T,)`` or an int T; k_positions: ``(S,)`` or an int S (non-negative integers).
     As the reference computes it: bucket every (t, s) pair, look the buckets up, heads first.
     """
+    _per_direction(bidirectional, num_buckets, max_distance)
     table = _check_table(table, num_buckets)
     q = as_positions(q_positions, "q_positions")
     k = as_positions(k_positions, "k_positions")
@@ -235,10 +236,12 @@ def t5_bias_backward(dbias, q_positions, k_positions, *, bidirectional: bool = T
     q = as_positions(q_positions, "q_positions")
     k = as_positions(k_positions, "k_positions")
     if dbias.ndim < 3 or dbias.shape[-2:] != (q.size, k.size):
-        raise ValueError(f"dbias must have shape (..., H, T, S) = (..., H, {q.size}, {k.size}), got {dbias.shape}")
-    per_pair = dbias.reshape(-1, *dbias.shape[-3:]).sum(axis=0)                 # (H, T, S): the batch summed
+        raise ValueError(f"dbias must have shape (..., H, T, S) with T = len(q_positions) = {q.size} and "
+                         f"S = len(k_positions) = {k.size}, got {dbias.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_pair = dbias.sum(axis=tuple(range(dbias.ndim - 3))).astype(np.float64)   # (H, T, S): the batch summed
     buckets = relative_position_bucket(k[None, :] - q[:, None], bidirectional=bidirectional,
                                        num_buckets=num_buckets, max_distance=max_distance, exact=exact)  # (T, S)
     dtable = np.stack([np.bincount(buckets.ravel(), weights=g.ravel(), minlength=num_buckets)
-                       for g in per_pair], axis=-1)                              # (K, H): a loop over heads
-    return dtable.astype(dbias.dtype, copy=False)
+                       for g in per_pair] or [np.zeros(num_buckets)], axis=-1)[:, :per_pair.shape[0]]  # (K, H)
+    return check_result(dtable, "the table's gradient").astype(dbias.dtype, copy=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import alibi as reference
-from .._checks import as_positions, check_alloc, check_bool
+from .._checks import as_positions, check_alloc, check_bool, check_result
 
 __all__ = ["alibi_bias", "alibi_bias_bound"]
 
@@ -25,7 +25,10 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False, dty
     """
     if dtype is None:
         return reference.alibi_bias(slopes, q_positions, k_positions, symmetric=symmetric)
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a floating dtype such as numpy.float32, got {dtype!r}") from None
     if not np.issubdtype(dtype, np.floating):
         raise TypeError(f"dtype must be a floating dtype, got {dtype}")
     slopes = reference._check_slopes(slopes)
@@ -39,8 +42,10 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False, dty
         rel = (j[None, :] - i[:, None]).astype(dtype)              # j - i, rounded once
     if symmetric:
         rel = -np.abs(rel, out=rel)                                # -|i - j|
-    m = slopes.astype(dtype)[:, None, None]                        # (H, 1, 1)
-    return np.multiply(m, rel[None, :, :])                         # -m_h (i - j), (H, T, S)
+    with np.errstate(over="ignore"):
+        m = slopes.astype(dtype)[:, None, None]                    # (H, 1, 1)
+        bias = np.multiply(m, rel[None, :, :])                     # -m_h (i - j), (H, T, S)
+    return check_result(bias, "slopes times the distances")
 
 
 def alibi_bias_bound(slopes, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
@@ -60,4 +65,6 @@ def alibi_bias_bound(slopes, q_positions, k_positions, *, symmetric: bool = Fals
     least = int(i.min()) - int(j.max())
     if symmetric:
         least = max(least, int(j.min()) - int(i.max()), 0)
-    return -slopes[:, None, None] * float(least)                       # (H, 1, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = -slopes[:, None, None] * float(least)                  # (H, 1, 1)
+    return check_result(bound, "slopes times the least distance")                       # (H, 1, 1)

@@ -31,7 +31,7 @@ import threading
 import numpy as np
 
 from .. import attention as reference
-from .._checks import as_float_array, check_bool, check_broadcast, check_callable, check_qkv
+from .._checks import Overflow, as_float_array, check_bool, check_broadcast, check_callable, check_qkv, check_result
 from . import _threads
 
 __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
@@ -178,7 +178,7 @@ def _check_row_sums(l: np.ndarray, qs: slice, source: str = "bias_fn") -> None:
     can only come from a NaN or +inf logit, i.e. from ``bias_fn`` (q, k and v are checked).
     """
     if not np.isfinite(l).all():
-        raise ValueError(f"{source} must return finite values (or -inf for a masked entry), and scale * q . k "
+        raise Overflow(f"{source} must return finite values (or -inf for a masked entry), and scale * q . k "
                          f"+ {source} must not overflow {l.dtype}: the logits of queries "
                          f"slice({qs.start}, {qs.stop}) hold NaN or +inf")
 
@@ -291,8 +291,12 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     job = _BlockwiseGrad(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
                          out, lse, dout, bias_grad_fn)
     tasks, workers = job.tasks(workers)
-    _threads.run(job.grad, tasks, workers)
-    return job.result()
+    with np.errstate(over="ignore", invalid="ignore"):                     # checked just below
+        _threads.run(job.grad, tasks, workers)
+        grads = job.result()
+    for g in grads:
+        check_result(g, "the gradients of attention")
+    return grads
 
 
 def _sub_block(a, target, sel, heads, rows, keys):
@@ -591,6 +595,10 @@ class _BlockwiseGrad(_Blockwise):
         return self.partial[key]
 
     def grad(self, qs: slice, hs=None) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):                   # the caller checks the results
+            self._grad(qs)
+
+    def _grad(self, qs: slice) -> None:
         dk, dv = self._accumulators()
         D, tq, dtype = self.D, qs.stop - qs.start, self.out.dtype
         q1 = np.empty((*self.lead, tq, D + 1), dtype)

@@ -25,7 +25,7 @@ def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype)
     """cos(mθ_i) and sin(mθ_i) times the attention factor, each ``(T, R/2)``, in ``dtype``."""
     if np.dtype(dtype).itemsize > 4 or T < 4 * _SPLIT:
         cos, sin = reference._cos_sin(positions, T, R, base, inv_freq, attention_factor)
-        return cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)
+        return _cast(cos, dtype), _cast(sin, dtype)
     pos = as_positions(positions, "positions", allow_negative=True, length=T)
     if inv_freq is None:
         inv_freq = reference.rope_inv_freq(R, base=base)
@@ -38,7 +38,16 @@ def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype)
     if factor != 1.0:
         cos *= factor
         sin *= factor
-    return cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)
+    return _cast(cos, dtype), _cast(sin, dtype)
+
+
+def _cast(a, dtype):
+    """``a`` in ``dtype``, refusing what overflows it (an attention factor beyond the dtype)."""
+    with np.errstate(over="ignore"):
+        out = a.astype(dtype, copy=False)
+    if not np.isfinite(out).all():
+        raise ValueError(f"the attention factor times cos and sin overflows {np.dtype(dtype)}")
+    return out
 
 
 _SPLIT = 64  # m = hi * 64 + lo: cos and sin are evaluated at the distinct hi and at lo < 64 only
