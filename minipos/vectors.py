@@ -527,11 +527,19 @@ def _layer_run(inputs, params):
     from .layer import MultiHeadAttention
     scheme = _scheme(params["scheme"], params["scheme_config"])
     layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
+    known = {"x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
+    if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
+        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
     for name, value in inputs.items():
         if name != "x":
             target, attr = (scheme, name[7:]) if name.startswith("scheme.") else (layer, name)
             setattr(target, attr, value)
     x, cache, outs, start = inputs["x"], None, [], 0
+    chunks = params["chunks"]
+    if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                for n in chunks) or sum(chunks) != x.shape[1]):
+        raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
+                         f"got {_short(chunks)}")
     if len(params["chunks"]) > 1:
         cache = layer.new_cache()
     for size in params["chunks"]:
@@ -991,8 +999,8 @@ def _object(pairs: list) -> dict:
 
 def _check_depth(doc) -> None:
     """Raise ``SpecError`` if ``doc`` nests lists and objects deeper than ``MAX_DEPTH``."""
-    level, depth = [doc], 0
-    while level:
+    level, depth = [doc] if isinstance(doc, (dict, list)) else [], 0
+    while level:  # one level of containers at a time: no recursion, whatever the depth
         depth += 1
         if depth > MAX_DEPTH:
             raise SpecError(f"nests lists and objects deeper than {MAX_DEPTH} levels")
@@ -1019,6 +1027,8 @@ def parse(data: bytes):
     except json.JSONDecodeError as err:
         raise SpecError(f"is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}; "
                         "truncated?)") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts
+        raise SpecError(f"is not JSON minipos reads ({_short(str(err), 120)})") from None
     _check_depth(doc)
     return doc
 

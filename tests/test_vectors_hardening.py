@@ -456,6 +456,9 @@ def _rewrite(spec, family, data: bytes):
     (lambda b: b.replace(b'"dtype": "float64"', b'"dtype": "S2000000000"', 1), "dtype"),
     (lambda b: b.replace(b'"shape": [', b'"shape": [-1, ', 1), "shape"),
     (lambda b: b"[]", "expected object, got array"),
+    (lambda b: b"3", "expected object, got integer"),
+    (lambda b: b"null", "expected object, got null"),
+    (lambda b: b.replace(b"0.0341796875", b"1" * 5000, 1), "digits"),
     (lambda b: b"[" + b + b"]", "expected object, got array"),
     (lambda b: json.dumps({k: v for k, v in json.loads(b).items() if k != "cases"}).encode(), "'cases'"),
     (lambda b: b.replace(b"0.0341796875", b"NaN", 1), "NaN"),
@@ -563,3 +566,18 @@ def test_build_family_refuses_a_case_that_check_would_refuse(monkeypatch):
     monkeypatch.setitem(vectors.FAMILIES, "alibi_slopes", dataclasses.replace(family, build=loose))
     with pytest.raises(vectors.SpecError, match="maximum"):
         vectors.build_family("alibi_slopes")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c["params"].update(chunks=[1] * 100_000), "chunks must be a list of positive lengths"),
+    (lambda c: c["params"].update(chunks=[3, -1, 5]), "chunks must be"),
+    (lambda c: c["inputs"].update(forward=c["inputs"]["wq"]), "unknown names ['forward']"),
+])
+def test_the_layer_family_runs_only_what_a_case_can_mean(tmp_path, edit, words):
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "layer")
+    edit(doc["cases"][0])
+    _save(spec, "layer", doc)
+    lines = _failures(spec, "layer")
+    assert len(lines) == 1 and lines[0].startswith(f"layer/{doc['cases'][0]['name']}: raised ValueError: ")
+    assert words in lines[0]
