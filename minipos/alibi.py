@@ -102,7 +102,7 @@ def alibi_bias_backward(dbias, q_positions, k_positions, *, symmetric: bool = Fa
     with np.errstate(over="ignore", invalid="ignore"):
         per_head = dbias.sum(axis=tuple(range(dbias.ndim - 3)))   # (H, T, S): leading dims summed
         dslopes = np.einsum("hts,ts->h", per_head, rel)            # sum_ts dbias r
-    return check_result(dslopes, "the slopes' gradient").astype(dbias.dtype, copy=False)
+    return check_result(dslopes, "the slopes' gradient for this dbias").astype(dbias.dtype, copy=False)
 
 
 def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:

@@ -306,7 +306,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None):
         dq = scale * (ds @ k)                                            # (..., H, T, D)
         dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
     for g in (dv, ds, dq, dk):
-        check_result(g, "the gradients of attention")
+        check_result(g, "the gradients of attention for these q, k, v, out and dout")
     dbias = None if bias is None else _reduce_to(ds, np.shape(bias)).astype(out.dtype, copy=False)
     return dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
 
@@ -352,7 +352,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
         _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale)
     for g in (dq, dk, dv):
-        check_result(g, "the gradients of attention")
+        check_result(g, "the gradients of attention for these q, k, v, out and dout")
     return dq, dk, dv
 
 

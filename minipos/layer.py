@@ -832,7 +832,9 @@ class MultiHeadAttention:
         add("wo", np.einsum("btf,btd->fd", ctx.merged, dy))                    # merged^T dy
         if self.bo is not None:
             add("bo", dy.sum(axis=(0, 1)))
-        dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
+        check_result(dout, "dy @ wo^T")
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
         dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
         # 5) content-position seam: the query used against content

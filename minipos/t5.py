@@ -244,4 +244,4 @@ def t5_bias_backward(dbias, q_positions, k_positions, *, bidirectional: bool = T
                                        num_buckets=num_buckets, max_distance=max_distance, exact=exact)  # (T, S)
     dtable = np.stack([np.bincount(buckets.ravel(), weights=g.ravel(), minlength=num_buckets)
                        for g in per_pair] or [np.zeros(num_buckets)], axis=-1)[:, :per_pair.shape[0]]  # (K, H)
-    return check_result(dtable, "the table's gradient").astype(dbias.dtype, copy=False)
+    return check_result(dtable, "the table's gradient for this dbias").astype(dbias.dtype, copy=False)

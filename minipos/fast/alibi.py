@@ -42,7 +42,7 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False, dty
         rel = (j[None, :] - i[:, None]).astype(dtype)              # j - i, rounded once
     if symmetric:
         rel = -np.abs(rel, out=rel)                                # -|i - j|
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         m = slopes.astype(dtype)[:, None, None]                    # (H, 1, 1)
         bias = np.multiply(m, rel[None, :, :])                     # -m_h (i - j), (H, T, S)
     return check_result(bias, "slopes times the distances")

@@ -133,6 +133,7 @@ def _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_ma
         job.lse = np.full(q.shape[:-1], -np.inf, dtype)
     tasks, workers = job.tasks(workers)
     _threads.run(job.attend, tasks, workers)
+    check_result(job.out, "the output P V")
     return (job.out, job.lse) if lse else job.out
 
 
@@ -295,7 +296,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
         _threads.run(job.grad, tasks, workers)
         grads = job.result()
     for g in grads:
-        check_result(g, "the gradients of attention")
+        check_result(g, "the gradients of attention for these q, k, v, out and dout")
     return grads
 
 
@@ -397,6 +398,10 @@ class _Blockwise:
 
     def attend(self, qs: slice, hs: slice | None) -> None:
         """Rows ``qs`` of the heads ``hs`` (``None``: all) into ``self.out``."""
+        with np.errstate(over="ignore", invalid="ignore"):                   # checked by the row sums and
+            self._attend(qs, hs)                                               # the caller
+
+    def _attend(self, qs: slice, hs: slice | None) -> None:
         sel = (Ellipsis,) if hs is None else (Ellipsis, hs, slice(None), slice(None))
         q = self.q[sel]
         lead, tq, D = q.shape[:-2], qs.stop - qs.start, self.D

@@ -46,7 +46,7 @@ def _cast(a, dtype):
     with np.errstate(over="ignore"):
         out = a.astype(dtype, copy=False)
     if not np.isfinite(out).all():
-        raise ValueError(f"the attention factor times cos and sin overflows {np.dtype(dtype)}")
+        raise ValueError(f"attention_factor times cos and sin overflows {np.dtype(dtype)}")
     return out
 
 
