@@ -18,6 +18,7 @@ from .core import REGISTRY, Theorem, latex_of, run, select, theorem  # noqa: F40
 
 FAMILIES = (
     "attention", "sinusoidal", "rope", "alibi", "t5", "transformer_xl", "deberta", "online_softmax",
+    "gradients",
 )
 _NOT_FAMILIES = {"core", "__main__"}
 
