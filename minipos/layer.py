@@ -64,14 +64,15 @@ once a call has succeeded. A decoding step's queries start at the cache length u
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
-from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_float,
-                      check_int, check_positive_int, check_result)
+from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_even_int,
+                      check_float, check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 
 __all__ = [
@@ -239,8 +240,12 @@ class Rotary(Scheme):
 
     ``scaling`` is a checkpoint's ``rope_scaling`` / ``rope_parameters`` dict, e.g.
     ``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}`` (``"type"``
-    is accepted for ``"rope_type"``; keys as in ``minipos.rope_scaling``). Its ``attention_factor``
-    multiplies cos and sin, so the logits scale by its square, as in HF.
+    is accepted for ``"rope_type"``; keys as in ``minipos.rope_scaling``). Every key is honoured or
+    refused by name: ``rope_theta`` is the base, ``partial_rotary_factor`` sets ``rotary_dim =
+    int(head_dim * factor)`` (GPT-NeoX's ``rotary_pct``, Phi), the rest must be parameters of the
+    ``rope_type`` (LongRoPE's ``max_position_embeddings`` lives at the top of an HF config: add it
+    to the dict). Its ``attention_factor`` multiplies cos and sin, so the rotated features' share of
+    the logits scales by its square, as in HF.
 
     Length-dependent kinds (``dynamic``, ``longrope``) recompute the frequencies at every call
     for ``seq_len = max(key positions) + 1``. Keys rotated with one set of frequencies must never
@@ -259,8 +264,13 @@ class Rotary(Scheme):
     def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None,
                  scaling: dict | None = None):
         self.layout = check_choice(layout, "layout", set(rope.LAYOUTS))
-        self.rotary_dim = rotary_dim
+        self.rotary_dim = None if rotary_dim is None else check_even_int(rotary_dim, "rotary_dim")
         self.scaling_kind, self.scaling_args = self._parse_scaling(scaling)
+        partial = self.scaling_args.pop("partial_rotary_factor", None)
+        self.partial_rotary_factor = None if partial is None else check_float(
+            partial, "scaling['partial_rotary_factor']", positive=True)
+        if self.partial_rotary_factor is not None and self.partial_rotary_factor > 1:
+            raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {partial}")
         theta = self.scaling_args.pop("rope_theta", None)  # transformers 5 keeps it in rope_parameters
         if theta is not None and base != 10000.0 and float(theta) != float(base):
             raise ValueError(f"scaling['rope_theta'] ({theta}) contradicts base ({base}); give one of them")
@@ -277,18 +287,33 @@ class Rotary(Scheme):
         args = dict(scaling)
         kind = args.pop("rope_type", None) or args.pop("type", None)
         args.pop("type", None)
-        if kind == "default":
-            return None, {k: v for k, v in args.items() if k == "rope_theta"}
-        check_choice(kind, "scaling['rope_type']", set(rope_scaling.REGISTRY))
-        return kind, args
+        if kind != "default":
+            check_choice(kind, "scaling['rope_type']", set(rope_scaling.REGISTRY))
+        own = {"rope_theta", "partial_rotary_factor"}                    # read by Rotary itself
+        params = {} if kind == "default" else inspect.signature(rope_scaling.REGISTRY[kind]).parameters
+        accepted = {n for n in params if n not in ("dim", "base", "seq_len")}
+        unknown = sorted(set(args) - accepted - own)
+        if unknown:
+            raise ValueError(f"scaling[{unknown[0]!r}] is not a parameter of rope_type {kind!r}; it accepts "
+                             f"{sorted(accepted | own)}")
+        missing = sorted(n for n in accepted if params[n].default is inspect.Parameter.empty and n not in args)
+        if missing:
+            raise ValueError(f"scaling[{missing[0]!r}] is required by rope_type {kind!r}")
+        return (None if kind == "default" else kind), args
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
+        if self.partial_rotary_factor is not None:               # HF: int(head_dim * partial_rotary_factor)
+            rd = int(self.head_dim * self.partial_rotary_factor)
+            if self.rotary_dim is not None and self.rotary_dim != rd:
+                raise ValueError(f"rotary_dim ({self.rotary_dim}) contradicts scaling['partial_rotary_factor'] "
+                                 f"({self.partial_rotary_factor} of head_dim {self.head_dim} = {rd}); give one of them")
+            self.rotary_dim = rd
         if self.rotary_dim is None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head dim, got head_dim = {self.head_dim}")
-        rd = self.head_dim if self.rotary_dim is None else check_int(self.rotary_dim, "rotary_dim", minimum=2)
-        if rd > self.head_dim or rd % 2:
-            raise ValueError(f"rotary_dim must be even and <= head_dim ({self.head_dim}), got {rd}")
+        rd = self.head_dim if self.rotary_dim is None else self.rotary_dim
+        if rd > self.head_dim or rd % 2 or rd < 2:
+            raise ValueError(f"rotary_dim must be even, >= 2 and <= head_dim ({self.head_dim}), got {rd}")
         self._dim = rd
         self.inv_freq, self.attention_factor = self._frequencies(1)  # validates the scaling now
 
@@ -507,6 +532,9 @@ class DeBERTa(Scheme):
                                    max_position=self.max_relative_positions)  # validates the buckets now
 
     def bind(self, layer, rng):
+        if layer.num_kv_heads != layer.num_heads:
+            raise ValueError("DeBERTa projects its relative embeddings with the layer's wk and wq, so it needs "
+                             f"num_kv_heads == num_heads, got {layer.num_kv_heads} and {layer.num_heads}")
         super().bind(layer, rng)
         check_alloc((2 * self.att_span, self.d_model), layer.dtype, "DeBERTa's rel_embeddings (2 * att_span, d_model)")
         self.rel_embeddings = rng.standard_normal((2 * self.att_span, self.d_model)).astype(layer.dtype)
@@ -671,14 +699,23 @@ class MultiHeadAttention:
     ``seed``; copy a checkpoint's into the attributes (see the module docstring for the mapping).
     ``block_size=N`` computes attention blockwise (online softmax over N x N blocks of queries
     and keys): the same outputs without ever holding a ``(T, S)`` array; ``None`` is dense.
+    ``num_kv_heads`` (HF ``num_key_value_heads``; default ``num_heads``) makes it grouped-query
+    attention: ``wk``, ``wv`` are ``(d_model, num_kv_heads*D)``, the cache and every scheme's key-side
+    work hold the key/value heads only, and key/value head ``j`` serves query heads
+    ``j G … j G + G - 1`` (``G = num_heads // num_kv_heads``; ``num_kv_heads=1`` is MQA).
     ``minipos.fast.MultiHeadAttention`` takes the same arguments and runs faster.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
                  head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64,
-                 block_size: int | None = None):
+                 block_size: int | None = None, num_kv_heads: int | None = None):
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.num_kv_heads = self.num_heads if num_kv_heads is None else check_positive_int(num_kv_heads,
+                                                                                           "num_kv_heads")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads}): each key/value "
+                             "head serves num_heads // num_kv_heads query heads")
         if head_dim is None:
             if self.d_model % self.num_heads:
                 raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads}), "
@@ -693,12 +730,13 @@ class MultiHeadAttention:
             raise TypeError(f"scheme must be a minipos.layer.Scheme instance, got {type(scheme).__name__}")
         bias = check_bool(bias, "bias")
         rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
-        d, hd = self.d_model, self.num_heads * self.head_dim
+        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         check_alloc((4, d, hd), self.dtype, "MultiHeadAttention's weights (d_model, num_heads * head_dim)")
-        self.wq, self.wk, self.wv = (self._init(rng, d, hd) for _ in range(3))
+        self.wq = self._init(rng, d, hd)
+        self.wk, self.wv = self._init(rng, d, kvd), self._init(rng, d, kvd)
         self.wo = self._init(rng, hd, d)
         zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
-        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(hd), zeros(hd), zeros(d)
+        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
         scheme.bind(self, rng)
         self.scheme = scheme
 
@@ -734,7 +772,8 @@ class MultiHeadAttention:
         # 1) input seam: absolute position vectors added to the embeddings
         x_in = sc.embed(x, positions)                                           # (B, T, d_model)
         # 2) projections, split into heads
-        q_p, k_p, v = (self._heads(x_in, w, b) for w, b in ((self.wq, self.bq), (self.wk, self.bk), (self.wv, self.bv)))
+        q_p = self._heads(x_in, self.wq, self.bq, self.num_heads)               # (B, H, T, D)
+        k_p, v = (self._heads(x_in, w, b, self.num_kv_heads) for w, b in ((self.wk, self.bk), (self.wv, self.bv)))
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
             check_result(a, f"x @ w{name}")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos)
@@ -747,6 +786,7 @@ class MultiHeadAttention:
         k_raw = k
         if sc.rotates_cached_keys:
             k = sc.rotate_k(k, k_pos, seq_len=seq_len)                          # every key, this call's map
+        k, v = self._repeat_kv(k), self._repeat_kv(v)                          # GQA: (B, H, S, D)
         # 5) content-position seam: the query used against content, and the extra logits
         q_c, extra = sc.content_position(q, k, positions, k_pos)
         # 6) bias seam and 7) attention, dense or blockwise
@@ -770,11 +810,17 @@ class MultiHeadAttention:
                                extra, out, lse, merged),)
         return result if len(result) > 1 else y
 
-    def _heads(self, x, w, b):  # (B, T, d_model) -> (B, H, T, D)
+    def _heads(self, x, w, b, heads):  # (B, T, d_model) -> (B, heads, T, D)
         with np.errstate(over="ignore", invalid="ignore"):               # checked by the caller
             y = x @ w if b is None else x @ w + b
         B, T, _ = x.shape
-        return y.reshape(B, T, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
+        return y.reshape(B, T, heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def _repeat_kv(self, a):
+        """Grouped-query attention: key/value head ``j`` serves query heads ``j G … j G + G - 1``
+        (``G = num_heads // num_kv_heads``), as HF's ``repeat_kv``. ``(B, KV, S, D) -> (B, H, S, D)``."""
+        group = self.num_heads // self.num_kv_heads
+        return a if group == 1 else np.repeat(a, group, axis=1)
 
     def _logits_fn(self, extra, q_pos, k_pos):
         """``logits(qs, ks)``: the bias seam plus the content-position seam's extra logits of the
@@ -840,6 +886,8 @@ class MultiHeadAttention:
         # 5) content-position seam: the query used against content
         dq = sc.content_position_backward(dq_c, add) + dq_extra                  # (B, H, T, D)
         dk = dk + dk_extra                                                      # (B, H, S, D)
+        group = self.num_heads // self.num_kv_heads                             # GQA: sum each group's
+        dk, dv = (d.reshape(B, self.num_kv_heads, group, *d.shape[2:]).sum(axis=2) for d in (dk, dv))
         # 4) cache: the gradients of this call's keys and values (earlier ones are constants)
         if sc.rotates_cached_keys:
             dk = sc.rotate_k_backward(dk, ctx.k_positions, seq_len=ctx.seq_len)
