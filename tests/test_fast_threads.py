@@ -145,3 +145,18 @@ def test_no_openblas_is_found_where_the_memory_map_cannot_be_read_or_loaded(monk
     monkeypatch.setattr(builtins, "open", lambda path, *a, **kw: real_open(maps if path == "/proc/self/maps" else path,
                                                                            *a, **kw))
     assert _threads._find_openblas() is None                           # listed, but not loadable
+
+
+def test_a_count_set_by_another_thread_during_a_section_is_kept(monkeypatch):
+    # The section lowers the BLAS count to 1 and restores the count it found, unless somebody set
+    # another one meanwhile: that setting wins.
+    state = {"n": 4}
+    monkeypatch.setattr(_threads, "_openblas", lambda: (lambda: state["n"], lambda n: state.__setitem__("n", n)))
+    _threads._enter()
+    assert state["n"] == 1
+    _threads._exit()
+    assert state["n"] == 4                                    # restored
+    _threads._enter()
+    state["n"] = 3                                            # another thread's choice
+    _threads._exit()
+    assert state["n"] == 3

@@ -9,7 +9,14 @@ attention can run on several cores from Python threads. Two things decide whethe
   So the worker threads run only while the BLAS is told to use one thread, which is possible
   where it is OpenBLAS (NumPy's wheels bundle it) through ``openblas_set_num_threads``. The
   setting is process-wide: it is lowered for the duration of the parallel section and restored
-  after, under a lock, so nested or concurrent calls restore the value they found.
+  after, under a lock, so nested or concurrent calls restore the value they found; a count that
+  another thread set meanwhile (anything but 1) is left as it is. What cannot be helped: a
+  ``threadpoolctl.threadpool_limits`` context that another thread enters during the section
+  records the lowered count as the one to restore, so it restores 1 when it exits after the
+  section. Measured here, a second Python thread calling a 2-thread OpenBLAS (no pause) made the
+  kernel about 20 times slower on a loaded 2-core machine, which is why the pause stays; a process
+  that changes BLAS threads from several threads sets ``MINIPOS_NUM_THREADS=1`` (no pause, one
+  worker).
 - Elsewhere (MKL, Accelerate, a BLAS that cannot be found) the default is one worker, and the
   BLAS keeps its own threading. ``workers=N`` asks for N threads regardless.
 
@@ -106,8 +113,8 @@ def _exit() -> None:
     blas = _openblas()
     with _lock:
         _active -= 1
-        if _active == 0 and blas is not None and _saved is not None:
-            blas[1](_saved)
+        if _active == 0 and blas is not None and _saved is not None and blas[0]() == 1:
+            blas[1](_saved)                             # unless someone set another count meanwhile
 
 
 def _after_fork_in_child() -> None:
