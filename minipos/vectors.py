@@ -16,11 +16,17 @@ installed minipos and returns every mismatch. The format is described by ``spec/
                 "where":    {output name: boolean array of its shape: compare only there} (optional),
                 "tolerance": {"float64": {"rtol": r, "atol": a}, "float32": {...}}}]}
 
+A *gradient family* (``rope_grad`` = ``minipos.rope.apply_rope_backward``, ``layer_grad`` =
+``MultiHeadAttention.backward``, ...) records a backward the same way: the output gradient
+(``dout``, ``dy``, ``dbias``) is one of its inputs and the input gradients are its outputs.
+
 An array is ``{"dtype": "float64" | "int64" | "bool", "shape": [...], "data": [row-major]}``;
-a scalar output is an array of shape ``[]``. A value matches when ``|got - expected| <= atol +
+a scalar output is an array of shape ``[]``. JSON has no infinity: a value that ``where`` leaves
+out and that is not finite (the ``-inf`` log-sum-exp of a row with no key) is written as 0. A value matches when ``|got - expected| <= atol +
 rtol * |expected|`` elementwise (NumPy's ``allclose``); integer and boolean outputs carry zero
 tolerances, i.e. they must be equal. ``float64`` is the tolerance for a port computing in double
-precision, ``float32`` for one computing in single precision (cos/sin and angles in float32).
+precision, ``float32`` for one computing in single precision (cos/sin and angles in float32); the
+float32 tolerances are about ten times the measured error of such a port (``FLOAT32_TOLERANCE``).
 
 Determinism: inputs are drawn with fixed seeds (``numpy.random.default_rng``) and rounded to
 multiples of 2^-10, so every float input is exact in float32 as well; floats are written with
@@ -52,20 +58,42 @@ from . import __version__, alibi, deberta, rope, rope_scaling, sinusoidal, t5, t
 from .attention import causal_mask
 
 __all__ = ["SPEC_VERSION", "FAMILIES", "SCHEMA", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_TOLERANCE",
-           "MAX_ARRAY_VALUES", "MAX_NDIM", "Mismatch", "FamilyCheck", "SpecError", "encode", "decode",
-           "validate", "parse", "build_family", "export", "check", "check_families", "check_document",
+           "MAX_ARRAY_VALUES", "MAX_NDIM", "FLOAT32_TOLERANCE", "Mismatch", "FamilyCheck", "SpecError",
+           "encode", "decode", "validate", "parse", "family_cases", "build_family", "export", "check", "check_families", "check_document",
            "format_mismatches", "main"]
 
 SPEC_VERSION = "1.0.0"
 GRID = 1024  # inputs are multiples of 1/GRID: exact in float32 and float64
 
 
-def tol(f64: float = 1e-9, f32: float = 1e-5) -> dict:
-    """Tolerances for float64 and float32 ports (rtol = atol = the given value)."""
-    return {"float64": {"rtol": f64, "atol": f64}, "float32": {"rtol": f32, "atol": f32}}
+def tol(f64: float = 1e-9, f32: float | None = None) -> dict:
+    """Tolerances for float64 and float32 ports (rtol = atol = the given value).
+
+    ``f32=None`` leaves the float32 tolerance to ``FLOAT32_TOLERANCE``, filled in when the family
+    is built.
+    """
+    return {"float64": {"rtol": f64, "atol": f64}, "float32": None if f32 is None else {"rtol": f32, "atol": f32}}
 
 
 EXACT = tol(0.0, 0.0)
+
+# The float32 tolerance of each family, and of the cases whose error is of another size (large
+# positions): about ten times the largest error |got - expected| / (1 + |expected|) of a float32
+# port, rounded up to 1, 2 or 5 times a power of ten, and at least 1e-6. The errors are measured,
+# and these numbers checked against them, by tests/test_vectors_float32.py (its __main__ prints
+# them): minipos run on float32 inputs, and ports that compute frequencies, angles, cos and sin in
+# float32 as HF's LLaMA rotary embedding, torchscale's xPos and BLOOM's ALiBi do.
+FLOAT32_TOLERANCE = {
+    "sinusoidal_table": 5e-6, "alibi_slopes": 1e-6, "alibi_bias": 1e-6, "xl_scores": 2e-6,
+    "deberta_scores": 1e-6, "rope": 2e-5, "rope_scaling": 1e-6, "xpos": 5e-6, "layer": 5e-6,
+    "attention_grad": 5e-6, "rope_grad": 2e-5, "t5_grad": 1e-6, "alibi_grad": 1e-6, "xl_grad": 1e-6,
+    "deberta_grad": 1e-6, "xpos_grad": 5e-6, "learned_grad": 1e-6, "layer_grad": 2e-5,
+    # positions up to 4096 / 4097 at the high frequencies: the float32 angle m * theta_i errs by
+    # up to half an ulp of m * theta_i (1.5e-5 rad at 409.7)
+    **{f"sinusoidal_table/{layout}_dim8": 2e-4 for layout in sinusoidal.LAYOUTS},
+    **{f"{family}/{layout}_d8": 2e-4 for family in ("rope", "rope_grad") for layout in rope.LAYOUTS},
+    "rope/half_heads_base_500000": 2e-4,
+}
 
 
 # --------------------------------------------------------------------------- arrays in JSON
@@ -204,14 +232,14 @@ class Family:
 def _sinusoidal_cases():
     pos = np.array([0, 1, 2, 7, 100, -3, 4096])
     cases = [_case(f"{layout}_dim8", f"layout {layout!r}, even dim, negative and large positions",
-                   {"positions": pos}, {"dim": 8, "base": 10000.0, "layout": layout}, tol(1e-9, 2e-3))
+                   {"positions": pos}, {"dim": 8, "base": 10000.0, "layout": layout}, tol())
              for layout in sinusoidal.LAYOUTS]
     for dim in (7, 3, 2):
         cases.append(_case(f"tensor2tensor_dim{dim}", f"tensor2tensor, dim {dim}: zero column for odd "
                            "dim, max(D/2 - 1, 1) in the exponent", {"positions": pos[:5]},
-                           {"dim": dim, "base": 10000.0, "layout": "tensor2tensor"}, tol(1e-9, 1e-4)))
+                           {"dim": dim, "base": 10000.0, "layout": "tensor2tensor"}, tol()))
     cases.append(_case("split_dim6_base500", "split layout with base 500", {"positions": pos[:5]},
-                       {"dim": 6, "base": 500.0, "layout": "split"}, tol(1e-9, 1e-4)))
+                       {"dim": 6, "base": 500.0, "layout": "split"}, tol()))
     return cases
 
 
@@ -227,7 +255,7 @@ ALIBI_HEADS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 40, 64, 80, 96, 112)
 
 def _alibi_slopes_cases():
     return [_case(f"heads_{h}", "power of two" if h & (h - 1) == 0 else "not a power of two: "
-                  "interleaving rule", {}, {"num_heads": h}, tol(1e-12, 1e-6)) for h in ALIBI_HEADS]
+                  "interleaving rule", {}, {"num_heads": h}, tol(1e-12)) for h in ALIBI_HEADS]
 
 
 def _alibi_slopes_run(inputs, params):
@@ -240,7 +268,7 @@ def _alibi_bias_cases():
              ("cached_step_h3", 3, np.array([5, 6]), np.arange(7), False, "two queries after a cache of 5"),
              ("symmetric_cached_h6", 6, np.array([4]), np.arange(8), True, "one query, keys after it")]
     return [_case(name, note, {"slopes": alibi.alibi_slopes(h), "q_positions": q, "k_positions": k},
-                  {"symmetric": sym}, tol(1e-12, 1e-6)) for name, h, q, k, sym, note in specs]
+                  {"symmetric": sym}, tol(1e-12)) for name, h, q, k, sym, note in specs]
 
 
 def _alibi_bias_run(inputs, params):
@@ -317,7 +345,7 @@ def _xl_scores_cases():
                   "v": _grid(rng, (H, D), 0.5)}
         cases.append(_case(f"memory_{M}", f"T = {T} queries after a memory of {M}: (q + u).k + (q + v).W_R R_(i-j), "
                            "unscaled; R at descending distances S-1 ... 0", inputs,
-                           {"d_model": d_model, "base": 10000.0}, tol(1e-9, 1e-5),
+                           {"d_model": d_model, "base": 10000.0}, tol(),
                            where={"scores": np.broadcast_to(causal_mask(T, S), (H, T, S))}))
     return cases
 
@@ -373,6 +401,13 @@ def _deberta_scores_cases():
                   "relative_pos": deberta.relative_positions(T, S, bucket_size=b, max_position=m)}
         cases.append(_case(name, "(c2c + c2p + p2c) / sqrt(D (1 + #terms)); p2c indexed by delta(i, j) "
                            "as in the code", inputs, {"att_span": span, "pos_att_type": list(types)}))
+    q_pos, k_pos = np.arange(4, 7), np.arange(7)
+    inputs = {"q": _grid(rng, (H, 3, D)), "k": _grid(rng, (H, 7, D)),
+              "pos_key": _grid(rng, (H, 8, D)), "pos_query": _grid(rng, (H, 8, D)),
+              "relative_pos": deberta.relative_positions(q_pos, k_pos, bucket_size=4, max_position=8)}
+    cases.append(_case("cached_step_T3_S7_buckets_4_8", "T != S: queries at positions 4 ... 6 after a cache, "
+                       "keys 0 ... 6; relative_pos[i, j] = q_i - k_j log-bucketed (4, 8); p2c indexed by "
+                       "delta(i, j)", inputs, {"att_span": 4, "pos_att_type": ["c2p", "p2c"]}))
     return cases
 
 
@@ -390,22 +425,29 @@ def _rope_cases():
     x = _grid(rng, (7, 8))
     cases = [_case(f"{layout}_d8", f"layout {layout!r}, all features rotated", {"x": x, "positions": pos},
                    {"layout": layout, "base": 10000.0, "rotary_dim": None, "attention_factor": 1.0},
-                   tol(1e-9, 3e-3)) for layout in rope.LAYOUTS]
+                   tol()) for layout in rope.LAYOUTS]
     cases += [_case(f"{layout}_partial_4_of_8", "rotary_dim 4: pairs within the first 4 features, "
                     "frequencies of a 4-dim RoPE, the rest passed through", {"x": x, "positions": pos},
                     {"layout": layout, "base": 10000.0, "rotary_dim": 4, "attention_factor": 1.0},
-                    tol(1e-9, 3e-3)) for layout in rope.LAYOUTS]
+                    tol()) for layout in rope.LAYOUTS]
     heads = _grid(rng, (2, 5, 6))
     cases.append(_case("half_heads_base_500000", "(H, T, D) input, Llama 3 base, positions 4094..4098",
                        {"x": heads, "positions": np.arange(4094, 4099)},
                        {"layout": "half", "base": 500000.0, "rotary_dim": None, "attention_factor": 1.0},
-                       tol(1e-9, 3e-3)))
+                       tol()))
     inv_freq, factor = rope_scaling.yarn(8, factor=4.0, original_max_position_embeddings=64)
     cases.append(_case("interleaved_inv_freq_and_factor", "frequencies and attention factor of a "
                        "scaling (YaRN, factor 4, L = 64): cos and sin times the factor",
                        {"x": x, "positions": pos, "inv_freq": inv_freq},
                        {"layout": "interleaved", "base": 10000.0, "rotary_dim": None,
-                        "attention_factor": factor}, tol(1e-9, 3e-3)))
+                        "attention_factor": factor}, tol()))
+    inv_freq, factor = rope_scaling.yarn(4, factor=4.0, original_max_position_embeddings=64)
+    cases.append(_case("half_partial_4_of_8_attention_factor", "rotary_dim 4 with a scaling's frequencies "
+                       "and attention factor (YaRN, factor 4, L = 64): cos and sin of the 4 rotated features "
+                       "times the factor, the other 4 passed through unscaled",
+                       {"x": x, "positions": pos, "inv_freq": inv_freq},
+                       {"layout": "half", "base": 10000.0, "rotary_dim": 4, "attention_factor": factor},
+                       tol()))
     return cases
 
 
@@ -438,8 +480,17 @@ def _rope_scaling_cases():
                                                      original_max_position_embeddings=4096,
                                                      max_position_embeddings=131072, seq_len=n))
               for n in (1, 4096, 4097, 100000)]
-    return [_case(name, f"{kind}: (inv_freq, attention_factor)", {},
-                  {"kind": kind, "base": 10000.0, **kw}, tol(1e-12, 1e-6)) for name, kind, kw in specs]
+    specs += [("yarn_ramp_clamped", "yarn", dict(dim=8, base=100.0, factor=4.0, original_max_position_embeddings=4096,
+                                                 beta_fast=1024.0, beta_slow=0.125)),
+              ("yarn_ramp_zero_width", "yarn", dict(dim=8, factor=4.0, original_max_position_embeddings=64,
+                                                    beta_fast=32.0, beta_slow=20.0))]
+    notes = {"yarn_ramp_clamped": "; the ramp's ends, floor(low) = -1 and ceil(high) = 8, clamped to 0 and "
+                                  "dim - 1 = 7 (HF's find_correction_range clamps to dim - 1, not dim/2 - 1): "
+                                  "ramp i/7 for i = 0 ... 3",
+             "yarn_ramp_zero_width": "; both ends at 0 (floor(-0.50), ceil(-0.29)): HF's guard low == high "
+                                     "-> high += 0.001, so the ramp is 0, 1, 1, 1"}
+    return [_case(name, f"{kind}: (inv_freq, attention_factor)" + notes.get(name, ""), {},
+                  {"kind": kind, "base": 10000.0, **kw}, tol(1e-12)) for name, kind, kw in specs]
 
 
 def _rope_scaling_run(inputs, params):
@@ -456,7 +507,7 @@ def _xpos_cases():
                                                                     np.array([0, 100, 1000, 2000, 3000, -50]), 0)]
     return [_case(name, "interleaved RoPE, pair i scaled by zeta_i^(+-(n - scale_offset)/scale_base)",
                   {"x": x, "positions": pos}, {"downscale": down, "scale_offset": off, "scale_base": 512.0,
-                                               "base": 10000.0}, tol(1e-9, 1e-3))
+                                               "base": 10000.0}, tol())
             for name, down, pos, off in specs]
 
 
@@ -480,9 +531,48 @@ LAYER_SCHEMES = (
     ("t5_decoder", "t5", {"num_buckets": 8, "max_distance": 8, "bidirectional": False}, True),
     ("transformer_xl", "transformer-xl", {}, True),
     ("deberta", "deberta", {"position_buckets": 4, "max_relative_positions": 8}, False),
+    ("rope_linear", "rope", {"layout": "half", "scaling": {"rope_type": "linear", "factor": 2.0}}, True),
+    ("rope_ntk", "rope", {"layout": "half", "scaling": {"rope_type": "ntk", "factor": 4.0}}, True),
+    ("rope_llama3", "rope", {"layout": "half", "scaling": {"rope_type": "llama3", "factor": 8.0,
+                                                           "original_max_position_embeddings": 16,
+                                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0}}, True),
+    ("rope_longrope", "rope", {"layout": "half", "scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.5],
+                                                             "long_factor": [2.0, 8.0],
+                                                             "original_max_position_embeddings": 4,
+                                                             "max_position_embeddings": 16}}, True),
+    ("rope_yarn_partial", "rope", {"layout": "half", "rotary_dim": 2,
+                                   "scaling": {"rope_type": "yarn", "factor": 4.0,
+                                               "original_max_position_embeddings": 4}}, True),
+    ("alibi_default_bidirectional", "alibi", {}, False),
 )
-CACHED = ("rope_half", "rope_dynamic", "xpos", "alibi", "t5_decoder", "transformer_xl")
+CACHED = ("rope_half", "rope_dynamic", "xpos", "alibi", "t5_decoder", "transformer_xl", "rope_longrope")
 D_MODEL, HEADS, BATCH, LENGTH = 8, 2, 2, 7
+SCHEME_CONFIGS = {label: (name, config) for label, name, config, _ in LAYER_SCHEMES}
+# More forward cases: (label, scheme label, causal, bias, key padding, chunks)
+LAYER_MORE = (
+    ("nope_bias", "nope", False, True, None, [LENGTH]),
+    ("rope_half_bias", "rope_half", True, True, None, [LENGTH]),
+    ("t5_encoder_bias_padded", "t5_encoder", False, True, "right", [LENGTH]),
+    ("alibi_default_padded", "alibi_default_bidirectional", False, False, "right", [LENGTH]),
+    ("deberta_padded", "deberta", False, True, "right", [LENGTH]),
+    ("rope_half_left_padded", "rope_half", True, False, "left", [LENGTH]),
+    ("transformer_xl_left_padded", "transformer_xl", True, False, "left", [LENGTH]),
+    ("alibi_left_padded_cached", "alibi", True, False, "left", [3, 1, 1, 2]),
+)
+
+
+def _padding(kind: str) -> np.ndarray:
+    """A key padding mask ``(B, T)``: batch 0 unpadded, batch 1 with its last (``"right"``) or first
+    (``"left"``) two tokens padding. Left padding under a causal mask leaves rows with no key."""
+    mask = np.ones((BATCH, LENGTH), dtype=bool)
+    mask[1, -2:] = kind != "right"
+    mask[1, :2] = kind != "left"
+    return mask
+
+
+PADDING_NOTE = {"right": "key padding: the last two keys of batch 1 masked",
+                "left": "key padding: the first two keys of batch 1 masked, so under the causal mask its "
+                        "first two queries have no key (fully masked rows: zero output)"}
 
 
 def _scheme(name: str, config: dict):
@@ -519,22 +609,53 @@ def _layer_cases():
                       "scheme_config": config, "causal": causal, "chunks": chunks}
             note = (f"MultiHeadAttention with {name}; " + ("the input fed through a KV cache in chunks "
                     f"{chunks}, outputs concatenated" if cached else "one forward pass, positions 0 ... T-1"))
-            cases.append(_case(f"{label}_cached" if cached else label, note, inputs, params, tol(1e-9, 1e-4)))
+            cases.append(_case(f"{label}_cached" if cached else label, note, inputs, params, tol()))
+    for label, scheme_label, causal, with_bias, padding, chunks in LAYER_MORE:
+        name, config = SCHEME_CONFIGS[scheme_label]
+        inputs = _layer_inputs(rng, _scheme(name, config), with_bias)
+        notes = [f"MultiHeadAttention with {name}", "causal" if causal else "no causal mask"]
+        if with_bias:
+            notes.append("bias=True: bq, bk, bv, bo added after the projections")
+        if padding:
+            inputs["mask"] = _padding(padding)
+            notes.append(PADDING_NOTE[padding])
+        if len(chunks) > 1:
+            notes.append(f"fed through a KV cache in chunks {chunks}, each chunk given the mask of the keys so far")
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": name,
+                  "scheme_config": config, "causal": causal, "chunks": chunks}
+        cases.append(_case(label, "; ".join(notes), inputs, params, tol()))
     return cases
 
 
-def _layer_run(inputs, params):
+def _build_layer(inputs, params, extra=()):
+    """The layer and scheme of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
     from .layer import MultiHeadAttention
     scheme = _scheme(params["scheme"], params["scheme_config"])
     layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
-    known = {"x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
+    weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
+    known = weights | {"x"} | set(extra)
     if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
         raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
     for name, value in inputs.items():
-        if name != "x":
+        if name in weights:
             target, attr = (scheme, name[7:]) if name.startswith("scheme.") else (layer, name)
             setattr(target, attr, value)
+    return layer
+
+
+def _key_padding(inputs, B: int, T: int):
+    """The case's key padding mask ``(B, T)`` (``True`` = a real token), or None."""
+    mask = inputs.get("mask")
+    if mask is not None and (mask.dtype != bool or mask.shape != (B, T)):
+        raise ValueError(f"inputs.mask must be a bool key padding mask of shape (B, T) = {(B, T)}, got "
+                         f"{mask.dtype} {list(mask.shape)}")
+    return mask
+
+
+def _layer_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("mask",))
     x, cache, outs, start = inputs["x"], None, [], 0
+    mask = _key_padding(inputs, *x.shape[:2])
     chunks = params["chunks"]
     if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                                 for n in chunks) or sum(chunks) != x.shape[1]):
@@ -543,9 +664,269 @@ def _layer_run(inputs, params):
     if len(params["chunks"]) > 1:
         cache = layer.new_cache()
     for size in params["chunks"]:
-        outs.append(layer(x[:, start:start + size], causal=params["causal"], cache=cache))  # (B, t, d_model)
+        keys = None if mask is None else mask[:, :start + size]                # (B, S): cached and new keys
+        outs.append(layer(x[:, start:start + size], mask=keys, causal=params["causal"], cache=cache))
         start += size
     return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+
+
+# --------------------------------------------------------------------------- gradients
+#
+# Each gradient family records a backward: its inputs are the forward's inputs plus the gradient of
+# the forward's output (``dout``, ``dy``, ``dbias``), its outputs the gradients of the inputs.
+
+def _attention_grad_cases():
+    rng = np.random.default_rng(13)
+    B, H, D, Dv = 2, 2, 3, 4
+    cases = []
+
+    def add(name, note, T, S, bias_shape, mask, scale):
+        inputs = {"q": _grid(rng, (B, H, T, D)), "k": _grid(rng, (B, H, S, D)), "v": _grid(rng, (B, H, S, Dv)),
+                  "dout": _grid(rng, (B, H, T, Dv))}
+        if bias_shape is not None:
+            inputs["bias"] = _grid(rng, bias_shape, 0.5)
+        if mask is not None:
+            inputs["mask"] = mask
+        rows = np.ones((B, H, T), bool) if mask is None else np.broadcast_to(mask, (B, H, T, S)).any(axis=-1)
+        cases.append(_case(name, note, inputs, {"scale": scale}, tol(),
+                           where=None if rows.all() else {"lse": rows}))
+
+    T, S = 3, 5
+    add("causal_cached_T3_S5", "causal mask of a step after a cache of 2 (key s seen by query t iff s <= t + 2), "
+        "bias (H, T, S) shared by the batch: dbias summed over B; default scale 1/sqrt(D)",
+        T, S, (H, T, S), causal_mask(T, S), None)
+    T, S = 4, 6
+    mask = np.ones((B, 1, T, S), bool)
+    mask[0, 0, 1] = False                                   # batch 0, query 1: no key at all
+    mask[1, 0, :, 4:] = False                               # batch 1: the last two keys are padding
+    add("padding_and_fully_masked_row_T4_S6", "mask (B, 1, T, S): batch 0 query 1 sees no key (zero output, "
+        "zero gradients, lse -inf: not compared), batch 1 has its last two keys padded; bias (H, T, S), "
+        "scale 1 (T5)", T, S, (H, T, S), mask, 1.0)
+    T, S = 5, 3
+    mask = np.ones((B, 1, 1, S), bool)
+    mask[1, ..., 0] = False
+    add("key_padding_no_bias_T5_S3", "T > S, key padding mask (B, 1, 1, S) (batch 1's first key masked), no bias "
+        "(no dbias), scale 0.75", T, S, None, mask, 0.75)
+    T, S = 4, 4
+    mask = np.ones((B, 1, 1, S), bool)
+    mask[1] = False
+    add("padded_batch_full_bias", "batch 1 has no key at all (every row fully masked: zero output and gradients); "
+        "bias (B, H, T, S): dbias has the bias's own shape", T, S, (B, H, T, S), mask, None)
+    return cases
+
+
+def _attention_grad_run(inputs, params):
+    from .attention import attention, attention_backward, blockwise_attention
+    q, k, v, dout = inputs["q"], inputs["k"], inputs["v"], inputs["dout"]
+    bias, mask, scale = inputs.get("bias"), inputs.get("mask"), params["scale"]
+    out = attention(q, k, v, bias=bias, mask=mask, scale=scale)
+    dq, dk, dv, dbias = attention_backward(q, k, v, dout, bias=bias, mask=mask, scale=scale)
+    full = (*q.shape[:-1], k.shape[-2])                                        # (B, H, T, S)
+    bias_b = None if bias is None else np.broadcast_to(bias, full)
+    mask_b = None if mask is None else np.broadcast_to(mask, full)
+    _, lse = blockwise_attention(q, k, v, bias_fn=None if bias is None else lambda qs, ks: bias_b[..., qs, ks],
+                                 mask_fn=None if mask is None else lambda qs, ks: mask_b[..., qs, ks],
+                                 scale=scale, block_size=2, return_lse=True)  # (B, H, T)
+    got = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
+    if dbias is not None:
+        got["dbias"] = dbias
+    return got
+
+
+def _rope_grad_cases():
+    rng = np.random.default_rng(14)
+    pos = np.array([0, 1, 2, 7, 100, 4097, -3])
+    dy = _grid(rng, (2, 7, 8))
+    plain = {"base": 10000.0, "rotary_dim": None, "attention_factor": 1.0}
+    cases = [_case(f"{layout}_d8", f"layout {layout!r}: dx = R(m)^T dy, the rotation by minus the angle",
+                   {"dy": dy, "positions": pos}, {"layout": layout, **plain}) for layout in rope.LAYOUTS]
+    inv_freq, factor = rope_scaling.yarn(4, factor=4.0, original_max_position_embeddings=64)
+    cases += [_case(f"{layout}_partial_4_of_8_attention_factor", "rotary_dim 4, a scaling's frequencies and "
+                    f"attention factor {factor:.6f}: the 4 rotated features get f R(m)^T dy, the other 4 pass dy "
+                    "through unscaled", {"dy": dy, "positions": pos, "inv_freq": inv_freq},
+                    {"layout": layout, "base": 10000.0, "rotary_dim": 4, "attention_factor": factor})
+              for layout in rope.LAYOUTS]
+    return cases
+
+
+def _rope_grad_run(inputs, params):
+    return {"dx": rope.apply_rope_backward(inputs["dy"], inputs["positions"], inv_freq=inputs.get("inv_freq"),
+                                           **params)}
+
+
+def _t5_grad_cases():
+    rng = np.random.default_rng(15)
+    specs = [("encoder_8_16", True, 8, 16, (2, 2), np.arange(7), np.arange(7), "every (t, s) pair of 7 positions"),
+             ("encoder_odd_9_16", True, 9, 16, (2, 2), np.arange(7), np.arange(7), "odd K = 9: P = floor(9/2) = 4 "
+              "buckets per direction, so rows 4 (n = +0) and 8 are never read and get 0"),
+             ("decoder_step_8_16", False, 8, 16, (3,), np.array([20, 21]), np.arange(22),
+              "causal, two queries after a cache of 20: future keys share bucket 0 with n = 0"),
+             ("encoder_32_128_far", True, 32, 128, (2,), np.arange(4),
+              np.array([0, 1, 2, 3, 7, 8, 11, 12, 50, 90, 91, 127, 128, 129, 200, 1000]),
+              "far keys: every pair at |n| >= 91 sums into the last bucket")]
+    cases = []
+    for name, b, k, m, lead, q, s, note in specs:
+        dbias = _grid(rng, (*lead, q.size, s.size))
+        cases.append(_case(name, f"dtable[b, h] = sum of dbias[..., h, t, s] over the pairs in bucket b (a "
+                           f"leading batch summed too); {note}", {"dbias": dbias, "q_positions": q, "k_positions": s},
+                           {"bidirectional": b, "num_buckets": k, "max_distance": m}))
+    return cases
+
+
+def _t5_grad_run(inputs, params):
+    return {"dtable": t5.t5_bias_backward(inputs["dbias"], inputs["q_positions"], inputs["k_positions"], **params)}
+
+
+def _alibi_grad_cases():
+    rng = np.random.default_rng(16)
+    specs = [("causal_form_h4", (4,), np.arange(6), np.arange(6), False),
+             ("symmetric_h3", (3,), np.arange(6), np.arange(6), True),
+             ("cached_step_batch_h2", (2, 2), np.array([5, 6]), np.arange(7), False)]
+    return [_case(name, "dslopes[h] = sum over (t, s) of dbias[..., h, t, s] r_ts with r = j - i "
+                  "(-|i - j| when symmetric), leading dims summed", {"dbias": _grid(rng, (*lead, q.size, k.size)),
+                                                                     "q_positions": q, "k_positions": k},
+                  {"symmetric": sym}) for name, lead, q, k, sym in specs]
+
+
+def _alibi_grad_run(inputs, params):
+    return {"dslopes": alibi.alibi_bias_backward(inputs["dbias"], inputs["q_positions"], inputs["k_positions"],
+                                                 symmetric=params["symmetric"])}
+
+
+def _rel_shift_grad_cases():
+    rng = np.random.default_rng(17)
+    cases = []
+    for name, lead, T, S in (("square_3x3", (), 3, 3), ("memory_3x5", (), 3, 5), ("heads_2x4x7", (2,), 4, 7)):
+        dy = _grid(rng, (*lead, T, S)) * causal_mask(T, S)
+        cases.append(_case(name, "dy zero where the causal mask removes the shifted garbage (as attention "
+                           "gives it): dx[..., i, j + T - 1 - i] = dy[..., i, j] for j <= i + S - T, 0 elsewhere",
+                           {"dy": dy}, {}, EXACT))
+    cases.append(_case("dense_dy_4x6", "dy nonzero everywhere: the exact adjoint of the pad-reshape-slice view, "
+                       "where dy on the garbage entries flows to the next row of x it was copied from (a port "
+                       "that shifts by a gather of the causal entries only may skip this case)",
+                       {"dy": _grid(rng, (4, 6))}, {}, EXACT))
+    return cases
+
+
+def _rel_shift_grad_run(inputs, params):
+    return {"dx": transformer_xl.rel_shift_backward(inputs["dy"])}
+
+
+def _xl_grad_cases():
+    rng = np.random.default_rng(18)
+    H, T, D = 2, 4, 3
+    cases = []
+    for M in (0, 3):
+        S = M + T
+        inputs = {"q": _grid(rng, (H, T, D)), "k": _grid(rng, (H, S, D)), "r": _grid(rng, (H, S, D), 0.5),
+                  "u": _grid(rng, (H, D), 0.5), "v": _grid(rng, (H, D), 0.5),
+                  "dout": _grid(rng, (H, T, S)) * causal_mask(T, S)}
+        cases.append(_case(f"memory_{M}", f"T = {T} queries after a memory of {M}; r (H, S, D) the projected R "
+                           "at descending distances; dout zero on the non-causal entries. dq = dout k + "
+                           "shift^T(dout) r, du = sum_t dout k, dv = sum_t shift^T(dout) r", inputs, {}))
+    return cases
+
+
+def _xl_grad_run(inputs, params):
+    names = ("dq", "dk", "dr", "du", "dv")
+    grads = transformer_xl.xl_scores_backward(*(inputs[n] for n in ("q", "k", "r", "u", "v", "dout")))
+    return dict(zip(names, grads))
+
+
+def _deberta_grad_cases():
+    rng = np.random.default_rng(19)
+    H, D = 2, 4
+    specs = [("c2p_p2c_buckets_4_8", ("c2p", "p2c"), np.arange(10), np.arange(10), 4, 8, 4),
+             ("c2p_only_T3_S7", ("c2p",), np.arange(4, 7), np.arange(7), -1, -1, 3),
+             ("p2c_only_T3_S7", ("p2c",), np.arange(4, 7), np.arange(7), -1, -1, 3),
+             ("p2c_c2p_T4_S9_clipped", ("p2c", "c2p"), np.arange(5, 9), np.arange(9), 4, 8, 2)]
+    cases = []
+    for name, types, qp, kp, b, m, span in specs:
+        T, S = qp.size, kp.size
+        inputs = {"q": _grid(rng, (H, T, D)), "k": _grid(rng, (H, S, D))}
+        if "c2p" in types:
+            inputs["pos_key"] = _grid(rng, (H, 2 * span, D))
+        if "p2c" in types:
+            inputs["pos_query"] = _grid(rng, (H, 2 * span, D))
+        inputs["relative_pos"] = deberta.relative_positions(qp, kp, bucket_size=b, max_position=m)
+        inputs["dout"] = _grid(rng, (H, T, S))
+        cases.append(_case(name, "gradients of (c2c + c2p + p2c) / sqrt(D (1 + #terms)); each gather's adjoint "
+                           "a scatter-add, so pairs that read one table row (clipped or bucketed) sum there; "
+                           f"queries at {qp[0]} ... {qp[-1]}, keys at 0 ... {S - 1}",
+                           inputs, {"att_span": span, "pos_att_type": list(types)}))
+    return cases
+
+
+def _deberta_grad_run(inputs, params):
+    dq, dk, dpk, dpq = deberta.disentangled_scores_backward(
+        inputs["q"], inputs["k"], inputs.get("pos_key"), inputs.get("pos_query"), inputs["relative_pos"],
+        inputs["dout"], att_span=params["att_span"], pos_att_type=tuple(params["pos_att_type"]))
+    got = {"dq": dq, "dk": dk, "dpos_key": dpk, "dpos_query": dpq}
+    return {k: v for k, v in got.items() if v is not None}
+
+
+def _xpos_grad_cases():
+    rng = np.random.default_rng(20)
+    dy = _grid(rng, (6, 8))
+    specs = [("query", False, np.arange(6), 0), ("key", True, np.arange(6), 0),
+             ("key_torchscale_offset", True, np.arange(6), 3),
+             ("query_far_positions", False, np.array([0, 100, 1000, 2000, 3000, -50]), 0)]
+    return [_case(name, "dx = R(n)^T (s dy), s = zeta_i^(+-(n - scale_offset)/scale_base) per pair",
+                  {"dy": dy, "positions": pos}, {"downscale": down, "scale_offset": off, "scale_base": 512.0,
+                                                 "base": 10000.0}) for name, down, pos, off in specs]
+
+
+def _xpos_grad_run(inputs, params):
+    return {"dx": xpos.apply_xpos_backward(inputs["dy"], inputs["positions"], **params)}
+
+
+def _learned_grad_cases():
+    rng = np.random.default_rng(21)
+    specs = [("positions_0_to_5", np.arange(6), (6,), "each row read once; rows 6, 7 get 0"),
+             ("repeated_positions", np.array([3, 1, 3, 3, 0]), (5,), "position 3 read three times: its row sums"),
+             ("batch_of_positions", np.array([[0, 1, 2, 3], [2, 3, 4, 5]]), (2, 4), "positions (B, T)")]
+    return [_case(name, f"dtable[p] = sum of dout[t] over the t with positions[t] = p; {note}. table (P, D) "
+                  "gives the shape only", {"table": _grid(rng, (8, 4)), "positions": pos,
+                                           "dout": _grid(rng, (*shape, 4))}, {}) for name, pos, shape, note in specs]
+
+
+def _learned_grad_run(inputs, params):
+    return {"dtable": sinusoidal.absolute_embedding_backward(inputs["table"], inputs["positions"], inputs["dout"])}
+
+
+def _layer_grad_cases():
+    rng = np.random.default_rng(22)
+    cases = []
+    runs = [(label, label, causal, name == "deberta", None) for label, name, _, causal in LAYER_SCHEMES]
+    runs += [(f"{label}_{'bidirectional' if causal else 'causal'}_padded", label, not causal, name == "deberta",
+              "right" if causal else "left") for label, name, _, causal in LAYER_SCHEMES]
+    runs += [("nope_bias", "nope", False, True, None), ("rope_half_bias_padded", "rope_half", True, True, "left"),
+             ("t5_encoder_bias_padded", "t5_encoder", False, True, "right")]
+    for label, scheme_label, causal, with_bias, padding in runs:
+        name, config = SCHEME_CONFIGS[scheme_label]
+        inputs = _layer_inputs(rng, _scheme(name, config), with_bias)
+        inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
+        notes = [f"layer.backward(ctx, dy) of MultiHeadAttention with {name}", "causal" if causal else
+                 "no causal mask"]
+        if with_bias:
+            notes.append("bias=True")
+        if padding:
+            inputs["mask"] = _padding(padding)
+            notes.append(PADDING_NOTE[padding])
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": name,
+                  "scheme_config": config, "causal": causal}
+        cases.append(_case(label, "; ".join(notes), inputs, params))
+    return cases
+
+
+def _layer_grad_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("dy", "mask"))
+    x = inputs["x"]
+    mask = _key_padding(inputs, *x.shape[:2])
+    _, ctx = layer(x, mask=mask, causal=params["causal"], return_context=True)
+    grads = layer.backward(ctx, inputs["dy"])
+    order = ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]
+    return {k: grads[k] for k in order + sorted(set(grads) - set(order)) if k in grads}
 
 
 # --------------------------------------------------------------------------- the registry
@@ -580,15 +961,52 @@ FAMILIES = {
                    _xpos_cases, _xpos_run),
     "layer": Family("minipos.layer.MultiHeadAttention", "a full attention forward pass with each scheme, "
                     "weights included, and cached decoding", _layer_cases, _layer_run),
+    "attention_grad": Family("minipos.attention.attention_backward", "attention's backward with a bias and a "
+                             "mask: dq, dk, dv, dbias for dout; with the forward's out and the row log-sum-exp "
+                             "lse of blockwise_attention(return_lse=True)", _attention_grad_cases,
+                             _attention_grad_run),
+    "rope_grad": Family("minipos.rope.apply_rope_backward", "RoPE's backward R(m)^T dy: both layouts, partial "
+                        "rotary, an attention factor", _rope_grad_cases, _rope_grad_run),
+    "t5_grad": Family("minipos.t5.t5_bias_backward", "the T5 table's gradient (K, H): dbias summed per bucket",
+                      _t5_grad_cases, _t5_grad_run),
+    "alibi_grad": Family("minipos.alibi.alibi_bias_backward", "the ALiBi slopes' gradient (H,) for learned slopes",
+                         _alibi_grad_cases, _alibi_grad_run),
+    "rel_shift_grad": Family("minipos.transformer_xl.rel_shift_backward", "the adjoint of the Transformer-XL "
+                             "relative shift", _rel_shift_grad_cases, _rel_shift_grad_run),
+    "xl_grad": Family("minipos.transformer_xl.xl_scores_backward", "Transformer-XL logits' backward: dq, dk, dr, "
+                      "du, dv", _xl_grad_cases, _xl_grad_run),
+    "deberta_grad": Family("minipos.deberta.disentangled_scores_backward", "DeBERTa disentangled logits' "
+                           "backward: dq, dk and the relative tables' gradients", _deberta_grad_cases,
+                           _deberta_grad_run),
+    "xpos_grad": Family("minipos.xpos.apply_xpos_backward", "xPos's backward R(n)^T (s dy)", _xpos_grad_cases,
+                        _xpos_grad_run),
+    "learned_grad": Family("minipos.sinusoidal.absolute_embedding_backward", "a learned absolute table's "
+                           "gradient: dout scatter-added by position", _learned_grad_cases, _learned_grad_run),
+    "layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with each scheme, "
+                         "causal and not, with padding: the gradient of x and of every weight",
+                         _layer_grad_cases, _layer_grad_run),
 }
 
 
 # --------------------------------------------------------------------------- export
 
+def _recordable(value, mask) -> np.ndarray:
+    """An output as written: a value that is not compared (``mask`` False) and not finite is written as 0.
+
+    JSON has no infinity; the one such value minipos returns is the ``-inf`` log-sum-exp of a row
+    with no allowed key, which its case's ``where`` leaves out.
+    """
+    value = np.asarray(value)
+    if mask is None or not np.issubdtype(value.dtype, np.floating):
+        return value
+    return np.where(mask | np.isfinite(value), value, 0.0)
+
+
 def _encode_case(case: dict, expected: dict) -> dict:
+    where = case.get("where", {})
     out = {"name": case["name"], "description": case["description"], "params": case["params"],
            "inputs": {k: encode(v) for k, v in case["inputs"].items()},
-           "expected": {k: encode(v) for k, v in expected.items()}}
+           "expected": {k: encode(_recordable(v, where.get(k))) for k, v in expected.items()}}
     if "where" in case:
         out["where"] = {k: encode(v) for k, v in case["where"].items()}
     out["tolerance"] = case["tolerance"]
@@ -635,10 +1053,20 @@ def _check_directory(directory) -> str:
     return directory
 
 
+def family_cases(name: str) -> list:
+    """The cases of family ``name`` as built (arrays, not yet run), float32 tolerances filled in."""
+    cases = FAMILIES[_check_family(name)].build()
+    for case in cases:
+        if case["tolerance"]["float32"] is None:
+            value = FLOAT32_TOLERANCE.get(f"{name}/{case['name']}", FLOAT32_TOLERANCE[name])
+            case["tolerance"] = {**case["tolerance"], "float32": {"rtol": value, "atol": value}}
+    return cases
+
+
 def build_family(name: str) -> dict:
     """The JSON document of family ``name``: every case with its inputs and expected outputs."""
     family = FAMILIES[_check_family(name)]
-    cases = [_encode_case(case, family.run(case["inputs"], case["params"])) for case in family.build()]
+    cases = [_encode_case(case, family.run(case["inputs"], case["params"])) for case in family_cases(name)]
     doc = {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
            "family": name, "function": family.function, "description": family.description, "cases": cases}
     _decode_document(doc, name)  # export writes only what check accepts (schema, caps, unique names)
