@@ -8,18 +8,24 @@ point ``directory`` at them) and, from your test suite::
     def my_apply_rope(x, positions, layout, base, rotary_dim, attention_factor, inv_freq=None):
         ...                                   # your implementation, returning an array
 
-    assert_family("rope", my_apply_rope)                          # raises listing every mismatch
+    assert_family("rope", my_apply_rope)                          # raises listing every failed case
     report = run_family("rope", my_apply_rope, precision="float32")   # or inspect the report
 
 Each case calls ``fn(**inputs, **params)``: the case's input arrays (as NumPy arrays of the
 recorded dtype) and its parameters (JSON values) as keyword arguments. ``fn`` returns the
 outputs: a dict ``{output name: array}``, a tuple in the order of the case's ``expected``, or a
 single array when the case has one output. Anything with ``__array__`` (a torch tensor on the
-CPU, say) is accepted. Raise ``NotImplementedError`` to skip a case your port does not support.
+CPU, say) is accepted. Raise ``NotImplementedError`` to skip a case your port does not support;
+any other exception fails that case (reported with the error) and the family goes on.
 ``adapt`` (optional) maps ``(inputs, params)`` to the keyword arguments of ``fn``, for ports
 whose signature differs from minipos. The comparison is
 ``|got - expected| <= atol + rtol * |expected|`` with the case's tolerance for ``precision``
 (``"float64"`` or ``"float32"``), only where the case's ``where`` mask is true.
+
+A failed output is one line: how many values differ, the largest ``|got - expected|``, the
+tolerance, and the first few differing values by their meaning (``n = -206`` for a T5 bucket,
+``h = 0, t = 3, s = 5`` for a bias, with the positions the case gives), or by flat index where
+the output's axes are not named here. A file of another major ``spec_version`` is refused.
 
 The same logic in any language: read the JSON, build arrays from ``dtype``/``shape``/``data``
 (row-major), call your function, compare as above (see README.md).
@@ -34,6 +40,40 @@ from dataclasses import dataclass, field
 import numpy as np
 
 VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vectors")
+SPEC_MAJOR = 1   # the major spec_version this checker reads
+SHOWN = 3        # differing values shown per failed output
+
+# The trailing axes of each output, by letter: b batch, h head, t query, s key, d feature, k bucket,
+# c relative-table row, p table row, i pair, n / r a relative position read from the input of that
+# name. Axes before them (a leading batch, say) are shown as a plain index.
+AXES = {
+    "sinusoidal_table": {"table": "td"},
+    "alibi_slopes": {"slopes": "h"},
+    "alibi_bias": {"bias": "hts"},
+    "t5_bucket": {"bucket": "n"},
+    "t5_bias": {"bias": "hts"},
+    "rel_shift": {"out": "ts"},
+    "xl_scores": {"relative_embeddings": "sd", "scores": "hts"},
+    "deberta_relative_position": {"relative_pos": "ts"},
+    "deberta_log_bucket": {"bucket": "r"},
+    "deberta_scores": {"scores": "hts"},
+    "rope": {"out": "td"},
+    "rope_scaling": {"inv_freq": "i"},
+    "xpos": {"out": "td"},
+    "layer": {"y": "btd"},
+    "attention_grad": {"out": "htd", "lse": "ht", "dq": "htd", "dk": "hsd", "dv": "hsd", "dbias": "hts"},
+    "rope_grad": {"dx": "td"},
+    "t5_grad": {"dtable": "kh"},
+    "alibi_grad": {"dslopes": "h"},
+    "rel_shift_grad": {"dx": "ts"},
+    "xl_grad": {"dq": "htd", "dk": "hsd", "dr": "hsd", "du": "hd", "dv": "hd"},
+    "deberta_grad": {"dq": "htd", "dk": "hsd", "dpos_key": "hcd", "dpos_query": "hcd"},
+    "xpos_grad": {"dx": "td"},
+    "learned_grad": {"dtable": "pd"},
+    "layer_grad": {"x": "btd"},
+}
+POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
+VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value
 
 
 def decode(d: dict) -> np.ndarray:
@@ -42,23 +82,36 @@ def decode(d: dict) -> np.ndarray:
 
 
 def load_family(family: str, directory: str | None = None) -> dict:
-    """The JSON document of ``family`` from ``directory`` (default: ``vectors/`` next to this file)."""
-    with open(os.path.join(directory or VECTORS, f"{family}.json"), encoding="utf-8") as f:
-        return json.load(f)
+    """The JSON document of ``family`` from ``directory`` (default: ``vectors/`` next to this file).
+
+    Raises ``ValueError`` for a file that is not a minipos vectors file of a major
+    ``spec_version`` this checker reads.
+    """
+    path = os.path.join(directory or VECTORS, f"{family}.json")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or doc.get("format") != "minipos-vectors":
+        raise ValueError(f"{path} is not a minipos vectors file (format must be 'minipos-vectors')")
+    version = str(doc.get("spec_version", ""))
+    if version.split(".")[0] != str(SPEC_MAJOR):
+        raise ValueError(f"{path} has spec_version {version!r}; this check_port.py reads {SPEC_MAJOR}.x "
+                         "(a newer major version may change what the fields mean: get its check_port.py)")
+    return doc
 
 
 @dataclass
 class Report:
-    """What ``run_family`` found: cases passed, cases skipped, and one line per mismatch."""
+    """What ``run_family`` found: cases passed, skipped and failed, and one line per failed output."""
 
     family: str
     passed: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
     mismatches: list = field(default_factory=list)
 
     def __str__(self) -> str:
         head = (f"{self.family}: {len(self.passed)} passed, {len(self.skipped)} skipped, "
-                f"{len(self.mismatches)} mismatch(es)")
+                f"{len(self.failed)} failed")
         return "\n".join([head] + self.mismatches)
 
 
@@ -71,40 +124,81 @@ def _outputs(result, names: list) -> dict:
     return {names[0]: np.asarray(result)}
 
 
-def _compare(where_name: str, expected: np.ndarray, got: np.ndarray, tol: dict, mask) -> list:
+def _name_index(family: str, output: str, index: tuple, shape: tuple, inputs: dict) -> str:
+    """``index`` into ``output`` (of ``shape``) in words: ``h = 0, t = 3 (position 7), s = 5``, or a flat index."""
+    letters = AXES.get(family, {}).get(output)
+    if letters is None or len(letters) > len(index):
+        return f"flat index {int(np.ravel_multi_index(index, shape))}" if shape else "the value"
+    lead, named = index[:len(index) - len(letters)], index[len(index) - len(letters):]
+    words = [f"[{', '.join(map(str, lead))}]"] if lead else []
+    for letter, i in zip(letters, named):
+        if letter in VALUES and VALUES[letter] in inputs:
+            words.append(f"{letter} = {np.ravel(inputs[VALUES[letter]])[i]}")
+            continue
+        word = f"{letter} = {i}"
+        for source in POSITIONS.get(letter, ()):
+            pos = inputs.get(source)
+            if pos is not None and np.ndim(pos) == 1 and i < len(pos):
+                word += f" (position {pos[i]})"
+                break
+        words.append(word)
+    return ", ".join(words)
+
+
+def _compare(family: str, label: str, output: str, expected: np.ndarray, got: np.ndarray, tol: dict, mask,
+             inputs: dict) -> list:
+    """One line for an output that fails (empty if it passes)."""
     if got.shape != expected.shape:
-        return [f"{where_name}: shape {list(got.shape)}, expected {list(expected.shape)}"]
+        return [f"{label}: shape {list(got.shape)}, expected {list(expected.shape)}"]
     e, g = expected.astype(np.float64), got.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        bad = ~(np.abs(g - e) <= tol["atol"] + tol["rtol"] * np.abs(e))   # NaN is a mismatch
-    if mask is not None:
-        bad &= mask
-    return [f"{where_name}{idx}: expected {expected[tuple(idx)].item()!r}, got {got[tuple(idx)].item()!r}"
-            for idx in np.argwhere(bad).tolist()]
+        error = np.abs(g - e)
+        bad = ~(error <= tol["atol"] + tol["rtol"] * np.abs(e))   # NaN is a mismatch
+    compared = np.ones(e.shape, bool) if mask is None else mask
+    bad &= compared
+    if not bad.any():
+        return []
+    worst = error[bad]
+    worst = "NaN" if np.isnan(worst).any() else f"{worst.max():.6g}"
+    shown = [f"{_name_index(family, output, tuple(idx), e.shape, inputs)}: expected {expected[tuple(idx)].item()!r}, "
+             f"got {got[tuple(idx)].item()!r}" for idx in np.argwhere(bad)[:SHOWN].tolist()]
+    more = "; ..." if bad.sum() > SHOWN else ""
+    return [f"{label}: {int(bad.sum())} of {int(compared.sum())} values differ, max |got - expected| {worst} "
+            f"(tolerance atol {tol['atol']:g} + rtol {tol['rtol']:g} |expected|); " + "; ".join(shown) + more]
 
 
 def run_case(family: str, case: dict, fn, *, precision: str = "float64", adapt=None) -> list | None:
-    """Mismatch lines of one case (empty: it passes), or None when ``fn`` skips it."""
+    """Failure lines of one case (empty: it passes), or None when ``fn`` skips it.
+
+    An exception other than ``NotImplementedError`` (from ``adapt``, ``fn`` or its result) is the
+    case's failure, reported as one line.
+    """
     inputs = {k: decode(v) for k, v in case["inputs"].items()}
-    kwargs = adapt(inputs, case["params"]) if adapt else {**inputs, **case["params"]}
+    label = f"{family}/{case['name']}"
     try:
+        kwargs = adapt(inputs, case["params"]) if adapt else {**inputs, **case["params"]}
         got = _outputs(fn(**kwargs), list(case["expected"]))
     except NotImplementedError:
         return None
+    except Exception as err:  # a port that crashes on one case fails that case; the family goes on
+        return [f"{label}: raised {type(err).__name__}: {err}"]
     masks = {k: decode(v) for k, v in case.get("where", {}).items()}
     lines = []
     for name, value in case["expected"].items():
-        label = f"{family}/{case['name']}: {name}"
         if name not in got:
-            lines.append(f"{label}: output missing")
+            lines.append(f"{label}: {name}: output missing")
             continue
-        lines += _compare(label, decode(value), got[name], case["tolerance"][precision], masks.get(name))
+        try:
+            lines += _compare(family, f"{label}: {name}", name, decode(value), got[name],
+                              case["tolerance"][precision], masks.get(name), inputs)
+        except Exception as err:  # e.g. an output that is not numeric
+            lines.append(f"{label}: {name}: cannot be compared ({type(err).__name__}: {err})")
     return lines
 
 
 def run_family(family: str, fn, *, precision: str = "float64", directory: str | None = None,
                adapt=None) -> Report:
-    """Run ``fn`` over every case of ``family``; return a ``Report`` of passes, skips and mismatches."""
+    """Run ``fn`` over every case of ``family``; return a ``Report`` of passes, skips and failures."""
     if precision not in ("float64", "float32"):
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     report = Report(family)
@@ -113,6 +207,7 @@ def run_family(family: str, fn, *, precision: str = "float64", directory: str | 
         if lines is None:
             report.skipped.append(case["name"])
         elif lines:
+            report.failed.append(case["name"])
             report.mismatches += lines
         else:
             report.passed.append(case["name"])
@@ -120,8 +215,8 @@ def run_family(family: str, fn, *, precision: str = "float64", directory: str | 
 
 
 def assert_family(family: str, fn, **kwargs) -> Report:
-    """``run_family``, raising ``AssertionError`` with every mismatch if there is one (or no case ran)."""
+    """``run_family``, raising ``AssertionError`` with every failure if there is one (or no case ran)."""
     report = run_family(family, fn, **kwargs)
-    if report.mismatches or not report.passed:
+    if report.failed or not report.passed:
         raise AssertionError(str(report))
     return report
