@@ -1,7 +1,8 @@
 """Multi-head attention with a pluggable position scheme.
 
 ``MultiHeadAttention`` knows the projections, the heads and the KV cache; a *scheme* object knows
-where position enters. There are four seams, and a scheme overrides only the ones it uses:
+where position enters. There are four common seams, and a scheme overrides only the ones it uses
+(the value seam of Shaw et al. 2018 and a position-dependent temperature are other places):
 
 =================  ==========================================  =================================
 seam               what the scheme returns                     schemes
@@ -24,7 +25,8 @@ One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__`
     1) x       = scheme.embed(x, positions)                               # input seam
     2) q, k, v = heads(x @ wq + bq), heads(x @ wk + bk), heads(x @ wv + bv)   # (B, H, T, D)
     3) q, k    = scheme.rotate_q(q, positions), scheme.rotate_k(k, positions)   # rotate seam
-    4) k, v    = cache.extend(k, v, positions)                            # (B, H, S, D), past keys first
+    4) k, v    = cache.extend(k, v, positions)                            # (B, KV, S, D), past keys first
+               k, v = repeat_kv(k), repeat_kv(v)                          # GQA: (B, H, S, D)
     5) q, extra = scheme.content_position(q, k, positions, key_positions)   # content-position seam
     6) logits_bias(qs, ks) = scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)   # bias seam
     7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D))
@@ -361,10 +363,12 @@ class Rotary(Scheme):
 
 
 class XPos(Scheme):
-    """xPos (Sun et al. 2022): interleaved RoPE with queries scaled by zeta^(n/g), keys by zeta^(-n/g).
+    """xPos (Sun et al. 2022): interleaved RoPE with the query at position i scaled by zeta^(i/g), the key
+    at position j by zeta^(-j/g).
 
-    The scales multiply to zeta^((n - m)/g) in every score, so attention depends on n - m only and
-    decays with distance. ``scale_base`` is g (512 in torchscale).
+    The scales multiply to zeta^((i - j)/g) in every score, so attention depends on i - j only and
+    decays with distance for keys before the query (it grows for keys after it: xPos is causal).
+    ``scale_base`` is g (512 in torchscale).
     """
 
     name = "xpos"

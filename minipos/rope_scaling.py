@@ -6,7 +6,7 @@ RoPE rotates pair ``i`` of a head by the angle ``m * w_i`` at position ``m``, wi
 on ``L`` positions reads longer sequences. Every function here returns
 
     inv_freq:          float64, shape (D/2,)    the new w_i
-    attention_factor:  float                     multiplies cos and sin (so the logits by its square)
+    attention_factor:  float                     multiplies cos and sin (so the rotated features' share of the logits by its square)
 
 and is a reference for the matching function of HF transformers' ``modeling_rope_utils``
 (``ROPE_INIT_FUNCTIONS``), checked against transformers 5.24.0 in the tests.

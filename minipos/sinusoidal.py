@@ -152,7 +152,8 @@ def sinusoidal_table(positions, dim: int, *, base: float = 10000.0, layout: str 
 
 def learned_table(num_positions: int, dim: int, *, seed: int = 0, std: float = 0.02,
                   dtype=np.float64) -> np.ndarray:
-    """A learned absolute table ``(P, D)`` at its GPT-2/BERT initialisation ``normal(0, std)``.
+    """A learned absolute table ``(P, D)`` drawn from ``normal(0, std)`` (HF's re-initialisation, std 0.02;
+    GPT-2's own code draws ``wpe`` at std 0.01, BERT's a truncated normal at 0.02).
 
     Deterministic given ``seed`` (``numpy.random.default_rng``); drawn in float64, then cast
     to the floating ``dtype``.
