@@ -1,0 +1,233 @@
+"""Results as data: one JSON record per run, written atomically, and its schema.
+
+A record (``SCHEMA = "minipos-lab/1"``) holds everything needed to read and to reproduce a run::
+
+    schema       "minipos-lab/1"
+    command      the exact command that writes this record again (every setting explicit)
+    settings     every setting of the run (what the command spells out)
+    task         the task's configuration; model: the model's; scheme: the trained scheme's spec
+    seed         the run's seed (model init, training batches, evaluation sequences)
+    versions     python, numpy, minipos (and the git commit of the checkout, when there is one)
+    floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
+    train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "seconds"}
+    results      {variant: {"spec", "lengths": [per-length entry, ...], "seconds", ...}}
+    seconds      wall time of the whole run
+
+``results`` has ``"base"`` (the trained model as is) and, for RoPE, the context extensions
+(``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``) and ``"pi-finetune"``. A per-length entry is
+``{"length", "status": "ok"}`` plus the metrics, or ``{"length", "status": "cannot run", "reason"}``.
+Metrics of an ``ok`` entry: ``loss``, ``loss_stderr``, ``floor`` (null without one), ``excess``
+(= loss - floor), ``tokens``; ``positions`` ``{"edges", "loss", "floor"}`` (loss per bin of
+positions, ``edges`` has one more entry than ``loss``; null for retrieval); ``attention`` ``{"entropy", "distance"}``
+(per layer, per head: mean entropy of a query's weights in nats, mean distance attended) with
+``"uniform_entropy"`` (the same for uniform causal weights), or null; retrieval adds ``accuracy``
+and ``offsets`` (``[{"offset", "accuracy", "probes", "distance_min", "distance_max"}, ...]``).
+
+``validate(record)`` checks all of that and raises ``ValueError`` naming the first field that is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import minipos
+
+__all__ = ["SCHEMA", "write", "write_json", "read", "validate", "versions", "comparable"]
+
+SCHEMA = "minipos-lab/1"
+TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
+       "seconds")
+TIMING = ("seconds",)
+"""Fields that measure the machine, not the model: they differ between reruns."""
+
+
+def versions() -> dict:
+    """The versions that decide a run's numbers."""
+    out = {"python": platform.python_version(), "numpy": np.__version__, "minipos": minipos.__version__}
+    root = Path(minipos.__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "minipos", "lab"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        out["commit"] = commit + ("+modified" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        out["commit"] = None
+    return out
+
+
+def _clean(value):
+    """JSON-ready: NumPy scalars and arrays to Python, non-finite floats refused."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _clean(value.tolist())
+    if isinstance(value, np.generic):
+        return _clean(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a record cannot hold the non-finite number {value}")
+    return value
+
+
+def write(path, record: dict) -> Path:
+    """Validate ``record`` and write it to ``path`` atomically (``write_json``)."""
+    record = _clean(record)
+    validate(record)
+    return write_json(path, record)
+
+
+def write_json(path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` through a temp file in the same directory and ``os.replace``,
+    so a reader never sees a torn file and an interrupted write leaves the old one."""
+    obj = _clean(obj)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read(path) -> dict:
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    validate(record)
+    return record
+
+
+def comparable(record: dict) -> dict:
+    """The record without what measures the machine (wall times, versions): equal for a rerun."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in TIMING}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    out = strip(record)
+    out.pop("versions", None)
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _fail(where, what):
+    raise ValueError(f"record field {where}: {what}")
+
+
+def _number(value, where, *, lo=-math.inf, hi=math.inf, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(where, f"must be a finite number, got {value!r}")
+    if not lo <= value <= hi:
+        _fail(where, f"must be in [{lo}, {hi}], got {value}")
+
+
+def _numbers(values, where, **kw):
+    if not isinstance(values, list):
+        _fail(where, f"must be a list, got {type(values).__name__}")
+    for i, v in enumerate(values):
+        _number(v, f"{where}[{i}]", **kw)
+
+
+def _keys(obj, keys, where):
+    if not isinstance(obj, dict):
+        _fail(where, f"must be an object, got {type(obj).__name__}")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        _fail(where, f"lacks {', '.join(missing)}")
+
+
+def _attention(att, where):
+    if att is None:
+        return
+    _keys(att, ("entropy", "distance", "uniform_entropy"), where)
+    _number(att["uniform_entropy"], where + ".uniform_entropy", lo=0)
+    for key in ("entropy", "distance"):
+        if not isinstance(att[key], list) or not att[key]:
+            _fail(f"{where}.{key}", "must be a non-empty list (one per layer)")
+        for i, layer in enumerate(att[key]):
+            _numbers(layer, f"{where}.{key}[{i}]", lo=0)
+
+
+def _length_entry(entry, where, task):
+    _keys(entry, ("length", "status"), where)
+    _number(entry["length"], where + ".length", lo=1)
+    if entry["status"] == "cannot run":
+        _keys(entry, ("reason",), where)
+        return
+    if entry["status"] != "ok":
+        _fail(where + ".status", f"must be 'ok' or 'cannot run', got {entry['status']!r}")
+    _keys(entry, ("loss", "loss_stderr", "floor", "excess", "tokens", "positions", "attention"), where)
+    _number(entry["loss"], where + ".loss", lo=0)
+    _number(entry["loss_stderr"], where + ".loss_stderr", lo=0)
+    _number(entry["floor"], where + ".floor", lo=0, allow_none=True)
+    _number(entry["excess"], where + ".excess", allow_none=True)
+    _number(entry["tokens"], where + ".tokens", lo=1)
+    pos = entry["positions"]
+    if pos is not None:
+        _keys(pos, ("edges", "loss", "floor"), where + ".positions")
+        _numbers(pos["edges"], where + ".positions.edges", lo=0)
+        _numbers(pos["loss"], where + ".positions.loss", lo=0)
+        if len(pos["edges"]) != len(pos["loss"]) + 1:
+            _fail(where + ".positions", "edges must have one more entry than loss")
+        if pos["floor"] is not None:
+            _numbers(pos["floor"], where + ".positions.floor", lo=0)
+    elif task != "retrieval":
+        _fail(where + ".positions", "must be given (only retrieval, scored on its targets, has none)")
+    _attention(entry["attention"], where + ".attention")
+    if task == "retrieval":
+        _keys(entry, ("accuracy", "offsets"), where)
+        _number(entry["accuracy"], where + ".accuracy", lo=0, hi=1)
+        for i, cell in enumerate(entry["offsets"]):
+            w = f"{where}.offsets[{i}]"
+            _keys(cell, ("offset", "accuracy", "probes", "distance_min", "distance_max"), w)
+            _number(cell["accuracy"], w + ".accuracy", lo=0, hi=1)
+            _number(cell["probes"], w + ".probes", lo=1)
+
+
+def validate(record: dict) -> None:
+    """Raise ``ValueError`` naming the first field of ``record`` that does not follow the schema."""
+    _keys(record, TOP, "(top)")
+    if record["schema"] != SCHEMA:
+        _fail("schema", f"must be {SCHEMA!r}, got {record['schema']!r}")
+    if not isinstance(record["command"], str) or not record["command"].startswith("python -m lab "):
+        _fail("command", "must be a string starting with 'python -m lab '")
+    _keys(record["versions"], ("python", "numpy", "minipos"), "versions")
+    _keys(record["task"], ("name",), "task")
+    _keys(record["scheme"], ("name",), "scheme")
+    _keys(record["model"], ("vocab", "d_model", "num_heads", "num_layers"), "model")
+    task = record["task"]["name"]
+    if task == "markov":
+        _keys(record["floor"], ("entropy_rate", "unigram", "order1"), "floor")
+        for k in ("entropy_rate", "unigram", "order1"):
+            _number(record["floor"][k], f"floor.{k}", lo=0)
+    _keys(record["train"], ("curve", "final_loss", "seconds"), "train")
+    _numbers(record["train"]["curve"]["step"], "train.curve.step", lo=0)
+    _numbers(record["train"]["curve"]["loss"], "train.curve.loss", lo=0)
+    _number(record["train"]["final_loss"], "train.final_loss", lo=0)
+    _number(record["seconds"], "seconds", lo=0)
+    if not isinstance(record["results"], dict) or "base" not in record["results"]:
+        _fail("results", "must be an object with a 'base' entry")
+    for name, variant in record["results"].items():
+        where = f"results.{name}"
+        _keys(variant, ("spec", "lengths", "seconds"), where)
+        if not variant["lengths"]:
+            _fail(where + ".lengths", "must not be empty")
+        for i, entry in enumerate(variant["lengths"]):
+            _length_entry(entry, f"{where}.lengths[{i}]", task)

@@ -1,0 +1,408 @@
+"""The protocol: train at L, test at L, 2L, 4L, 8L, 16L, every scheme, several seeds.
+
+One run = one (task, scheme, seed): train the model for ``steps`` AdamW steps on sequences of
+``length`` L, then evaluate it on fresh sequences of each length ``L * f`` (``eval_factors``):
+
+- ``markov``: loss against the source's exact floor, per length and per bin of positions;
+- ``retrieval``: accuracy of recalling a value written ``offset`` tokens before it is read, the read
+  block ending the sequence, for every offset that fits the length;
+- ``text``: loss on the held-out part of the user's text (no floor);
+
+and, at every length, the entropy of each head's attention weights and the mean distance it attends.
+A learned absolute table "cannot run" past its rows: recorded as such, not as an error. RoPE is
+also evaluated after extending it without training (``lab.schemes.EXTENSIONS``: a new model with
+the scaled scheme, the trained weights copied in), stretched ``length / L`` times at each length
+(``dynamic`` scales itself, and is run token by token with the KV cache, as in generation, so that
+each query uses the frequencies of its own prefix), and after a short fine-tune at 2L with linear
+interpolation by 2 (Chen et al. 2023, arXiv:2306.15595, Sec. 3: "PI" then fine-tune).
+
+Every random draw comes from ``numpy.random.default_rng`` seeded by ``(seed, purpose)``: model
+initialisation by ``seed``, training batches by ``(seed, 0)``, the evaluation sequences at length n by
+``(seed, 1, n)`` (the same for every scheme, so schemes are compared on the same sequences), the
+fine-tune's by ``(seed, 2)``. ``record.comparable`` parts of a record are the same on a rerun.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import record as records
+from . import schemes as scheme_specs
+from .model import AdamW, Model, ModelConfig, clip_by_global_norm, copy_parameters, learning_rate
+from .tasks import KeyValueRecall, MarkovSource, TextSource
+
+__all__ = ["Settings", "QUICK", "run_one", "train", "evaluate", "record_path", "command_for"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of a run; ``command_for`` spells each out, so a record's command reproduces it."""
+
+    task: str = "markov"                 # markov | retrieval | text
+    text: str | None = None              # the text file (task "text")
+    scheme: str = "rope"
+    seed: int = 0
+    length: int = 64                     # L, the training length
+    eval_factors: tuple = (1, 2, 4, 8, 16)
+    # model
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 256
+    norm: str = "layernorm"
+    activation: str = "gelu"
+    tied: bool = True
+    # training
+    steps: int = 600
+    batch: int = 32
+    lr: float = 3e-3
+    warmup: int = 60
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    # markov source
+    vocab: int = 32
+    order: int = 2
+    temperature: float = 0.5
+    structure: str = "additive"          # additive | full (see MarkovSource)
+    source_seed: int = 0
+    # retrieval
+    keys: int = 8
+    values: int = 8
+    filler: int = 16
+    pairs: int = 4
+    binding: str = "fused"               # fused | adjacent (see KeyValueRecall)
+    # evaluation
+    eval_tokens: int = 16384             # tokens per length (loss), sequences = eval_tokens / length
+    eval_batch_tokens: int = 8192        # tokens per forward pass
+    probes: int = 16                     # retrieval: sequences per (length, offset)
+    attention_sequences: int = 4         # sequences whose attention weights are measured
+    position_bins: int = 8               # bins per L in the per-position loss
+    # RoPE
+    extensions: bool = True              # evaluate RoPE's scalings and the PI fine-tune
+    finetune_steps: int = 60
+    finetune_lr: float = 1e-3
+    finetune_factor: int = 2
+
+    def model_config(self, vocab: int, scheme: dict | None = None) -> ModelConfig:
+        return ModelConfig(vocab=vocab, scheme=scheme or scheme_specs.default_spec(self.scheme, self.length),
+                           d_model=self.d_model, num_heads=self.num_heads, num_layers=self.num_layers, d_ff=self.d_ff,
+                           norm=self.norm, activation=self.activation, tied=self.tied)
+
+    def make_task(self):
+        if self.task == "markov":
+            return MarkovSource(vocab=self.vocab, order=self.order, temperature=self.temperature, seed=self.source_seed,
+                                structure=self.structure)
+        if self.task == "retrieval":
+            return KeyValueRecall(keys=self.keys, values=self.values, filler=self.filler, pairs=self.pairs,
+                                  binding=self.binding)
+        if self.task == "text":
+            if not self.text:
+                raise ValueError("the text task needs --text FILE")
+            return TextSource(self.text)
+        raise ValueError(f"task must be markov, retrieval or text; got {self.task!r}")
+
+    def lengths(self) -> list[int]:
+        return [self.length * int(f) for f in self.eval_factors]
+
+
+QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40, batch=16, lr=1e-2, warmup=4,
+             eval_tokens=512, eval_batch_tokens=4096, probes=4, attention_sequences=2, position_bins=2,
+             finetune_steps=4, keys=8, values=8, filler=8, pairs=2, vocab=8)
+"""The ``--quick`` settings: every step of the pipeline on a model too small to learn much."""
+
+
+def command_for(settings: Settings, out) -> str:
+    """``python -m lab ...`` with every setting of ``settings`` explicit, writing into ``out``."""
+    args = ["python", "-m", "lab", "--out", str(out)]
+    for f in fields(Settings):
+        value = getattr(settings, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if f.name in ("task", "scheme", "seed"):
+            flag += "s"                                                 # the protocol's list flags
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, tuple):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return shlex.join(args)
+
+
+def record_path(out, settings: Settings) -> Path:
+    return Path(out) / f"{settings.task}-{settings.scheme}-s{settings.seed}.json"
+
+
+# ----------------------------------------------------------------------------- progress
+
+class Progress:
+    """A one-line progress bar on stderr (rewritten in place on a terminal, every 10% otherwise)."""
+
+    def __init__(self, label: str, total: int, *, stream=None, enabled: bool = True):
+        self.label, self.total, self.stream, self.enabled = label, max(total, 1), stream or sys.stderr, enabled
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.start, self.shown = time.perf_counter(), -1
+
+    def update(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        tenth = 10 * done // self.total
+        if not self.tty and tenth == self.shown and done != self.total:
+            return
+        self.shown = tenth
+        width = 24
+        fill = width * done // self.total
+        bar = "#" * fill + "." * (width - fill)
+        line = f"{self.label} [{bar}] {done}/{self.total} {note} {time.perf_counter() - self.start:.0f}s"
+        self.stream.write(("\r" + line + "\033[K") if self.tty else line + "\n")
+        if self.tty and done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+# ----------------------------------------------------------------------------- training
+
+def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule="cosine", min_lr_ratio=0.1,
+          weight_decay=0.1, clip=1.0, progress: Progress | None = None) -> dict:
+    """``steps`` AdamW steps on batches of ``task``; returns the loss curve (means over ~50 windows)."""
+    opt = AdamW(model.params, weight_decay=weight_decay)
+    window = max(1, steps // 50)
+    curve_step, curve_loss, acc = [], [], []
+    start = time.perf_counter()
+    for step in range(steps):
+        x, y, w = task.sample(rng, batch, length)
+        out = model.forward(x, y, weights=w)
+        if not math.isfinite(out["loss"]):
+            raise FloatingPointError(f"the training loss became {out['loss']} at step {step}")
+        grads = model.backward(out["context"])
+        clip_by_global_norm(grads, clip)
+        opt.step(grads, learning_rate(step, lr=lr, steps=steps, warmup=warmup, schedule=schedule,
+                                      min_ratio=min_lr_ratio))
+        acc.append(out["loss"])
+        if len(acc) == window or step == steps - 1:
+            curve_step.append(step + 1)
+            curve_loss.append(float(np.mean(acc)))
+            acc = []
+        if progress is not None:
+            progress.update(step + 1, f"loss {out['loss']:.3f}")
+    tail = curve_loss[-max(1, len(curve_loss) // 10):]
+    return {"curve": {"step": curve_step, "loss": curve_loss}, "final_loss": float(np.mean(tail)),
+            "seconds": time.perf_counter() - start}
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def attention_stats(weights: list) -> dict:
+    """Per layer, per head: the mean entropy (nats) of a query's attention weights and the mean
+    distance ``i - j`` it attends, over queries; ``weights`` ``[(B, H, T, S), ...]`` with ``S = T``."""
+    ent, dist = [], []
+    for w in weights:
+        w = w.astype(np.float64)
+        T, S = w.shape[-2:]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            plogp = np.where(w > 0, w * np.log(w), 0.0)
+        ent.append((-plogp.sum(-1)).mean(axis=(0, 2)))                  # (H,)
+        gap = (np.arange(T)[:, None] + (S - T)) - np.arange(S)[None]    # i - j
+        dist.append((w * gap).sum(-1).mean(axis=(0, 2)))
+    T = weights[0].shape[-2]
+    uniform = float(np.mean(np.log(np.arange(1, T + 1))))               # causal: query i sees i + 1 keys
+    return {"entropy": [e.tolist() for e in ent], "distance": [d.tolist() for d in dist], "uniform_entropy": uniform}
+
+
+def _run_tokens(model: Model, x, y, w, *, decode_from: int | None = None):
+    """Per-token losses and argmax hits, each ``(B, T)``: one forward pass, or (``decode_from``) the
+    first ``decode_from`` tokens at once and then one token per call through the KV cache."""
+    if decode_from is None or decode_from >= x.shape[1]:
+        out = model.forward(x, y, weights=w, keep=False)
+        return out["losses"], out["logits"].argmax(-1) == y
+    caches, losses, hits = model.new_caches(), [], []
+    for a, b in [(0, decode_from)] + [(t, t + 1) for t in range(decode_from, x.shape[1])]:
+        out = model.forward(x[:, a:b], y[:, a:b], caches=caches, keep=False)
+        losses.append(out["losses"])
+        hits.append(out["logits"].argmax(-1) == y[:, a:b])
+    return np.concatenate(losses, axis=1), np.concatenate(hits, axis=1)
+
+
+def _in_batches(n, length, batch_tokens):
+    """Batch sizes that cover ``n`` sequences of ``length`` with about ``batch_tokens`` tokens each."""
+    per = max(1, batch_tokens // length)
+    for start in range(0, n, per):
+        yield min(per, n - start)
+
+
+def _loss_summary(losses, mask, floor_pos, settings, length):
+    """Mean loss (over the tokens ``mask`` weighs, or all), its standard error, the floor, and the loss
+    per bin of ``settings.length / settings.position_bins`` positions (without a mask)."""
+    w = np.ones_like(losses) if mask is None else mask.astype(np.float64)
+    n = float(w.sum())
+    mean = float((losses * w).sum() / n)
+    var = float((((losses - mean) ** 2) * w).sum() / max(n - 1, 1))
+    entry = {"loss": mean, "loss_stderr": math.sqrt(var / n), "floor": None, "excess": None, "tokens": int(n),
+             "positions": None}
+    if floor_pos is not None:
+        entry["floor"] = float((floor_pos[None] * w).sum() / n)
+        entry["excess"] = mean - entry["floor"]
+    if mask is None:
+        width = max(1, settings.length // settings.position_bins)
+        edges = list(range(0, length, width)) + [length]
+        spans = list(zip(edges[:-1], edges[1:]))
+        entry["positions"] = {"edges": edges, "loss": [float(losses[:, a:b].mean()) for a, b in spans],
+                              "floor": None if floor_pos is None else [float(floor_pos[a:b].mean()) for a, b in spans]}
+    return entry
+
+
+def evaluate(model: Model, task, settings: Settings, length: int, *, decode_from: int | None = None) -> dict:
+    """The metrics of ``model`` at ``length`` (one per-length entry of a record)."""
+    rng = np.random.default_rng([settings.seed, 1, length])
+    if isinstance(task, KeyValueRecall):
+        return _evaluate_retrieval(model, task, settings, length, rng, decode_from)
+    floor_pos = task.position_floor(length) if isinstance(task, MarkovSource) else None
+    n = max(1, settings.eval_tokens // length)
+    losses, first = [], None
+    for b in _in_batches(n, length, settings.eval_batch_tokens):
+        if isinstance(task, TextSource):
+            x, y, w = task.sample(rng, b, length, split="heldout")
+        else:
+            x, y, w = task.sample(rng, b, length)
+        first = x[:settings.attention_sequences] if first is None else first
+        losses.append(_run_tokens(model, x, y, w, decode_from=decode_from)[0])
+    entry = {"length": length, "status": "ok",
+             **_loss_summary(np.concatenate(losses).astype(np.float64), None, floor_pos, settings, length)}
+    entry["attention"] = None if decode_from is not None else attention_stats(
+        model.forward(first, keep=False, return_weights=True)["attention"])
+    return entry
+
+
+def _evaluate_retrieval(model, task: KeyValueRecall, settings, length, rng, decode_from):
+    """Accuracy per offset (read block at the end, written ``offset`` before), loss on the targets."""
+    cells, all_loss, all_w, last = [], [], [], None
+    per = max(1, settings.eval_batch_tokens // length)
+    for offset in task.offsets(length, settings.length):
+        x, y, w, dist = task.sample_at(rng, settings.probes, length, offset)
+        got = [_run_tokens(model, x[s:s + per], y[s:s + per], w[s:s + per], decode_from=decode_from)
+               for s in range(0, len(x), per)]
+        losses, hits = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+        cells.append({"offset": offset, "accuracy": float((hits * w).sum() / w.sum()), "probes": int(w.sum()),
+                      "distance_min": int(dist.min()), "distance_max": int(dist.max())})
+        all_loss.append(losses)
+        all_w.append(w)
+        last = x[:settings.attention_sequences]
+    w_all = np.concatenate(all_w)
+    entry = {"length": length, "status": "ok",
+             **_loss_summary(np.concatenate(all_loss).astype(np.float64), w_all, None, settings, length)}
+    entry["accuracy"] = float(sum(c["accuracy"] * c["probes"] for c in cells) / w_all.sum())
+    entry["offsets"] = cells
+    entry["attention"] = None if decode_from is not None else attention_stats(
+        model.forward(last, keep=False, return_weights=True)["attention"])
+    return entry
+
+
+def _cannot_run(spec: dict, length: int):
+    """The reason ``spec`` cannot run at ``length``, or None."""
+    if spec["name"] == "learned" and length > spec["max_positions"]:
+        return (f"a learned absolute table has {spec['max_positions']} rows (positions 0..{spec['max_positions'] - 1}); "
+                f"length {length} needs positions up to {length - 1}")
+    return None
+
+
+def _evaluate_all(model_for, task, settings, label, *, decode_from=None, verbose=True) -> tuple[list, float]:
+    """Evaluate at every length; ``model_for(length)`` gives the model (and its spec) for that length."""
+    start, entries = time.perf_counter(), []
+    lengths = settings.lengths()
+    bar = Progress(f"{label} eval", len(lengths), enabled=verbose)
+    for i, length in enumerate(lengths):
+        model, spec = model_for(length)
+        reason = _cannot_run(spec, length)
+        if reason:
+            entries.append({"length": length, "status": "cannot run", "reason": reason})
+        else:
+            entries.append(evaluate(model, task, settings, length, decode_from=decode_from))
+        note = "cannot run" if reason else (f"loss {entries[-1]['loss']:.3f}" if task.kind != "retrieval"
+                                             else f"acc {entries[-1]['accuracy']:.2f}")
+        bar.update(i + 1, f"{length}: {note}")
+    return entries, time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------- one run
+
+def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
+    """Train and evaluate one (task, scheme, seed); write the record into ``out`` (if given); return it."""
+    t0 = time.perf_counter()
+    task = settings.make_task()
+    spec = scheme_specs.default_spec(settings.scheme, settings.length)
+    config = settings.model_config(task.vocab_size, spec)
+    model = Model(config, seed=settings.seed)
+    label = f"[{settings.task} {scheme_specs.label(spec)} s{settings.seed}]"
+    trained = train(model, task, np.random.default_rng([settings.seed, 0]), length=settings.length,
+                    batch=settings.batch, steps=settings.steps, lr=settings.lr, warmup=settings.warmup,
+                    schedule=settings.schedule, min_lr_ratio=settings.min_lr_ratio,
+                    weight_decay=settings.weight_decay, clip=settings.clip,
+                    progress=Progress(label + " train", settings.steps, enabled=verbose))
+    results = {}
+    entries, secs = _evaluate_all(lambda n: (model, spec), task, settings, label, verbose=verbose)
+    results["base"] = {"spec": spec, "lengths": entries, "seconds": secs}
+    if settings.scheme == "rope" and settings.extensions:
+        results.update(_rope_extensions(model, task, settings, label, verbose))
+    rec = {
+        "schema": records.SCHEMA,
+        "command": command_for(settings, out if out is not None else "OUT"),
+        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(settings).items()},
+        "task": task.config(),
+        "model": config.to_dict(),
+        "scheme": spec,
+        "seed": settings.seed,
+        "versions": records.versions(),
+        "floor": task.baselines() if isinstance(task, MarkovSource) else None,
+        "train": trained,
+        "results": results,
+        "seconds": time.perf_counter() - t0,
+    }
+    if out is not None:
+        records.write(record_path(out, settings), rec)
+    return rec
+
+
+def _rope_extensions(model: Model, task, settings: Settings, label: str, verbose: bool) -> dict:
+    """RoPE extended without training (each scaling, stretched length / L) and PI fine-tuned at 2L."""
+    L, out = settings.length, {}
+    for kind in scheme_specs.EXTENSIONS:
+        built = {}
+
+        def model_for(n, kind=kind, built=built):
+            spec = scheme_specs.extension_spec(kind, L, n / L)
+            key = repr(spec)
+            if key not in built:
+                built.clear()
+                m = Model(replace(model.config, scheme=spec), seed=settings.seed)
+                copy_parameters(model, m)
+                built[key] = m
+            return built[key], spec
+        entries, secs = _evaluate_all(model_for, task, settings, f"{label} {kind}",
+                                      decode_from=L if kind == "dynamic" else None, verbose=verbose)
+        out[kind] = {"spec": scheme_specs.extension_spec(kind, L, settings.eval_factors[-1]), "lengths": entries,
+                     "seconds": secs, "stretch": "length / L at each length" if kind != "dynamic"
+                     else "by its own prefix length, token by token"}
+    # PI: interpolate by finetune_factor, then fine-tune at finetune_factor * L (same tokens per step)
+    s = settings.finetune_factor
+    spec = {"name": "rope", "scaling": {"rope_type": "linear", "factor": float(s)}}
+    tuned = Model(replace(model.config, scheme=spec), seed=settings.seed)
+    copy_parameters(model, tuned)
+    ft = train(tuned, task, np.random.default_rng([settings.seed, 2]), length=s * L, batch=max(1, settings.batch // s),
+               steps=settings.finetune_steps, lr=settings.finetune_lr, warmup=max(1, settings.finetune_steps // 10),
+               schedule="cosine", min_lr_ratio=settings.min_lr_ratio, weight_decay=settings.weight_decay,
+               clip=settings.clip, progress=Progress(f"{label} pi-finetune", settings.finetune_steps, enabled=verbose))
+    entries, secs = _evaluate_all(lambda n: (tuned, spec), task, settings, f"{label} pi-finetune", verbose=verbose)
+    out["pi-finetune"] = {"spec": spec, "lengths": entries, "seconds": secs + ft["seconds"],
+                          "finetune": {"length": s * L, "batch": max(1, settings.batch // s),
+                                       "steps": settings.finetune_steps, "lr": settings.finetune_lr, **ft}}
+    return out

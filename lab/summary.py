@@ -1,0 +1,141 @@
+"""Mean and spread over seeds, from the records of a directory, and the sanity checks of ``--quick``.
+
+``summarize(records)`` groups the records by task, scheme and variant and gives, per length, the
+mean, sample standard deviation, minimum and maximum over seeds of the task's headline metric:
+``excess`` (loss above the floor, nats) for ``markov``, ``loss`` for ``text``, ``accuracy`` for
+``retrieval``; a length where the variant cannot run is reported as such. It is a pure function of
+the records, so ``summary.json`` is rewritten identically from the same records.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from . import schemes as scheme_specs
+
+__all__ = ["METRIC", "summarize", "format_table", "check_sane"]
+
+METRIC = {"markov": "excess", "text": "loss", "retrieval": "accuracy"}
+
+
+def _spread(values):
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarize(records: list) -> dict:
+    """``{task: {"metric", "rows": {row label: {"scheme", "variant", "seeds", "lengths", ...}}}}``.
+
+    ``lengths`` maps each length to the spread of the metric (or "cannot run"); ``attention_entropy``
+    to the spread of the mean entropy over layers and heads; retrieval rows add ``offsets``
+    ``{length: {offset: spread of the accuracy}}``. A spread is ``{"mean", "sd", "min", "max", "n"}``.
+    """
+    groups = {}
+    for rec in sorted(records, key=lambda r: (r["task"]["name"], r["scheme"]["name"], r["seed"])):
+        task = rec["task"]["name"]
+        for variant, res in rec["results"].items():
+            row = scheme_specs.label(rec["scheme"]) + ("" if variant == "base" else f" +{variant}")
+            g = groups.setdefault(task, {}).setdefault(row, {"scheme": rec["scheme"]["name"], "variant": variant,
+                                                             "seeds": [], "values": {}})
+            g["seeds"].append(rec["seed"])
+            for entry in res["lengths"]:
+                n = str(entry["length"])
+                value = entry.get(METRIC[task]) if entry["status"] == "ok" else "cannot run"
+                g["values"].setdefault(n, []).append(value)
+                if entry["status"] != "ok":
+                    continue
+                att = entry["attention"]
+                if att is not None:                                      # mean over layers and heads
+                    ent = [h for layer in att["entropy"] for h in layer]
+                    g.setdefault("entropy", {}).setdefault(n, []).append(sum(ent) / len(ent))
+                for cell in entry.get("offsets", []):
+                    g.setdefault("offsets", {}).setdefault(n, {}).setdefault(str(cell["offset"]), []).append(
+                        cell["accuracy"])
+    out = {}
+    for task, rows in groups.items():
+        order = {name: i for i, name in enumerate(scheme_specs.ORDER)}
+        out[task] = {"metric": METRIC[task], "rows": {}}
+        for row, g in sorted(rows.items(), key=lambda kv: (order.get(kv[1]["scheme"], 99), kv[0])):
+            lengths = {}
+            for n, values in g["values"].items():
+                lengths[n] = "cannot run" if "cannot run" in values else _spread([float(v) for v in values])
+            out[task]["rows"][row] = {"scheme": g["scheme"], "variant": g["variant"], "seeds": g["seeds"],
+                                      "lengths": lengths,
+                                      "attention_entropy": {n: _spread(v) for n, v in g.get("entropy", {}).items()}}
+            if "offsets" in g:
+                out[task]["rows"][row]["offsets"] = {n: {d: _spread(v) for d, v in cells.items()}
+                                                     for n, cells in g["offsets"].items()}
+    return out
+
+
+def format_table(summary: dict) -> str:
+    """The summary as plain-text tables, one per task: mean ± sd over seeds at each length."""
+    heads = {"excess": "loss above the floor (nats)", "loss": "held-out loss (nats)",
+             "accuracy": "retrieval accuracy (mean over offsets)"}
+    lines = []
+    for task, block in summary.items():
+        rows = block["rows"]
+        lengths = sorted({int(n) for r in rows.values() for n in r["lengths"]})
+        lines.append(f"{task}: {heads[block['metric']]}, mean ± sd over seeds")
+        lines.append(f"{'':24s}" + "".join(f"{n:>16d}" for n in lengths))
+        for label, r in rows.items():
+            cells = []
+            for n in lengths:
+                v = r["lengths"].get(str(n))
+                if v is None:
+                    cells.append(f"{'-':>16s}")
+                elif v == "cannot run":
+                    cells.append(f"{'cannot run':>16s}")
+                else:
+                    cells.append(f"{v['mean']:>9.3f} ±{v['sd']:<5.3f}"[:16].rjust(16))
+            lines.append(f"{label[:24]:24s}" + "".join(cells) + f"   (n={len(r['seeds'])})")
+        lines.append("")
+        if block["metric"] == "accuracy":
+            lines += _offset_table(rows, lengths[-1])
+    return "\n".join(lines)
+
+
+def _offset_table(rows: dict, length: int) -> list[str]:
+    """Retrieval at the longest length: the accuracy at each offset (write to read), mean over seeds."""
+    offsets = sorted({int(d) for r in rows.values() for d in r.get("offsets", {}).get(str(length), {})})
+    if not offsets:
+        return []
+    out = [f"retrieval at length {length}: accuracy by offset (tokens from write to read), mean over seeds",
+           f"{'':24s}" + "".join(f"{d:>8d}" for d in offsets)]
+    for label, r in rows.items():
+        cells = r.get("offsets", {}).get(str(length))
+        if cells is None:
+            out.append(f"{label[:24]:24s}" + f"{'cannot run':>10s}")
+            continue
+        out.append(f"{label[:24]:24s}" + "".join(f"{cells[str(d)]['mean']:>8.2f}" if str(d) in cells else f"{'-':>8s}"
+                                                 for d in offsets))
+    return out + [""]
+
+
+def check_sane(record: dict) -> list[str]:
+    """What is wrong with the numbers of ``record`` (an empty list when nothing is).
+
+    Checked: the loss at every length is no further below the floor than five standard errors plus
+    0.01 nats (an exact floor cannot be beaten, up to sampling noise); every accuracy is in [0, 1]; the
+    training loss went down; every metric is finite (the record's validation refuses non-finite numbers).
+    """
+    problems = []
+    curve = record["train"]["curve"]["loss"]
+    if len(curve) > 1 and not curve[-1] < curve[0]:
+        problems.append(f"the training loss did not go down ({curve[0]:.4f} -> {curve[-1]:.4f})")
+    for variant, res in record["results"].items():
+        for entry in res["lengths"]:
+            if entry["status"] != "ok":
+                continue
+            where = f"{variant} at {entry['length']}"
+            values = [entry["loss"]] + ([entry["accuracy"]] if "accuracy" in entry else [])
+            if not all(math.isfinite(v) for v in values):
+                problems.append(f"{where}: non-finite metric")
+            if entry["floor"] is not None and entry["loss"] < entry["floor"] - 5 * entry["loss_stderr"] - 0.01:
+                problems.append(f"{where}: loss {entry['loss']:.4f} is below the floor {entry['floor']:.4f}")
+            for cell in entry.get("offsets", []):
+                if not 0.0 <= cell["accuracy"] <= 1.0:
+                    problems.append(f"{where}: accuracy {cell['accuracy']} outside [0, 1]")
+    return problems
