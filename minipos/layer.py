@@ -918,7 +918,7 @@ class MultiHeadAttention:
         sc = self.scheme
         logits, allowed = self._logits_fn(ctx.extra, ctx.positions, ctx.k_positions), self._allowed_fn(
             ctx.mask, ctx.causal, ctx.positions, ctx.k_positions)
-        dq_extra, dk_extra = np.zeros(ctx.q.shape), np.zeros(ctx.k.shape)
+        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)         # in the layer's dtype
 
         def logits_grad(qs, ks, ds):  # dS of a block is the gradient of its bias and extra logits
             for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():

@@ -125,3 +125,13 @@ def test_no_backward_state_on_the_layer_or_the_scheme():
     again = layer.backward(ca, dy)
     for name in first:
         np.testing.assert_array_equal(first[name], again[name])
+
+
+@pytest.mark.parametrize("name", ["rope", "transformer_xl", "deberta", "t5", "learned"])
+@pytest.mark.parametrize("make", [L.MultiHeadAttention, fast.MultiHeadAttention])
+def test_float32_layers_give_float32_gradients(name, make):
+    layer = make(8, 2, scheme=SCHEMES[name](), bias=True, dtype=np.float32, block_size=2)
+    x = np.random.default_rng(7).standard_normal((1, 4, 8)).astype(np.float32)
+    _, ctx = layer(x, causal=True, return_context=True)
+    grads = layer.backward(ctx, np.ones_like(x))
+    assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}, {k: g.dtype for k, g in grads.items()}

@@ -108,7 +108,7 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         sc = self.scheme
         hints = HINTS.get(type(sc))
         logits = self._fast_logits_fn(hints, ctx.extra, ctx.positions, ctx.k_positions)
-        dq_extra, dk_extra = np.zeros(ctx.q.shape), np.zeros(ctx.k.shape)
+        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)         # in the layer's dtype
 
         def logits_grad(qs, ks, ds):  # called one block at a time
             for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
