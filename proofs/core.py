@@ -39,7 +39,22 @@ substitutions applied to the previous expression before comparing: ``{symbol: va
 
 Matrices are compared elementwise. To show a product of explicit matrices as a product in the
 LaTeX, pass it unevaluated: ``sp.MatMul(B(a), B(b), evaluate=False)`` (it is evaluated before
-comparing). Matrix expressions (``sp.MatrixSymbol``, with transposes) and
+comparing).
+
+What a step *shows* can differ from what it checks. ``shown=`` on :meth:`Proof.derive`,
+:meth:`Chain.step` (and ``shown=(lhs, rhs)`` on :meth:`Proof.claim`, either may be ``None``)
+replaces the expression in the LaTeX only; the check always uses the expression itself. Use it
+where SymPy would print the evaluated form, so that ``M(k) PE(pos)`` or ``Re[(x0 + i x1) e^{imθ}]``
+does not print as the vector it evaluates to. A SymPy display form is itself checked: after
+``doit()`` it must equal the expression (else the step fails), so it cannot drift from what is
+checked. A string is LaTeX notation SymPy cannot print (named matrices such as
+``R_{half}(m) P q``), used verbatim and not checked; keep it next to the expression it names.
+
+Rendering: blocks recorded inside ``p.cases(...)`` are the explicit instances (shown once, for
+the first value); blocks recorded inside ``with p.folded("label"):`` are expansions too. The docs
+(:mod:`proofs.markdown`) lead with the statement, the theorem's ``latex=`` argument and the
+other blocks, and fold these into a "checked" block. :meth:`Proof.require` facts are listed
+there too. Matrix expressions (``sp.MatrixSymbol``, with transposes) and
 non-commutative symbols (``sp.symbols("X", commutative=False)``) work with the ``expand``
 strategy; the probe substitutes random matrices for them.
 
@@ -56,7 +71,8 @@ Failure statuses
 Run with :func:`run` (returns :class:`Result` s, never raises for a failing theorem) or
 :meth:`Theorem.prove` (raises the :class:`ProofFailure`; what the tests use). The recorded
 checks render as LaTeX with :func:`latex_of`: each chain an ``aligned`` block whose rows carry
-their reasons as ``\text{}``.
+their reasons as ``\text{}``; a row that would show the same LaTeX as the row before it (an
+``A = A``) is merged into that row, its reason appended.
 """
 
 from __future__ import annotations
@@ -284,39 +300,83 @@ def _fmt_num(z: complex) -> str:
 class _Row:
     expr: object
     reason: str
+    shown: object = None  # the display form (SymPy or a LaTeX string); None: show ``expr``
 
 
 class Chain:
     """``start = e1 = e2 = ...``; :meth:`step` checks each new expression against the last."""
 
-    def __init__(self, proof: "Proof", start, reason: str = ""):
+    def __init__(self, proof: "Proof", start, reason: str = "", shown=None):
         self.proof, self.start, self.reason = proof, _sym(start), reason
         self.rows: list[_Row] = []
-        self.case = proof._case
+        self.case, self.fold = proof._case, proof._fold
+        self.start_shown = None if shown is None else _display(shown)
+        if self.start_shown is not None:
+            proof._check_shown("the start", self.start_shown, _value(self.start))
 
     @property
     def last(self):
         return _value(self.rows[-1].expr if self.rows else self.start)
 
-    def step(self, expr, reason: str, *, by=None, using=None) -> "Chain":
-        """Claim ``expr`` equals the previous expression, for ``reason``. Raises if not."""
-        shown = _sym(expr)
-        expr = _value(shown)
+    def step(self, expr, reason: str, *, by=None, using=None, shown=None) -> "Chain":
+        """Claim ``expr`` equals the previous expression, for ``reason``. Raises if not.
+
+        shown: what the LaTeX shows instead of ``expr`` (see the module docstring); the check
+        uses ``expr``.
+        """
+        sym = _sym(expr)
+        expr = _value(sym)
         prev = _apply(self.last, using) if using else self.last
         where = self.proof._where(f"step {len(self.rows) + 1} ({reason!r})")
         left, how = _residual(prev, expr, by)
         if left is not None:
             self.proof._fail_step(where, self.last, expr, left, how, prev)
-        self.rows.append(_Row(shown, reason))
+        display = None if shown is None else _display(shown)
+        if display is not None:
+            self.proof._check_shown(f"step {len(self.rows) + 1} ({reason!r})", display, expr)
+        self.rows.append(_Row(sym, reason, display))
         self.proof.steps += 1
         return self
 
     def latex(self) -> str:
-        lines = [f"{sp.latex(self.start)} & && {_text(self.reason)}"] if self.reason else []
-        for i, row in enumerate(self.rows):
-            head = sp.latex(self.start) if i == 0 and not self.reason else ""
-            lines.append(f"{head} &= {sp.latex(row.expr)} && {_text(row.reason)}")
+        """An ``aligned`` block: the start, then ``= expr`` rows with their reasons; a row whose
+        LaTeX equals the row before it is merged into that row (its reason appended). A start
+        with a reason of its own is a line of its own, left-aligned with the ``=`` below it, so
+        that a wide start does not push the rest of the chain to the right."""
+        start = _tex(self.start if self.start_shown is None else self.start_shown)
+        rows = [[start, self.reason]]              # [LaTeX, reason]; the first row is the start
+        for row in self.rows:
+            tex = _tex(row.expr if row.shown is None else row.shown)
+            if _same_tex(tex, rows[-1][0]):
+                rows[-1][1] = "; ".join(r for r in (rows[-1][1], row.reason) if r)
+            else:
+                rows.append([tex, row.reason])
+        if len(rows) == 1 or rows[0][1]:         # the start on a line of its own, flush with the "="
+            lines = [f"& {rows[0][0]} && {_text(rows[0][1])}"]
+            rest = rows[1:]
+        else:
+            lines = [f"{rows[0][0]} &= {rows[1][0]} && {_text(rows[1][1])}"]
+            rest = rows[2:]
+        lines += [f" &= {tex} && {_text(reason)}" for tex, reason in rest]
         return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+
+
+def _tex(x) -> str:
+    """LaTeX of an expression, or a display string as it is."""
+    return x if isinstance(x, str) else sp.latex(x)
+
+
+def _same_tex(a: str, b: str) -> bool:
+    return re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b)
+
+
+def _display(shown):
+    """A display form: a LaTeX string as it is, else a SymPy object."""
+    if isinstance(shown, str):
+        if not shown.strip():
+            raise ValueError("shown must be a non-empty LaTeX string or a SymPy object")
+        return shown
+    return _sym(shown)
 
 
 def _sym(x):
@@ -358,12 +418,25 @@ class _Refutation:
     right: object
     reason: str
     case: object = None
+    fold: object = None
 
     def latex(self) -> str:
         at = ", ".join(f"{sp.latex(k)} = {sp.latex(v)}" for k, v in self.at.items())
         return (f"\\begin{{aligned}}\n\\left.{sp.latex(self.lhs)}\\right|_{{{at}}} &= {sp.latex(self.left)}"
                 f" \\neq {sp.latex(self.right)} = \\left.{sp.latex(self.rhs)}\\right|_{{{at}}}"
                 f" && {_text(self.reason)}\n\\end{{aligned}}")
+
+
+@dataclass
+class _Requirement:
+    """A fact about concrete values that held (:meth:`Proof.require`); rendered as a sentence."""
+
+    reason: str
+    case: object = None
+    fold: object = None
+
+    def latex(self) -> str:
+        return ""  # not mathematics: :func:`latex_of` leaves it out, the docs list it
 
 
 # --------------------------------------------------------------------------- the proof context
@@ -377,6 +450,7 @@ class Proof:
         self.ties: list[str] = []     # dotted names of the minipos functions evaluated
         self.steps = 0
         self._case = None             # (name, value, all values) inside p.cases(...)
+        self._fold = None             # the label inside ``with p.folded(label):``
 
     def _where(self, what: str) -> str:
         if self._case is None:
@@ -384,15 +458,52 @@ class Proof:
         return f"{what} [case {self._case[0]} = {self._case[1]}]"
 
     # ----- chains
-    def derive(self, start, reason: str = "") -> Chain:
-        """Start a chain at ``start``; add checked steps with ``.step(expr, reason)``."""
-        chain = Chain(self, start, reason)
+    def derive(self, start, reason: str = "", *, shown=None) -> Chain:
+        """Start a chain at ``start``; add checked steps with ``.step(expr, reason)``.
+
+        shown: what the LaTeX shows instead of ``start`` (see the module docstring).
+        """
+        chain = Chain(self, start, reason, shown)
         self.blocks.append(chain)
         return chain
 
-    def claim(self, lhs, rhs, reason: str, *, by=None, using=None) -> Chain:
-        """A one-step chain: ``lhs = rhs`` for ``reason``."""
-        return self.derive(lhs).step(rhs, reason, by=by, using=using)
+    def claim(self, lhs, rhs, reason: str, *, by=None, using=None, shown=None) -> Chain:
+        """A one-step chain: ``lhs = rhs`` for ``reason``.
+
+        shown: ``(lhs_shown, rhs_shown)``, what the LaTeX shows instead of each side (``None``
+        keeps that side); the check uses ``lhs`` and ``rhs``.
+        """
+        if shown is None:
+            shown = (None, None)
+        if not (isinstance(shown, tuple) and len(shown) == 2):
+            raise ValueError(f"shown must be a pair (lhs_shown, rhs_shown), got {shown!r}")
+        return self.derive(lhs, shown=shown[0]).step(rhs, reason, by=by, using=using, shown=shown[1])
+
+    def _check_shown(self, what: str, shown, value) -> None:
+        """A SymPy display form must equal the value it stands for (after ``doit``); a LaTeX
+        string is notation and is not checked."""
+        if isinstance(shown, str):
+            return
+        got = _value(shown)
+        got = got.doit() if hasattr(got, "doit") else got
+        if isinstance(got, sp.MatrixBase) and got.shape == (1, 1) and not isinstance(value, sp.MatrixBase):
+            got = got[0, 0]
+        where = self._where(f"{what}: its display form")
+        left, how = _residual(value, got, ("doit", "expand", "trig", "complex", "simplify"))
+        if left is not None:
+            self._fail_step(where + " differs from what is checked", value, got, left, how, value)
+
+    @contextlib.contextmanager
+    def folded(self, label: str):
+        """``with p.folded("the score at D = 4, entry by entry"):`` marks the blocks recorded in
+        the body as an expansion: the docs fold them under ``label``. Checks are unchanged."""
+        if not label.strip():
+            raise ValueError("label must say what the folded blocks check")
+        outer, self._fold = self._fold, label
+        try:
+            yield
+        finally:
+            self._fold = outer
 
     def _fail_step(self, where, prev, cur, left, how, substituted):
         tid = self.theorem.id
@@ -424,7 +535,7 @@ class Proof:
             raise StepFalse(self.theorem.id, where,
                             f"  at {_show(at)} both sides equal {_show(left)}: not a counterexample\n"
                             f"  lhs: {_show(lhs)}\n  rhs: {_show(rhs)}")
-        self.blocks.append(_Refutation(lhs, rhs, dict(at), left, right, reason, self._case))
+        self.blocks.append(_Refutation(lhs, rhs, dict(at), left, right, reason, self._case, self._fold))
         self.steps += 1
 
     def require(self, condition, reason: str, detail: str = "") -> None:
@@ -432,6 +543,7 @@ class Proof:
         if not bool(condition):
             raise StepFalse(self.theorem.id, self._where(f"requirement ({reason!r})"),
                             f"  does not hold{': ' + detail if detail else ''}")
+        self.blocks.append(_Requirement(reason, self._case, self._fold))
         self.steps += 1
 
     # ----- exhaustive cases
@@ -625,9 +737,12 @@ def run(patterns=()) -> list[Result]:
 
 
 def latex_of(result: Result) -> str:
-    """The derivations of a run theorem as LaTeX; a block from ``p.cases`` is shown once."""
+    """The derivations of a run theorem as LaTeX; a block from ``p.cases`` is shown once.
+    :meth:`Proof.require` facts are not mathematics and are left out."""
     out, seen = [], set()
     for b in result.blocks:
+        if isinstance(b, _Requirement):
+            continue
         if b.case is not None:
             name, value, values = b.case
             if value != values[0]:

@@ -15,10 +15,14 @@ The docs pages call these functions in markdown-exec blocks at build time::
     print(svg(fig))
     ```
 
-- :func:`derivation` runs one theorem and returns its statement, status, the minipos functions it
-  checks and its derivation as display math (``$$\begin{aligned} … \end{aligned}$$``), taken
-  from the same derivation object that was checked (:func:`proofs.core.latex_of`), never retyped.
-  A theorem that does not pass raises :class:`ProofNotPassed`, so a broken proof fails the build.
+- :func:`derivation` runs one theorem and returns it as an admonition that leads with the
+  argument: the statement, the theorem's ``latex=`` form and its general chains as display math
+  (``$$\begin{aligned} … \end{aligned}$$``). The explicit expansions (blocks recorded in
+  ``p.cases`` or ``p.folded``, and the ``p.require`` facts) follow folded in a
+  ``<details class="minipos-checked"><summary>checked: …</summary>`` block, then the status and
+  the minipos functions it checks. All of it is taken from the same derivation object that was
+  checked (the blocks' own ``latex()``), never retyped. A theorem that does not pass raises
+  :class:`ProofNotPassed`, so a broken proof fails the build.
 - :func:`report` runs every theorem and returns the ``python -m proofs`` table as markdown; it
   raises too if any theorem fails.
 - :func:`quote_test` quotes one test function of ``tests/`` (found by name, raises if it is gone),
@@ -67,21 +71,83 @@ def _run(theorem_id: str) -> core.Result:
     return result
 
 
-def _math_blocks(latex: str) -> list[str]:
-    """Split :func:`proofs.core.latex_of` output into markdown: each ``aligned`` block as
-    display math, each ``% note`` line as an italic sentence."""
-    out, block = [], []
-    for line in latex.splitlines():
-        if not block and line.startswith("%"):
-            out.append(f"*{_inline(line.lstrip('% ').strip())}.*")
+def _display(latex: str) -> str:
+    return "$$\n" + latex + "\n$$"
+
+
+def _case_note(case) -> str:
+    name, value, values = case
+    others = ", ".join(str(v) for v in values if v != value)
+    return (f"{name} = {value} written out" + (f"; also checked for {name} = {others}" if others else ""))
+
+
+def _where(name, values, checked) -> str:
+    """Which case values a fact was checked for: all of them, or the ones listed."""
+    if name is None:
+        return ""
+    if len(checked) == len(values):
+        return f" (for each of the {len(values)} values of {name})"
+    return f" ({name} = {', '.join(str(v) for v in checked)})"
+
+
+def _folded(block) -> bool:
+    return block.case is not None or block.fold is not None or isinstance(block, core._Requirement)
+
+
+def _checked_block(blocks) -> list[str]:
+    """The folded blocks as markdown paragraphs (display math, notes, a list of facts), and the
+    summary that names what they check."""
+    labels, body, seen_case = [], [], set()
+    facts: dict = {}                              # reason -> (case name, all values, values checked)
+
+    def label(text):
+        if text not in labels:
+            labels.append(text)
+
+    for b in blocks:
+        if isinstance(b, core._Requirement):
+            name, value, values = b.case if b.case is not None else (None, None, ())
+            fact = facts.setdefault(b.reason, (name, values, []))
+            if b.case is not None:
+                fact[2].append(value)
+            label("facts checked on values")
             continue
-        block.append(line)
-        if line.strip() == r"\end{aligned}":
-            out.append("$$\n" + "\n".join(block) + "\n$$")
-            block = []
-    if block:
-        raise ValueError(f"latex must end each block with \\end{{aligned}}, got {block[-1]!r}")
-    return out
+        if b.case is not None:
+            name, value, values = b.case
+            if value != values[0]:
+                continue
+            key = (name, tuple(values))
+            if key not in seen_case:
+                seen_case.add(key)
+                body.append(f"*{_inline(_case_note(b.case))}.*")
+                label(_case_note(b.case))
+        if b.fold is not None:
+            label(b.fold)
+        body.append(_display(b.latex()))
+    if facts:
+        body.append("\n".join(f"- {_inline(reason + _where(name, values, checked))}"
+                               for reason, (name, values, checked) in facts.items()))
+    return labels, body
+
+
+def _render(result: core.Result, title: str | None) -> str:
+    """The admonition for a run theorem: the argument first, the expansions folded, the status."""
+    th = core.REGISTRY[result.id]
+    body = [f"**{_inline(result.statement)}**"]
+    if th.latex_statement:
+        body.append(_display(th.latex_statement))
+    body += [_display(b.latex()) for b in result.blocks if not _folded(b)]
+    labels, checked = _checked_block([b for b in result.blocks if _folded(b)])
+    if checked:
+        summary = _inline("checked: " + "; ".join(labels))
+        body += [f'<details class="minipos-checked"><summary>{summary}</summary>', *checked, "</details>"]
+    checks = ", ".join(f"`{c}`" for c in result.checks) or "no minipos function (pure mathematics)"
+    body.append(f"Status **{result.status}** ({result.steps} checked steps, "
+                f"{result.seconds:.2f} s at build time). Checks {checks}. "
+                f"Run it yourself: `python -m proofs {result.id}`.")
+    head = f'!!! success "{(title or result.id).replace(chr(34), chr(39))}"'
+    text = "\n\n".join(body)
+    return "\n".join([head, ""] + [("    " + line) if line else "" for line in text.splitlines()]) + "\n"
 
 
 def derivation(theorem_id: str, *, title: str | None = None) -> str:
@@ -91,20 +157,7 @@ def derivation(theorem_id: str, *, title: str | None = None) -> str:
     title: the admonition title (default: the id).
     Raises KeyError for an unknown id and :class:`ProofNotPassed` if the theorem fails.
     """
-    result = _run(theorem_id)
-    checks = ", ".join(f"`{c}`" for c in result.checks) or "no minipos function (pure mathematics)"
-    body = [f"**{_inline(result.statement)}**", "",
-            f"Status **{result.status}** ({result.steps} checked steps, "
-            f"{result.seconds:.2f} s at build time). Checks {checks}.", "",
-            f"Run it yourself: `python -m proofs {theorem_id}`."]
-    latex_statement = core.REGISTRY[theorem_id].latex_statement
-    if latex_statement:
-        body[1:1] = ["", f"$$\n{latex_statement}\n$$"]
-    for block in _math_blocks(core.latex_of(result)):
-        body += ["", block]
-    head = f'!!! success "{(title or theorem_id).replace(chr(34), chr(39))}"'
-    return "\n".join([head, ""] + [("    " + line) if line else "" for line in
-                                   "\n".join(body).splitlines()]) + "\n"
+    return _render(_run(theorem_id), title)
 
 
 def report(patterns=()) -> str:

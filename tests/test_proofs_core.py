@@ -199,3 +199,60 @@ def test_unevaluated_matrix_product_is_checked_and_shown_as_a_product():
     assert "\\end{matrix}\\right] \\left[\\begin{matrix}" in tex  # two factors side by side
     with pytest.raises(StepFalse, match="shears multiply"):
         _prove(lambda p: p.derive(sp.MatMul(A, A, evaluate=False)).step(sp.Matrix([[1, x**2], [0, 1]]), "shears multiply"))
+
+
+def test_a_display_form_is_shown_while_the_expression_is_checked():
+    A, v = sp.Matrix([[1, x], [0, 1]]), sp.Matrix([y, 1])
+
+    def proof(p):
+        (p.derive(A * v, "the product", shown=sp.MatMul(sp.ImmutableMatrix(A), sp.ImmutableMatrix(v), evaluate=False))
+          .step(sp.Matrix([x + y, 1]), "multiply")
+          .step(sp.Matrix([y + x, 1]), "name it", shown=r"S\,v"))               # notation, not checked
+        p.claim(2 * x, x + x, "double", shown=(None, sp.Add(x, x, evaluate=False)))  # not 2 x = 2 x
+
+    tex = latex_of(Theorem("demo.shown", "s", proof).run())
+    assert "\\end{matrix}\\right] \\left[\\begin{matrix}y" in tex               # the product, unevaluated
+    assert " &= S\\,v && \\text{name it}" in tex
+    assert "2 x &= x + x && \\text{double}" in tex
+
+    def wrong_display(p):
+        p.derive(A * v).step(sp.Matrix([x + y, 1]), "multiply", shown=sp.Matrix([x - y, 1]))
+    with pytest.raises(StepFalse, match="its display form differs from what is checked"):
+        _prove(wrong_display)
+
+    def wrong_step(p):  # a right display form does not rescue a wrong step
+        p.derive(A * v).step(sp.Matrix([x - y, 1]), "multiply", shown=sp.Matrix([x + y, 1]))
+    with pytest.raises(StepFalse, match="step 1 \\('multiply'\\)"):
+        _prove(wrong_step)
+    with pytest.raises(ValueError, match="pair"):
+        _prove(lambda p: p.claim(x, x, "r", shown=x))
+    with pytest.raises(ValueError, match="non-empty"):
+        _prove(lambda p: p.derive(x, shown=" "))
+
+
+def test_a_step_shown_like_the_previous_one_is_merged_into_it():
+    def proof(p):
+        (p.derive(x * (y + 1))
+          .step(x * y + x, "distribute")
+          .step(x + x * y, "reorder"))             # SymPy prints it as the row before
+
+    tex = latex_of(Theorem("demo.merge", "s", proof).run())
+    assert tex.count("&=") == 1 and "\\text{distribute; reorder}" in tex
+
+
+def test_folded_blocks_and_facts_are_recorded_for_rendering():
+    def proof(p):
+        p.claim(x + x, 2 * x, "open")
+        with p.folded("the expansion"):
+            p.claim((x + y) ** 2, x**2 + 2 * x * y + y**2, "expand")
+            p.refute(x, -x, {x: 1}, "not odd")
+        for n in p.cases(n=[1, 2]):
+            p.require(n > 0, "n is positive")
+
+    r = Theorem("demo.folded", "s", proof).run()
+    assert [getattr(b, "fold", None) for b in r.blocks] == [None, "the expansion", "the expansion", None, None]
+    facts = [b for b in r.blocks if isinstance(b, core._Requirement)]
+    assert [(f.reason, f.case[1]) for f in facts] == [("n is positive", 1), ("n is positive", 2)]
+    assert "n is positive" not in latex_of(r) and latex_of(r).count("\\begin{aligned}") == 3
+    with pytest.raises(ValueError, match="label"):
+        _prove(lambda p: p.folded(" ").__enter__())
