@@ -79,6 +79,21 @@ def vec(name, D):
     return sp.Matrix(sp.symbols(f"{name}0:{D}", real=True))
 
 
+def _M(x):
+    """An explicit matrix as a factor of an unevaluated product (for display)."""
+    return sp.ImmutableMatrix(x)
+
+
+def _prod(*factors):
+    """The product of explicit matrices, left unevaluated so the LaTeX shows each factor."""
+    return sp.MatMul(*[f if isinstance(f, sp.MatrixExpr) else _M(f) for f in factors], evaluate=False)
+
+
+def _T(x):
+    """x^T, shown as a transpose."""
+    return sp.Transpose(x if isinstance(x, sp.MatrixExpr) else _M(x))
+
+
 _POINTS = [(0, 0), (1, 0), (3, 7), (7, 3), (100, 4099)]
 
 
@@ -108,16 +123,26 @@ def _(p):
             "$B(m\\theta_i)^T B(n\\theta_i) = B((n - m)\\theta_i)$, block i of $R(n - m)$", by="trig"))
     for D in p.cases(D=CASES):
         p.claim(R(m, D).T * R(n, D), R(n - m, D),
-                "explicit D: the block identity with angles $m\\theta_i$, $n\\theta_i$", by="trig")
+                "explicit D: the block identity with angles $m\\theta_i$, $n\\theta_i$", by="trig",
+                shown=(_prod(_T(R(m, D)), R(n, D)), None))
     for D in (4, 8):
         p.tie(RMAT, expected=R(n - m, D, 10000), symbols=(m, n), points=_POINTS,
               call=lambda f, x, y: f(x, D).T @ f(y, D), reason=f"R(m)^T R(n), D = {D}")
 
 
 @theorem("rope.relative.headline",
-         "R(m) R(n)^T = R(m - n) for the block-diagonal RoPE matrix of any even D "
-         "(and hence <R(m) q, R(n) k> depends on m - n only)",
-         checks=(RMAT, APPLY))
+         "R(m) R(n)^T = R(m - n) for the block-diagonal RoPE matrix of any even D; the score of the "
+         "rotated column vectors is <R(m) q, R(n) k> = q^T R(m)^T R(n) k = q^T R(n - m) k, a function "
+         "of n - m only",
+         checks=(RMAT, APPLY),
+         latex=r"\begin{aligned}"
+               r"R(m)\,R(n)^\top &= R(m - n) && \text{blockwise: } B(a)\,B(b)^\top = B(a)\,B(-b) = B(a - b) \\"
+               r"\langle R(m)\,q, R(n)\,k\rangle &= q^\top R(m)^\top R(n)\,k = q^\top R(n - m)\,k"
+               r" && \text{column vectors; } R(m)^\top R(n) = R(n - m) \\"
+               r"&= \mathrm{Re}\Big[\sum_{i=0}^{D/2-1} q_{[i]}\,\overline{k_{[i]}}\,e^{\mathrm{i}(m - n)\theta_i}\Big]"
+               r" && \text{RoFormer's complex form, } q_{[i]} = q_{2i} + \mathrm{i}\,q_{2i+1},"
+               r"\ k_{[i]} = k_{2i} + \mathrm{i}\,k_{2i+1}"
+               r"\end{aligned}")
 def _(p):
     (p.derive(sp.MatMul(B(a), B_T(b), evaluate=False))
       .step(sp.MatMul(B(a), B_shown(-b), evaluate=False), "$B(b)^T = B(-b)$")
@@ -127,13 +152,15 @@ def _(p):
       .step(B((m - n) * theta_i), "block-diagonal matrices multiply blockwise: "
             "$B(m\\theta_i) B(n\\theta_i)^T = B((m - n)\\theta_i)$, block i of $R(m - n)$", by="trig"))
     for D in p.cases(D=CASES):
-        p.claim(R(m, D) * R(n, D).T, R(m - n, D), "explicit D: blockwise, for each pair i", by="trig")
+        p.claim(R(m, D) * R(n, D).T, R(m - n, D), "explicit D: blockwise, for each pair i", by="trig",
+                shown=(_prod(R(m, D), _T(R(n, D))), None))
     D = 4
     q, k = vec("q", D), vec("k", D)
-    (p.derive(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$\\langle R(m) q, R(n) k \\rangle$, D = 4")
-      .step((q.T * R(m, D).T * R(n, D) * k)[0, 0], "$(R q)^T = q^T R^T$", by="expand")
-      .step((q.T * R(n - m, D) * k)[0, 0], "$R(m)^T R(n) = R(n - m)$: m and n enter only as n - m",
-            by="trig"))
+    with p.folded("the score at D = 4, entry by entry"):
+        (p.derive(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$\\langle R(m) q, R(n) k \\rangle$, D = 4")
+          .step((q.T * R(m, D).T * R(n, D) * k)[0, 0], "$(R q)^T = q^T R^T$", by="expand")
+          .step((q.T * R(n - m, D) * k)[0, 0], "$R(m)^T R(n) = R(n - m)$ (rope.relative.transpose_left): "
+                "m and n enter only as n - m", by="trig"))
     for D in (4, 8):
         p.tie(RMAT, expected=R(m - n, D, 10000), symbols=(m, n), points=_POINTS,
               call=lambda f, x, y: f(x, D) @ f(y, D).T, reason=f"R(m) R(n)^T, D = {D}")
@@ -154,10 +181,12 @@ def _tie_score(p):
 
 @theorem("rope.orthogonal", "R(m) is orthogonal with determinant 1", checks=(RMAT,))
 def _(p):
-    p.claim(B(a).T * B(a), sp.eye(2), "$\\cos^2 + \\sin^2 = 1$", by="pythagoras")
+    p.claim(B(a).T * B(a), sp.eye(2), "$\\cos^2 + \\sin^2 = 1$", by="pythagoras",
+            shown=(_prod(_T(B(a)), B(a)), None))
     p.claim(B(a).det(), 1, "$\\det B(a) = \\cos^2 + \\sin^2 = 1$", by="pythagoras")
     for D in p.cases(D=CASES):
-        p.claim(R(m, D).T * R(m, D), sp.eye(D), "blockwise: $B^T B = I$", by="pythagoras")
+        p.claim(R(m, D).T * R(m, D), sp.eye(D), "blockwise: $B^T B = I$", by="pythagoras",
+                shown=(_prod(_T(R(m, D)), R(m, D)), None))
         p.claim(sp.prod([B(m * t).det() for t in thetas(D)]), 1,
                 "det of a block-diagonal matrix = product of block dets = 1", by="pythagoras")
     for D in (2, 8):
@@ -173,10 +202,13 @@ def _(p):
 def _(p):
     x0, x1, t = sp.symbols("x0 x1 theta", real=True)
     z = sp.expand((x0 + sp.I * x1) * sp.exp(sp.I * m * t))
-    (p.derive(sp.Matrix([sp.re(z), sp.im(z)]), "real and imaginary parts of the product")
+    product = sp.Mul(x0 + sp.I * x1, sp.exp(sp.I * m * t), evaluate=False)
+    (p.derive(sp.Matrix([sp.re(z), sp.im(z)]), "real and imaginary parts of the product",
+              shown=sp.Matrix([sp.re(product, evaluate=False), sp.im(product, evaluate=False)]))
       .step(sp.Matrix([x0 * sp.cos(m * t) - x1 * sp.sin(m * t), x0 * sp.sin(m * t) + x1 * sp.cos(m * t)]),
             "Euler: $e^{i m\\theta} = \\cos m\\theta + i \\sin m\\theta$", by="complex")
-      .step(B(m * t) * sp.Matrix([x0, x1]), "as the block $B(m\\theta)$", by="expand"))
+      .step(B(m * t) * sp.Matrix([x0, x1]), "as the block $B(m\\theta)$", by="expand",
+            shown=_prod(B(m * t), sp.Matrix([x0, x1]))))
     D = 8
     x = vec("x", D)
     zs = [sp.expand_complex((x[2 * j] + sp.I * x[2 * j + 1]) * sp.exp(sp.I * m * th))
@@ -192,17 +224,28 @@ def _(p):
 @theorem("rope.layouts",
          "R_half(m) = P R(m) P^T for the layout permutation P, so the layouts agree once the "
          "q/k weight columns are permuted",
-         checks=(RMAT, "minipos.rope.layout_permutation", APPLY))
+         checks=(RMAT, "minipos.rope.layout_permutation", APPLY),
+         latex=r"\begin{aligned}"
+               r"R_{half}(m) &= P\,R(m)\,P^\top && (P x)_j = x_{perm[j]},\ "
+               r"perm = (0, 2, \dots, D - 2, 1, 3, \dots, D - 1) \\"
+               r"\big(R_{half}(m)\,P q\big)^\top \big(R_{half}(n)\,P k\big) &= (P\,R(m)\,q)^\top (P\,R(n)\,k)"
+               r" = (R(m)\,q)^\top (R(n)\,k) && P^\top P = I"
+               r"\end{aligned}")
 def _(p):
     for D in p.cases(D=CASES):
-        p.claim(R_half(m, D), P(D) * R(m, D) * P(D).T, "pair i moves from (2i, 2i + 1) to (i, i + D/2)")
+        p.claim(R_half(m, D), P(D) * R(m, D) * P(D).T, "pair i moves from (2i, 2i + 1) to (i, i + D/2)",
+                shown=(None, _prod(P(D), R(m, D), _T(P(D)))))
     D = 4
     q, k = vec("q", D), vec("k", D)
     Pm = P(D)
-    (p.derive(((R_half(m, D) * Pm * q).T * (R_half(n, D) * Pm * k))[0, 0],
-              "half layout on permuted q, k (q/k weight columns permuted)")
-      .step(((Pm * R(m, D) * q).T * (Pm * R(n, D) * k))[0, 0], "$R_{half}(m) P = P R(m)$", by="expand")
-      .step(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$P^T P = I$: the interleaved score", by="expand"))
+    with p.folded("the score at D = 4"):
+        (p.derive(((R_half(m, D) * Pm * q).T * (R_half(n, D) * Pm * k))[0, 0],
+                  "half layout on permuted q, k (q/k weight columns permuted)",
+                  shown=_prod(_T(_prod(R_half(m, D), Pm, q)), _prod(R_half(n, D), Pm, k)))
+          .step(((Pm * R(m, D) * q).T * (Pm * R(n, D) * k))[0, 0], "$R_{half}(m) P = P R(m)$", by="expand",
+                shown=_prod(_T(_prod(Pm, R(m, D), q)), _prod(Pm, R(n, D), k)))
+          .step(((R(m, D) * q).T * (R(n, D) * k))[0, 0], "$P^T P = I$: the interleaved score", by="expand",
+                shown=_prod(_T(_prod(R(m, D), q)), _prod(R(n, D), k))))
     for D in (2, 8):
         p.tie("minipos.rope.layout_permutation", expected=sp.Matrix(perm(D)), points=[()],
               call=lambda f: f(D)[:, None], reason=f"perm = evens then odds, D = {D}")
@@ -223,17 +266,35 @@ def rotate_half_sym(x):
     return sp.Matrix([-v for v in x[h:]] + list(x[:h]))
 
 
+def rotate_half_matrix(D):
+    """rotate_half as a matrix: J = [[0, -I], [I, 0]] with I the (D/2, D/2) identity, (D, D)."""
+    h = D // 2
+    return sp.Matrix(sp.BlockMatrix([[sp.zeros(h), -sp.eye(h)], [sp.eye(h), sp.zeros(h)]]))
+
+
 @theorem("rope.rotate_half",
          "x * cos(mΘ) + rotate_half(x) * sin(mΘ) = R(m) x in the half layout (RoFormer Eq. 34)",
-         checks=("minipos.rope.rotate_half", APPLY))
+         checks=("minipos.rope.rotate_half", APPLY),
+         latex=r"\begin{aligned}"
+               r"\mathrm{rotate\_half}(x) &= J x, \quad J = \begin{pmatrix} 0 & -I_{D/2} \\ I_{D/2} & 0 "
+               r"\end{pmatrix} && [x_1 \mid x_2] \mapsto [-x_2 \mid x_1] \\"
+               r"x \odot \cos(m\Theta) + (J x) \odot \sin(m\Theta) &= R_{half}(m)\,x"
+               r" && \Theta = (\theta_0, \dots, \theta_{D/2-1}, \theta_0, \dots, \theta_{D/2-1}) \\"
+               r"\text{entries } i,\ i + D/2 &= \begin{pmatrix} x_i \cos m\theta_i - x_{i+D/2} \sin m\theta_i \\"
+               r" x_{i+D/2} \cos m\theta_i + x_i \sin m\theta_i \end{pmatrix}"
+               r" = B(m\theta_i) \begin{pmatrix} x_i \\ x_{i+D/2} \end{pmatrix}"
+               r" && \text{block } i \text{ of } R_{half}(m) \text{ on features } (i, i + D/2)"
+               r"\end{aligned}")
 def _(p):
     for D in p.cases(D=CASES):
         x = vec("x", D)
         ang = [m * t for t in thetas(D)] * 2          # θ_0 … θ_{D/2-1}, θ_0 … θ_{D/2-1}
         cos, sin = sp.Matrix([sp.cos(v) for v in ang]), sp.Matrix([sp.sin(v) for v in ang])
+        shown = sp.MatAdd(sp.HadamardProduct(_M(x), _M(cos)),
+                          sp.HadamardProduct(_prod(rotate_half_matrix(D), x), _M(sin)), evaluate=False)
         p.claim(x.multiply_elementwise(cos) + rotate_half_sym(x).multiply_elementwise(sin),
                 R_half(m, D) * x, "entry i: $x_i \\cos - x_{i+D/2} \\sin$; entry i + D/2: "
-                "$x_{i+D/2} \\cos + x_i \\sin$", by="expand")
+                "$x_{i+D/2} \\cos + x_i \\sin$", by="expand", shown=(shown, _prod(R_half(m, D), x)))
     D = 8
     x = vec("x", D)
     rng = np.random.default_rng(4)
@@ -249,15 +310,27 @@ def _(p):
 
 @theorem("rope.abel",
          "sum_i h_i e^{i m θ_i} = -sum_i S_{i+1} (h_{i+1} - h_i), S_j = sum_{k<j} e^{i m θ_k}, "
-         "h_{D/2} = 0 (RoFormer §3.4.3)")
+         "h_{D/2} = 0 (RoFormer §3.4.3)",
+         latex=r"\begin{aligned}"
+               r"\sum_{i=0}^{N-1} h_i\,e^{\mathrm{i} m\theta_i} &= \sum_{i=0}^{N-1} h_i\,(S_{i+1} - S_i)"
+               r" && e^{\mathrm{i} m\theta_i} = S_{i+1} - S_i,\ S_j = \sum_{k<j} e^{\mathrm{i} m\theta_k},\ "
+               r"N = D/2 \\"
+               r"&= \sum_{i=0}^{N-1} h_i\,S_{i+1} - \sum_{i=0}^{N-1} h_{i+1}\,S_{i+1}"
+               r" && \text{shift the index of the second sum; } S_0 = 0,\ h_N = 0 \\"
+               r"&= -\sum_{i=0}^{N-1} S_{i+1}\,(h_{i+1} - h_i) && \text{Abel summation}"
+               r"\end{aligned}")
 def _(p):
     for N in p.cases(N=[4, 1, 2, 3, 5, 6]):            # N = D/2 pairs
         h = list(sp.symbols(f"h0:{N}")) + [sp.Integer(0)]  # h_N = 0
         e = [sp.exp(sp.I * m * t) for t in sp.symbols(f"theta0:{N}", real=True)]
         S = [sum(e[:j], sp.Integer(0)) for j in range(N + 1)]  # S_0 = 0, S_j = sum_{k<j} e_k
+        Sn = sp.symbols(f"S0:{N + 1}")                          # S_j by name, for display
+        sums = lambda terms: sp.latex(sp.Add(*terms, evaluate=False), order="none")  # noqa: E731
         (p.derive(sum(h[i] * e[i] for i in range(N)))
-          .step(sum(h[i] * (S[i + 1] - S[i]) for i in range(N)), "$e_i = S_{i+1} - S_i$", by="expand")
+          .step(sum(h[i] * (S[i + 1] - S[i]) for i in range(N)), "$e_i = S_{i+1} - S_i$", by="expand",
+                shown=sums([h[i] * (Sn[i + 1] - Sn[i]) for i in range(N)]))
           .step(sum(h[i] * S[i + 1] for i in range(N)) - sum(h[i + 1] * S[i + 1] for i in range(N)),
-                "split the sum; shift the index of the second; $S_0 = 0$, $h_N = 0$", by="expand")
+                "split the sum; shift the index of the second; $S_0 = 0$, $h_N = 0$", by="expand",
+                shown=sums([h[i] * Sn[i + 1] for i in range(N)] + [-h[i + 1] * Sn[i + 1] for i in range(N - 1)]))
           .step(-sum(S[i + 1] * (h[i + 1] - h[i]) for i in range(N)), "collect (Abel summation)",
-                by="expand"))
+                by="expand", shown=sums([-Sn[i + 1] * (h[i + 1] - h[i]) for i in range(N)])))

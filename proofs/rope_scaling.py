@@ -29,7 +29,7 @@ import numpy as np
 import sympy as sp
 
 from .core import theorem
-from .rope import B, R, R_half, P, base, m, n, perm, thetas, vec
+from .rope import B, B_shown, R, R_half, P, base, m, n, perm, thetas, vec
 
 s, f, t, r, L = sp.symbols("s f t r L", positive=True)
 lo, hi, lam = sp.symbols("f_low f_high lambda", positive=True)  # low_freq_factor, high_freq_factor
@@ -46,6 +46,22 @@ CASES = [4, 2, 6, 8]
 def R_freqs(pos, freqs):
     """The block-diagonal rotation with the given per-pair frequencies, interleaved, (D, D)."""
     return sp.diag(*[B(pos * w) for w in freqs])
+
+
+def R_shown(angles):
+    """The block-diagonal rotation with the given per-pair angles, each left as written, (D, D)."""
+    return sp.ImmutableMatrix(sp.diag(*[B_shown(a) for a in angles]))
+
+
+def _prod(*factors):
+    """A product of explicit matrices, left unevaluated so that the LaTeX shows each factor."""
+    return sp.MatMul(*[f if isinstance(f, sp.MatrixExpr) else sp.ImmutableMatrix(f) for f in factors],
+                     evaluate=False)
+
+
+def _T(x):
+    """x^T, shown as a transpose."""
+    return sp.Transpose(x if isinstance(x, sp.MatrixExpr) else sp.ImmutableMatrix(x))
 
 
 def _col(x):
@@ -68,11 +84,16 @@ def _above_2(e):
          checks=(f"{SC}.linear", ANGLES, APPLY))
 def _(p):
     w = sp.Symbol("theta", positive=True)
-    (p.derive(B(m * (w / s)), "pair i at position m with the interpolated frequency $\\theta/s$")
-      .step(B((m / s) * w), "$m (\\theta / s) = (m / s) \\theta$", by="expand"))
+    kept = sp.UnevaluatedExpr                            # m (θ/s) and (m/s) θ, as written
+    (p.derive(B(m * (w / s)), "pair i at position m with the interpolated frequency $\\theta/s$",
+              shown=B_shown(m * kept(w / s)))
+      .step(B((m / s) * w), "$m (\\theta / s) = (m / s) \\theta$", by="expand",
+            shown=B_shown(kept(m / s) * kept(w))))
     for D in p.cases(D=CASES):
         p.claim(R_freqs(m, [th / s for th in thetas(D)]), R(m / s, D),
-                "blockwise: the angle $m \\theta_i / s$ of every pair", by="expand")
+                "blockwise: the angle $m \\theta_i / s$ of every pair", by="expand",
+                shown=(R_shown([m * kept(th / s) for th in thetas(D)]),
+                       R_shown([kept(m / s) * kept(th) if th != 1 else m / s for th in thetas(D)])))
     p.refute(thetas(4)[1] / s, thetas(4, s * base)[1], {base: 10000, s: 4},
              "D = 4: dividing the frequencies by s is not multiplying the base by s")
     D = 8
@@ -224,11 +245,13 @@ def _(p):
                 by="expand")
     D = 4
     q, k = vec("q", D), vec("k", D)
-    (p.derive(((f * R(m, D) * q).T * (f * R(n, D) * k))[0, 0],
-              "$\\langle f R(m) q, f R(n) k \\rangle$, D = 4")
-      .step(f ** 2 * (q.T * R(m, D).T * R(n, D) * k)[0, 0], "one f from each side", by="expand")
-      .step(f ** 2 * (q.T * R(n - m, D) * k)[0, 0], "$R(m)^T R(n) = R(n - m)$", by="trig"))
-    p.claim(sp.sqrt(1 / t) ** 2, 1 / t, "YaRN Sec. 3.4: $f = \\sqrt{1/t}$, so the logits are divided by t")
+    with p.folded("the score at D = 4, entry by entry"):
+        (p.derive(((f * R(m, D) * q).T * (f * R(n, D) * k))[0, 0],
+                  "$\\langle f R(m) q, f R(n) k \\rangle$, D = 4")
+          .step(f ** 2 * (q.T * R(m, D).T * R(n, D) * k)[0, 0], "one f from each side", by="expand")
+          .step(f ** 2 * (q.T * R(n - m, D) * k)[0, 0], "$R(m)^T R(n) = R(n - m)$", by="trig"))
+    p.claim(sp.sqrt(1 / t) ** 2, 1 / t, "YaRN Sec. 3.4: $f = \\sqrt{1/t}$, so the logits are divided by t",
+            shown=(sp.Pow(sp.sqrt(1 / t), 2, evaluate=False), None))
     p.refute(f ** 2, f, {f: sp.Rational(6, 5)}, "the logits scale by $f^2$, not f")
     Dn = 8
     rng = np.random.default_rng(6)
@@ -357,12 +380,17 @@ def _(p):
     p.claim(sp.MatMul((W * P(Dn).T).T, x, evaluate=False), sp.MatMul(P(Dn), W.T, x, evaluate=False),
             "so $q_{half} = (W P^T)^T x = P W^T x = P q$", by="expand")
     q, k = vec("q", Dn), vec("k", Dn)
-    (p.derive(((R_half(m, Dn) * P(Dn) * q).T * (R_half(n, Dn) * P(Dn) * k))[0, 0],
-              "half layout on the converted q, k")
-      .step(((P(Dn) * R(m, Dn) * q).T * (P(Dn) * R(n, Dn) * k))[0, 0], "$R_{half}(m) P = P R(m)$",
-            by="expand")
-      .step((q.T * R(m, Dn).T * (P(Dn).T * P(Dn)) * R(n, Dn) * k)[0, 0], "transpose the product", by="expand")
-      .step((q.T * R(n - m, Dn) * k)[0, 0], "$P^T P = I$, $R(m)^T R(n) = R(n - m)$", by="trig"))
+    Pm = P(Dn)
+    with p.folded("the score at D = 4"):
+        (p.derive(((R_half(m, Dn) * Pm * q).T * (R_half(n, Dn) * Pm * k))[0, 0],
+                  "half layout on the converted q, k",
+                  shown=_prod(_T(_prod(R_half(m, Dn), Pm, q)), _prod(R_half(n, Dn), Pm, k)))
+          .step(((Pm * R(m, Dn) * q).T * (Pm * R(n, Dn) * k))[0, 0], "$R_{half}(m) P = P R(m)$",
+                by="expand", shown=_prod(_T(_prod(Pm, R(m, Dn), q)), _prod(Pm, R(n, Dn), k)))
+          .step((q.T * R(m, Dn).T * (Pm.T * Pm) * R(n, Dn) * k)[0, 0], "transpose the product", by="expand",
+                shown=_prod(_T(q), _T(R(m, Dn)), _prod(_T(Pm), Pm), R(n, Dn), k))
+          .step((q.T * R(n - m, Dn) * k)[0, 0], "$P^T P = I$, $R(m)^T R(n) = R(n - m)$", by="trig",
+                shown=_prod(_T(q), R(n - m, Dn), k)))
     for Dn in (4, 8):
         p.tie(TO_HALF, expected=P(Dn).T, points=[()], call=lambda fn: fn(np.eye(Dn), 1),
               reason=f"W = I, one head: the converted matrix is P^T, D = {Dn}")

@@ -61,18 +61,25 @@ def shift_matrix(kk, D, b=base):
 
 @theorem("sinusoidal.shift.linear",
          "PE(pos + k) = M(k) PE(pos), with M(k) block-diagonal rotations depending on k only",
-         checks=(TABLE,))
+         checks=(TABLE,),
+         latex=r"PE(pos + k) = M(k)\,PE(pos), \qquad M(k) = \mathrm{diag}\big(S(k w_0), \dots, "
+               r"S(k w_{D/2-1})\big), \qquad S(a) = \begin{pmatrix} \cos a & \sin a \\ -\sin a & \cos a "
+               r"\end{pmatrix}")
 def _(p):
     pair = lambda x: sp.Matrix([sp.sin(x), sp.cos(x)])  # noqa: E731
     (p.derive(pair((pos + k) * w))
       .step(sp.Matrix([sp.sin(pos * w) * sp.cos(k * w) + sp.cos(pos * w) * sp.sin(k * w),
                        sp.cos(pos * w) * sp.cos(k * w) - sp.sin(pos * w) * sp.sin(k * w)]),
             "angle addition", by="trig")
-      .step(shift_block(k * w) * pair(pos * w), "as a matrix acting on the pair at pos", by="expand"))
+      .step(shift_block(k * w) * pair(pos * w), "as the matrix $S(k w)$, which does not involve pos, "
+            "acting on the pair at pos", by="expand",
+            shown=sp.MatMul(sp.ImmutableMatrix(shift_block(k * w)), sp.ImmutableMatrix(pair(pos * w)),
+                            evaluate=False)))
     for D in p.cases(D=[4, 2, 6, 8]):
         M = shift_matrix(k, D)
-        p.claim(pe(pos + k, D), M * pe(pos, D), "the block identity on each of the D/2 pairs",
-                by="trig")
+        p.claim(pe(pos + k, D), M * pe(pos, D), "the block identity on each of the D/2 pairs: "
+                "$M(k) = \\mathrm{diag}(S(k w_i))$", by="trig",
+                shown=(None, sp.MatMul(sp.ImmutableMatrix(M), sp.ImmutableMatrix(pe(pos, D)), evaluate=False)))
         p.require(pos not in M.free_symbols, "M(k) does not depend on pos",
                   f"free symbols of M(k): {M.free_symbols}")
     D = 6
@@ -149,13 +156,22 @@ def split_permutation(D):
 @theorem("sinusoidal.layouts",
          "the interleaved and split layouts are the same values up to a column permutation; "
          "the tensor2tensor frequencies are not",
-         checks=(TABLE,))
+         checks=(TABLE,),
+         latex=r"\begin{aligned}"
+               r"PE_{split}(pos) &= P\,PE_{interleaved}(pos) && (P x)_j = x_{perm[j]},\ "
+               r"perm = (0, 2, \dots, D - 2, 1, 3, \dots, D - 1) \\"
+               r"w^{t2t}_{D/2-1} = base^{-1} &\neq base^{-(D-2)/D} = w_{D/2-1} && \text{tensor2tensor's "
+               r"} w^{t2t}_i = base^{-i/(D/2 - 1)} \text{: the lowest frequencies differ, so no column "
+               r"permutation maps one table onto the other}"
+               r"\end{aligned}")
 def _(p):
     for D in p.cases(D=[4, 2, 6, 8]):
         perm = split_permutation(D)
         P = sp.Matrix(D, D, lambda r, c: 1 if perm[r] == c else 0)
         p.claim(pe(pos, D, "split"), P * pe(pos, D, "interleaved"),
-                "column j of split is column perm[j] of interleaved", by="expand")
+                "column j of split is column perm[j] of interleaved", by="expand",
+                shown=(None, sp.MatMul(sp.ImmutableMatrix(P), sp.ImmutableMatrix(pe(pos, D, "interleaved")),
+                                       evaluate=False)))
     D = 4
     p.refute(freqs(D)[1], t2t_freqs(D)[1], {base: 10000},
              "D = 4: the lowest frequency is $10^{-2}$ in the paper, $10^{-4}$ in tensor2tensor, so "
@@ -191,7 +207,8 @@ def _(p):
     j = sp.Symbol("j", integer=True, positive=True)
     (p.derive(base ** (-2 * (j - 1) / D_), "RoFormer Eq. 15: $\\theta_j = base^{-2(j-1)/d}$, j = 1 … D/2")
       .step(base ** (-2 * i_ / D_), "count from 0: i = j - 1", using={j: i_ + 1}))
-    (p.derive(1 / base ** (2 * i_ / D_), "HF: inv_freq = 1 / base ** (arange(0, D, 2) / D), entry i")
+    (p.derive(1 / base ** (2 * i_ / D_), "HF: inv_freq = 1 / base ** (arange(0, D, 2) / D), entry i",
+              shown=sp.Pow(base ** (2 * i_ / D_), -1, evaluate=False))
       .step(base ** (-2 * i_ / D_), "$1 / b^x = b^{-x}$: the sinusoidal $w_i$", by="expand"))
     for D in (2, 8, 64):
         ws = sp.Matrix(freqs(D, 10000))

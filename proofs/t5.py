@@ -134,7 +134,14 @@ def _(p):
 
 @theorem("t5.bucket.monotone",
          "the bucket is non-decreasing in |n| on each side and constant from the last threshold on",
-         checks=("minipos.t5.relative_position_bucket",))
+         checks=("minipos.t5.relative_position_bucket",),
+         latex=r"\begin{aligned}"
+               r"\mathrm{bucket}(n) &= P\,[n > 0] + b(|n|) && \text{bidirectional; causal: } b(\max(-n, 0)) \\"
+               r"b(m) &= \begin{cases} m & m < E \\ \min\big(P - 1, E + \lfloor x(m) \rfloor\big) & m \ge E "
+               r"\end{cases} && \text{non-decreasing, as } x \text{ is} \\"
+               r"x(m) &= \frac{\ln(m/E)}{\ln(M/E)}\,(P - E) && \text{increasing; } b = P - 1 "
+               r"\text{ from the last threshold on}"
+               r"\end{aligned}")
 def _(p):
     from minipos.t5 import relative_position_bucket
 
@@ -166,7 +173,7 @@ def _(p):
     xi, pi, Wq, WkT, xjT, pjT = sp.symbols("x_i p_i W_q W_k^T x_j^T p_j^T", commutative=False)
     i, j = sp.symbols("i j", integer=True)
     beta = sp.Function("b_h")(sp.Function("bucket")(j - i))
-    (p.derive((xi + pi) * Wq * WkT * (xjT + pjT), "the four-term expansion of design.md")
+    (p.derive((xi + pi) * Wq * WkT * (xjT + pjT), "absolute positions added: query $x_i + p_i$, key $x_j + p_j$")
       .step(xi * Wq * WkT * xjT + xi * Wq * WkT * pjT + pi * Wq * WkT * xjT + pi * Wq * WkT * pjT,
             "distribute", by="expand")
       .step(xi * Wq * WkT * xjT + beta,
