@@ -13,7 +13,6 @@ reproduces it; ``<out>/summary.json`` (mean and spread over seeds) is recomputed
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import fields, replace

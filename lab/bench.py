@@ -128,11 +128,15 @@ def _torch_stepper(config: ModelConfig, batch: int, length: int, seed: int):
     return step
 
 
-def _time(step, repeats: int) -> float:
-    start = time.perf_counter()
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+
+
+def _time(step, repeats: int, clock: str = "wall") -> float:
+    now = CLOCKS[clock]
+    start = now()
     for _ in range(repeats):
         step()
-    return (time.perf_counter() - start) / repeats
+    return (now() - start) / repeats
 
 
 def _config(vocab, d_model, num_heads, num_layers, d_ff, scheme):
@@ -164,14 +168,21 @@ def torch_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256
 
 
 def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, batch=32, length=64,
-               scheme=None, rounds=5, repeats=4, warmup=3, seed=0, details: bool = False):
+               scheme=None, rounds=5, repeats=4, warmup=3, seed=0, clock: str = "wall", details: bool = False):
     """``numpy seconds / torch seconds`` for one training step of the lab's model (median of ``rounds``).
 
     The default sizes are the protocol's (2 layers, d_model 64, 4 heads, d_ff 256, vocabulary 32,
     batch 32 at length 64); ``scheme`` is the lab model's spec (default RoPE, as the torch model).
     Returns ``None`` (with a note on stderr) when torch is not installed; with ``details=True`` a
     dict ``{"ratio", "numpy_s", "torch_s", "torch_threads"}`` instead of the ratio.
+
+    ``clock="wall"`` times latency on the threads each library chooses; ``clock="process"`` counts
+    the CPU time of the process instead, steadier on a loaded machine, and with one thread on both
+    sides (``OPENBLAS_NUM_THREADS=1 MINIPOS_NUM_THREADS=1``, ``torch.set_num_threads(1)``) the
+    ratio of the work each does.
     """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
     try:
         import torch
     except ImportError:
@@ -187,8 +198,8 @@ def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, bat
         theirs()
     a, b = [], []
     for _ in range(rounds):                                          # alternate: the same load for both
-        a.append(_time(ours, repeats))
-        b.append(_time(theirs, repeats))
+        a.append(_time(ours, repeats, clock))
+        b.append(_time(theirs, repeats, clock))
     ratio = statistics.median(x / y for x, y in zip(a, b))
     if details:
         return {"ratio": ratio, "numpy_s": statistics.median(a), "torch_s": statistics.median(b),

@@ -3,11 +3,12 @@
 A record (``SCHEMA = "minipos-lab/1"``) holds everything needed to read and to reproduce a run::
 
     schema       "minipos-lab/1"
-    command      the exact command that writes this record again (every setting explicit)
+    command      the exact command that writes this record again (every setting explicit, after the
+                 thread-count variables that were set, e.g. ``MINIPOS_NUM_THREADS=1``)
     settings     every setting of the run (what the command spells out)
     task         the task's configuration; model: the model's; scheme: the trained scheme's spec
     seed         the run's seed (model init, training batches, evaluation sequences)
-    versions     python, numpy, minipos (and the git commit of the checkout, when there is one)
+    versions     python, numpy, minipos, the cores, and the git commit of the checkout (or null)
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
     train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "seconds"}
     results      {variant: {"spec", "lengths": [per-length entry, ...], "seconds", ...}}
@@ -32,6 +33,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -51,7 +53,8 @@ TIMING = ("seconds",)
 
 def versions() -> dict:
     """The versions that decide a run's numbers."""
-    out = {"python": platform.python_version(), "numpy": np.__version__, "minipos": minipos.__version__}
+    out = {"python": platform.python_version(), "numpy": np.__version__, "minipos": minipos.__version__,
+           "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
     root = Path(minipos.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -206,8 +209,8 @@ def validate(record: dict) -> None:
     _keys(record, TOP, "(top)")
     if record["schema"] != SCHEMA:
         _fail("schema", f"must be {SCHEMA!r}, got {record['schema']!r}")
-    if not isinstance(record["command"], str) or not record["command"].startswith("python -m lab "):
-        _fail("command", "must be a string starting with 'python -m lab '")
+    if not isinstance(record["command"], str) or not re.match(r"^([A-Z_]+=\S+ )*python -m lab ", record["command"]):
+        _fail("command", "must be 'python -m lab ...', after any VARIABLE=value settings")
     _keys(record["versions"], ("python", "numpy", "minipos"), "versions")
     _keys(record["task"], ("name",), "task")
     _keys(record["scheme"], ("name",), "scheme")

@@ -25,6 +25,7 @@ fine-tune's by ``(seed, 2)``. ``record.comparable`` parts of a record are the sa
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import sys
 import time
@@ -120,8 +121,15 @@ QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40
 """The ``--quick`` settings: every step of the pipeline on a model too small to learn much."""
 
 
-def command_for(settings: Settings, out) -> str:
-    """``python -m lab ...`` with every setting of ``settings`` explicit, writing into ``out``."""
+THREAD_VARIABLES = ("MINIPOS_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+"""The environment that can change a run's last bits (thread counts): a command repeats those set."""
+
+
+def command_for(settings: Settings, out, environ=None) -> str:
+    """``python -m lab ...`` with every setting of ``settings`` explicit, writing into ``out``, after
+    the thread variables set in ``environ`` (default ``os.environ``), e.g. ``MINIPOS_NUM_THREADS=1``."""
+    environ = os.environ if environ is None else environ
+    env = [f"{k}={shlex.quote(environ[k])}" for k in THREAD_VARIABLES if k in environ]
     args = ["python", "-m", "lab", "--out", str(out)]
     for f in fields(Settings):
         value = getattr(settings, f.name)
@@ -136,7 +144,7 @@ def command_for(settings: Settings, out) -> str:
             args += [flag, ",".join(str(v) for v in value)]
         else:
             args += [flag, repr(value) if isinstance(value, float) else str(value)]
-    return shlex.join(args)
+    return " ".join(env + [shlex.join(args)])
 
 
 def record_path(out, settings: Settings) -> Path:
@@ -309,9 +317,9 @@ def _evaluate_retrieval(model, task: KeyValueRecall, settings, length, rng, deco
 
 def _cannot_run(spec: dict, length: int):
     """The reason ``spec`` cannot run at ``length``, or None."""
-    if spec["name"] == "learned" and length > spec["max_positions"]:
-        return (f"a learned absolute table has {spec['max_positions']} rows (positions 0..{spec['max_positions'] - 1}); "
-                f"length {length} needs positions up to {length - 1}")
+    rows = spec.get("max_positions")
+    if spec["name"] == "learned" and length > rows:
+        return f"a learned absolute table has {rows} rows (positions 0..{rows - 1}); length {length} needs up to {length - 1}"
     return None
 
 

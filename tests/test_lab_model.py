@@ -126,6 +126,11 @@ def _perturbed(config, seed=3):
     ({"name": "alibi"}, "rmsnorm", "relu", False),
     ({"name": "t5", "bidirectional": False}, "layernorm", "gelu", False),
     ({"name": "transformer-xl"}, "rmsnorm", "gelu", True),
+    ({"name": "deberta", "position_buckets": 4, "max_relative_positions": 8}, "layernorm", "gelu", True),
+    ({"name": "learned", "max_positions": 8}, "layernorm", "relu", True),
+    ({"name": "xpos"}, "rmsnorm", "gelu", False),
+    ({"name": "sinusoidal"}, "layernorm", "gelu", True),
+    ({"name": "nope"}, "layernorm", "gelu", True),
 ])
 def test_model_backward_against_finite_differences(scheme, norm, activation, tied):
     m = _perturbed(ModelConfig(scheme=scheme, norm=norm, activation=activation, tied=tied, **TINY))

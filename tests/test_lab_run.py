@@ -73,6 +73,7 @@ def test_same_seed_same_record(rope_record, tmp_path):
 def test_the_command_reproduces_the_record(rope_record, tmp_path):
     rec, _ = rope_record
     argv = shlex.split(rec["command"])
+    argv = argv[argv.index("python"):]                                 # after any thread variables
     assert argv[:3] == ["python", "-m", "lab"]
     args = cli.parser().parse_args(argv[3:])
     base, lists = cli.settings_from(args)
@@ -88,10 +89,13 @@ def test_the_command_reproduces_the_record(rope_record, tmp_path):
 
 
 def test_command_spells_every_setting():
-    cmd = command_for(replace(TINY, tied=False, text=None), "out dir")
-    assert "--no-tied" in cmd and "'out dir'" in cmd and "--eval-factors 1,2" in cmd and "--text" not in cmd
+    cmd = command_for(replace(TINY, tied=False, text=None), "out dir", environ={})
+    assert cmd.startswith("python -m lab --out 'out dir' ")
+    assert "--no-tied" in cmd and "--eval-factors 1,2" in cmd and "--text" not in cmd
     args = cli.parser().parse_args(shlex.split(cmd)[3:])
     assert cli.settings_from(args)[0] == replace(TINY, tied=False)
+    env = command_for(TINY, "o", environ={"MINIPOS_NUM_THREADS": "1", "HOME": "/x", "OPENBLAS_NUM_THREADS": "2"})
+    assert env.startswith("MINIPOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 python -m lab --out o ")
 
 
 def test_learned_table_cannot_run_past_its_rows():
