@@ -4,6 +4,7 @@
     python -m lab --quick              the whole pipeline on tiny settings, then sanity checks
     python -m lab --tasks markov --schemes rope,alibi --seeds 0      a slice
     python -m lab --tasks text --text FILE                           your own text, character level
+    python -m lab --summarize --out DIR                              the summary of DIR's records
 
 Each run writes ``<out>/<task>-<scheme>-s<seed>.json`` (see ``lab.record``), whose ``command`` field
 reproduces it; ``<out>/summary.json`` (mean and spread over seeds) is recomputed from every record in
@@ -44,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", type=_csv(str), default=None, help=f"comma list of {', '.join(scheme_specs.ORDER)}")
     p.add_argument("--seeds", type=_csv(int), default=None, help="comma list of seeds")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--summarize", action="store_true", help="run nothing: recompute summary.json from the "
+                                                            "records in --out and print it")
     for f in fields(Settings):
         if f.name in LISTS:
             continue
@@ -80,7 +83,7 @@ def main(argv=None) -> int:
     base, lists = settings_from(args)
     out = Path(args.out or ("lab/results/quick" if args.quick else "lab/results/full"))
     start, problems, ran = time.perf_counter(), [], []
-    for task in lists["tasks"]:
+    for task in ([] if args.summarize else lists["tasks"]):
         for scheme in lists["schemes"]:
             for seed in lists["seeds"]:
                 settings = replace(base, task=task, scheme=scheme, seed=seed)

@@ -5,7 +5,8 @@ architecture in torch (eager, CPU, float32: embedding, pre-norm blocks with
 ``scaled_dot_product_attention(is_causal=True)`` and RoPE, GELU MLP, tied head, AdamW), runs a few
 warm-up steps of each, then times them in alternation (so both see the same machine load) and
 returns ``numpy time / torch time`` per step, the median over rounds. The torch model exists only to
-time against; nothing else in the lab imports torch.
+time against; nothing else in the lab imports torch. The process's malloc is tuned first, as
+``python -m lab`` tunes it (``lab.memory``): this holds for both sides of the comparison.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import time
 
 import numpy as np
 
+from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm
 
 __all__ = ["step_ratio", "numpy_step_time", "torch_step_time", "torch_model", "load_weights"]
 
 
 def _numpy_stepper(config: ModelConfig, batch: int, length: int, seed: int):
+    keep_freed_memory()                                              # as python -m lab does
     model = Model(config, seed=seed)
     opt = AdamW(model.params)
     rng = np.random.default_rng(seed)
@@ -129,6 +132,9 @@ def _torch_stepper(config: ModelConfig, batch: int, length: int, seed: int):
 
 
 CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+SETTLE = 0.3
+"""Seconds to wait before timing one side: OpenBLAS's idle threads keep spinning for a while after a
+call (about 0.1 s), and would take a core from torch's threads if its timing started at once."""
 
 
 def _time(step, repeats: int, clock: str = "wall") -> float:
@@ -168,7 +174,7 @@ def torch_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256
 
 
 def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, batch=32, length=64,
-               scheme=None, rounds=5, repeats=4, warmup=3, seed=0, clock: str = "wall", details: bool = False):
+               scheme=None, rounds=5, repeats=8, warmup=3, seed=0, clock: str = "wall", details: bool = False):
     """``numpy seconds / torch seconds`` for one training step of the lab's model (median of ``rounds``).
 
     The default sizes are the protocol's (2 layers, d_model 64, 4 heads, d_ff 256, vocabulary 32,
@@ -198,7 +204,9 @@ def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, bat
         theirs()
     a, b = [], []
     for _ in range(rounds):                                          # alternate: the same load for both
+        time.sleep(SETTLE)
         a.append(_time(ours, repeats, clock))
+        time.sleep(SETTLE)
         b.append(_time(theirs, repeats, clock))
     ratio = statistics.median(x / y for x, y in zip(a, b))
     if details:

@@ -36,6 +36,7 @@ import numpy as np
 
 from . import record as records
 from . import schemes as scheme_specs
+from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm, copy_parameters, learning_rate
 from .tasks import KeyValueRecall, MarkovSource, TextSource
 
@@ -345,6 +346,7 @@ def _evaluate_all(model_for, task, settings, label, *, decode_from=None, verbose
 
 def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
     """Train and evaluate one (task, scheme, seed); write the record into ``out`` (if given); return it."""
+    keep_freed_memory()
     t0 = time.perf_counter()
     task = settings.make_task()
     spec = scheme_specs.default_spec(settings.scheme, settings.length)

@@ -1,0 +1,32 @@
+"""The lab's timing against torch runs on tiny sizes and says so when torch is missing."""
+
+import sys
+
+import pytest
+
+from lab import bench
+from lab.memory import keep_freed_memory
+
+TINY = dict(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8, rounds=1, repeats=1, warmup=1)
+
+
+def test_step_ratio_on_tiny_sizes(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(bench, "SETTLE", 0.0)
+    got = bench.step_ratio(details=True, **TINY)
+    assert got["ratio"] > 0 and got["numpy_s"] > 0 and got["torch_s"] > 0
+    assert bench.step_ratio(clock="process", **TINY) > 0
+    with pytest.raises(ValueError, match="clock"):
+        bench.step_ratio(clock="cycles", **TINY)
+
+
+def test_step_ratio_without_torch(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)                    # import torch raises ImportError
+    assert bench.step_ratio(**TINY) is None
+    assert "torch is not installed" in capsys.readouterr().err
+    assert bench.torch_step_time(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8) is None
+
+
+def test_keep_freed_memory_is_idempotent():
+    first = keep_freed_memory()
+    assert keep_freed_memory() is first
