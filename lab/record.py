@@ -59,7 +59,8 @@ def versions() -> dict:
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "minipos", "lab"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                "minipos", "lab"],
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         out["commit"] = commit + ("+modified" if dirty else "")
     except (OSError, subprocess.SubprocessError):
