@@ -879,7 +879,7 @@ class MultiHeadAttention:
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
         B, T, _ = dy.shape
         # 8) output projection: y = merged wo + bo
-        add("wo", np.einsum("btf,btd->fd", ctx.merged, dy))                    # merged^T dy
+        add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))      # merged^T dy
         if self.bo is not None:
             add("bo", dy.sum(axis=(0, 1)))
         with np.errstate(over="ignore", invalid="ignore"):
@@ -904,7 +904,7 @@ class MultiHeadAttention:
         dx_in = np.zeros_like(ctx.x_in)
         for name, d in (("q", dq), ("k", dk), ("v", dv)):
             d2 = d.transpose(0, 2, 1, 3).reshape(B, T, -1)                      # (B, T, H*D)
-            add("w" + name, np.einsum("btd,btf->df", ctx.x_in, d2))           # x_in^T d
+            add("w" + name, ctx.x_in.reshape(B * T, -1).T @ d2.reshape(B * T, -1))   # x_in^T d
             if getattr(self, "b" + name) is not None:
                 add("b" + name, d2.sum(axis=(0, 1)))
             dx_in += d2 @ getattr(self, "w" + name).T
