@@ -33,7 +33,8 @@ def test_quick_run_prints_every_row(capsys):
     for part in ("reference attention(bias, mask)", "fast attention(bias, mask)", "reference blockwise_attention",
                  "fast blockwise_attention", "reference layer", "fast layer", "reference apply_rope half",
                  "fast apply_rope interleaved", "t5_bias", "XL rel_shift", "DeBERTa", "ALiBi bias per causal block",
-                 "peak RSS", "decode 1 token", "blockwise_attention_backward", "torch autograd backward"):
+                 "peak RSS", "decode 1 token", "blockwise_attention_backward", "torch autograd backward",
+                 "lab: one training step"):
         assert part in names, part
     for line in rows:
         result = line.rstrip(" |").rsplit("|", 1)[1].strip()
