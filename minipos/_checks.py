@@ -28,6 +28,7 @@ __all__ = [
     "check_qkv",
     "check_callable",
     "check_axis",
+    "check_float_dtype",
     "check_result",
     "Overflow",
 ]
@@ -255,3 +256,14 @@ def check_result(arr: np.ndarray, what: str) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise Overflow(f"{what} overflow {arr.dtype}; rescale the inputs or use float64")
     return arr
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """``dtype`` as a floating NumPy dtype, or ``TypeError`` naming ``name``."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating dtype such as numpy.float32, got {dtype!r}") from None
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"{name} must be a floating dtype, got {dtype}")
+    return dtype

@@ -74,7 +74,7 @@ import numpy as np
 
 from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_even_int,
-                      check_float, check_int, check_positive_int, check_result)
+                      check_float, check_float_dtype, check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 
 __all__ = [
@@ -726,7 +726,7 @@ class MultiHeadAttention:
                                  "or pass head_dim")
             head_dim = self.d_model // self.num_heads
         self.head_dim = check_positive_int(head_dim, "head_dim")
-        self.dtype = _float_dtype(dtype)
+        self.dtype = check_float_dtype(dtype)
         self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
         if scheme is None:
             scheme = NoPE()
@@ -918,15 +918,7 @@ class MultiHeadAttention:
         sc = self.scheme
         logits, allowed = self._logits_fn(ctx.extra, ctx.positions, ctx.k_positions), self._allowed_fn(
             ctx.mask, ctx.causal, ctx.positions, ctx.k_positions)
-        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)         # in the layer's dtype
-
-        def logits_grad(qs, ks, ds):  # dS of a block is the gradient of its bias and extra logits
-            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
-                add(name, g)
-            if ctx.extra is not None:
-                dq_blk, dk_blk = sc.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
-                dq_extra[..., qs, :] += dq_blk
-                dk_extra[..., ks, :] += dk_blk
+        logits_grad, dq_extra, dk_extra = self._logits_grad_fn(ctx, add)
         scale = sc.scale(self.head_dim)
         if self.block_size is None:
             every = (slice(0, len(ctx.positions)), slice(0, len(ctx.k_positions)))
@@ -940,6 +932,22 @@ class MultiHeadAttention:
                 ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, bias_fn=logits, mask_fn=allowed, scale=scale,
                 block_size=self.block_size, bias_grad_fn=logits_grad)
         return dq_c, dk, dv, dq_extra, dk_extra
+
+    def _logits_grad_fn(self, ctx, add):
+        """``(logits_grad(qs, ks, dS), dq, dk)``: the function that hands a block's dS (the gradient of
+        its bias and extra logits) to the bias seam and the content-position seam, and the q and k
+        gradients it sums the extra logits' share into (in the layer's dtype)."""
+        sc = self.scheme
+        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)
+
+        def logits_grad(qs, ks, ds):
+            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
+                add(name, g)
+            if ctx.extra is not None:
+                dq_blk, dk_blk = sc.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
+                dq_extra[..., qs, :] += dq_blk
+                dk_extra[..., ks, :] += dk_blk
+        return logits_grad, dq_extra, dk_extra
 
     def _check_call(self, x, positions, mask, causal, cache, return_weights):
         """Every argument of a call checked once: ``(x, positions (T,), mask, causal)``, the mask
@@ -975,16 +983,6 @@ class MultiHeadAttention:
                 raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, "
                                  f"got {mask.shape}")
         return x, positions, mask, causal
-
-
-def _float_dtype(dtype) -> np.dtype:
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a floating dtype such as numpy.float32, got {dtype!r}") from None
-    if not np.issubdtype(dtype, np.floating):
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
-    return dtype
 
 
 @dataclass(frozen=True, eq=False)

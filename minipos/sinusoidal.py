@@ -64,7 +64,7 @@ import numbers
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_choice, check_float, check_int
+from ._checks import as_float_array, as_positions, check_alloc, check_choice, check_float, check_float_dtype, check_int
 
 __all__ = ["sinusoidal_table", "sinusoidal_frequencies", "learned_table", "absolute_embedding",
            "absolute_embedding_backward"]
@@ -161,12 +161,7 @@ def learned_table(num_positions: int, dim: int, *, seed: int = 0, std: float = 0
     P = check_int(num_positions, "num_positions", minimum=1)
     D = check_int(dim, "dim", minimum=1)
     std = check_float(std, "std", minimum=0.0)
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}") from None
-    if not np.issubdtype(dtype, np.floating):
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    dtype = check_float_dtype(dtype)
     if 0 < std < float(np.finfo(dtype).tiny):
         raise ValueError(f"std must be 0 or a normal {dtype} (>= {np.finfo(dtype).tiny}), got {std}: "
                          "the draws would be subnormal or 0")

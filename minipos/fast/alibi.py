@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import alibi as reference
-from .._checks import as_positions, check_alloc, check_bool, check_result
+from .._checks import as_positions, check_alloc, check_bool, check_float_dtype, check_result
 
 __all__ = ["alibi_bias", "alibi_bias_bound"]
 
@@ -25,12 +25,7 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False, dty
     """
     if dtype is None:
         return reference.alibi_bias(slopes, q_positions, k_positions, symmetric=symmetric)
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a floating dtype such as numpy.float32, got {dtype!r}") from None
-    if not np.issubdtype(dtype, np.floating):
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    dtype = check_float_dtype(dtype)
     slopes = reference._check_slopes(slopes)
     symmetric = check_bool(symmetric, "symmetric")
     i = as_positions(q_positions, "q_positions")

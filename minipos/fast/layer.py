@@ -108,15 +108,7 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         sc = self.scheme
         hints = HINTS.get(type(sc))
         logits = self._fast_logits_fn(hints, ctx.extra, ctx.positions, ctx.k_positions)
-        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)         # in the layer's dtype
-
-        def logits_grad(qs, ks, ds):  # called one block at a time
-            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
-                add(name, g)
-            if ctx.extra is not None:
-                dq_blk, dk_blk = sc.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
-                dq_extra[..., qs, :] += dq_blk
-                dk_extra[..., ks, :] += dk_blk
+        logits_grad, dq_extra, dk_extra = self._logits_grad_fn(ctx, add)      # called one block at a time
         bound = None
         if hints is not None and hints.bound is not None and ctx.extra is None:
             bound = lambda qs, ks: hints.bound(sc, ctx.positions[qs], ctx.k_positions[ks])  # noqa: E731
