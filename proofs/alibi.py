@@ -35,12 +35,28 @@ def _log2_pow2(H: int) -> list:
     return [log2_start + i * log2_start for i in range(H)]
 
 
+def _log2_pow2_shown(H: int) -> list:
+    """:func:`_log2_pow2` as the docs show it: each entry log2(start) + i log2(ratio), unevaluated."""
+    log2_start = sp.UnevaluatedExpr(sp.Rational(-8, H))
+    return [log2_start if i == 0 else sp.Add(log2_start, sp.Mul(i, log2_start, evaluate=False), evaluate=False)
+            for i in range(H)]
+
+
 def _log2_reference(H: int) -> list:
     """log2 of the reference ``get_slopes(H)``, recursion and all (slicing acts on the list)."""
     if H & (H - 1) == 0:
         return _log2_pow2(H)
     P = 1 << (H.bit_length() - 1)  # 2**floor(log2(H))
     return _log2_pow2(P) + _log2_reference(2 * P)[0::2][: H - P]
+
+
+def _log2_reference_shown(H: int) -> list:
+    """:func:`_log2_reference` as the docs show it: the P-head entries, then the [0::2] picks of
+    the 2P-head ones, each as log2(start) + i log2(ratio)."""
+    if H & (H - 1) == 0:
+        return _log2_pow2_shown(H)
+    P = 1 << (H.bit_length() - 1)
+    return _log2_pow2_shown(P) + _log2_reference_shown(2 * P)[0::2][: H - P]
 
 
 def _log2_closed_form(H: int) -> list:
@@ -73,7 +89,9 @@ def _(p):
             using={H: 8}))
     for H in p.cases(H=[8, 1, 2, 4, 16, 32, 64]):
         p.claim(sp.Matrix(_log2_pow2(H)), sp.Matrix([sp.Rational(-8 * h, H) for h in range(1, H + 1)]),
-                "$\\log_2$ of the reference's products: $\\log_2 m_h = -8h/H$")
+                "$\\log_2$ of the reference's products $\\mathrm{start} \\cdot \\mathrm{ratio}^i$: "
+                "$\\log_2 \\mathrm{start} + i \\log_2 \\mathrm{ratio} = -8h/H$, $h = i + 1$",
+                shown=(sp.Matrix(_log2_pow2_shown(H)), None))
     p.tie("minipos.alibi.alibi_slopes", expected=lambda H: _as_floats(_log2_pow2(H)),
           points=[(1,), (2,), (4,), (8,), (16,), (32,), (64,)], call=lambda f, H: f(H),
           rtol=1e-14, reason="powers of two")
@@ -93,13 +111,15 @@ def _(p):
             "the other half, $h = 2(i + 1)$, are the P-head slopes already taken", by=_add_exponents)
     for H in p.cases(H=[3, 5, 6, 7, 12, 20, 24, 48, 80]):
         ref, closed = _log2_reference(H), _log2_closed_form(H)
-        p.claim(sp.Matrix(ref), sp.Matrix(closed), "$\\log_2$ of the reference recursion equals the closed form")
+        p.claim(sp.Matrix(ref), sp.Matrix(closed), "$\\log_2$ of the reference recursion equals the closed form",
+                shown=(sp.Matrix(_log2_reference_shown(H)), None))
         p.require(set(closed) <= set(_log2_pow2(1 << H.bit_length())) and len(set(closed)) == H,
                   "the H slopes are distinct slopes of the 2P-head model")
     p.claim(sp.Matrix([_two**e for e in _log2_reference(6)]),
             sp.Matrix([sp.Rational(1, 4), sp.Rational(1, 16), sp.Rational(1, 64), sp.Rational(1, 256),
                        sp.Rational(1, 2), sp.Rational(1, 8)]),
-            "6 heads: 1/4, 1/16, 1/64, 1/256, then 1/2, 1/8 (the head order is not monotone)")
+            "6 heads: 1/4, 1/16, 1/64, 1/256, then 1/2, 1/8 (the head order is not monotone)",
+            shown=(sp.Matrix([sp.UnevaluatedExpr(_two) ** e for e in _log2_reference(6)]), None))
     p.tie("minipos.alibi.alibi_slopes", expected=lambda H: _as_floats(_log2_reference(H)),
           points=[(H,) for H in (3, 5, 6, 7, 12, 20, 24, 48, 80)], call=lambda f, H: f(H),
           rtol=1e-14, reason="non-powers of two")
