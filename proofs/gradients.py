@@ -316,8 +316,10 @@ def _claim_input_gradients(p):
     (p.derive(sp.Matrix(S, D, list(l.jacobian(list(k)).T * dS)), "$dK = (\\partial l / \\partial K)^T dS$, "
               "arranged as K")
       .step(c * dS * sp.Matrix([q]), "$= c\\, dS\\, q^T$: $dk = \\mathrm{scale}\\, dS^T Q$, summed over the query rows",
-            by="expand"))
-    p.claim(l.jacobian(b).T * dS, dS, "$\\partial l / \\partial b = I$: dbias = dS", by="expand")
+            by="expand", shown=sp.MatMul(c, sp.ImmutableMatrix(dS), sp.ImmutableMatrix([q]), evaluate=False)))
+    p.claim(l.jacobian(b).T * dS, dS, "$\\partial l / \\partial b = I$: dbias = dS", by="expand",
+            shown=(sp.MatMul(sp.Transpose(sp.ImmutableMatrix(l.jacobian(b))), sp.ImmutableMatrix(dS), evaluate=False),
+                   None))
 
 
 def _tie_attention_backward(p):
@@ -404,7 +406,9 @@ def _claim_eq34_adjoint(p, m, D, dy):
         sin = sp.Matrix([sp.sin(m * t) for t in ang])
         p.claim(Rl(m, D).T * dy, dy.multiply_elementwise(cos) - sp.Matrix(rot).multiply_elementwise(sin),
                 f"{layout}: $R(m)^T dy = dy \\odot \\cos m\\Theta - \\mathrm{{rot}}(dy) \\odot \\sin m\\Theta$ "
-                "(rot is antisymmetric: its adjoint is $-$rot)", by="expand")
+                "(rot is antisymmetric: its adjoint is $-$rot)", by="expand",
+                shown=(sp.MatMul(sp.Transpose(sp.ImmutableMatrix(Rl(m, D))), sp.ImmutableMatrix(dy), evaluate=False),
+                       None))
 
 
 def _tie_rope_backward(p, m, f):
@@ -484,7 +488,8 @@ def _(p):
           .step(_inner(x, _adjoint_formula(y)),
                 "$(\\Pi^T y)_{a, c} = y_{a, c + a + 1 - T}$ for $c \\geq T - 1 - a$, "
                 "$y_{a - 1, c + a + M + 1}$ for $a \\geq 1$ otherwise, else 0", by="expand"))
-        p.claim(Pi.T * vy, sp.Matrix(list(_adjoint_formula(y))), "every entry of $\\Pi^T y$", by="expand")
+        p.claim(Pi.T * vy, sp.Matrix(list(_adjoint_formula(y))), "every entry of $\\Pi^T y$", by="expand",
+                shown=(sp.MatMul(sp.Transpose(sp.ImmutableMatrix(Pi)), sp.ImmutableMatrix(vy), evaluate=False), None))
         _tie_rel_shift(p, T, S, x, y, vx, Pi)
 
 
@@ -539,7 +544,8 @@ def _(p):
       .step(by_bucket, "$bias_{h,t,s} = table_{b(t,s), h}$: each pair contributes its dbias to its own bucket, "
             "0 to the others (buckets 1, 3, 4, 5 hold no pair)", by="doit"))
     p.claim(sum(by_bucket), sum(sum(g) for g in dbias), "the scatter-add loses nothing: the buckets' sums "
-            "add up to the sum of dbias", by="expand")
+            "add up to the sum of dbias", by="expand",
+            shown=(sp.MatMul(sp.ImmutableMatrix(sp.ones(1, K)), sp.ImmutableMatrix(by_bucket), evaluate=False), None))
     _tie_t5(p)
 
 
@@ -619,8 +625,11 @@ def _(p):
     Pr = [_softmax([sp.Symbol(f"S_{t}{j}", real=True) for j in range(S)]) for t in range(T)]
     dO = sp.Matrix(T, 2, lambda t, d: sp.Symbol(f"dO_{t}{d}", real=True))
     (p.derive(sum((sp.Matrix([Pr[t]]).T * dO.row(t) for t in range(T)), sp.zeros(S, 2)),
-              "$dV = \\sum_i P_i^T dO_i$ over query blocks {0}, {1}, each row with its own lse")
-      .step(sp.Matrix([Pr[0], Pr[1]]).T * dO, "$= P^T dO$", by="expand"))
+              "$dV = \\sum_i P_i^T dO_i$ over query blocks {0}, {1}, each row with its own lse",
+              shown=sp.MatAdd(*[sp.MatMul(sp.Transpose(sp.ImmutableMatrix([Pr[t]])), sp.ImmutableMatrix(dO.row(t)),
+                                          evaluate=False) for t in range(T)], evaluate=False))
+      .step(sp.Matrix([Pr[0], Pr[1]]).T * dO, "$= P^T dO$", by="expand",
+            shown=sp.MatMul(sp.Transpose(sp.ImmutableMatrix([Pr[0], Pr[1]])), sp.ImmutableMatrix(dO), evaluate=False)))
     _tie_order_symbolic(p)
     _tie_order_sizes(p)
 

@@ -29,8 +29,7 @@ DISPLAY = re.compile(r"^\$\$\n(.*?)\n\$\$$", re.S | re.M)
 # Theorems in files whose steps have no display forms yet: SymPy evaluates both sides of some
 # of their rendered steps to the same expression, which the renderer merges into one row.
 MERGED_ROWS_ALLOWED = {
-    "attention.softmax.shift", "gradients.attention_ds", "gradients.rope_transpose",
-    "gradients.rel_shift_adjoint", "gradients.t5_table", "gradients.online_softmax_backward_order",
+    "attention.softmax.shift",
 }
 
 
