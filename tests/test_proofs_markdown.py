@@ -26,11 +26,9 @@ CSS = ROOT / "docs" / "assets" / "extra.css"
 SITE = ROOT / "site"
 ALIGNED = re.compile(r"\\begin\{aligned\}\n(.*?)\n\\end\{aligned\}", re.S)
 DISPLAY = re.compile(r"^\$\$\n(.*?)\n\$\$$", re.S | re.M)
-# Theorems in files whose steps have no display forms yet: SymPy evaluates both sides of some
-# of their rendered steps to the same expression, which the renderer merges into one row.
-MERGED_ROWS_ALLOWED = {
-    "attention.softmax.shift",
-}
+# Theorems allowed a rendered step whose two sides SymPy evaluates to the same expression (the
+# renderer merges such a row into the one before it): none; give the step a ``shown=`` form.
+MERGED_ROWS_ALLOWED: set[str] = set()
 
 
 @pytest.fixture(scope="module")
