@@ -29,6 +29,7 @@ __all__ = [
     "check_callable",
     "check_axis",
     "check_float_dtype",
+    "check_dout",
     "check_result",
     "Overflow",
 ]
@@ -267,3 +268,12 @@ def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
     if not np.issubdtype(dtype, np.floating):
         raise TypeError(f"{name} must be a floating dtype, got {dtype}")
     return dtype
+
+
+def check_dout(dout, shape: tuple, source: str) -> np.ndarray:
+    """``dout`` as a finite float array of the forward's output shape, or raise naming it."""
+    dout = as_float_array(dout, "dout")
+    if dout.shape != tuple(shape):
+        raise ValueError(f"dout must have the shape of the forward's output (..., H, T, S) = {tuple(shape)} "
+                         f"({source}), got shape {dout.shape}")
+    return dout

@@ -90,6 +90,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from ._checks import (
+    check_dout,
     as_float_array,
     as_positions,
     check_alloc,
@@ -488,15 +489,6 @@ def _paper_p2c_index(relative_pos, att_span: int) -> np.ndarray:
 # returns the input gradients, each in its input's floating dtype; no state is kept between them.
 
 
-def _check_dout(dout, shape: tuple, source: str) -> np.ndarray:
-    """``dout`` as a finite float array of the forward's output shape, or raise naming it."""
-    dout = as_float_array(dout, "dout")
-    if dout.shape != tuple(shape):
-        raise ValueError(f"dout must have the shape of the forward's output (..., H, T, S) = {tuple(shape)} "
-                         f"({source}), got shape {dout.shape}")
-    return dout
-
-
 def _batch(a: np.ndarray) -> np.ndarray:
     """(..., H, X, Y) as (N, H, X, Y), N the product of ... (1 without leading dims), for sums over ...."""
     return a.reshape(math.prod(a.shape[:-3]), *a.shape[-3:])
@@ -550,7 +542,7 @@ def c2p_term_backward(q, pos_key, relative_pos, att_span: int, dout):
         dq = dQP pos_key,    dpos_key = sum over ... of dQP^T q
     """
     q, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
-    dout = _check_dout(dout, idx.shape, f"T from q of shape {q.shape}, S from relative_pos")
+    dout = check_dout(dout, idx.shape, f"T from q of shape {q.shape}, S from relative_pos")
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
         dq, dpos_key = _c2p_adjoint(q, pos_key, idx, dout)
     return _grad(dq, q, "q", "q, pos_key"), _grad(dpos_key, pos_key, "pos_key", "q, pos_key")
@@ -567,7 +559,7 @@ def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
         dk = dKP^T pos_query,    dpos_query = sum over ... of dKP k
     """
     k, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
-    dout = _check_dout(dout, idx.shape, f"T from relative_pos, S from k of shape {k.shape}")
+    dout = check_dout(dout, idx.shape, f"T from relative_pos, S from k of shape {k.shape}")
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
         dk, dpos_query = _p2c_adjoint(k, pos_query, idx, dout)
     return _grad(dk, k, "k", "k, pos_query"), _grad(dpos_query, pos_query, "pos_query", "k, pos_query")
@@ -591,7 +583,7 @@ def disentangled_scores_backward(q, k, pos_key, pos_query, relative_pos, dout, *
     att_span = _check_span(att_span)
     out_shape = (*q.shape[:-1], k.shape[-2])  # (..., H, T, S)
     _index_for(relative_pos, att_span, out_shape, _qk_source(q, k))  # raise early, naming relative_pos
-    dout = _check_dout(dout, out_shape, _qk_source(q, k))
+    dout = check_dout(dout, out_shape, _qk_source(q, k))
     g = dout / np.sqrt(q.shape[-1] * (1 + len(types)))  # d(c2c + c2p + p2c), the scale sqrt(3D) undone
     dpos_key = dpos_query = None
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad

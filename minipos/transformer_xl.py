@@ -75,7 +75,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_float, check_int, float_dtype
+from ._checks import as_float_array, as_positions, check_alloc, check_dout, check_float, check_int, float_dtype
 from .sinusoidal import MAX_POSITION, sinusoidal_table
 
 __all__ = [
@@ -430,15 +430,6 @@ def _rel_shift_adjoint(dy: np.ndarray) -> np.ndarray:
     return buf.reshape(*lead, T, S + 1)[..., 1:]  # (..., T, S): the pad column dropped
 
 
-def _as_dout(dout, shape: tuple, source: str) -> np.ndarray:
-    """``dout`` as a finite float array of the forward's output shape, or raise naming it."""
-    dout = as_float_array(dout, "dout")
-    if dout.shape != tuple(shape):
-        raise ValueError(f"dout must have the shape of the forward's output (..., H, T, S) = {tuple(shape)} "
-                         f"({source}), got shape {dout.shape}")
-    return dout
-
-
 def _batch(a: np.ndarray) -> np.ndarray:
     """(..., H, X, Y) as (N, H, X, Y), N the product of ... (1 without leading dims), for sums over ...."""
     return a.reshape(math.prod(a.shape[:-3]), *a.shape[-3:])
@@ -482,7 +473,7 @@ def position_scores_backward(q, r, v, dout):
     attention's causal mask makes it 0.
     """
     q, r, v = _as_position_args(q, r, v)
-    dout = _as_dout(dout, (*q.shape[:-1], r.shape[1]), f"q of shape {q.shape}, r of shape {r.shape}")
+    dout = check_dout(dout, (*q.shape[:-1], r.shape[1]), f"q of shape {q.shape}, r of shape {r.shape}")
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
         dq, dr, dv = _position_adjoint(q, r, v, dout)
     return _grads("q, r, v", q=(dq, q), r=(dr, r), v=(dv, v))
@@ -499,7 +490,7 @@ def xl_scores_backward(q, k, r, u, v, dout):
         dq = d(q + u) + d(q + v)
     """
     q, k, r, u, v = _as_xl_args(q, k, r, u, v)
-    dout = _as_dout(dout, (*q.shape[:-1], k.shape[-2]), f"q of shape {q.shape}, k of shape {k.shape}")
+    dout = check_dout(dout, (*q.shape[:-1], k.shape[-2]), f"q of shape {q.shape}, k of shape {k.shape}")
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
         dqu = dout @ k  # (..., H, T, D)  d(q + u) = dAC k
         dk = np.swapaxes(dout, -1, -2) @ (q + u[:, None, :])  # (..., H, S, D)  dk = dAC^T (q + u)
@@ -528,7 +519,7 @@ def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, ba
     q, v, w_r, table, index = _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
     *lead, H, T, D = q.shape
     U = table.shape[0]
-    dout = _as_dout(dout, (*lead, H, T, index.shape[1]), f"q of shape {q.shape} and the positions")
+    dout = check_dout(dout, (*lead, H, T, index.shape[1]), f"q of shape {q.shape} and the positions")
     check_alloc((*lead, H, T, U), np.float64, "q_positions and k_positions (dout by distance)")
     dp = np.zeros((*lead, H, T, U))  # (..., H, T, U)
     np.add.at(dp, (..., np.arange(T)[:, None], index), dout)  # dP[.., t, index[t, s]] += dout[.., t, s]
