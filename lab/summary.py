@@ -5,18 +5,26 @@ mean, sample standard deviation, minimum and maximum over seeds of the task's he
 ``excess`` (loss above the floor, nats) for ``markov``, ``loss`` for ``text``, ``accuracy`` for
 ``retrieval``; a length where the variant cannot run is reported as such. It is a pure function of
 the records, so ``summary.json`` is rewritten identically from the same records.
+
+``measured(summary, records)`` picks the few numbers ``minipos tour`` prints beside its live columns
+(shipped in the wheel as ``minipos/data/lab_measured.json``, which has no ``lab/``); ``write_measured``
+writes them: ``python -c "import lab.summary as s; s.write_measured('lab/results/full')"``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+from pathlib import Path
 
 from . import schemes as scheme_specs
 
-__all__ = ["METRIC", "summarize", "format_table", "check_sane"]
+__all__ = ["METRIC", "summarize", "format_table", "check_sane", "measured", "write_measured", "MEASURED_PATH"]
 
 METRIC = {"markov": "excess", "text": "loss", "retrieval": "accuracy"}
+MEASURED_PATH = Path(__file__).resolve().parent.parent / "minipos" / "data" / "lab_measured.json"
+MEASURED_SCHEMA = "minipos-lab-measured/1"
 
 
 def _spread(values):
@@ -139,3 +147,57 @@ def check_sane(record: dict) -> list[str]:
                 if not 0.0 <= cell["accuracy"] <= 1.0:
                     problems.append(f"{where}: accuracy {cell['accuracy']} outside [0, 1]")
     return problems
+
+
+def _mean_sd(spread):
+    return spread if spread == "cannot run" else {"mean": spread["mean"], "sd": spread["sd"]}
+
+
+def measured(summary: dict, records: list, *, source: str = "lab/results/full") -> dict:
+    """The numbers the tour ships: each scheme's base model, no extension, straight from ``summary``.
+
+    Markov loss above the floor at L, 4L and 16L, and retrieval accuracy at the farthest offset at 16L
+    (mean and sd over seeds, or ``"cannot run"``); ``source`` names the record set, the minipos commits
+    the records were made at, the seeds and the model, so the tour can say where its numbers come from.
+    """
+    first = records[0]
+    L, factors = first["settings"]["length"], first["settings"]["eval_factors"]
+    lengths = [L, 4 * L, max(factors) * L]
+    longest = str(lengths[-1])
+    schemes = {}
+    for row in summary["markov"]["rows"].values():
+        if row["variant"] == "base":
+            schemes[row["scheme"]] = {"markov_excess": {str(n): _mean_sd(row["lengths"][str(n)]) for n in lengths}}
+    far = None
+    for row in summary["retrieval"]["rows"].values():
+        if row["variant"] != "base":
+            continue
+        cells = row.get("offsets", {}).get(longest)
+        if cells is None:
+            schemes[row["scheme"]]["retrieval_far"] = "cannot run"
+            continue
+        far = max(int(d) for d in cells)
+        schemes[row["scheme"]]["retrieval_far"] = _mean_sd(cells[str(far)])
+    model = first["model"]
+    return {
+        "schema": MEASURED_SCHEMA,
+        "source": {"records": source, "commits": sorted({r["versions"]["commit"] for r in records}),
+                   "seeds": sorted({r["seed"] for r in records}), "train_length": L,
+                   "steps": first["settings"]["steps"],
+                   "model": f"{model['num_layers']} layers, d_model {model['d_model']}, {model['num_heads']} heads"},
+        "lengths": lengths,
+        "far": {"length": lengths[-1], "offset": far},
+        "schemes": schemes,
+    }
+
+
+def write_measured(directory, path=MEASURED_PATH) -> dict:
+    """Write ``measured`` of ``directory``'s ``summary.json`` and records to ``path`` (the tour's data)."""
+    from . import record as records_io
+    directory = Path(directory)
+    records = [records_io.read(p) for p in sorted(directory.glob("*-s*.json"))]
+    summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    data = measured(summary, records, source=directory.as_posix())
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return data

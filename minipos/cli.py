@@ -11,6 +11,12 @@
   every position stays inside a learned table: max |y(p) - y(p + offset)|);
 - runs at 4x: whether the layer runs at four times the training length without a table to extend
   (measured: the forward pass at 4 * seq-len positions either runs or raises).
+
+Beside them, and never computed by the tour, the lab's recorded measurements of quality past the
+training length (``lab_measured()``, shipped as ``minipos/data/lab_measured.json`` and written from
+the lab's ``summary.json`` by ``lab.summary.write_measured``): small models trained at L, their loss
+above the exact floor of a Markov source at L, 4L and 16L, and their retrieval accuracy at the
+farthest distance at 16L. A scheme without a record shows "not measured".
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib import resources
 
 import numpy as np
 
@@ -78,12 +85,23 @@ def _runs_longer(layer, x, factor=4):
     return bool(np.all(np.isfinite(y))), ""
 
 
+def lab_measured() -> dict:
+    """The lab's recorded numbers shipped with the package: ``{"source", "lengths", "far", "schemes"}``.
+
+    ``schemes`` maps a scheme name to ``{"markov_excess": {length: {"mean", "sd"} or "cannot run"},
+    "retrieval_far": {"mean", "sd"} or "cannot run"}`` (see ``lab.summary.measured``).
+    """
+    text = resources.files("minipos").joinpath("data", "lab_measured.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
 def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) -> list:
     """Run every scheme through the same input; return one dict of measured facts per scheme.
 
     Arguments are checked by ``check_tour_args`` (``ValueError``/``TypeError`` naming the bad one).
     """
     check_tour_args(d_model, heads, seq_len, seed)
+    recorded = lab_measured()["schemes"]
     x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
     rows = []
     for scheme in tour_schemes(seq_len):
@@ -103,19 +121,32 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
             "runs_at_4x": runs,
             "runs_at_4x_note": why,
             "output_norm": float(np.linalg.norm(y)),
+            "lab_measured": recorded.get(scheme.name),      # None: not measured
         })
     return rows
+
+
+def _measured_cells(m) -> tuple[str, str]:
+    """The two recorded columns of one row: loss above the floor at each length, far retrieval."""
+    if m is None:
+        return "not measured", "not measured"
+    show = lambda v, fmt: "n/a" if v == "cannot run" else format(v["mean"], fmt)  # noqa: E731
+    return " / ".join(show(v, ".3f") for v in m["markov_excess"].values()), show(m["retrieval_far"], ".2f")
 
 
 def _format(rows, d_model, heads, seq_len) -> str:
     abbrev = {"content-content": "cc", "content-position": "cp", "position-content": "pc",
               "position-position": "pp"}
-    head = ("scheme", "seams", "pos. params", "terms", "shift-invariant", f"runs at {4 * seq_len}")
+    lab = lab_measured()
+    src, lengths, far = lab["source"], lab["lengths"], lab["far"]
+    head = ("scheme", "seams", "pos. params", "terms", "shift-invariant", f"runs at {4 * seq_len}",
+            "lab: above floor at " + "/".join(map(str, lengths)), f"lab: recall {far['offset']} back")
     table = [head]
     for r in rows:
         gap = f"{'yes' if r['shift_invariant'] else 'no'} ({r['shift_gap']:.1e})"
         table.append((r["scheme"], "+".join(r["seams"]), str(r["position_params"]),
-                      " ".join(abbrev[t] for t in r["terms"]), gap, "yes" if r["runs_at_4x"] else "no"))
+                      " ".join(abbrev[t] for t in r["terms"]), gap, "yes" if r["runs_at_4x"] else "no",
+                      *_measured_cells(r["lab_measured"])))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = [f"minipos {__version__} tour: d_model={d_model}, heads={heads}, training length={seq_len}",
              "Each row is measured now on one random input through MultiHeadAttention (causal).", ""]
@@ -125,7 +156,15 @@ def _format(rows, d_model, heads, seq_len) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines += ["", "terms: cc content-content, cp content-position, pc position-content, pp position-position",
               "  (rope and xpos keep cc only, with q and k rotated so that it depends on i - j)",
-              f"shift-invariant: max |y(p) - y(p + {seq_len // 2})| below {SHIFT_TOL:g} (value in brackets)"]
+              f"shift-invariant: max |y(p) - y(p + {seq_len // 2})| below {SHIFT_TOL:g} (value in brackets)",
+              f"lab columns: recorded, not run now: models of {src['model']} trained {src['steps']} steps at "
+              f"L = {src['train_length']},",
+              f"  mean over seeds {', '.join(map(str, src['seeds']))};",
+              f"  loss above the exact floor of an order-2 Markov source (nats) at {', '.join(map(str, lengths))} "
+              "tokens, n/a where the scheme cannot run;",
+              f"  accuracy of reading a value written {far['offset']} tokens back in {far['length']} (chance 1/8).",
+              f"  Source: {src['records']} (python -m lab) at minipos commits "
+              f"{', '.join(c[:7] for c in src['commits'])}; the docs page 'Past the training length' has the rest."]
     notes = [f"{r['scheme']}: {r['runs_at_4x_note']}" for r in rows if r["runs_at_4x_note"]]
     if notes:
         lines += ["", "Why a scheme does not run at 4x:"] + [f"  {n}" for n in notes]
@@ -167,7 +206,9 @@ def main(argv=None) -> int:
         p_tour.error(str(err))  # usage and one line naming the option; exit status 2
     rows = tour(args.d_model, args.heads, args.seq_len, args.seed)
     if args.json:
+        lab = lab_measured()
         print(json.dumps({"d_model": args.d_model, "heads": args.heads, "seq_len": args.seq_len,
+                          "lab_measured": {k: lab[k] for k in ("source", "lengths", "far")},
                           "schemes": rows}, indent=2))
     else:
         print(_format(rows, args.d_model, args.heads, args.seq_len))

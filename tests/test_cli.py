@@ -3,10 +3,11 @@ relative schemes ignore a common shift of positions, absolute ones do not, and o
 table stops at its training length."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from minipos import __version__
+from minipos import __version__, cli
 from minipos.cli import main
 
 EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
@@ -42,3 +43,57 @@ def test_version_and_bad_options(capsys):
     with pytest.raises(SystemExit):
         main(["tour", "--heads", "0"])
     assert "--heads" in capsys.readouterr().err
+
+
+# The lab's committed summary (mean over seeds of each record) is the source of the tour's recorded
+# columns; it is read here directly, not through the code that ships the numbers.
+SUMMARY = Path(__file__).resolve().parent.parent / "lab" / "results" / "full" / "summary.json"
+
+
+def _summary():
+    if not SUMMARY.exists():
+        pytest.skip("the lab's records are in a checkout only")
+    return json.loads(SUMMARY.read_text(encoding="utf-8"))
+
+
+def test_tour_json_carries_the_lab_numbers_of_the_committed_summary(capsys):
+    summary = _summary()
+    assert main(["tour", "--json", "--seq-len", "8"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lab_measured"]["lengths"] == [64, 256, 1024]          # L = 64, 4L, 16L of the protocol
+    assert data["lab_measured"]["far"] == {"length": 1024, "offset": 1017}
+    for r in data["schemes"]:
+        markov = summary["markov"]["rows"][r["scheme"] if r["scheme"] != "learned" else "learned(64)"]
+        retrieval = summary["retrieval"]["rows"][r["scheme"] if r["scheme"] != "learned" else "learned(64)"]
+        for n in ("64", "256", "1024"):
+            want = markov["lengths"][n]
+            got = r["lab_measured"]["markov_excess"][n]
+            assert got == want if want == "cannot run" else (got["mean"], got["sd"]) == (want["mean"], want["sd"])
+        far = retrieval.get("offsets", {}).get("1024", {}).get("1017", "cannot run")
+        got = r["lab_measured"]["retrieval_far"]
+        assert got == far if far == "cannot run" else got["mean"] == far["mean"]
+    rows = {r["scheme"]: r["lab_measured"] for r in data["schemes"]}
+    assert rows["learned"]["markov_excess"]["1024"] == "cannot run"    # a 64-row table stops at 64
+
+
+def test_tour_table_shows_recorded_numbers_and_their_source(capsys):
+    summary = _summary()
+    assert main(["tour", "--seq-len", "8"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("rope "))
+    rope = summary["markov"]["rows"]["rope"]["lengths"]
+    assert " / ".join(f"{rope[n]['mean']:.3f}" for n in ("64", "256", "1024")) in line
+    assert f"{summary['retrieval']['rows']['rope']['offsets']['1024']['1017']['mean']:.2f}" in line.split()[-1]
+    assert "lab/results/full" in out and "not run now" in out
+
+
+def test_tour_says_not_measured_for_a_scheme_without_a_record(capsys, monkeypatch):
+    real = cli.lab_measured()
+    del real["schemes"]["alibi"]
+    monkeypatch.setattr(cli, "lab_measured", lambda: real)
+    assert main(["tour", "--seq-len", "8"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("alibi "))
+    assert line.count("not measured") == 2
+    assert main(["tour", "--json", "--seq-len", "8"]) == 0
+    rows = {r["scheme"]: r for r in json.loads(capsys.readouterr().out)["schemes"]}
+    assert rows["alibi"]["lab_measured"] is None and rows["rope"]["lab_measured"] is not None

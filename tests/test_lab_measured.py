@@ -1,0 +1,48 @@
+"""The lab numbers shipped in the wheel for ``minipos tour`` are the committed lab summary's.
+
+``minipos/data/lab_measured.json`` is written by ``lab.summary.write_measured`` from
+``lab/results/full``; recomputing it from the committed records and summary must give the shipped
+file exactly, so the tour cannot drift from the records. The records themselves (their commits, the
+trained length) are read here directly as the outside reference.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FULL = ROOT / "lab" / "results" / "full"
+
+pytestmark = pytest.mark.skipif(not (FULL / "summary.json").exists(), reason="the lab's records are in a checkout only")
+
+
+def _records():
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(FULL.glob("*-s*.json"))]
+
+
+def test_shipped_numbers_are_the_committed_summarys():
+    from lab import summary as lab_summary
+    from minipos.cli import lab_measured
+    summary = json.loads((FULL / "summary.json").read_text(encoding="utf-8"))
+    assert lab_measured() == lab_summary.measured(summary, _records())
+
+
+def test_shipped_source_names_the_records_it_came_from():
+    from minipos.cli import lab_measured
+    records = _records()
+    src = lab_measured()["source"]
+    assert src["records"] == "lab/results/full"
+    assert src["commits"] == sorted({r["versions"]["commit"] for r in records})
+    assert src["seeds"] == [0, 1, 2] and src["train_length"] == 64          # the protocol of lab/README.md
+    assert set(lab_measured()["schemes"]) == {r["scheme"]["name"] for r in records}
+
+
+def test_write_measured_rewrites_the_same_file(tmp_path):
+    from lab import summary as lab_summary
+    out = tmp_path / "lab_measured.json"
+    lab_summary.write_measured(FULL.relative_to(ROOT) if Path.cwd() == ROOT else FULL, out)
+    shipped = json.loads((ROOT / "minipos" / "data" / "lab_measured.json").read_text(encoding="utf-8"))
+    written = json.loads(out.read_text(encoding="utf-8"))
+    written["source"]["records"] = shipped["source"]["records"]   # the path as given; the numbers must match
+    assert written == shipped
