@@ -10,6 +10,10 @@ B(m θ_i) B(n θ_i)^T = B((m - n) θ_i): checked with symbolic i, D and base. Th
 block-diagonal form is also checked at a few explicit D (2, 4, 6, 8). Headline:
 R(m) R(n)^T = R(m - n), hence <R(m) q, R(n) k> depends on m - n only (written
 q^T R(n - m) k, Eq. 16).
+
+RoFormer's "long-term decay" (§3.4.3) is an upper bound on the score, not its expected value:
+for independent zero-mean q and k, E[q^T R(Δ) k] = 0 and (unit variance) Var = D at every Δ;
+only correlated q, k have a mean that moves with Δ (``rope.score.expectation``).
 """
 
 from __future__ import annotations
@@ -334,3 +338,48 @@ def _(p):
                 shown=sums([h[i] * Sn[i + 1] for i in range(N)] + [-h[i + 1] * Sn[i + 1] for i in range(N - 1)]))
           .step(-sum(S[i + 1] * (h[i + 1] - h[i]) for i in range(N)), "collect (Abel summation)",
                 by="expand", shown=sums([-Sn[i + 1] * (h[i + 1] - h[i]) for i in range(N)])))
+
+
+Delta = sp.Symbol("Delta", real=True)
+_ZERO_MEAN_UNIT = {0: 1, 1: 0, 2: 1}   # E[x^n] for one feature: zero mean, unit variance
+
+
+def _blocks_sum(M):
+    """The sum of the entries of M, as an expression."""
+    return sum(M[r, c] for r in range(M.rows) for c in range(M.cols))
+
+
+@theorem("rope.score.expectation",
+         "For independent zero-mean q, k: E[q^T R(Delta) k] = 0 and, with unit-variance features, "
+         "Var[q^T R(Delta) k] = D at every distance Delta; only correlated q, k have a mean that "
+         "moves with Delta (for q = k: E[q^T R(Delta) q] = tr R(Delta) = 2 sum_i cos(Delta theta_i))",
+         checks=("minipos.rope.long_term_decay",))
+def _(p):
+    from .attention import _expect                      # E over independent entries, by moments
+    mu = {0: 1, **{k_: sp.Symbol(f"mu{k_}") for k_ in (1, 2)}}   # E[q_a^n], the same for every a
+    nu = {0: 1, **{k_: sp.Symbol(f"nu{k_}") for k_ in (1, 2)}}   # E[k_b^n]
+    E = sp.Function("E")
+    for D in p.cases(D=[4, 2]):
+        q, k, Rd = vec("q", D), vec("k", D), R(Delta, D, 10000)
+        score = (q.T * Rd * k)[0, 0]                                       # q^T R(Δ) k
+        (p.derive(E(score), "the score $s = q^\\top R(\\Delta) k$", shown=r"E[q^\top R(\Delta)\,k]")
+          .step(mu[1] * nu[1] * _blocks_sum(Rd),
+                "linearity and independence: $E[q_a k_b] = \\mu_1 \\nu_1$ for every entry $R_{ab}$",
+                using={E: lambda e: _expect(e, list(q), list(k), mu, nu)})
+          .step(sp.Integer(0), "zero mean: $\\mu_1 = 0$", using={mu[1]: 0}))
+        (p.derive(E(score ** 2) - E(score) ** 2, "$\\mathrm{Var}[s] = E[s^2] - E[s]^2$",
+                  shown=r"E[s^2] - E[s]^2")
+          .step(_blocks_sum(Rd.applyfunc(lambda r: r ** 2)),
+                "independent, zero mean, unit variance: $E[q_a q_{a'}] = \\delta_{aa'}$, "
+                "so $\\mathrm{Var} = \\sum_{ab} R_{ab}^2 = \\mathrm{tr}(R R^\\top)$",
+                using={E: lambda e: _expect(e, list(q), list(k), _ZERO_MEAN_UNIT, _ZERO_MEAN_UNIT)})
+          .step(sp.Integer(D), "$\\cos^2 + \\sin^2 = 1$ in each block: no $\\Delta$ left", by="pythagoras"))
+        (p.derive(E((q.T * Rd * q)[0, 0]), "$q = k$: correlated", shown=r"E[q^\top R(\Delta)\,q]")
+          .step(Rd.trace(), "$E[q_a q_{a'}] = \\delta_{aa'}$ keeps the diagonal: $\\mathrm{tr}\\,R(\\Delta)$",
+                using={E: lambda e: _expect(e, list(q), [], _ZERO_MEAN_UNIT, {})}, shown=r"\mathrm{tr}\,R(\Delta)")
+          .step(2 * sum(sp.cos(Delta * t) for t in thetas(D, 10000)),
+                "each block contributes $2\\cos(\\Delta\\theta_i)$"))
+    p.tie("minipos.rope.long_term_decay", expected=2 * sum(sp.cos(Delta * t) for t in thetas(8, 10000)),
+          symbols=(Delta,), points=[(0,), (1,), (7,), (300,), (4097,)],
+          call=lambda f, d: f(8, np.array([d]))[1][0],
+          reason="the all-ones score of long_term_decay is E[q^T R(Delta) q] for unit-variance q, D = 8")

@@ -99,3 +99,41 @@ def test_block_step_with_the_wrong_sign_is_false_for_symbolic_i_and_d():
 def test_transpose_step_renders_the_minus_sign():
     tex = latex_of(core.REGISTRY["rope.relative.headline"].run())
     assert "\\cos{\\left(- b \\right)}" in tex and "\\right]^{T}" in tex
+
+
+def test_decay_claimed_as_the_expected_score_is_false():
+    # The popular reading of RoFormer §3.4.3: E[q^T R(Δ) k] = 2 Σ cos(Δ θ_i) for independent q, k.
+    # The expected value is 0 (independence and zero mean), so the claim must fail.
+    from proofs.attention import _expect
+    from proofs.rope import Delta, thetas
+    q, k, Rd = sp.Matrix(sp.symbols("q0:2")), sp.Matrix(sp.symbols("k0:2")), R(Delta, 2, 10000)
+    E = sp.Function("E")
+    moments = {0: 1, 1: 0, 2: 1}
+
+    def proof(p):
+        p.claim(E((q.T * Rd * k)[0, 0]), 2 * sum(sp.cos(Delta * t) for t in thetas(2, 10000)),
+                "the score decays on average", using={E: lambda e: _expect(e, list(q), list(k), moments, moments)})
+    with pytest.raises(StepFalse, match=r"step 1 \('the score decays on average'\) \[FALSE\]"):
+        Theorem("rope.decay_wrong", "s", proof).prove()
+
+
+def test_variance_that_shrinks_with_distance_is_false():
+    # Var[q^T R(Δ) k] = D cos²(Δ) would be a spread that shrinks with Δ; it is D (= 2 here).
+    from proofs.attention import _expect
+    from proofs.rope import Delta
+    q, k, Rd = sp.Matrix(sp.symbols("q0:2")), sp.Matrix(sp.symbols("k0:2")), R(Delta, 2, 10000)
+    E, s = sp.Function("E"), (q.T * Rd * k)[0, 0]
+    moments = {0: 1, 1: 0, 2: 1}
+
+    def proof(p):
+        p.claim(E(s ** 2) - E(s) ** 2, 2 * sp.cos(Delta) ** 2, "spread shrinks with distance",
+                using={E: lambda e: _expect(e, list(q), list(k), moments, moments)})
+    with pytest.raises(StepFalse, match="counterexample: Delta = "):
+        Theorem("rope.var_wrong", "s", proof).prove()
+
+
+def test_long_term_decay_returning_the_bound_fails_the_expectation_tie(monkeypatch):
+    real = rope.long_term_decay
+    monkeypatch.setattr(rope, "long_term_decay", lambda *a, **kw: (real(*a, **kw)[0],) * 2)
+    with pytest.raises(TieMismatch, match=r"(?s)tie to minipos.rope.long_term_decay .* at Delta = 0: .*expected: 8\."):
+        core.REGISTRY["rope.score.expectation"].prove()
