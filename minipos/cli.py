@@ -130,7 +130,9 @@ def _measured_cells(m) -> tuple[str, str]:
     """The two recorded columns of one row: loss above the floor at each length, far retrieval."""
     if m is None:
         return "not measured", "not measured"
-    show = lambda v, fmt: "n/a" if v == "cannot run" else format(v["mean"], fmt)  # noqa: E731
+
+    def show(v, fmt):
+        return "n/a" if v == "cannot run" else format(v["mean"], fmt)
     return " / ".join(show(v, ".3f") for v in m["markov_excess"].values()), show(m["retrieval_far"], ".2f")
 
 
