@@ -8,6 +8,10 @@ attend step here:
   ``return_weights`` take the reference's dense step);
 - for a causal call over runs of consecutive positions, lets the kernel skip future blocks by
   index instead of masking them;
+- keeps the content-position seam's extra logits of a forward pass (Transformer-XL, DeBERTa) for
+  its backward, which would compute them again (only while they are small, and only as long as the
+  pass's context lives), and runs those schemes' ``extra_backward`` through the fast scatter-adds
+  (``EXTRA_BACKWARD``);
 - computes the bias of the schemes listed in ``HINTS`` in the layer's dtype by their fast
   functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
   same) from one call to the next while the scheme's parameters are unchanged, and hands the
@@ -21,19 +25,23 @@ subclass that changes ``bias`` gets no hint and runs its own ``bias``.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from .. import deberta
 from .. import layer as reference
-from ..layer import ALiBi, T5Bias
+from ..layer import ALiBi, DeBERTa, T5Bias, TransformerXL
 from . import alibi as fast_alibi
+from . import deberta as fast_deberta
 from . import t5 as fast_t5
+from . import transformer_xl as fast_xl
 from ._runs import is_run
 from .attention import _DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
 
-__all__ = ["MultiHeadAttention", "HINTS", "Hints"]
+__all__ = ["MultiHeadAttention", "HINTS", "Hints", "EXTRA_BACKWARD"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,47 @@ HINTS = {
 }
 
 
+def _xl_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+    """``TransformerXL.extra_backward`` through ``minipos.fast.transformer_xl``."""
+    scale = 1.0 / np.sqrt(sc.head_dim)
+    dq, dv, dw_r = fast_xl.xl_position_logits_backward(
+        q[..., qs, :], sc.v, sc.w_r, q_positions[qs], k_positions[ks], scale * dlogits, base=sc.base)
+    add("scheme.v", dv)
+    add("scheme.w_r", dw_r)
+    return dq, 0.0
+
+
+def _deberta_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+    """``DeBERTa.extra_backward`` through ``minipos.fast.deberta``."""
+    L, D2 = sc.layer, 2 * sc.att_span
+    rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=sc.position_buckets,
+                                     max_position=sc.max_relative_positions)
+    d = sc.scale(sc.head_dim) * dlogits                                          # (B, H, tq, tk)
+    dq, dk = 0.0, 0.0
+    for term, w, b, name in (("c2p", L.wk, L.bk, "k"), ("p2c", L.wq, L.bq, "q")):
+        if term not in sc.pos_att_type:
+            continue
+        table = sc._project(w, b)                                                # (H, 2k, D)
+        if term == "c2p":
+            dq, dtable = fast_deberta.c2p_term_backward(q[..., qs, :], table, rel, sc.att_span, d)
+        else:
+            dk, dtable = fast_deberta.p2c_term_backward(k[..., ks, :], table, rel, sc.att_span, d)
+        dproj = dtable.transpose(1, 0, 2).reshape(D2, -1)                        # (2k, H*D)
+        add("w" + name, sc.rel_embeddings.T @ dproj)
+        if b is not None:
+            add("b" + name, dproj.sum(axis=0))
+        add("scheme.rel_embeddings", dproj @ w.T)
+    return dq, dk
+
+
+EXTRA_BACKWARD = {TransformerXL: _xl_extra_backward, DeBERTa: _deberta_extra_backward}
+"""The content-position seam's ``extra_backward`` of a scheme, by exact class, with the fast
+scatter-adds (equal to the scheme's own bit for bit); a subclass runs its own."""
+
+_KEPT_EXTRA = 32 << 20
+"""Bytes of a forward pass's extra logits kept for its backward, at most (per pass)."""
+
+
 class MultiHeadAttention(reference.MultiHeadAttention):
     """``minipos.layer.MultiHeadAttention``, faster; same arguments, weights, schemes and caches,
     outputs equal up to rounding. Bias blocks are kept between calls, up to 64 MiB."""
@@ -80,6 +129,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._memo = None                                   # bias blocks kept across calls
+        self._kept = weakref.WeakKeyDictionary()           # a pass's extra logits, while its context lives
+        self._kept_lock = threading.Lock()
 
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
@@ -87,6 +138,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         if return_weights or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
+        if return_lse:                                                        # a context: a backward may follow
+            extra = self._kept_extra(extra, q.shape[0] * q.shape[1] * T * S * np.dtype(self.dtype).itemsize)
         logits = self._fast_logits_fn(hints, extra, q_pos, k_pos)
         bound = None
         if hints is not None and hints.bound is not None and extra is None:
@@ -107,7 +160,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
             return super()._attend_backward(ctx, dout, add)
         sc = self.scheme
         hints = HINTS.get(type(sc))
-        logits = self._fast_logits_fn(hints, ctx.extra, ctx.positions, ctx.k_positions)
+        extra = self._kept_extra(ctx.extra, ctx.q_c.shape[0] * ctx.q_c.shape[1] * T * S * np.dtype(self.dtype).itemsize)
+        logits = self._fast_logits_fn(hints, extra, ctx.positions, ctx.k_positions)
         logits_grad, dq_extra, dk_extra = self._logits_grad_fn(ctx, add)      # called one block at a time
         bound = None
         if hints is not None and hints.bound is not None and ctx.extra is None:
@@ -123,6 +177,42 @@ class MultiHeadAttention(reference.MultiHeadAttention):
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout,
                                                  mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos), **kw)
         return (*grads, dq_extra, dk_extra)
+
+    def _logits_grad_fn(self, ctx, add):
+        """The reference's, with the scheme's ``extra_backward`` from ``EXTRA_BACKWARD`` where it has one."""
+        sc = self.scheme
+        extra_backward = EXTRA_BACKWARD.get(type(sc))
+        if extra_backward is None or ctx.extra is None:
+            return super()._logits_grad_fn(ctx, add)
+        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)
+
+        def logits_grad(qs, ks, ds):
+            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
+                add(name, g)
+            dq_blk, dk_blk = extra_backward(sc, ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
+            dq_extra[..., qs, :] += dq_blk
+            dk_extra[..., ks, :] += dk_blk
+        return logits_grad, dq_extra, dk_extra
+
+    def _kept_extra(self, extra, size: int):
+        """``extra(qs, ks)``, each block kept for the pass's backward (which calls the same ``extra``,
+        ``ctx.extra``) while the blocks of the pass take at most ``_KEPT_EXTRA`` bytes; the blocks go
+        when ``extra`` (the pass's context) does."""
+        if extra is None or size > _KEPT_EXTRA:
+            return extra
+        with self._kept_lock:
+            blocks = self._kept.setdefault(extra, {})
+
+        def kept(qs, ks):
+            key = (qs.start, qs.stop, ks.start, ks.stop)
+            found = blocks.get(key)
+            if found is None:
+                found = extra(qs, ks)
+                if isinstance(found, np.ndarray):
+                    found.setflags(write=False)                                # shared with the backward
+                blocks[key] = found
+            return found
+        return kept
 
     def _fast_logits_fn(self, hints, extra, q_pos, k_pos):
         """``fn(q_slice, k_slice)``: the additive logits of a block (bias seam + content-position)."""

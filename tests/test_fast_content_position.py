@@ -1,0 +1,134 @@
+"""The content-position schemes' gradients, fast: the scatter-adds by np.bincount equal the reference's
+np.add.at bit for bit (the reference functions are the oracle), and the fast layer's backward, which
+keeps a pass's extra logits for its backward, equals the reference layer's and central differences."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import minipos.fast.layer as fast_layer
+from minipos import deberta, transformer_xl
+from minipos import layer as ref
+from minipos.fast import MultiHeadAttention
+from minipos.fast import deberta as fast_deberta
+from minipos.fast import transformer_xl as fast_xl
+
+
+def _wide(rng, shape, dtype):
+    """Values over 16 decades, so that a sum in another order would round differently."""
+    return (rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 8, shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("T, S, buckets, max_position", [(9, 13, 4, 8), (16, 16, 8, 16), (5, 3, -1, -1)])
+def test_deberta_term_backward_is_the_reference_bit_for_bit(dtype, T, S, buckets, max_position):
+    rng = np.random.default_rng(T * S)
+    span = buckets if buckets > 0 else 6
+    rel = deberta.relative_positions(np.arange(T), np.arange(S), bucket_size=buckets, max_position=max_position)
+    q, k = _wide(rng, (2, 3, T, 4), dtype), _wide(rng, (2, 3, S, 4), dtype)
+    table, dout = _wide(rng, (3, 2 * span, 4), dtype), _wide(rng, (2, 3, T, S), dtype)
+    assert len(np.unique(rel[0])) < S or buckets < 0                        # log buckets: pairs share a bucket
+    for fast, slow, content in ((fast_deberta.c2p_term_backward, deberta.c2p_term_backward, q),
+                                (fast_deberta.p2c_term_backward, deberta.p2c_term_backward, k)):
+        got, want = fast(content, table, rel, span, dout), slow(content, table, rel, span, dout)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+@pytest.mark.parametrize("clamp_len", [None, 3])
+def test_xl_position_logits_backward_is_the_reference_bit_for_bit(clamp_len):
+    # clamp_len = 3 makes pairs share a distance (a true sum); positions out of order and negative.
+    rng = np.random.default_rng(5)
+    q, v, w_r = _wide(rng, (2, 2, 6, 4), np.float32), _wide(rng, (2, 4), np.float32), _wide(rng, (8, 8), np.float32)
+    qp, kp = np.array([4, -2, 7, 0, 3, 3]), np.array([9, 1, -5, 2, 0, 6, 6])
+    dout = _wide(rng, (2, 2, 6, 7), np.float32)
+    got = fast_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
+    want = transformer_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+def test_bad_dout_is_refused_by_name():
+    rel = deberta.relative_positions(np.arange(3), np.arange(3), bucket_size=-1, max_position=-1)
+    with pytest.raises(ValueError, match="dout"):
+        fast_deberta.c2p_term_backward(np.ones((1, 1, 3, 2)), np.ones((1, 6, 2)), rel, 3, np.ones((1, 1, 3, 4)))
+    with pytest.raises(ValueError, match="dout"):
+        fast_xl.xl_position_logits_backward(np.ones((1, 3, 2)), np.ones((1, 2)), np.ones((4, 2)), np.arange(3),
+                                            np.arange(3), np.ones((1, 3, 2)))
+
+
+SCHEMES = {"transformer_xl": ref.TransformerXL,
+           "deberta": lambda: ref.DeBERTa(position_buckets=4, max_relative_positions=8)}
+
+
+def _pair(name, block_size):
+    a = ref.MultiHeadAttention(16, 4, scheme=SCHEMES[name](), seed=3, block_size=block_size)
+    b = MultiHeadAttention(16, 4, scheme=SCHEMES[name](), seed=3, block_size=block_size)
+    return a, b
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_fast_layer_backward_equals_reference(name, block_size):
+    # T = 150 with 2 x 4 heads passes the size where the dense default runs the blockwise kernel.
+    a, b = _pair(name, block_size)
+    T = 150 if block_size is None else 11
+    x = np.random.default_rng(2).standard_normal((2, T, 16))
+    dy = np.random.default_rng(3).standard_normal((2, T, 16))
+    want = a.backward(a(x, causal=True, return_context=True)[1], dy)
+    y, ctx = b(x, causal=True, return_context=True)
+    got = b.backward(ctx, dy)
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-9, atol=1e-11, err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_fast_layer_backward_against_central_differences(name):
+    _, layer = _pair(name, 4)
+    rng = np.random.default_rng(7)
+    x, dy = rng.standard_normal((1, 9, 16)), rng.standard_normal((1, 9, 16))
+    grads = layer.backward(layer(x, causal=True, return_context=True)[1], dy)
+    params = {"x": x, "wq": layer.wq, "wk": layer.wk, **{"scheme." + k: v for k, v in layer.scheme.parameters().items()}}
+    h = 1e-6
+    for key, arr in params.items():
+        for flat in rng.choice(arr.size, 3, replace=False):
+            i = np.unravel_index(flat, arr.shape)
+            old = arr[i]
+            arr[i] = old + h
+            up = np.sum(layer(x, causal=True) * dy)
+            arr[i] = old - h
+            down = np.sum(layer(x, causal=True) * dy)
+            arr[i] = old
+            assert grads[key][i] == pytest.approx((up - down) / (2 * h), rel=1e-6, abs=1e-8), (key, i)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_the_backward_reuses_the_forwards_extra_logits_while_the_context_lives(name, monkeypatch):
+    _, layer = _pair(name, 4)
+    calls = []
+    content_position = layer.scheme.content_position
+
+    def counted(*args):
+        q, extra = content_position(*args)
+
+        def extra_counted(qs, ks):
+            calls.append((qs.start, ks.start))
+            return extra(qs, ks)
+        return q, extra_counted
+    monkeypatch.setattr(layer.scheme, "content_position", counted)
+    x = np.random.default_rng(1).standard_normal((1, 10, 16))
+    y, ctx = layer(x, causal=True, return_context=True)
+    forward = len(calls)
+    assert forward == len(set(calls)) == 6                                  # 3 query blocks, causal
+    layer.backward(ctx, np.ones_like(y))
+    assert len(calls) == forward                                            # none computed again
+    assert len(layer._kept) == 1
+    del ctx
+    gc.collect()
+    assert len(layer._kept) == 0                                            # gone with the context
+    monkeypatch.setattr(fast_layer, "_KEPT_EXTRA", 0)                       # too large to keep: computed again
+    y, ctx = layer(x, causal=True, return_context=True)
+    layer.backward(ctx, np.ones_like(y))
+    assert len(calls) == 3 * forward
