@@ -175,3 +175,20 @@ def test_layer_refuses_positions_of_the_wrong_shape():
     with pytest.raises(ValueError, match="positions"):
         layer(x, positions=pos[:, :5], cache=cache)
     assert cache.length == 0                              # a failed call leaves the cache as it was
+
+
+def test_recorded_vectors_hold_the_adjoint_identity_and_hand_positions():
+    import json
+    import pathlib
+    from minipos import vectors
+    root = pathlib.Path(__file__).resolve().parents[1] / "spec" / "vectors"
+    doc = json.loads((root / "mrope_grad.json").read_text())
+    rng = np.random.default_rng(10)
+    for case in doc["cases"]:
+        dy, pos = (vectors.decode(case["inputs"][n]) for n in ("dy", "positions"))
+        dx = vectors.decode(case["expected"]["dx"])
+        x = rng.standard_normal(dy.shape)                 # <f(x), dy> = <x, f^T dy> with the forward f
+        assert abs(np.sum(mrope.apply_mrope(x, pos, **case["params"]) * dy) - np.sum(x * dx)) < 1e-9
+    doc = json.loads((root / "mrope_positions.json").read_text())
+    case = next(c for c in doc["cases"] if c["name"] == "text_only")
+    assert vectors.decode(case["expected"]["positions"]).tolist() == [list(range(5))] * 3   # t = h = w = n
