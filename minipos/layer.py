@@ -34,10 +34,12 @@ One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__`
 
 A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 ``rotates_cached_keys``) caches keys unrotated and rotates all S keys in step 4 instead, with this
-call's frequencies. With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)``
-and feed step 3 only; the mask and the cache then follow the sequence order. With ``block_size=N``
-step 7 is ``blockwise_attention``, which calls the same ``logits_bias`` per (query block, key
-block), so no ``(T, S)`` array is ever held, for every scheme. ``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
+call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, which calls the same
+``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
+scheme. ``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
+
+With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)`` and feed step 3
+only; the mask and the cache then follow the sequence order.
 
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; the projection columns are laid out head by
 head (column ``h * D + d``), exactly as the ``view(B, T, H, D)`` of HF/fairseq/Meta code. To load a
@@ -839,7 +841,7 @@ class MultiHeadAttention:
         k_p, v = (self._heads(x_in, w, b, self.num_kv_heads) for w, b in ((self.wk, self.bk), (self.wv, self.bv)))
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
             check_result(a, f"x @ w{name}")
-        # 3) rotate seam: q and k rotated by their positions (RoPE, xPos)
+        # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = sc.rotate_q(q_p, rot_pos, seq_len=seq_len)                          # (B, H, T, D)
         k = k_p if sc.rotates_cached_keys else sc.rotate_k(k_p, rot_pos, seq_len=seq_len)
         # 4) cache: the keys and values of earlier calls in front of this call's
