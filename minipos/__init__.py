@@ -14,21 +14,23 @@ logs are computed in float64; outputs keep the input's floating dtype. Weights a
 Every scheme enters attention through one of four seams:
 
     input             sinusoidal, learned absolute      (minipos.sinusoidal)
-    rotate            RoPE and its scalings, xPos       (minipos.rope, rope_scaling, xpos)
+    rotate            RoPE and its scalings, xPos,      (minipos.rope, rope_scaling, xpos,
+                      M-RoPE                            minipos.mrope)
     bias              ALiBi, T5 buckets                 (minipos.alibi, minipos.t5)
     content-position  Transformer-XL, DeBERTa           (minipos.transformer_xl, minipos.deberta)
 """
 
 __version__ = "0.1.0"
 
-from . import (alibi, attention, deberta, rope, rope_scaling, sinusoidal, t5,  # noqa: E402
+from . import (alibi, attention, deberta, mrope, rope, rope_scaling, sinusoidal, t5,  # noqa: E402
                transformer_xl, xpos)
 from .attention import causal_mask, softmax  # noqa: E402
-from .layer import (ALiBi, DeBERTa, KVCache, LearnedAbsolute, MultiHeadAttention, NoPE,  # noqa: E402
+from .layer import (ALiBi, DeBERTa, KVCache, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE,  # noqa: E402
                     Rotary, Sinusoidal, T5Bias, TransformerXL, XPos)
 
 __all__ = [
     "__version__", "alibi", "attention", "deberta", "rope", "rope_scaling", "sinusoidal", "t5",
-    "transformer_xl", "xpos", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
+    "transformer_xl", "xpos", "mrope", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
     "Sinusoidal", "LearnedAbsolute", "Rotary", "XPos", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
+    "MRotary",
 ]

@@ -38,6 +38,9 @@ call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, whi
 ``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
 scheme. ``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
 
+With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)`` and feed step 3
+only; the mask and the cache then follow the sequence order.
+
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; the projection columns are laid out head by
 head (column ``h * D + d``), exactly as the ``view(B, T, H, D)`` of HF/fairseq/Meta code. To load a
 checkpoint, copy ``W = linear.weight.T`` and ``b = linear.bias``:
@@ -72,7 +75,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
+from . import alibi, deberta, mrope, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_even_int,
                       check_float, check_float_dtype, check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
@@ -86,6 +89,7 @@ __all__ = [
     "LearnedAbsolute",
     "Rotary",
     "XPos",
+    "MRotary",
     "ALiBi",
     "T5Bias",
     "TransformerXL",
@@ -119,6 +123,7 @@ class Scheme:
         """The scheme's learned position parameters, by their reference names."""
         return {}
 
+    position_streams = 1  # 3: positions (3, T) feed the rotate seam only; mask and cache follow sequence order
     rotates_cached_keys = False  # cache hook: True = the cache keeps raw keys, every call rotates all of them
 
     def cache_tag(self, seq_len: int):
@@ -394,6 +399,59 @@ class XPos(Scheme):
         return f"XPos(scale_base={self.scale_base})"
 
 
+class MRotary(Scheme):
+    """Multimodal RoPE (``minipos.mrope``): half-layout RoPE whose frequencies are shared by three
+    position streams, temporal, height and width (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with ``interleaved``).
+
+    The layer's ``positions`` are then ``(3, T)`` (``minipos.mrope.mrope_positions``; a ``(T,)``
+    array means three equal streams, i.e. text) and serve the rotate seam only: the causal mask and
+    the KV cache follow the sequence order (0, 1, ... continuing the cache), as HF's mask follows
+    ``cache_position``. Decode after a cache with ``mrope_decode_positions(cache_length, T, delta)``.
+    ``mrope_section`` ``[n_t, n_h, n_w]`` adds up to head_dim/2 (HF ``rope_parameters["mrope_section"]``);
+    ``None`` scales the model's default to the head dim: Qwen2-VL's [16, 24, 24] or, interleaved,
+    Qwen3-VL's [24, 20, 20] at head_dim 128 (n_h = n_w = 3/16 resp. 5/32 of head_dim, n_t the rest).
+    """
+
+    name = "mrope"
+    seams = ("rotate",)
+    position_streams = 3
+
+    def __init__(self, *, mrope_section=None, base: float = 10000.0, interleaved: bool = False):
+        self.mrope_section = None if mrope_section is None else list(mrope.check_section(mrope_section))
+        self.base = check_float(base, "base", positive=True)
+        self.interleaved = check_bool(interleaved, "interleaved")
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        half = self.head_dim // 2
+        if self.head_dim % 2:
+            raise ValueError(f"M-RoPE needs an even head dim, got head_dim = {self.head_dim}")
+        if self.mrope_section is None:                       # the model's proportions at this head dim
+            n = 3 * half // 8 if not self.interleaved else 5 * half // 16
+            self.mrope_section = [half - 2 * n, n, n]
+        if sum(self.mrope_section) != half:
+            raise ValueError(f"mrope_section {self.mrope_section} must add up to head_dim/2 = {half}")
+        mrope.mrope_streams(self.mrope_section, interleaved=self.interleaved)   # refuses a bad interleaving
+        self.inv_freq = rope.rope_inv_freq(self.head_dim, base=self.base)
+
+    def cache_tag(self, seq_len):
+        return self.inv_freq.tobytes(), tuple(self.mrope_section), self.interleaved
+
+    def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (3, T)
+        return mrope.apply_mrope(x, positions, self.mrope_section, inv_freq=self.inv_freq,
+                                 interleaved=self.interleaved)
+
+    def _apply_backward(self, dx, positions, *, seq_len):             # R^T
+        return mrope.apply_mrope_backward(dx, positions, self.mrope_section, inv_freq=self.inv_freq,
+                                          interleaved=self.interleaved)
+
+    rotate_q = rotate_k = _apply
+    rotate_q_backward = rotate_k_backward = _apply_backward
+
+    def __repr__(self) -> str:
+        return f"MRotary(mrope_section={self.mrope_section}, interleaved={self.interleaved})"
+
+
 class ALiBi(Scheme):
     """Linear biases (Press et al. 2022): ``-m_h |i - j|`` by default, ``-m_h (i - j)`` with ``symmetric=False``.
 
@@ -594,7 +652,7 @@ class DeBERTa(Scheme):
 
 
 SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias,
-                                     TransformerXL, DeBERTa)}
+                                     TransformerXL, DeBERTa, MRotary)}
 
 
 class KVCache:
@@ -769,6 +827,9 @@ class MultiHeadAttention:
         x, positions, mask, causal = self._check_call(x, positions, mask, causal, cache, return_weights)
         return_context = check_bool(return_context, "return_context")
         sc = self.scheme
+        rot_pos = positions                                                     # (T,), or (3, T) for M-RoPE
+        if rot_pos.ndim == 2:                                                   # M-RoPE: mask, cache by sequence order
+            positions = (0 if cache is None else cache.seen) + np.arange(x.shape[1])
         past = np.zeros(0, np.int64) if cache is None else cache.positions
         k_pos = np.concatenate([past, positions])                               # (S,) key positions
         seq_len = int(k_pos.max()) + 1 if len(k_pos) else 1                     # for length-dependent RoPE
@@ -780,9 +841,9 @@ class MultiHeadAttention:
         k_p, v = (self._heads(x_in, w, b, self.num_kv_heads) for w, b in ((self.wk, self.bk), (self.wv, self.bv)))
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
             check_result(a, f"x @ w{name}")
-        # 3) rotate seam: q and k rotated by their positions (RoPE, xPos)
-        q = sc.rotate_q(q_p, positions, seq_len=seq_len)                        # (B, H, T, D)
-        k = k_p if sc.rotates_cached_keys else sc.rotate_k(k_p, positions, seq_len=seq_len)
+        # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
+        q = sc.rotate_q(q_p, rot_pos, seq_len=seq_len)                          # (B, H, T, D)
+        k = k_p if sc.rotates_cached_keys else sc.rotate_k(k_p, rot_pos, seq_len=seq_len)
         # 4) cache: the keys and values of earlier calls in front of this call's
         tag = sc.cache_tag(seq_len)
         if cache is not None:
@@ -811,7 +872,7 @@ class MultiHeadAttention:
         result = (y, weights) if return_weights else (y,)
         if return_context:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
-                               extra, out, lse, merged),)
+                               extra, out, lse, merged, rot_positions=rot_pos),)
         return result if len(result) > 1 else y
 
     def _heads(self, x, w, b, heads):  # (B, T, d_model) -> (B, heads, T, D)
@@ -897,9 +958,10 @@ class MultiHeadAttention:
             dk = sc.rotate_k_backward(dk, ctx.k_positions, seq_len=ctx.seq_len)
         dk, dv = dk[..., ctx.past:, :], dv[..., ctx.past:, :]
         # 3) rotate seam
-        dq = sc.rotate_q_backward(dq, ctx.positions, seq_len=ctx.seq_len)
+        rot_pos = ctx.positions if ctx.rot_positions is None else ctx.rot_positions   # (T,) or (3, T)
+        dq = sc.rotate_q_backward(dq, rot_pos, seq_len=ctx.seq_len)
         if not sc.rotates_cached_keys:
-            dk = sc.rotate_k_backward(dk, ctx.positions, seq_len=ctx.seq_len)
+            dk = sc.rotate_k_backward(dk, rot_pos, seq_len=ctx.seq_len)
         # 2) projections: q = heads(x_in wq + bq), ...
         dx_in = np.zeros_like(ctx.x_in)
         for name, d in (("q", dq), ("k", dk), ("v", dv)):
@@ -950,7 +1012,7 @@ class MultiHeadAttention:
         return logits_grad, dq_extra, dk_extra
 
     def _check_call(self, x, positions, mask, causal, cache, return_weights):
-        """Every argument of a call checked once: ``(x, positions (T,), mask, causal)``, the mask
+        """Every argument of a call checked once: ``(x, positions (T,) or (3, T), mask, causal)``, the mask
         as ``(B, 1, 1, S)`` or ``(B, 1, T, S)`` (or ``None``)."""
         x = as_float_array(x, "x")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
@@ -968,6 +1030,8 @@ class MultiHeadAttention:
         seen = 0 if cache is None else cache.seen
         if positions is None:
             positions = np.arange(seen, seen + T)
+        elif self.scheme.position_streams > 1:                                  # M-RoPE: (3, T), or (T,) for t = h = w
+            positions = mrope.stream_positions(positions, T, allow_negative=False)
         else:
             positions = as_positions(positions, "positions", length=T)
         if mask is not None:
@@ -1008,3 +1072,4 @@ class Context:
     out: np.ndarray            # attention's output (B, H, T, Dv)
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
     merged: np.ndarray         # (B, T, H*Dv)
+    rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), or (3, T) for M-RoPE; None = positions

@@ -54,7 +54,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__, alibi, deberta, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
+from . import __version__, alibi, deberta, mrope, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
 from .attention import causal_mask
 
 __all__ = ["SPEC_VERSION", "FAMILIES", "SCHEMA", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_TOLERANCE",
@@ -88,6 +88,7 @@ FLOAT32_TOLERANCE = {
     "deberta_scores": 1e-6, "rope": 2e-5, "rope_scaling": 1e-6, "xpos": 5e-6, "layer": 5e-6,
     "attention_grad": 5e-6, "rope_grad": 2e-5, "t5_grad": 1e-6, "alibi_grad": 1e-6, "xl_grad": 1e-6,
     "deberta_grad": 1e-6, "xpos_grad": 5e-6, "learned_grad": 1e-6, "layer_grad": 2e-5,
+    "mrope": 1e-5, "mrope_grad": 1e-5, "mrope_layer": 2e-6, "mrope_layer_grad": 2e-5,
     # positions up to 4096 / 4097 at the high frequencies: the float32 angle m * theta_i errs by
     # up to half an ulp of m * theta_i (1.5e-5 rad at 409.7)
     **{f"sinusoidal_table/{layout}_dim8": 2e-4 for layout in sinusoidal.LAYOUTS},
@@ -929,6 +930,115 @@ def _layer_grad_run(inputs, params):
     return {k: grads[k] for k in order + sorted(set(grads) - set(order)) if k in grads}
 
 
+# --------------------------------------------------------------------------- multimodal RoPE (M-RoPE)
+
+MROPE_TYPES = [0] * 2 + [1] * 6 + [0] * 2 + [1] * 3 + [0] * 2   # text, image 1x4x6, text, image 1x6x2, text
+MROPE_IMAGES = [[1, 4, 6], [1, 6, 2]]
+MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True))
+
+
+def _mrope_streams():
+    """Positions (3, T) of ``MROPE_TYPES``, then two decoded tokens continuing at cache length + delta."""
+    pos, delta = mrope.mrope_positions(MROPE_TYPES, image_grid_thw=MROPE_IMAGES)
+    return np.concatenate([pos, mrope.mrope_decode_positions(pos.shape[1], 2, delta)], axis=1)   # (3, T + 2)
+
+
+def _mrope_cases(grad: bool = False):
+    rng = np.random.default_rng(23 if grad else 24)
+    pos = _mrope_streams()
+    name = "dy" if grad else "x"
+    specs = [("qwen2_vl_split_d16", [2, 3, 3], False, "split: frequencies 0-1 temporal, 2-4 height, 5-7 width"),
+             ("qwen3_vl_interleaved_d16", [4, 2, 2], True, "interleaved: T H W T H W T T"),
+             ("qwen2_vl_split_d128", [16, 24, 24], False, "Qwen2-VL's section at head dim 128"),
+             ("qwen3_vl_interleaved_d128", [24, 20, 20], True, "Qwen3-VL's section at head dim 128")]
+    what = "dx = R^T dy, each pair rotated back by its angle" if grad else "x rotated in the half layout"
+    return [_case(label, f"{what}; angle of pair i = positions[stream(i)] * base^(-2i/D), {note}; positions of "
+                  "text, two images, text and two decoded tokens",
+                  {name: _grid(rng, (2, pos.shape[1], 2 * sum(section))), "positions": pos},
+                  {"mrope_section": section, "interleaved": inter, "base": 10000.0})
+            for label, section, inter, note in specs]
+
+
+def _mrope_run(inputs, params):
+    return {"out": mrope.apply_mrope(inputs["x"], inputs["positions"], **params)}
+
+
+def _mrope_grad_run(inputs, params):
+    return {"dx": mrope.apply_mrope_backward(inputs["dy"], inputs["positions"], **params)}
+
+
+def _mrope_positions_cases():
+    video = [0] * 2 + [2] * 12 + [0] * 3 + [1] * 4 + [0]
+    frames = [0] * 2 + [2] * 4 + [0] * 2 + [2] * 4 + [0] * 3
+    specs = [("text_image_text", MROPE_TYPES, MROPE_IMAGES, None, None, "Qwen2-VL / 2.5-VL / 3-VL images"),
+             ("video_time_step_6", video, [[1, 4, 4]], [[3, 4, 4]], [6.0],
+              "Qwen2.5-VL video: temporal step tokens_per_second * second_per_grid_ts = 4 * 1.5"),
+             ("video_frames_qwen3_vl", frames, None, [[1, 4, 4], [1, 4, 4]], None,
+              "Qwen3-VL: each frame its own (1, h, w) grid after a timestamp"),
+             ("text_only", [0] * 5, None, None, None, "text only: arange(T) in all three streams, delta 0")]
+    cases = []
+    for label, types, images, videos, steps, note in specs:
+        inputs = {"token_types": np.array(types)}
+        if images is not None:
+            inputs["image_grid_thw"] = np.array(images)
+        if videos is not None:
+            inputs["video_grid_thw"] = np.array(videos)
+        cases.append(_case(label, f"{note}; spatial_merge_size 2; positions (3, T) and delta = max + 1 - T",
+                           inputs, {"spatial_merge_size": 2, "video_time_intervals": steps}, EXACT))
+    return cases
+
+
+def _mrope_positions_run(inputs, params):
+    pos, delta = mrope.mrope_positions(inputs["token_types"], image_grid_thw=inputs.get("image_grid_thw"),
+                                       video_grid_thw=inputs.get("video_grid_thw"), **params)
+    return {"positions": pos, "delta": np.array(delta, dtype=np.int64)}
+
+
+def _mrope_layer_cases(grad: bool = False):
+    from .layer import MRotary, MultiHeadAttention
+    rng = np.random.default_rng(25 if grad else 26)
+    pos = _mrope_streams()
+    T = pos.shape[1]
+    cases = []
+    for label, section, inter in MROPE_LAYERS:
+        config = {"mrope_section": section, "interleaved": inter}
+        layer = MultiHeadAttention(16, 2, scheme=MRotary(**config), bias=True)
+        inputs = {"x": _grid(rng, (BATCH, T, 16)), "positions": pos}
+        inputs.update({n: _grid(rng, getattr(layer, n).shape, 0.25) for n in ("wq", "wk", "wv", "wo", "bq", "bk",
+                                                                                "bv", "bo")})
+        params = {"d_model": 16, "num_heads": 2, "bias": True, "scheme": "mrope", "scheme_config": config,
+                  "causal": True}
+        if grad:
+            inputs["dy"] = _grid(rng, (BATCH, T, 16))
+            cases.append(_case(label, "layer.backward(ctx, dy) of MultiHeadAttention with MRotary, causal, "
+                               "positions (3, T) of text, two images, text, two decoded tokens", inputs, params))
+            continue
+        for chunks in ([T], [T - 2, 1, 1]):
+            note = ("one forward pass" if len(chunks) == 1 else f"through a KV cache in chunks {chunks}: the last "
+                    "two tokens decoded at cache length + delta, the mask in sequence order")
+            cases.append(_case(label + ("_cached" if len(chunks) > 1 else ""), f"MultiHeadAttention with MRotary "
+                               f"{config}, causal, positions (3, T); {note}", inputs, {**params, "chunks": chunks}))
+    return cases
+
+
+def _mrope_layer_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("positions",))
+    x, pos = inputs["x"], inputs["positions"]
+    cache = layer.new_cache() if len(params["chunks"]) > 1 else None
+    outs, start = [], 0
+    for size in params["chunks"]:
+        outs.append(layer(x[:, start:start + size], positions=pos[:, start:start + size], causal=True, cache=cache))
+        start += size
+    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+
+
+def _mrope_layer_grad_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("positions", "dy"))
+    _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=True, return_context=True)
+    grads = layer.backward(ctx, inputs["dy"])
+    return {k: grads[k] for k in ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]}
+
+
 # --------------------------------------------------------------------------- the registry
 
 FAMILIES = {
@@ -985,6 +1095,17 @@ FAMILIES = {
     "layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with each scheme, "
                          "causal and not, with padding: the gradient of x and of every weight",
                          _layer_grad_cases, _layer_grad_run),
+    "mrope": Family("minipos.mrope.apply_mrope", "multimodal RoPE on (..., T, D): positions (3, T), Qwen2-VL's "
+                    "split and Qwen3-VL's interleaved frequencies", _mrope_cases, _mrope_run),
+    "mrope_grad": Family("minipos.mrope.apply_mrope_backward", "M-RoPE's backward R^T dy",
+                         lambda: _mrope_cases(grad=True), _mrope_grad_run),
+    "mrope_positions": Family("minipos.mrope.mrope_positions", "M-RoPE positions (3, T) and rope delta of text, "
+                              "image and video tokens (HF get_rope_index)", _mrope_positions_cases,
+                              _mrope_positions_run),
+    "mrope_layer": Family("minipos.layer.MultiHeadAttention", "the layer with MRotary: positions (3, T), prefill "
+                          "and cached decoding", _mrope_layer_cases, _mrope_layer_run),
+    "mrope_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with MRotary",
+                               lambda: _mrope_layer_cases(grad=True), _mrope_layer_grad_run),
 }
 
 

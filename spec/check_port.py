@@ -71,6 +71,11 @@ AXES = {
     "xpos_grad": {"dx": "td"},
     "learned_grad": {"dtable": "pd"},
     "layer_grad": {"x": "btd"},
+    "mrope": {"out": "td"},
+    "mrope_grad": {"dx": "td"},
+    "mrope_positions": {"positions": "t"},
+    "mrope_layer": {"y": "btd"},
+    "mrope_layer_grad": {"x": "btd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value

@@ -125,7 +125,27 @@ def _rope_scaling_f32(inputs, params):
     return {k: _f32(v) for k, v in vectors.FAMILIES["rope_scaling"].run(inputs, params).items()}
 
 
+def _mrope_f32(x, positions, mrope_section, interleaved, base, sign=1):
+    """HF Qwen2-VL / Qwen3-VL's float32 rotary embedding: inv_freq, angles, cos and sin in float32, each
+    frequency taking the position of its stream (the assignment read off HF, not minipos)."""
+    x = _f32(x)
+    D = x.shape[-1]
+    inv_freq = F32(1.0) / (F32(base) ** (np.arange(0, D, 2).astype(F32) / F32(D)))
+    freqs = np.asarray(positions).astype(F32)[:, :, None] * inv_freq              # (3, T, D/2) float32
+    if interleaved:                                   # Qwen3VLTextRotaryEmbedding.recomposition_frequencies
+        angles = freqs[0].copy()
+        for dim in (1, 2):
+            angles[:, dim:mrope_section[dim] * 3:3] = freqs[dim][:, dim:mrope_section[dim] * 3:3]
+    else:                                             # Qwen2VLRotaryEmbedding.recomposition_frequencies
+        cuts = np.cumsum(mrope_section)[:-1]
+        angles = np.concatenate([m[i % 3] for i, m in enumerate(np.split(freqs, cuts, axis=-1))], axis=-1)
+    angles = np.concatenate([angles, angles], -1)
+    return x * np.cos(angles) + sign * _rotate(x, "half") * np.sin(angles)
+
+
 ANGLE_PORTS = {
+    "mrope": lambda i, p: {"out": _mrope_f32(i["x"], i["positions"], **p)},
+    "mrope_grad": lambda i, p: {"dx": _mrope_f32(i["dy"], i["positions"], sign=-1, **p)},
     "alibi_slopes": lambda i, p: {"slopes": _alibi_slopes_f32(p["num_heads"])},
     "rope_scaling": _rope_scaling_f32,
     "sinusoidal_table": lambda i, p: {"table": _sinusoidal_f32(i["positions"], p["dim"], p["base"], p["layout"])},

@@ -1,0 +1,240 @@
+"""Multimodal RoPE (M-RoPE): three position streams share the frequencies of one rotation.
+
+Source: Wang et al. 2024, "Qwen2-VL", arXiv:2409.12191, §2.1 ("Multimodal Rotary Position
+Embedding"); Bai et al. 2025, "Qwen2.5-VL", arXiv:2502.13923, §2.1.3 (absolute time); the
+interleaved assignment is Qwen3-VL's (HF ``Qwen3VLTextRotaryEmbedding``). Derivations and the
+traps are on the docs page "Multimodal RoPE: Qwen2-VL and Qwen3-VL".
+
+The rotation. Plain RoPE in the "half" layout (HF ``rotate_half``) rotates pair i = (i, i + D/2)
+by the angle ``m θ_i``. M-RoPE gives each token three positions, temporal, height and width,
+``positions`` ``(3, T)``, and lets stream ``s(i)`` own frequency i:
+
+    angle[t, i] = positions[s(i), t] · θ_i,      θ_i = base^(-2i/D),  i = 0 … D/2 - 1
+    y = x ⊙ [cos | cos] + rotate_half(x) ⊙ [sin | sin]                   (Eq. 34, half layout)
+
+``mrope_section = [n_t, n_h, n_w]`` (``n_t + n_h + n_w = D/2``) says how many frequencies each
+stream owns; ``mrope_streams`` gives the assignment s(i):
+
+- split (Qwen2-VL, Qwen2.5-VL; HF ``recomposition_frequencies`` with ``split`` and ``i % 3``):
+  the first n_t frequencies (the fastest) are temporal, the next n_h height, the last n_w width:
+  ``[16, 24, 24]`` for D = 128.
+- interleaved (Qwen3-VL): frequency i is height if ``i % 3 == 1`` and ``i < 3 n_h``, width if
+  ``i % 3 == 2`` and ``i < 3 n_w``, temporal otherwise: T H W T H W … T T T T, so each stream spans
+  fast and slow frequencies. ``[24, 20, 20]`` for D = 128.
+
+Each stream's share of the score is a plain RoPE score on its own pairs, so ⟨R(p_q) q, R(p_k) k⟩
+depends on the three differences ``p_q - p_k`` only; with three equal streams (text tokens) it is
+RoPE itself.
+
+The positions (HF ``get_rope_index`` of Qwen2-VL, 2.5-VL, 3-VL in transformers 5.24):
+``mrope_positions``. A text token at sequence index n after the last block has all three positions
+equal to ``c + (n - start of its text run)``, where c (``current_pos``) starts at 0, grows by each
+text run's length and, after a vision block of grid (t, h, w) merged by ``spatial_merge_size`` m,
+by ``max(h, w) // m``. The block's tokens, in (t, h, w) row-major order, get
+``(c + floor(τ · interval), c + row, c + column)``. Decoding continues at
+``cache_length + delta`` in all three streams, ``delta = max(positions) + 1 - T`` (``rope_deltas``):
+``mrope_decode_positions``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, as_positions, check_choice, check_float, check_int, check_ndim
+from .rope import _as_inv_freq, _check_angles, _overflow_raises, rope_inv_freq, rotate_half
+
+__all__ = ["STREAMS", "mrope_streams", "mrope_angles", "apply_mrope", "apply_mrope_backward", "mrope_positions",
+           "mrope_decode_positions"]
+
+STREAMS = ("temporal", "height", "width")
+TEXT, IMAGE, VIDEO = 0, 1, 2  # HF mm_token_type_ids
+
+
+def check_section(mrope_section, name: str = "mrope_section") -> tuple:
+    if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__len__") or len(mrope_section) != 3:
+        raise ValueError(f"{name} must hold three counts [temporal, height, width], got {mrope_section!r}")
+    return tuple(check_int(n, f"{name}[{s}]", minimum=0) for s, n in enumerate(mrope_section))
+
+
+def mrope_streams(mrope_section, *, interleaved: bool = False) -> np.ndarray:
+    """Which stream owns each frequency: int64 ``(D/2,)`` of 0 (temporal), 1 (height), 2 (width).
+
+    mrope_section: ``[n_t, n_h, n_w]``, the number of frequencies of each stream (D/2 in all).
+    ``interleaved=False``: ``[0]*n_t + [1]*n_h + [2]*n_w`` (Qwen2-VL). ``True``: Qwen3-VL's
+    T H W T H W … pattern, height at ``i % 3 == 1, i < 3 n_h``, width at ``i % 3 == 2, i < 3 n_w``,
+    temporal elsewhere; a section for which that pattern does not give each stream its count
+    (a temporal count below the others') raises ``ValueError``.
+    """
+    n_t, n_h, n_w = section = check_section(mrope_section)
+    half = n_t + n_h + n_w
+    if half < 1:
+        raise ValueError(f"mrope_section must count D/2 >= 1 frequencies, got {list(section)}")
+    if not isinstance(interleaved, (bool, np.bool_)):
+        raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
+    if not interleaved:
+        return np.repeat(np.arange(3), section)                            # (D/2,): 0…0 1…1 2…2
+    i = np.arange(half)
+    streams = np.zeros(half, dtype=np.int64)                               # temporal by default
+    streams[(i % 3 == 1) & (i < 3 * n_h)] = 1                              # HF: slice(1, 3 n_h, 3)
+    streams[(i % 3 == 2) & (i < 3 * n_w)] = 2                              # HF: slice(2, 3 n_w, 3)
+    counts = np.bincount(streams, minlength=3)
+    if tuple(counts) != section:
+        raise ValueError(f"interleaved mrope_section {list(section)} gives the streams {list(counts)} frequencies: "
+                         "the temporal count must be at least the height and width counts")
+    return streams
+
+
+def stream_positions(positions, T: int | None = None, *, allow_negative: bool = True) -> np.ndarray:
+    """Integer positions ``(3, T)``; a ``(T,)`` array means three equal streams (text)."""
+    pos = as_positions(positions, "positions", allow_negative=allow_negative, ndim=None)
+    if pos.ndim == 1:
+        pos = np.broadcast_to(pos, (3, pos.shape[0]))                       # text: t = h = w
+    if pos.ndim != 2 or pos.shape[0] != 3 or (T is not None and pos.shape[1] != T):
+        want = "(3, T)" if T is None else f"(3, {T}) or ({T},)"
+        raise ValueError(f"positions must have shape {want} (temporal, height, width rows), got {pos.shape}")
+    return pos
+
+
+def mrope_angles(positions, inv_freq, mrope_section, *, interleaved: bool = False) -> np.ndarray:
+    """The angles ``positions[s(i), t] · θ_i``, float64 ``(T, D/2)``.
+
+    positions: integers ``(3, T)`` (temporal, height, width), or ``(T,)`` for three equal streams.
+    inv_freq: ``(D/2,)``. mrope_section, interleaved: as ``mrope_streams``; the section must
+    count ``len(inv_freq)`` frequencies.
+    """
+    pos = stream_positions(positions)                                       # (3, T)
+    inv_freq = _as_inv_freq(inv_freq)                                       # (D/2,)
+    streams = mrope_streams(mrope_section, interleaved=interleaved)         # (D/2,)
+    if len(streams) != len(inv_freq):
+        raise ValueError(f"mrope_section counts {len(streams)} frequencies but inv_freq has {len(inv_freq)} (D/2)")
+    _check_angles(pos, inv_freq, 1.0)
+    own = pos[streams].T.astype(np.float64)                                 # (T, D/2): position owning pair i
+    return own * inv_freq                                                   # (T, D/2): p_{s(i)} θ_i
+
+
+def _cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, name):
+    """``(x, cos, sin)``: x checked ``(..., T, D)``, cos and sin ``(T, D)`` in the half layout, times the factor."""
+    x = as_float_array(x, name)
+    check_ndim(x, name, 2, "(..., T, D)")
+    *_, T, D = x.shape
+    if D % 2 or D < 2:
+        raise ValueError(f"{name} must have an even head dim D >= 2 (last axis) for M-RoPE, got D = {D}")
+    if inv_freq is None:
+        inv_freq = rope_inv_freq(D, base=base)
+    elif base != 10000.0:
+        raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
+    inv_freq = _as_inv_freq(inv_freq)
+    if len(inv_freq) != D // 2:
+        raise ValueError(f"inv_freq must have length D/2 = {D // 2}, got length {len(inv_freq)}")
+    factor = check_float(attention_factor, "attention_factor", positive=True)
+    angles = mrope_angles(stream_positions(positions, T), inv_freq, mrope_section, interleaved=interleaved)
+    cos, sin = factor * np.cos(angles), factor * np.sin(angles)            # (T, D/2)
+    return x, np.concatenate([cos, cos], -1).astype(x.dtype), np.concatenate([sin, sin], -1).astype(x.dtype)
+
+
+def apply_mrope(x, positions, mrope_section, *, base: float = 10000.0, inv_freq=None, interleaved: bool = False,
+                attention_factor: float = 1.0) -> np.ndarray:
+    """Rotate ``x`` by M-RoPE: ``x ⊙ [cos | cos] + rotate_half(x) ⊙ [sin | sin]`` of ``mrope_angles``.
+
+    x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``, half layout (pairs (i, i + D/2), HF
+    ``rotate_half``). positions: ``(3, T)`` integers (temporal, height, width), or ``(T,)`` meaning
+    three equal streams (plain RoPE). mrope_section: ``[n_t, n_h, n_w]`` adding up to D/2.
+    interleaved: Qwen3-VL's assignment (see ``mrope_streams``). inv_freq: ``(D/2,)`` replacing
+    ``base^(-2i/D)``. attention_factor multiplies cos and sin. Returns ``(..., T, D)`` in x's dtype.
+    """
+    x, cos, sin = _cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "x")
+    with _overflow_raises(x.dtype):
+        return x * cos + rotate_half(x) * sin                               # (..., T, D): Eq. 34
+
+
+def apply_mrope_backward(dy, positions, mrope_section, *, base: float = 10000.0, inv_freq=None,
+                         interleaved: bool = False, attention_factor: float = 1.0) -> np.ndarray:
+    """The gradient of ``apply_mrope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair rotated back.
+
+    ``apply_mrope`` is linear in x, pair i rotated by its own angle, so ``dx = f R^T dy`` with the
+    adjoint of ``rotate_half`` being ``-rotate_half``: ``dx = dy ⊙ cos - rotate_half(dy) ⊙ sin``.
+    Same arguments as ``apply_mrope``; returns ``(..., T, D)`` in dy's dtype.
+    """
+    dy, cos, sin = _cos_sin(dy, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "dy")
+    with _overflow_raises(dy.dtype, "dy"):
+        return dy * cos - rotate_half(dy) * sin                             # (..., T, D): R^T dy
+
+
+def _grids(grid_thw, name: str) -> list:
+    if grid_thw is None:
+        return []
+    grid = as_positions(grid_thw, name, ndim=2)
+    if grid.shape[1:] != (3,) or (grid.size and grid.min() < 1):
+        raise ValueError(f"{name} must have shape (N, 3) of positive (t, h, w) patch counts, got {grid.tolist()}")
+    return [tuple(int(n) for n in g) for g in grid]
+
+
+def _runs(types: np.ndarray) -> list:
+    """Runs of equal token types: ``[(type, start, end), …]`` (HF ``itertools.groupby``)."""
+    cut = np.flatnonzero(np.diff(types)) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [len(types)]])
+    return [(int(types[s]), int(s), int(e)) for s, e in zip(starts, ends) if e > s]
+
+
+def _vision_positions(start: int, grid, merge: int, interval: float) -> np.ndarray:
+    """Positions ``(3, t h w / m²)`` of one vision block starting at ``start`` (HF ``get_vision_position_ids``)."""
+    t, h, w = grid[0], grid[1] // merge, grid[2] // merge
+    tt, hh, ww = np.meshgrid(np.floor(np.arange(t) * interval).astype(np.int64), np.arange(h), np.arange(w),
+                             indexing="ij")                                 # (t, h, w) each
+    return start + np.stack([tt, hh, ww]).reshape(3, -1)                    # (3, t h w)
+
+
+def mrope_positions(token_types, *, image_grid_thw=None, video_grid_thw=None, spatial_merge_size: int = 2,
+                    video_time_intervals=None) -> tuple[np.ndarray, int]:
+    """The M-RoPE positions of one sequence and its decoding offset: ``(positions (3, T), delta)``.
+
+    token_types: ``(T,)`` ints, 0 text, 1 image, 2 video (HF ``mm_token_type_ids``); each run of
+    image (video) tokens is the next grid of ``image_grid_thw`` (``video_grid_thw``) ``(N, 3)`` and
+    must hold ``t h w / spatial_merge_size²`` tokens. ``video_time_intervals``: per video, the
+    temporal step between frames' positions (``None``: 1; Qwen2.5-VL: ``tokens_per_second ·
+    second_per_grid_ts``). Qwen3-VL gives each video frame its own grid ``(1, h, w)`` (HF repeats
+    the rows of ``video_grid_thw`` t times). ``delta = max(positions) + 1 - T``.
+    """
+    types = as_positions(token_types, "token_types")
+    if types.size and types.max() > VIDEO:
+        raise ValueError(f"token_types must be 0 (text), 1 (image) or 2 (video), got {int(types.max())}")
+    merge = check_int(spatial_merge_size, "spatial_merge_size", minimum=1)
+    grids = {IMAGE: _grids(image_grid_thw, "image_grid_thw"), VIDEO: _grids(video_grid_thw, "video_grid_thw")}
+    steps = {IMAGE: [1.0] * len(grids[IMAGE]), VIDEO: [1.0] * len(grids[VIDEO])}
+    if video_time_intervals is not None:
+        steps[VIDEO] = [float(s) for s in as_float_array(video_time_intervals, "video_time_intervals").reshape(-1)]
+        if len(steps[VIDEO]) != len(grids[VIDEO]) or min(steps[VIDEO], default=0) < 0:
+            raise ValueError(f"video_time_intervals must hold one non-negative step per video ({len(grids[VIDEO])}), "
+                             f"got {steps[VIDEO]}")
+    runs, used, parts, current = _runs(types), {IMAGE: 0, VIDEO: 0}, [], 0
+    for kind, start, end in runs:
+        if kind == TEXT:
+            parts.append(np.broadcast_to(current + np.arange(end - start), (3, end - start)))   # t = h = w
+            current += end - start
+            continue
+        label = "image_grid_thw" if kind == IMAGE else "video_grid_thw"
+        if used[kind] == len(grids[kind]):
+            raise ValueError(f"{label} has {len(grids[kind])} grids but token_types has more {label[:5]} runs")
+        grid, step = grids[kind][used[kind]], steps[kind][used[kind]]
+        block = _vision_positions(current, grid, merge, step)               # (3, t h w / m²)
+        if block.shape[1] != end - start:
+            raise ValueError(f"{label}[{used[kind]}] = {list(grid)} with spatial_merge_size {merge} needs "
+                             f"{block.shape[1]} tokens, but its run in token_types (at {start}) has {end - start}")
+        parts.append(block)
+        used[kind] += 1
+        current += max(grid[1], grid[2]) // merge                           # HF 5.24: not max(block) + 1
+    for kind, label in ((IMAGE, "image_grid_thw"), (VIDEO, "video_grid_thw")):
+        if used[kind] != len(grids[kind]):
+            raise ValueError(f"{label} has {len(grids[kind])} grids but token_types has {used[kind]} such runs")
+    positions = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), np.int64)    # (3, T)
+    delta = int(positions.max()) + 1 - positions.shape[1] if positions.size else 0
+    return positions.astype(np.int64), delta
+
+
+def mrope_decode_positions(cache_length: int, length: int, delta: int) -> np.ndarray:
+    """Positions ``(3, length)`` of tokens decoded after ``cache_length`` cached ones:
+    ``cache_length + delta + arange(length)`` in all three streams (HF ``rope_deltas``)."""
+    cache_length = check_int(cache_length, "cache_length", minimum=0)
+    length = check_int(length, "length", minimum=0)
+    delta = check_int(delta, "delta")
+    return np.broadcast_to(cache_length + delta + np.arange(length, dtype=np.int64), (3, length)).copy()
