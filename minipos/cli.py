@@ -25,6 +25,7 @@ from . import __version__
 from ._checks import check_int
 from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
                     T5Bias, TransformerXL, XPos)
+from .layer import Shaw
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
 TOUR_LIMITS = {"d_model": 512, "heads": 16, "seq_len": 64}  # a tour in seconds, in a few hundred MB
@@ -57,7 +58,8 @@ def check_tour_args(d_model, heads, seq_len, seed, *, names=None) -> None:
 def tour_schemes(seq_len: int) -> list:
     """One instance of every scheme, configured as its reference models use it."""
     return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
-            TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos()]
+            TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(),
+            Shaw(max_relative_position=16)]
 
 
 def _shift_gap(layer, x, causal):
