@@ -102,7 +102,7 @@ def test_attention_value_fn_blockwise_equals_dense_and_backward():
 # --------------------------------------------------------------------------- the layer against the paper
 
 def _paper_layer(layer, x, causal, positions):
-    """The paper's Eqs. (2)-(4) and §3.2 transcribed literally in torch, one (b, h, i, j) at a time."""
+    """The paper's Eqs. (3)-(4), its softmax and §3.2 transcribed literally in torch, one (b, h, i, j) at a time."""
     torch = pytest.importorskip("torch")
     t = lambda a: torch.tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
     X, WQ, WK, WV, WO = t(x), t(layer.wq), t(layer.wk), t(layer.wv), t(layer.wo)
@@ -120,7 +120,7 @@ def _paper_layer(layer, x, causal, positions):
                     # Eq. (4): e_ij = x_i W^Q (x_j W^K + a^K_ij)^T / sqrt(d_z), a^K_ij = w^K_clip(j - i, k)
                     (X[b, i] @ WQ[:, cols]) @ (X[b, j] @ WK[:, cols] + wK[clip(positions[j] - positions[i]) + k])
                     / dz ** 0.5 for j in keys])
-                alpha = torch.softmax(e, dim=0)                         # Eq. (2)
+                alpha = torch.softmax(e, dim=0)                         # alpha_ij = softmax over j of e_ij
                 # Eq. (3): z_i = sum_j alpha_ij (x_j W^V + a^V_ij), a^V_ij = w^V_clip(j - i, k)
                 Z[b, i, cols] = sum(alpha[n] * (X[b, j] @ WV[:, cols] + wV[clip(positions[j] - positions[i]) + k])
                                     for n, j in enumerate(keys))
