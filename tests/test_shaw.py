@@ -1,6 +1,7 @@
 """Shaw et al. 2018 relative position representations: buckets, the two forms, their backward, the
-value seam through the layer (dense, blockwise, cached, fast), and two outside references: a loop
-transcription of the paper's equations in torch, and HF SpeechT5's keys-only attention."""
+value seam through the layer (dense, blockwise, cached, fast), and three outside references: a loop
+transcription of the paper's equations in torch, tensor2tensor's batched formulation transcribed in
+torch, and HF SpeechT5's keys-only attention."""
 
 import numpy as np
 import pytest
@@ -142,6 +143,67 @@ def test_layer_equals_the_paper_transcribed_in_torch(causal):
         cache = layer.new_cache()
         y = np.concatenate([layer(x[:, a:b], causal=True, cache=cache) for a, b in ((0, 3), (3, 4), (4, 6))], 1)
         np.testing.assert_allclose(y, expected, rtol=0, atol=1e-13)
+
+
+def _t2t_relative_attention_inner(x, y, z, transpose):
+    """tensor2tensor's ``common_attention._relative_attention_inner`` transcribed to torch, line by line:
+
+        xy_matmul = tf.matmul(x, y, transpose_b=transpose)
+        x_t = tf.transpose(x, [2, 0, 1, 3])
+        x_t_r = tf.reshape(x_t, [length, heads * batch_size, -1])
+        x_tz_matmul = tf.matmul(x_t_r, z, transpose_b=transpose)
+        x_tz_matmul_r = tf.reshape(x_tz_matmul, [length, batch_size, heads, -1])
+        x_tz_matmul_r_t = tf.transpose(x_tz_matmul_r, [1, 2, 0, 3])
+        return xy_matmul + x_tz_matmul_r_t
+    """
+    batch_size, heads, length = x.shape[0], x.shape[1], x.shape[2]
+    xy_matmul = x @ (y.transpose(-1, -2) if transpose else y)
+    x_t_r = x.permute(2, 0, 1, 3).reshape(length, heads * batch_size, -1)
+    x_tz_matmul = x_t_r @ (z.transpose(-1, -2) if transpose else z)
+    return xy_matmul + x_tz_matmul.reshape(length, batch_size, heads, -1).permute(1, 2, 0, 3)
+
+
+def _t2t_relative_positions(length_q, length_k, max_relative_position):
+    """tensor2tensor's ``_generate_relative_positions_matrix`` (no cache):
+
+        range_vec_k = tf.range(length_k); range_vec_q = range_vec_k[-length_q:]
+        distance_mat = range_vec_k[None, :] - range_vec_q[:, None]
+        distance_mat_clipped = tf.clip_by_value(distance_mat, -max_relative_position, max_relative_position)
+        final_mat = distance_mat_clipped + max_relative_position
+    """
+    import torch
+    range_vec_k = torch.arange(length_k)
+    range_vec_q = range_vec_k[-length_q:]
+    distance_mat = range_vec_k[None, :] - range_vec_q[:, None]
+    return distance_mat.clamp(-max_relative_position, max_relative_position) + max_relative_position
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_layer_equals_tensor2tensors_dot_product_attention_relative(causal):
+    # tensor2tensor's dot_product_attention_relative (q already scaled by depth ** -0.5 in
+    # multihead_attention; causal by attention_bias_lower_triangle's -1e9):
+    #   relations_keys = tf.gather(relative_positions_keys/embeddings, matrix)     # (T, S, D)
+    #   logits = _relative_attention_inner(q, k, relations_keys, True) + bias
+    #   weights = tf.nn.softmax(logits)
+    #   return _relative_attention_inner(weights, v, relations_values, False)
+    torch = pytest.importorskip("torch")
+    layer = MultiHeadAttention(8, 2, scheme=Shaw(max_relative_position=2), seed=4)
+    x = np.random.default_rng(8).standard_normal((2, 7, 8))
+    B, T, _ = x.shape
+    H, D = layer.num_heads, layer.head_dim
+    t = lambda a: torch.tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+    X = t(x)
+    q, k, v = ((X @ t(w)).view(B, T, H, D).permute(0, 2, 1, 3) for w in (layer.wq, layer.wk, layer.wv))
+    q = q * D ** -0.5
+    matrix = _t2t_relative_positions(T, T, 2)
+    relations_keys, relations_values = t(layer.scheme.w_k)[matrix], t(layer.scheme.w_v)[matrix]
+    logits = _t2t_relative_attention_inner(q, k, relations_keys, True)
+    if causal:
+        logits = logits + torch.triu(torch.full((T, T), -1e9, dtype=torch.float64), diagonal=1)
+    weights = torch.softmax(logits, dim=-1)
+    out = _t2t_relative_attention_inner(weights, v, relations_values, False)       # (B, H, T, D)
+    expected = (out.permute(0, 2, 1, 3).reshape(B, T, H * D) @ t(layer.wo)).numpy()
+    np.testing.assert_allclose(layer(x, causal=causal), expected, rtol=0, atol=1e-13)
 
 
 def test_layer_against_speecht5_keys_only():
