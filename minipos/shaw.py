@@ -16,10 +16,10 @@ read from two tables of ``2k + 1`` rows indexed by the clipped distance (§3.1-3
 
 Sign convention: the distance is ``key - query`` (``j - i``), as T5's; row ``k + d`` of a table
 is distance ``d``, so row 0 is every key ``k`` or more positions before the query and row
-``2k`` every key ``k`` or more after it. Both tables are shared by all heads (§3.3, which is
-what makes the efficient form below cheap) and each layer has its own (tensor2tensor makes them
-inside each attention layer, named ``relative_positions_keys/embeddings`` and
-``relative_positions_values/embeddings``).
+``2k`` every key ``k`` or more after it. Both tables are shared by all heads (tensor2tensor's
+``[2k + 1, depth]`` tables, which the efficient form of §3.3 relies on) and each layer has its own
+(tensor2tensor makes them inside each attention layer, named ``relative_positions_keys/embeddings``
+and ``relative_positions_values/embeddings``).
 
 Two forms
 ---------
