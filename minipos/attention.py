@@ -76,17 +76,21 @@ def _scale(scale, D: int) -> float:
     return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
 
 
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False):
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None):
     """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
     bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``).
     mask: boolean, broadcastable to ``(..., H, T, S)``; ``True`` = may attend.
     scale: multiplies ``q . k`` only (not the bias); default ``1/sqrt(D)``. T5 uses ``1.0``.
+    value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
+      that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
+      ``sum_j p_ij a^V_ij``), or ``None``.
     Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
     ``return_weights``. Rows with no allowed key give zero weights and a zero output.
     """
     q, k, v = check_qkv(q, k, v)
+    check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     scale = _scale(scale, q.shape[-1])
     return_weights = check_bool(return_weights, "return_weights")
@@ -111,7 +115,19 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         logits = np.where(mask, logits, dtype.type(-np.inf))               # masked -> -inf
     weights = softmax(logits, axis=-1)                                    # (..., H, T, S)
     out = weights @ v.astype(dtype, copy=False)                           # (..., H, T, Dv)
+    if value_fn is not None:
+        every = (slice(0, q.shape[-2]), slice(0, k.shape[-2]))
+        out = out + _value_term(value_fn, *every, weights, out.shape)      # + sum_j p_ij a_ij
     return (out, weights) if return_weights else out
+
+
+def _value_term(value_fn, qs, ks, p, shape):
+    """``value_fn(qs, ks, p)`` checked: a finite array of the output block's ``shape``."""
+    term = as_float_array(value_fn(qs, ks, p), f"value_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, "
+                          f"{ks.stop}), p)", finite=False)
+    if term.shape != tuple(shape):
+        raise ValueError(f"value_fn must return the output block's shape {tuple(shape)}, got {term.shape}")
+    return term.astype(p.dtype, copy=False)
 
 
 def _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale, block_size, q_offset):
@@ -160,7 +176,8 @@ def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: 
 
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
-                        block_size: int = 256, q_offset: int | None = None, return_lse: bool = False):
+                        block_size: int = 256, q_offset: int | None = None, return_lse: bool = False,
+                        value_fn=None):
     """``attention`` by the online softmax over query and key blocks, never holding ``(T, S)``.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``. Returns ``(..., H, T, Dv)``.
@@ -177,11 +194,15 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     block_size: queries and keys per block; memory is ``O(... H block^2)`` beside the inputs.
     return_lse: also return each row's log-sum-exp ``lse = m + ln l`` ``(..., H, T)`` (``-inf`` for
       a row with no allowed key), which ``blockwise_attention_backward`` recomputes P from.
+    value_fn: as in ``attention``, called per block with the block's unnormalised weights
+      ``e^{x - m_new}``; linear in them, its term is rescaled and summed with ``P V`` by the same
+      online softmax.
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
     """
     q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     return_lse = check_bool(return_lse, "return_lse")
+    check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     *lead, T, _ = q.shape
     out = np.zeros((*lead, T, v.shape[-1]), dtype)                       # (..., H, T, Dv)
@@ -189,7 +210,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
         for qs in blocks.query_slices():                                 # a loop over query blocks
-            _attend_rows(qs, blocks, v, out, lse)
+            _attend_rows(qs, blocks, v, out, lse, value_fn)
     if not np.isfinite(out).all():
         raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
     return (out, lse) if return_lse else out
@@ -231,7 +252,7 @@ class _Blocks:
         return x                                                        # (..., H, tq, tk)
 
 
-def _attend_rows(qs, blocks, v, out, lse) -> None:
+def _attend_rows(qs, blocks, v, out, lse, value_fn=None) -> None:
     """The rows ``qs`` of ``out`` and ``lse``: the online softmax over the key blocks they may see."""
     dtype, lead, tq = out.dtype, out.shape[:-2], qs.stop - qs.start
     m = np.full((*lead, tq, 1), -np.inf, dtype)                         # running row max
@@ -240,19 +261,23 @@ def _attend_rows(qs, blocks, v, out, lse) -> None:
     for ks in blocks.key_slices(qs):                                    # a loop over key blocks
         x = blocks.logits(qs, ks)
         if x is not None:
-            m, l, o = _online_update(m, l, o, x, v[..., ks, :].astype(dtype, copy=False))
+            value = None if value_fn is None else (
+                lambda p, ks=ks: _value_term(value_fn, qs, ks, p, (*p.shape[:-1], o.shape[-1])))
+            m, l, o = _online_update(m, l, o, x, v[..., ks, :].astype(dtype, copy=False), value)
     out[..., qs, :] = np.divide(o, l, out=np.zeros_like(o), where=l > 0)   # out = o / l (0 if l = 0)
     lse[..., qs] = (m + np.log(l))[..., 0]                                 # -inf where l = 0
 
 
-def _online_update(m, l, o, x, v_blk):
+def _online_update(m, l, o, x, v_blk, value=None):
     """One step of the online softmax: fold the logits block ``x`` ``(..., tq, tk)`` into the
-    running max ``m``, sum ``l`` ``(..., tq, 1)`` and output ``o`` ``(..., tq, Dv)``."""
+    running max ``m``, sum ``l`` ``(..., tq, 1)`` and output ``o`` ``(..., tq, Dv)``; ``value(p)``
+    (or ``None``) is a term linear in the block's weights added to ``p V``."""
     m_new = np.maximum(m, x.max(axis=-1, keepdims=True))                 # m_new = max(m, rowmax(x))
     shift = np.where(np.isfinite(m_new), m_new, 0)                       # no allowed key yet: shift by 0
     alpha = np.exp(m - shift)                                            # e^{m - m_new} (0 for m = -inf)
     p = np.exp(x - shift)                                                # e^{x - m_new}
-    return m_new, l * alpha + p.sum(axis=-1, keepdims=True), o * alpha + p @ v_blk
+    o_blk = p @ v_blk if value is None else p @ v_blk + value(p)        # e^{x - m_new} (V + a)
+    return m_new, l * alpha + p.sum(axis=-1, keepdims=True), o * alpha + o_blk
 
 
 # --------------------------------------------------------------------------- gradients
@@ -281,7 +306,7 @@ def _reduce_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=stretched, keepdims=True) if stretched else grad
 
 
-def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None):
+def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value_fn=None, value_grad_fn=None):
     """The gradients of ``attention(q, k, v, bias=bias, mask=mask, scale=scale)`` for ``dout``.
 
     dout: ``(..., H, T, Dv)``, the gradient of the output. Returns ``(dq, dk, dv, dbias)``, with
@@ -293,15 +318,23 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None):
         dS = P * (dP - rowsum(dP * P))        (softmax_backward; rowsum(dP * P) = rowsum(dO * O))
         dq = scale dS K,   dk = scale dS^T Q,   dbias = dS
 
-    A fully masked row has ``P = 0``, so its gradients are zero.
+    A fully masked row has ``P = 0``, so its gradients are zero. With a ``value_fn`` (see
+    ``attention``), ``value_grad_fn(q_slice, k_slice, P, dO)`` returns its share of ``dP``
+    ``(..., H, tq, tk)`` (and sums its parameters' gradients), added to ``dO V^T``.
     """
-    out, p = attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=True)   # (..., H, T, S)
+    check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
+    if (value_fn is None) != (value_grad_fn is None):
+        raise ValueError("value_fn and value_grad_fn go together: pass both or neither")
+    out, p = attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=True,
+                       value_fn=value_fn)                                # (..., H, T, S)
     q, k, v = check_qkv(q, k, v)
     dout = _check_grad(dout, out, "dout")
     scale = _scale(scale, q.shape[-1])
     with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
         dv = np.swapaxes(p, -1, -2) @ dout                               # P^T dO      (..., H, S, Dv)
         dp = dout @ np.swapaxes(v, -1, -2)                               # dO V^T      (..., H, T, S)
+        if value_grad_fn is not None:                                    # + dO . a_ij
+            dp = dp + value_grad_fn(slice(0, q.shape[-2]), slice(0, k.shape[-2]), p, dout)
         ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))           # P * (dP - rowsum(dP * P))
         dq = scale * (ds @ k)                                            # (..., H, T, D)
         dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
@@ -321,7 +354,7 @@ def _check_grad(grad, like: np.ndarray, name: str) -> np.ndarray:
 
 def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
                                  scale=None, block_size: int = 256, q_offset: int | None = None,
-                                 bias_grad_fn=None):
+                                 bias_grad_fn=None, value_grad_fn=None):
     """The gradients of ``blockwise_attention`` (FlashAttention-2, Dao 2023, arXiv:2307.08691, Alg. 2).
 
     Takes the forward's arguments, its output ``out`` and ``lse`` (``return_lse=True``) and the
@@ -336,10 +369,14 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     bias_grad_fn: ``bias_grad_fn(q_slice, k_slice, dS_block)`` is called for every block that
     ``bias_fn`` was, with ``dS_block`` ``(..., H, tq, tk)``, the gradient of that block's logits
     (so of its bias): a scheme sums it into its parameters' gradients block by block.
+    value_grad_fn: for a forward with a ``value_fn``: as in ``attention_backward``, called per block
+    with ``P_ij`` and ``dO_i``; ``dP_ij`` gains the value term's share (``D_i`` holds it already,
+    as ``out`` includes the term).
     """
     q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     check_callable(bias_grad_fn, "bias_grad_fn", "(q_slice, k_slice, dS_block) -> None")
+    check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     *lead, T, _ = q.shape
     out = _check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
@@ -350,13 +387,13 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
-        _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale)
+        _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn)
     for g in (dq, dk, dv):
         check_result(g, "the gradients of attention for these q, k, v, out and dout")
     return dq, dk, dv
 
 
-def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale) -> None:
+def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn=None) -> None:
     """The loops of ``blockwise_attention_backward``, summing into ``dq``, ``dk``, ``dv``."""
     q, k = blocks.q, blocks.k
     D = np.sum(dout * out, axis=-1, keepdims=True)                       # (..., H, T, 1): rowsum(dO * O)
@@ -367,7 +404,10 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale)
                 continue
             p = np.exp(x - np.where(np.isfinite(lse[..., qs, None]), lse[..., qs, None], np.inf))  # P_ij
             dv[..., ks, :] += np.swapaxes(p, -1, -2) @ dout[..., qs, :]                  # dV_j += P^T dO_i
-            ds = p * (dout[..., qs, :] @ np.swapaxes(v[..., ks, :], -1, -2) - D[..., qs, :])   # dS = P (dP - D_i)
+            dp = dout[..., qs, :] @ np.swapaxes(v[..., ks, :], -1, -2)                   # dP = dO_i V_j^T
+            if value_grad_fn is not None:
+                dp = dp + value_grad_fn(qs, ks, p, dout[..., qs, :])                     # + dO_i . a_ij
+            ds = p * (dp - D[..., qs, :])                                                # dS = P (dP - D_i)
             if bias_grad_fn is not None:
                 bias_grad_fn(qs, ks, ds)
             dq[..., qs, :] += scale * (ds @ k[..., ks, :])                               # dQ_i += scale dS K_j

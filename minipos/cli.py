@@ -30,7 +30,7 @@ import numpy as np
 
 from . import __version__
 from ._checks import check_int
-from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
+from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE, Rotary, Shaw, Sinusoidal,
                     T5Bias, TransformerXL, XPos)
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
@@ -64,7 +64,8 @@ def check_tour_args(d_model, heads, seq_len, seed, *, names=None) -> None:
 def tour_schemes(seq_len: int) -> list:
     """One instance of every scheme, configured as its reference models use it."""
     return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
-            TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(), MRotary()]
+            TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(), MRotary(),
+            Shaw(max_relative_position=16)]
 
 
 def _shift_gap(layer, x, causal):

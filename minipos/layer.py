@@ -1,8 +1,8 @@
 """Multi-head attention with a pluggable position scheme.
 
 ``MultiHeadAttention`` knows the projections, the heads and the KV cache; a *scheme* object knows
-where position enters. There are four common seams, and a scheme overrides only the ones it uses
-(the value seam of Shaw et al. 2018 and a position-dependent temperature are other places):
+where position enters. There are four common seams and the value seam of Shaw et al. 2018, and a
+scheme overrides only the ones it uses (a position-dependent temperature is another place):
 
 =================  ==========================================  =================================
 seam               what the scheme returns                     schemes
@@ -18,6 +18,9 @@ content-position   ``content_position(q, k, q_pos, k_pos)``:   ``TransformerXL``
                    the query used against content, plus a
                    function giving the extra logits that
                    couple content with position, per block
+value              ``value_position(q_pos, k_pos)``: a         ``Shaw``
+                   function of a block's weights p giving
+                   the extra output ``sum_j p_ij a^V_ij``
 =================  ==========================================  =================================
 
 One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__``, step by step)::
@@ -29,7 +32,8 @@ One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__`
                k, v = repeat_kv(k), repeat_kv(v)                          # GQA: (B, H, S, D)
     5) q, extra = scheme.content_position(q, k, positions, key_positions)   # content-position seam
     6) logits_bias(qs, ks) = scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)   # bias seam
-    7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D))
+    7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D),
+                           value_fn=scheme.value_position(positions, key_positions))   # value seam
     8) y       = merge_heads(out) @ wo + bo                               # (B, T, d_model)
 
 A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
@@ -75,7 +79,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import alibi, deberta, mrope, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
+from . import alibi, deberta, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_even_int,
                       check_float, check_float_dtype, check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
@@ -94,6 +98,7 @@ __all__ = [
     "T5Bias",
     "TransformerXL",
     "DeBERTa",
+    "Shaw",
     "SCHEMES",
 ]
 
@@ -151,6 +156,11 @@ class Scheme:
         """
         return q, None
 
+    def value_position(self, q_positions, k_positions):
+        """Value seam: ``None`` or a function ``value(q_slice, k_slice, p)`` giving the extra output
+        ``(B, H, tq, Dv)`` of a block's attention weights ``p`` ``(B, H, tq, tk)``, linear in ``p``."""
+        return None
+
     def scale(self, head_dim: int) -> float:
         return 1.0 / np.sqrt(head_dim)
 
@@ -175,6 +185,10 @@ class Scheme:
     def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
         """The extra logits of the block ``(qs, ks)``: ``(dq[..., qs, :], dk[..., ks, :])``."""
         raise NotImplementedError(f"{type(self).__name__} has extra logits but no extra_backward")
+
+    def value_position_backward(self, q_positions, k_positions, qs, ks, p, dout, add):
+        """The value term of the block ``(qs, ks)`` for ``dout`` ``(B, H, tq, Dv)``: its share of ``dp``."""
+        raise NotImplementedError(f"{type(self).__name__} has a value term but no value_position_backward")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -651,8 +665,65 @@ class DeBERTa(Scheme):
         return f"DeBERTa(position_buckets={self.position_buckets}, pos_att_type={self.pos_att_type})"
 
 
+class Shaw(Scheme):
+    """Relative position representations on keys and values (Shaw et al. 2018, ``minipos.shaw``).
+
+    logits = q_i . (k_j + a^K_ij) / sqrt(D) and out_i = sum_j alpha_ij (v_j + a^V_ij), with
+    ``a_ij = w[clip(j - i, k) + k]``. Learned: ``w_k`` and ``w_v`` ``(2k + 1, D)``, shared by the
+    heads (tensor2tensor's ``relative_positions_keys/embeddings`` and
+    ``relative_positions_values/embeddings``). ``max_relative_position`` is k.
+    """
+
+    name = "shaw"
+    seams = ("content-position", "value")
+    terms = ("content-content", "content-position")
+
+    def __init__(self, max_relative_position: int = 16):
+        self.max_relative_position = check_int(max_relative_position, "max_relative_position", minimum=0)
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        rows = 2 * self.max_relative_position + 1
+        check_alloc((2, rows, self.head_dim), layer.dtype, "Shaw's tables w_k, w_v (2k + 1, D)")
+        self.w_k = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
+        self.w_v = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"w_k": self.w_k, "w_v": self.w_v}
+
+    def content_position(self, q, k, q_positions, k_positions):
+        scale, kmax = self.scale(self.head_dim), self.max_relative_position
+
+        def extra(qs, ks):  # q_i . a^K_ij / sqrt(D) for one block (Eq. 4's second term)
+            return scale * shaw.relative_logits(q[..., qs, :], self.w_k, q_positions[qs], k_positions[ks],
+                                                max_relative_position=kmax)
+        return q, extra
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+        dq, dw_k = shaw.relative_logits_backward(q[..., qs, :], self.w_k, q_positions[qs], k_positions[ks],
+                                                 self.scale(self.head_dim) * dlogits,
+                                                 max_relative_position=self.max_relative_position)
+        add("scheme.w_k", dw_k)
+        return dq, 0.0
+
+    def value_position(self, q_positions, k_positions):
+        def value(qs, ks, p):  # sum_j p_ij a^V_ij for one block (Eq. 3's second term)
+            return shaw.relative_values(p, self.w_v.astype(p.dtype, copy=False), q_positions[qs], k_positions[ks],
+                                        max_relative_position=self.max_relative_position)
+        return value
+
+    def value_position_backward(self, q_positions, k_positions, qs, ks, p, dout, add):
+        dp, dw_v = shaw.relative_values_backward(p, self.w_v, q_positions[qs], k_positions[ks], dout,
+                                                 max_relative_position=self.max_relative_position)
+        add("scheme.w_v", dw_v)
+        return dp
+
+    def __repr__(self) -> str:
+        return f"Shaw(max_relative_position={self.max_relative_position})"
+
+
 SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias,
-                                     TransformerXL, DeBERTa, MRotary)}
+                                     TransformerXL, DeBERTa, MRotary, Shaw)}
 
 
 class KVCache:
@@ -854,7 +925,7 @@ class MultiHeadAttention:
         k, v = self._repeat_kv(k), self._repeat_kv(v)                          # GQA: (B, H, S, D)
         # 5) content-position seam: the query used against content, and the extra logits
         q_c, extra = sc.content_position(q, k, positions, k_pos)
-        # 6) bias seam and 7) attention, dense or blockwise
+        # 6) bias seam and 7) attention, dense or blockwise, with the value seam's term
         try:
             out, weights, lse = self._attend(q_c, k, v, extra, positions, k_pos, mask, causal, return_weights,
                                              return_context)
@@ -911,13 +982,14 @@ class MultiHeadAttention:
         """Steps 6 and 7: ``(out, weights or None, lse or None)`` of attention over all blocks or one."""
         logits, allowed = self._logits_fn(extra, q_pos, k_pos), self._allowed_fn(mask, causal, q_pos, k_pos)
         scale = self.scheme.scale(self.head_dim)
+        value = self.scheme.value_position(q_pos, k_pos)                      # value seam, or None
         if self.block_size is None:
             every = (slice(0, len(q_pos)), slice(0, len(k_pos)))
             got = attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,
-                            return_weights=return_weights)
+                            return_weights=return_weights, value_fn=value)
             return (*got, None) if return_weights else (got, None, None)
         got = blockwise_attention(q, k, v, bias_fn=logits, mask_fn=allowed, scale=scale, block_size=self.block_size,
-                                  return_lse=return_lse)
+                                  return_lse=return_lse, value_fn=value)
         return (got[0], None, got[1]) if return_lse else (got, None, None)
 
     # ----------------------------------------------------------------------- backward
@@ -982,18 +1054,28 @@ class MultiHeadAttention:
             ctx.mask, ctx.causal, ctx.positions, ctx.k_positions)
         logits_grad, dq_extra, dk_extra = self._logits_grad_fn(ctx, add)
         scale = sc.scale(self.head_dim)
+        value, value_grad = self._value_fns(ctx, add)
         if self.block_size is None:
             every = (slice(0, len(ctx.positions)), slice(0, len(ctx.k_positions)))
             bias = logits(*every)
             dq_c, dk, dv, ds = attention_backward(ctx.q_c, ctx.k, ctx.v, dout, bias=bias, mask=allowed(*every),
-                                                   scale=scale)
+                                                   scale=scale, value_fn=value, value_grad_fn=value_grad)
             if ds is not None:
                 logits_grad(*every, ds)
         else:
             dq_c, dk, dv = blockwise_attention_backward(
                 ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, bias_fn=logits, mask_fn=allowed, scale=scale,
-                block_size=self.block_size, bias_grad_fn=logits_grad)
+                block_size=self.block_size, bias_grad_fn=logits_grad, value_grad_fn=value_grad)
         return dq_c, dk, dv, dq_extra, dk_extra
+
+    def _value_fns(self, ctx, add):
+        """``(value, value_grad)``: the value seam's term of a block and its backward (which hands
+        the scheme's parameter gradients to ``add``), or ``(None, None)``."""
+        sc, q_pos, k_pos = self.scheme, ctx.positions, ctx.k_positions
+        value = sc.value_position(q_pos, k_pos)
+        if value is None:
+            return None, None
+        return value, lambda qs, ks, p, dout: sc.value_position_backward(q_pos, k_pos, qs, ks, p, dout, add)
 
     def _logits_grad_fn(self, ctx, add):
         """``(logits_grad(qs, ks, dS), dq, dk)``: the function that hands a block's dS (the gradient of

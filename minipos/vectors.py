@@ -54,7 +54,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__, alibi, deberta, mrope, rope, rope_scaling, sinusoidal, t5, transformer_xl, xpos
+from . import __version__, alibi, deberta, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
 from .attention import causal_mask
 
 __all__ = ["SPEC_VERSION", "FAMILIES", "SCHEMA", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_TOLERANCE",
@@ -89,6 +89,7 @@ FLOAT32_TOLERANCE = {
     "attention_grad": 5e-6, "rope_grad": 2e-5, "t5_grad": 1e-6, "alibi_grad": 1e-6, "xl_grad": 1e-6,
     "deberta_grad": 1e-6, "xpos_grad": 5e-6, "learned_grad": 1e-6, "layer_grad": 2e-5,
     "mrope": 1e-5, "mrope_grad": 1e-5, "mrope_layer": 2e-6, "mrope_layer_grad": 2e-5,
+    "shaw_logits": 1e-6, "shaw_values": 1e-6, "shaw_layer": 5e-6, "shaw_layer_grad": 2e-5,
     # positions up to 4096 / 4097 at the high frequencies: the float32 angle m * theta_i errs by
     # up to half an ulp of m * theta_i (1.5e-5 rad at 409.7)
     **{f"sinusoidal_table/{layout}_dim8": 2e-4 for layout in sinusoidal.LAYOUTS},
@@ -1039,6 +1040,76 @@ def _mrope_layer_grad_run(inputs, params):
     return {k: grads[k] for k in ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]}
 
 
+# --------------------------------------------------------------------------- Shaw et al. 2018
+
+SHAW_SPECS = (  # (name, q_positions, k_positions, k, note)
+    ("square_k2", np.arange(6), np.arange(6), 2, "every pair of 6 positions; |j - i| > 2 clipped to rows 0 and 4"),
+    ("cached_step_k3", np.array([20, 21]), np.arange(22), 3, "two queries after a cache of 20: only j - i "
+     "matters, keys 3 or more before share row 0"),
+    ("wide_k8", np.arange(5), np.arange(5), 8, "k = 8 beyond the length: no pair is clipped, rows 0-3 and "
+     "13-16 unused"),
+    ("k0", np.arange(4), np.arange(4), 0, "k = 0: one row for every pair"),
+)
+
+
+def _shaw_cases(argument: str, shape_of):
+    rng = np.random.default_rng(23 if argument == "q" else 24)
+    cases = []
+    for name, q_pos, k_pos, k, note in SHAW_SPECS:
+        table = "w_k" if argument == "q" else "w_v"
+        inputs = {argument: _grid(rng, shape_of(len(q_pos), len(k_pos))), table: _grid(rng, (2 * k + 1, 4)),
+                  "q_positions": q_pos, "k_positions": k_pos}
+        what = "q_i . w_k[clip(j - i, k) + k] (unscaled)" if argument == "q" else             "sum_j weights_ij w_v[clip(j - i, k) + k]"
+        cases.append(_case(name, f"{what}; {note}", inputs, {"max_relative_position": k}))
+    return cases
+
+
+def _shaw_logits_run(inputs, params):
+    return {"logits": shaw.relative_logits(inputs["q"], inputs["w_k"], inputs["q_positions"], inputs["k_positions"],
+                                           **params)}
+
+
+def _shaw_values_run(inputs, params):
+    return {"out": shaw.relative_values(inputs["weights"], inputs["w_v"], inputs["q_positions"],
+                                        inputs["k_positions"], **params)}
+
+
+# (label, max_relative_position, causal, bias, key padding, chunks)
+SHAW_LAYER = (
+    ("bidirectional_k2", 2, False, False, None, [LENGTH]),
+    ("causal_k2", 2, True, False, None, [LENGTH]),
+    ("causal_k2_cached", 2, True, False, None, [3, 1, 1, 2]),
+    ("bidirectional_k1_bias_padded", 1, False, True, "right", [LENGTH]),
+    ("causal_k8_left_padded", 8, True, False, "left", [LENGTH]),
+)
+
+
+def _shaw_layer_cases(grad: bool):
+    rng = np.random.default_rng(26 if grad else 25)
+    cases = []
+    for label, k, causal, with_bias, padding, chunks in SHAW_LAYER:
+        if grad and len(chunks) > 1:
+            continue
+        config = {"max_relative_position": k}
+        inputs = _layer_inputs(rng, _scheme("shaw", config), with_bias)
+        notes = [("layer.backward(ctx, dy) of " if grad else "") + f"MultiHeadAttention with Shaw (k = {k}): "
+                 "logits q_i . (k_j + w_k[clip(j - i, k) + k]) / sqrt(D), output sum_j p_ij (v_j + w_v[...])",
+                 "causal" if causal else "no causal mask"]
+        if with_bias:
+            notes.append("bias=True")
+        if padding:
+            inputs["mask"] = _padding(padding)
+            notes.append(PADDING_NOTE[padding])
+        if len(chunks) > 1:
+            notes.append(f"fed through a KV cache in chunks {chunks}")
+        if grad:
+            inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": "shaw",
+                  "scheme_config": config, "causal": causal, **({} if grad else {"chunks": chunks})}
+        cases.append(_case(label, "; ".join(notes), inputs, params))
+    return cases
+
+
 # --------------------------------------------------------------------------- the registry
 
 FAMILIES = {
@@ -1106,6 +1177,17 @@ FAMILIES = {
                           "and cached decoding", _mrope_layer_cases, _mrope_layer_run),
     "mrope_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with MRotary",
                                lambda: _mrope_layer_cases(grad=True), _mrope_layer_grad_run),
+    "shaw_logits": Family("minipos.shaw.relative_logits", "Shaw et al.'s key term q_i . a^K_ij (H, T, S), "
+                          "unscaled, a^K_ij = w_k[clip(j - i, k) + k]",
+                          lambda: _shaw_cases("q", lambda T, S: (2, T, 4)), _shaw_logits_run),
+    "shaw_values": Family("minipos.shaw.relative_values", "Shaw et al.'s value term sum_j weights_ij a^V_ij "
+                          "(H, T, D)", lambda: _shaw_cases("weights", lambda T, S: (2, T, S)), _shaw_values_run),
+    "shaw_layer": Family("minipos.layer.MultiHeadAttention", "a full forward pass with Shaw et al.'s relative "
+                         "keys and values, causal and not, padded, cached", lambda: _shaw_layer_cases(False),
+                         _layer_run),
+    "shaw_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with Shaw et "
+                              "al.'s relative keys and values: x, the weights, scheme.w_k and scheme.w_v",
+                              lambda: _shaw_layer_cases(True), _layer_grad_run),
 }
 
 

@@ -76,6 +76,10 @@ AXES = {
     "mrope_positions": {"positions": "t"},
     "mrope_layer": {"y": "btd"},
     "mrope_layer_grad": {"x": "btd"},
+    "shaw_logits": {"logits": "hts"},
+    "shaw_values": {"out": "htd"},
+    "shaw_layer": {"y": "btd"},
+    "shaw_layer_grad": {"x": "btd", "scheme.w_k": "cd", "scheme.w_v": "cd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value

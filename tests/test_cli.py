@@ -15,6 +15,7 @@ EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
     "alibi": (True, True), "t5": (True, True), "transformer-xl": (True, True),
     "deberta": (True, True), "rope": (True, True), "xpos": (True, True),
     "mrope": (True, True),  # text positions: t = h = w, so M-RoPE is RoPE
+    "shaw": (True, True),
 }
 
 
@@ -25,10 +26,11 @@ def test_tour_json_reports_measured_properties(capsys):
     assert got == EXPECTED
     params = {r["scheme"]: r["position_params"] for r in data["schemes"]}
     # learned table 16 x 32; T5 table 32 buckets x 2 heads; XL u, v (2 x 16) and w_r (32 x 32);
-    # DeBERTa rel_embeddings (2 * 256) x 32
+    # DeBERTa rel_embeddings (2 * 256) x 32; Shaw w_k, w_v (2 * 16 + 1) x 16, shared by the heads
     assert params == {"nope": 0, "sinusoidal": 0, "learned": 512, "alibi": 0, "t5": 64,
                       "transformer-xl": 2 * 2 * 16 + 32 * 32, "deberta": 512 * 32, "rope": 0, "xpos": 0,
-                      "mrope": 0}
+                      "mrope": 0,
+                      "shaw": 2 * 33 * 16}
 
 
 def test_tour_table_lists_every_scheme(capsys):

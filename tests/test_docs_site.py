@@ -27,7 +27,7 @@ SITE = Path(__file__).resolve().parent.parent / "site"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SCHEMES = ("sinusoidal", "learned", "alibi", "transformer-xl", "t5", "deberta", "rope",
-           "rope-scaling", "xpos")
+           "rope-scaling", "xpos", "shaw")
 PAGES = [("home", "")] + [(s, f"schemes/{s}/") for s in SCHEMES]
 LOCAL_HOSTS = {"127.0.0.1"}
 NETWORK_SCHEMES = {"http", "https", "ws", "wss", "ftp"}  # others (data:, blob:, chrome:) stay inside

@@ -18,6 +18,9 @@ attend step here:
   kernel a bound of the bias per block where one is known (ALiBi), so heads that underflow are
   skipped.
 
+A scheme with a value seam (``Shaw``) takes the reference's attend step, dense or blockwise: the
+fast kernel has no value term.
+
 The speed hints are a table keyed by the exact scheme class, not methods of the schemes: a
 subclass that changes ``bias`` gets no hint and runs its own ``bias``.
 """
@@ -135,7 +138,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
-        if return_weights or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
+        small = block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS
+        if return_weights or small or "value" in self.scheme.seams:           # the kernel has no value term
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
         if return_lse:                                                        # a context: a backward may follow
@@ -156,7 +160,7 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def _attend_backward(self, ctx, dout, add):
         """Steps 7 and 6 reversed with the fast blockwise backward wherever the forward ran the kernel."""
         T, S = len(ctx.positions), len(ctx.k_positions)
-        if ctx.lse is None or not (T and S):
+        if ctx.lse is None or not (T and S) or "value" in self.scheme.seams:
             return super()._attend_backward(ctx, dout, add)
         sc = self.scheme
         hints = HINTS.get(type(sc))

@@ -1,0 +1,170 @@
+"""Relative position representations on keys and values (Shaw, Uszkoreit & Vaswani 2018).
+
+Source: "Self-Attention with Relative Position Representations", arXiv:1803.02155, §3; the
+reference code is tensor2tensor's ``dot_product_attention_relative``
+(``tensor2tensor/layers/common_attention.py``).
+
+The scheme (content-position seam and value seam)
+-------------------------------------------------
+Each pair (query i, key j) gets two learned vectors of the head size ``D`` (the paper's d_z),
+read from two tables of ``2k + 1`` rows indexed by the clipped distance (§3.1-3.2):
+
+    a^K_ij = w^K[clip(j - i, k) + k],   a^V_ij = w^V[clip(j - i, k) + k],   clip(x, k) = max(-k, min(k, x))
+
+    e_ij  = x_i W^Q (x_j W^K + a^K_ij)^T / sqrt(D)              (Eq. 4)
+    z_i   = sum_j alpha_ij (x_j W^V + a^V_ij),  alpha = softmax_j(e)   (Eq. 3)
+
+Sign convention: the distance is ``key - query`` (``j - i``), as T5's; row ``k + d`` of a table
+is distance ``d``, so row 0 is every key ``k`` or more positions before the query and row
+``2k`` every key ``k`` or more after it. Both tables are shared by all heads (tensor2tensor's
+``[2k + 1, depth]`` tables, which the efficient form of §3.3 relies on) and each layer has its own
+(tensor2tensor makes them inside each attention layer, named ``relative_positions_keys/embeddings``
+and ``relative_positions_values/embeddings``).
+
+Two forms
+---------
+The *pairwise* form is the paper's equations as written: gather ``a_ij`` into a ``(T, S, D)``
+array, then contract. The *efficient* form (§3.3, tensor2tensor's ``_relative_attention_inner``
+computes the pairwise form; the bucket form here needs no ``(T, S, D)`` array at all) uses that
+only ``2k + 1`` distinct vectors exist:
+
+    q_i . a^K_ij               = (q @ w^K^T)[i, bucket(i, j)]              gather a (T, 2k+1) array
+    sum_j alpha_ij a^V_ij      = (sum_{j in bucket r} alpha_ij)_r @ w^V    sum per bucket, then a matmul
+
+``tests/test_shaw.py`` proves the two forms equal. The backward of each is the other's shape:
+the gradient of a gather is a sum per bucket, and the other way round.
+
+Conventions: q ``(..., H, T, D)``, weights ``(..., H, T, S)``, tables ``(2k + 1, D)``; the logits
+returned are *unscaled* (the layer multiplies them by ``1/sqrt(D)`` with ``q . k``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, as_positions, check_int
+
+__all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "relative_values",
+           "relative_values_pairwise", "relative_logits_backward", "relative_values_backward"]
+
+
+def relative_buckets(q_positions, k_positions, max_relative_position: int) -> np.ndarray:
+    """The table row of every pair: ``clip(j - i, k) + k`` ``(T, S)``, in ``0 ... 2k``.
+
+    q_positions ``(T,)``, k_positions ``(S,)``: integer positions (negative allowed);
+    max_relative_position: k >= 0 (k = 0 gives one row: no position at all).
+    """
+    k = check_int(max_relative_position, "max_relative_position", minimum=0)
+    i = as_positions(q_positions, "q_positions", allow_negative=True)
+    j = as_positions(k_positions, "k_positions", allow_negative=True)
+    return np.clip(j[None, :] - i[:, None], -k, k) + k                  # (T, S)
+
+
+def _check(table, name, k, D=None):
+    """``table`` as a float ``(2k + 1, D)`` array (``D`` given: that width)."""
+    table = as_float_array(table, name)
+    rows = 2 * check_int(k, "max_relative_position", minimum=0) + 1
+    if table.ndim != 2 or table.shape[0] != rows or (D is not None and table.shape[1] != D):
+        want = f"(2k + 1, D) = ({rows}, {'D' if D is None else D})"
+        raise ValueError(f"{name} must have shape {want} for max_relative_position = {k}, got {table.shape}")
+    return table
+
+
+def _check_pairs(a, name, buckets, width=None):
+    """``a`` as a float array ``(..., T, S)`` for the buckets' ``(T, S)``, or ``(..., T, width)``
+    with ``width`` an int, or ``(..., T, D)`` of any D with ``width="D"``."""
+    a = as_float_array(a, name)
+    T, S = buckets.shape
+    last = {None: S, "D": a.shape[-1] if a.ndim else None}.get(width, width)
+    if a.ndim < 2 or a.shape[-2] != T or a.shape[-1] != last:
+        want = f"(..., T, S) = (..., {T}, {S})" if width is None else (
+            f"(..., T, D) = (..., {T}, {'D' if width == 'D' else width})")
+        raise ValueError(f"{name} must have shape {want} for {T} query and {S} key positions, got {a.shape}")
+    return a
+
+
+def _gather(x, buckets):
+    """``x[..., t, buckets[t, s]]``: ``(..., T, 2k+1)`` -> ``(..., T, S)``."""
+    index = np.broadcast_to(buckets, (*x.shape[:-2], *buckets.shape))
+    return np.take_along_axis(x, index, axis=-1)                         # (..., T, S)
+
+
+def _bucket_sum(x, buckets, rows):
+    """``out[..., t, r] = sum of x[..., t, s] over the s with buckets[t, s] = r``: ``(..., T, S)`` -> ``(..., T, 2k+1)``."""
+    return np.stack([np.sum(x * (buckets == r), axis=-1) for r in range(rows)], axis=-1)   # (..., T, 2k+1)
+
+
+def _sum_outer(g, a):
+    """``sum over ... and t of g[..., t, :]^T a[..., t, :]``: ``(..., T, R)``, ``(..., T, D)`` -> ``(R, D)``."""
+    return g.reshape(-1, g.shape[-1]).T @ a.reshape(-1, a.shape[-1])
+
+
+def relative_logits(q, w_k, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+    """The key term of Eq. 4, unscaled: ``q_i . a^K_ij`` ``(..., H, T, S)``, by the efficient form.
+
+    q: ``(..., H, T, D)``; w_k: ``(2k + 1, D)``; positions ``(T,)``, ``(S,)``.
+    """
+    buckets = relative_buckets(q_positions, k_positions, max_relative_position)
+    q = _check_pairs(q, "q", buckets, "D")
+    w_k = _check(w_k, "w_k", max_relative_position, q.shape[-1])
+    return _gather(q @ w_k.T, buckets)                                    # (..., H, T, 2k+1) -> (..., H, T, S)
+
+
+def relative_logits_pairwise(q, w_k, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+    """``relative_logits`` as Eq. 4 writes it: ``a^K`` gathered to ``(T, S, D)``, then ``q_i . a^K_ij``."""
+    buckets = relative_buckets(q_positions, k_positions, max_relative_position)
+    q = _check_pairs(q, "q", buckets, "D")
+    a_k = _check(w_k, "w_k", max_relative_position, q.shape[-1])[buckets]   # (T, S, D)
+    return np.einsum("...td,tsd->...ts", q, a_k)                          # (..., H, T, S)
+
+
+def relative_values(weights, w_v, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+    """The value term of Eq. 3: ``sum_j weights_ij a^V_ij`` ``(..., H, T, D)``, by the efficient form.
+
+    weights: ``(..., H, T, S)`` (the attention weights, or any block of them: the term is linear
+    in them); w_v: ``(2k + 1, D)``.
+    """
+    buckets = relative_buckets(q_positions, k_positions, max_relative_position)
+    weights = _check_pairs(weights, "weights", buckets)
+    w_v = _check(w_v, "w_v", max_relative_position)
+    return _bucket_sum(weights, buckets, len(w_v)) @ w_v                 # (..., H, T, 2k+1) @ (2k+1, D)
+
+
+def relative_values_pairwise(weights, w_v, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+    """``relative_values`` as Eq. 3 writes it: ``a^V`` gathered to ``(T, S, D)``, then summed over j."""
+    buckets = relative_buckets(q_positions, k_positions, max_relative_position)
+    weights = _check_pairs(weights, "weights", buckets)
+    a_v = _check(w_v, "w_v", max_relative_position)[buckets]               # (T, S, D)
+    return np.einsum("...ts,tsd->...td", weights, a_v)                    # (..., H, T, D)
+
+
+def relative_logits_backward(q, w_k, q_positions, k_positions, dlogits, *, max_relative_position: int):
+    """The gradients of ``relative_logits`` for ``dlogits`` ``(..., H, T, S)``: ``(dq, dw_k)``.
+
+    The adjoint of the gather is the sum per bucket: ``g = bucket_sum(dlogits)`` ``(..., T, 2k+1)``,
+    then ``dq = g @ w^K`` and ``dw^K = sum over ... and t of g^T q``.
+    """
+    buckets = relative_buckets(q_positions, k_positions, max_relative_position)
+    q = _check_pairs(q, "q", buckets, "D")
+    w_k = _check(w_k, "w_k", max_relative_position, q.shape[-1])
+    dlogits = _check_pairs(dlogits, "dlogits", buckets)
+    if dlogits.shape[:-2] != q.shape[:-2]:
+        raise ValueError(f"dlogits must have the leading shape of q {q.shape[:-2]}, got {dlogits.shape[:-2]}")
+    g = _bucket_sum(dlogits, buckets, len(w_k))                          # (..., H, T, 2k+1)
+    return g @ w_k, _sum_outer(g, q)                                     # (..., H, T, D), (2k+1, D)
+
+
+def relative_values_backward(weights, w_v, q_positions, k_positions, dout, *, max_relative_position: int):
+    """The gradients of ``relative_values`` for ``dout`` ``(..., H, T, D)``: ``(dweights, dw_v)``.
+
+    ``dweights_ij = dout_i . a^V_ij`` is a gather of ``dout @ w^V^T``; ``dw^V[r]`` sums
+    ``weights_ij dout_i`` over the pairs in bucket r.
+    """
+    buckets = relative_buckets(q_positions, k_positions, max_relative_position)
+    weights = _check_pairs(weights, "weights", buckets)
+    w_v = _check(w_v, "w_v", max_relative_position)
+    dout = _check_pairs(dout, "dout", buckets, w_v.shape[1])
+    if dout.shape[:-2] != weights.shape[:-2]:
+        raise ValueError(f"dout must have the leading shape of weights {weights.shape[:-2]}, got {dout.shape[:-2]}")
+    g = _bucket_sum(weights, buckets, len(w_v))                         # (..., H, T, 2k+1)
+    return _gather(dout @ w_v.T, buckets), _sum_outer(g, dout)          # (..., H, T, S), (2k+1, D)
