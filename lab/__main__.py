@@ -5,6 +5,7 @@
     python -m lab --tasks markov --schemes rope,alibi --seeds 0      a slice
     python -m lab --tasks text --text FILE                           your own text, character level
     python -m lab --summarize --out DIR                              the summary of DIR's records
+    python -m lab --verify lab/results/full/markov-rope-s0.json      rerun a record's command, compare
 
 Each run writes ``<out>/<task>-<scheme>-s<seed>.json`` (see ``lab.record``), whose ``command`` field
 reproduces it; ``<out>/summary.json`` (mean and spread over seeds) is recomputed from every record in
@@ -45,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", type=_csv(str), default=None, help=f"comma list of {', '.join(scheme_specs.ORDER)}")
     p.add_argument("--seeds", type=_csv(int), default=None, help="comma list of seeds")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--verify", nargs="+", metavar="RECORD", default=None,
+                   help="run nothing else: rerun each record's command into a temporary directory and compare "
+                        "every number with the record (exit status 0 only if all are identical)")
     p.add_argument("--summarize", action="store_true", help="run nothing: recompute summary.json from the "
                                                             "records in --out and print it")
     for f in fields(Settings):
@@ -78,8 +82,22 @@ def settings_from(args) -> tuple[Settings, dict]:
     return base, lists
 
 
+def verify_records(paths, progress: bool = True) -> int:
+    """``--verify``: rerun each record's command and print how its numbers compare with the record."""
+    from .verify import verify
+    status = 0
+    for path in paths:
+        start = time.perf_counter()
+        result = verify(path, progress=progress)
+        print(f"{path} ({time.perf_counter() - start:.0f} s): {result.report()}", flush=True)
+        status = status or (0 if result.identical else 1)
+    return status
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.verify:
+        return verify_records(args.verify, progress=not args.no_progress)
     base, lists = settings_from(args)
     out = Path(args.out or ("lab/results/quick" if args.quick else "lab/results/full"))
     start, problems, ran = time.perf_counter(), [], []
