@@ -355,3 +355,19 @@ def test_smollm3_layers_match_transformers(layer_idx):
     layer = MultiHeadAttention(scheme=scheme, **kw)
     _copy(layer, ref)
     np.testing.assert_allclose(layer(x, causal=True), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dim, L", [(128, 8192), (8, 16)])
+def test_llama4_scout_rope_parameters_match_transformers(dim, L):
+    # Llama 4 Scout's rope_parameters have high_freq_factor == low_freq_factor (1.0): no ramp. HF accepts
+    # them (with a warning); its inv_freq is the expected value.
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 1.0, "original_max_position_embeddings": L}
+    cfg = LlamaConfig(head_dim=dim, hidden_size=4 * dim, num_attention_heads=4, rope_parameters=dict(params))
+    theirs = _np(ROPE_INIT_FUNCTIONS["llama3"](cfg)[0]).astype(np.float64)
+    layer = MultiHeadAttention(4 * dim, 4, scheme=Rotary(layout="interleaved", scaling=params))
+    np.testing.assert_allclose(layer.scheme.inv_freq, theirs, rtol=1e-6)         # HF's inv_freq is float32
+    assert np.any(layer.scheme.inv_freq < theirs.max() / 16)                     # some pairs were divided by 16
