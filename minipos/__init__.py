@@ -32,3 +32,8 @@ __all__ = [
     "transformer_xl", "xpos", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
     "Sinusoidal", "LearnedAbsolute", "Rotary", "XPos", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
 ]
+
+from . import irope  # noqa: E402  Llama 4 / SmolLM3: NoPE temperature, chunked attention, per-layer choice
+from .layer import NoPETemperature  # noqa: E402
+
+__all__ += ["irope", "NoPETemperature"]
