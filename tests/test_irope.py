@@ -371,3 +371,29 @@ def test_llama4_scout_rope_parameters_match_transformers(dim, L):
     layer = MultiHeadAttention(4 * dim, 4, scheme=Rotary(layout="interleaved", scaling=params))
     np.testing.assert_allclose(layer.scheme.inv_freq, theirs, rtol=1e-6)         # HF's inv_freq is float32
     assert np.any(layer.scheme.inv_freq < theirs.max() / 16)                     # some pairs were divided by 16
+
+
+def test_llama4_nope_layer_with_a_cache_matches_transformers():
+    # HF takes the temperature's position from the cache (arange(T) + past_seen_tokens); the minipos cache's
+    # default positions are the same index, so the cached steps agree (HF's own DynamicCache, eager attention).
+    from transformers import DynamicCache
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
+
+    torch.manual_seed(3)
+    cfg = _llama4_config()
+    ref = Llama4TextAttention(cfg, layer_idx=3).double()
+    x = _x(10, seed=14)
+
+    def causal(T, S):                                                            # (B, 1, T, S) additive
+        allowed = np.arange(S)[None] <= np.arange(S - T, S)[:, None]
+        return _t(np.broadcast_to(np.where(allowed, 0.0, -np.inf), (2, 1, T, S)).copy())
+    cache = DynamicCache(config=cfg)
+    with torch.no_grad():
+        want = [_np(ref(_t(x[:, a:b]), position_embeddings=None, attention_mask=causal(b - a, b), cache=cache)[0])
+                for a, b in ((0, 6), (6, 7), (7, 10))]
+    scheme, kw = irope.llama4_layer(cfg.to_dict(), 3)
+    layer = MultiHeadAttention(scheme=scheme, **kw)
+    _copy(layer, ref)
+    mine = layer.new_cache()
+    for (a, b), w in zip(((0, 6), (6, 7), (7, 10)), want):
+        np.testing.assert_allclose(layer(x[:, a:b], causal=True, cache=mine), w, rtol=1e-12, atol=1e-12)
