@@ -175,8 +175,8 @@ def llama4_layer(config: dict, layer_idx: int):
     if rope:
         return _rotary(config, "interleaved"), kwargs
     if _get(config, "attn_temperature_tuning", True):
-        return NoPETemperature(attn_scale=_get(config, "attn_scale", 0.1), floor_scale=_get(config, "floor_scale", 8192),
-                               float32=True), kwargs
+        return NoPETemperature(attn_scale=_get(config, "attn_scale", 0.1),
+                               floor_scale=_get(config, "floor_scale", 8192), float32=True), kwargs
     return NoPE(), kwargs
 
 

@@ -310,7 +310,7 @@ def test_llama4_nope_layer_with_temperature_matches_transformers():
     cfg = _llama4_config()
     ref = Llama4TextAttention(cfg, layer_idx=3).double()
     assert not ref.use_rope and not hasattr(ref, "qk_norm")                       # NoPE layers have no q/k norm
-    T = 24                                                                       # floor_scale 4: tau up to 1 + 0.3 log 7
+    T = 24                                                             # floor_scale 4: tau up to 1 + 0.3 log 7
     x = _x(T, seed=12)
     tx = _t(x)
     pos = torch.arange(T)[None].expand(2, T)
