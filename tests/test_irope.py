@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import minipos.fast as fast
 from minipos import irope
@@ -92,6 +93,33 @@ def test_dense_blockwise_cache_and_fast_agree(scheme, chunk):
         for a, b in ((0, 4), (4, 5), (5, 11)):                                   # cached steps: the queries
             outs.append(other(x[:, a:b], causal=True, cache=cache))               # start at the cache length
         np.testing.assert_allclose(np.concatenate(outs, axis=1), want, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(chunk=st.integers(1, 6), T=st.integers(1, 12), start=st.integers(0, 9), seed=st.integers(0, 2 ** 16))
+def test_a_query_ignores_every_key_outside_its_chunk(chunk, T, start, seed):
+    # Changing the tokens of other chunks leaves the outputs of a chunk alone (causal and not).
+    rng = np.random.default_rng(seed)
+    layer = MultiHeadAttention(8, 2, scheme=Rotary(), attention_chunk=chunk, seed=seed % 5)
+    positions = start + np.arange(T)
+    x = rng.standard_normal((1, T, 8))
+    own = positions // chunk == positions[-1] // chunk                           # the last query's chunk
+    other = x.copy()
+    other[:, ~own] = rng.standard_normal((1, int((~own).sum()), 8))
+    for causal in (True, False):
+        a, b = (layer(v, positions=positions, causal=causal)[:, own] for v in (x, other))
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_layers_stay_float32():
+    x = _x(9, seed=15)
+    for scheme in (NoPETemperature(floor_scale=2), Rotary()):
+        ref = MultiHeadAttention(D_MODEL, HEADS, scheme=scheme, seed=1, attention_chunk=4)
+        low = MultiHeadAttention(D_MODEL, HEADS, scheme=type(scheme)(**({"floor_scale": 2} if isinstance(
+            scheme, NoPETemperature) else {})), seed=1, attention_chunk=4, dtype=np.float32)
+        y32, ctx = low(x.astype(np.float32), causal=True, return_context=True)
+        assert y32.dtype == np.float32 and low.backward(ctx, y32)["wq"].dtype == np.float32
+        np.testing.assert_allclose(y32, ref(x, causal=True), rtol=1e-4, atol=1e-5)
 
 
 # --- gradients ----------------------------------------------------------------------------------
