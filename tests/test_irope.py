@@ -425,3 +425,33 @@ def test_llama4_nope_layer_with_a_cache_matches_transformers():
     mine = layer.new_cache()
     for (a, b), w in zip(((0, 6), (6, 7), (7, 10)), want):
         np.testing.assert_allclose(layer(x[:, a:b], causal=True, cache=mine), w, rtol=1e-12, atol=1e-12)
+
+
+def test_llama4_chunked_rope_layer_with_a_cache_matches_transformers():
+    # Cached steps across chunk boundaries (C = 5): HF keeps a sliding window of C keys on chunked layers and
+    # builds each step's mask with create_chunked_causal_mask; minipos keeps every key and masks by position.
+    from transformers import DynamicCache
+    from transformers.masking_utils import create_chunked_causal_mask
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention, Llama4TextRotaryEmbedding
+
+    torch.manual_seed(4)
+    cfg = _llama4_config()
+    ref = Llama4TextAttention(cfg, layer_idx=0).double()
+    ref.qk_norm = torch.nn.Identity()                                            # not modelled (see above)
+    rotary = Llama4TextRotaryEmbedding(cfg)
+    x, steps = _x(13, seed=16), ((0, 4), (4, 7), (7, 8), (8, 13))
+    cache, want = DynamicCache(config=cfg), []
+    with torch.no_grad():
+        for a, b in steps:
+            tx, pos = _t(x[:, a:b]), torch.arange(a, b)[None].expand(2, b - a)
+            mask = create_chunked_causal_mask(config=cfg, inputs_embeds=tx, attention_mask=None, cache=cache,
+                                              position_ids=pos, allow_is_causal_skip=False)
+            want.append(_np(ref(tx, position_embeddings=rotary(tx, pos), attention_mask=mask, cache=cache)[0]))
+    scheme, kw = irope.llama4_layer(cfg.to_dict(), 0)
+    for chunk, agrees in ((kw["attention_chunk"], True), (None, False)):
+        layer = MultiHeadAttention(scheme=Rotary(layout="interleaved", scaling=dict(LLAMA3)),
+                                   **dict(kw, attention_chunk=chunk))
+        _copy(layer, ref)
+        mine = layer.new_cache()
+        gap = max(np.max(np.abs(layer(x[:, a:b], causal=True, cache=mine) - w)) for (a, b), w in zip(steps, want))
+        assert (gap < 1e-6) == agrees, (chunk, gap)                              # float32 rotation in HF
