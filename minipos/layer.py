@@ -622,7 +622,8 @@ class NoPETemperature(NoPE):
         return irope.apply_attn_temperature_backward(dq, positions, **self._kw())
 
     def __repr__(self) -> str:
-        return f"NoPETemperature(attn_scale={self.attn_scale}, floor_scale={self.floor_scale:g})"
+        f32 = ", float32=True" if self.float32 else ""
+        return f"NoPETemperature(attn_scale={self.attn_scale}, floor_scale={self.floor_scale:g}{f32})"
 
 
 SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias,
