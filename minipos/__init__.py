@@ -34,3 +34,8 @@ __all__ = [
     "Sinusoidal", "LearnedAbsolute", "Rotary", "XPos", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
     "MRotary",
 ]
+
+from . import irope  # noqa: E402  Llama 4 / SmolLM3: NoPE temperature, chunked attention, per-layer choice
+from .layer import NoPETemperature  # noqa: E402
+
+__all__ += ["irope", "NoPETemperature"]

@@ -30,8 +30,8 @@ import numpy as np
 
 from . import __version__
 from ._checks import check_int
-from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE, Rotary, Shaw, Sinusoidal,
-                    T5Bias, TransformerXL, XPos)
+from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE, NoPETemperature, Rotary,
+                    Shaw, Sinusoidal, T5Bias, TransformerXL, XPos)
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
 TOUR_LIMITS = {"d_model": 512, "heads": 16, "seq_len": 64}  # a tour in seconds, in a few hundred MB
@@ -63,9 +63,11 @@ def check_tour_args(d_model, heads, seq_len, seed, *, names=None) -> None:
 
 def tour_schemes(seq_len: int) -> list:
     """One instance of every scheme, configured as its reference models use it."""
+    # Llama 4's NoPE layers: the temperature steps up every floor_scale positions (8192 there, a small
+    # share of its context); here every seq_len // 8, so the tour's lengths see it.
     return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
             TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(), MRotary(),
-            Shaw(max_relative_position=16)]
+            Shaw(max_relative_position=16), NoPETemperature(floor_scale=max(1, seq_len // 8))]
 
 
 def _shift_gap(layer, x, causal):

@@ -40,7 +40,8 @@ A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 ``rotates_cached_keys``) caches keys unrotated and rotates all S keys in step 4 instead, with this
 call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, which calls the same
 ``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
-scheme. ``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
+scheme. ``attention_chunk=C`` (Llama 4) adds the rule ``i // C == j // C`` to the mask of step 7.
+``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
 
 With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)`` and feed step 3
 only; the mask and the cache then follow the sequence order.
@@ -79,7 +80,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import alibi, deberta, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
+from . import alibi, deberta, irope, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_even_int,
                       check_float, check_float_dtype, check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
@@ -99,6 +100,7 @@ __all__ = [
     "TransformerXL",
     "DeBERTa",
     "Shaw",
+    "NoPETemperature",
     "SCHEMES",
 ]
 
@@ -722,8 +724,39 @@ class Shaw(Scheme):
         return f"Shaw(max_relative_position={self.max_relative_position})"
 
 
+class NoPETemperature(NoPE):
+    """NoPE with Llama 4's attention temperature: query i scaled by ``tau(i)`` (``minipos.irope``).
+
+    ``tau(i) = log1p(floor((i + 1) / floor_scale)) * attn_scale + 1`` multiplies the queries only, so
+    every logit of row i is scaled by ``tau(i)``; it is 1 until ``i + 1 = floor_scale``. ``attn_scale``,
+    ``floor_scale`` are the config keys of the same names (Llama 4: 0.1, 8192); ``float32=True`` rounds
+    ``tau`` as HF does. Fixed, not learned.
+    """
+
+    name = "nope-temperature"
+    seams = ("rotate",)
+
+    def __init__(self, *, attn_scale: float = 0.1, floor_scale: float = 8192, float32: bool = False):
+        self.attn_scale = check_float(attn_scale, "attn_scale", minimum=0.0)
+        self.floor_scale = check_float(floor_scale, "floor_scale", positive=True)
+        self.float32 = check_bool(float32, "float32")
+
+    def _kw(self):
+        return dict(attn_scale=self.attn_scale, floor_scale=self.floor_scale, float32=self.float32)
+
+    def rotate_q(self, q, positions, *, seq_len):  # q_i * tau(i); keys unchanged
+        return irope.apply_attn_temperature(q, positions, **self._kw())
+
+    def rotate_q_backward(self, dq, positions, *, seq_len):
+        return irope.apply_attn_temperature_backward(dq, positions, **self._kw())
+
+    def __repr__(self) -> str:
+        f32 = ", float32=True" if self.float32 else ""
+        return f"NoPETemperature(attn_scale={self.attn_scale}, floor_scale={self.floor_scale:g}{f32})"
+
+
 SCHEMES = {cls.name: cls for cls in (NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias,
-                                     TransformerXL, DeBERTa, MRotary, Shaw)}
+                                     TransformerXL, DeBERTa, MRotary, Shaw, NoPETemperature)}
 
 
 class KVCache:
@@ -836,12 +869,15 @@ class MultiHeadAttention:
     attention: ``wk``, ``wv`` are ``(d_model, num_kv_heads*D)``, the cache and every scheme's key-side
     work hold the key/value heads only, and key/value head ``j`` serves query heads
     ``j G … j G + G - 1`` (``G = num_heads // num_kv_heads``; ``num_kv_heads=1`` is MQA).
+    ``attention_chunk=C`` (Llama 4's ``attention_chunk_size``) lets query i see key j only when
+    ``i // C == j // C`` (by position), on top of ``causal`` and the mask: chunked attention.
     ``minipos.fast.MultiHeadAttention`` takes the same arguments and runs faster.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
                  head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64,
-                 block_size: int | None = None, num_kv_heads: int | None = None):
+                 block_size: int | None = None, num_kv_heads: int | None = None,
+                 attention_chunk: int | None = None):
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.num_kv_heads = self.num_heads if num_kv_heads is None else check_positive_int(num_kv_heads,
@@ -857,6 +893,8 @@ class MultiHeadAttention:
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dtype = check_float_dtype(dtype)
         self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
+        self.attention_chunk = None if attention_chunk is None else check_positive_int(attention_chunk,
+                                                                                       "attention_chunk")
         if scheme is None:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
@@ -969,11 +1007,15 @@ class MultiHeadAttention:
             return more if bias is None else bias if more is None else bias + more
         return logits
 
-    @staticmethod
-    def _allowed_fn(mask, causal, q_pos, k_pos):
-        """``allowed(qs, ks)``: causal (by positions) and the padding mask of a block, or ``None``."""
+    def _allowed_fn(self, mask, causal, q_pos, k_pos):
+        """``allowed(qs, ks)``: causal (by positions), the chunks and the padding mask of a block, or ``None``."""
+        chunk = self.attention_chunk
+
         def allowed(qs, ks):
             tri = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+            if chunk is not None:                                               # i // C == j // C
+                same = irope.chunk_mask(q_pos[qs], k_pos[ks], chunk)[None, None]   # (1, 1, tq, tk)
+                tri = same if tri is None else tri & same
             pad = None if mask is None else mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
             return pad if tri is None else tri if pad is None else tri & pad
         return allowed

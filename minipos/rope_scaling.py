@@ -289,15 +289,17 @@ def llama3(dim: int, *, base: float = 10000.0, factor: float, original_max_posit
     ``lam < L / high_freq_factor`` keep ``w``; pairs with ``lam > L / low_freq_factor`` get
     ``w / factor``; between, ``(1 - a) w / factor + a w`` with
     ``a = (L / lam - low_freq_factor) / (high_freq_factor - low_freq_factor)``, which is
-    continuous at both ends. Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
+    continuous at both ends. ``high_freq_factor == low_freq_factor`` (Llama 4 Scout: 1.0, 1.0) leaves
+    no ramp: ``lam >= L / low_freq_factor`` gets ``w / factor``. Returns ``(inv_freq, 1.0)``,
+    ``inv_freq`` float64 ``(D/2,)``.
     """
     inv_freq, factor, L = _interpolation_args(dim, base, factor, original_max_position_embeddings)
     lo = check_float(low_freq_factor, "low_freq_factor", positive=True)
     hi = check_float(high_freq_factor, "high_freq_factor", positive=True)
-    if hi <= lo:
-        raise ValueError(f"high_freq_factor must be > low_freq_factor, got {hi} <= {lo}")
+    if hi < lo:
+        raise ValueError(f"high_freq_factor must be >= low_freq_factor, got {hi} < {lo}")
     wavelen = 2 * math.pi / inv_freq                                   # lam_i = 2 pi / w_i
-    a = (L / wavelen - lo) / (hi - lo)                                 # smooth factor
+    a = (L / wavelen - lo) / (hi - lo) if hi > lo else 0.0             # smooth factor (no ramp if hi = lo)
     medium = (1 - a) * inv_freq / factor + a * inv_freq
     scaled = np.where(wavelen > L / lo, inv_freq / factor, medium)     # long wavelengths: w / s
     inv_freq = np.where(wavelen < L / hi, inv_freq, scaled)            # short wavelengths: w

@@ -95,6 +95,7 @@ FLOAT32_TOLERANCE = {
     **{f"sinusoidal_table/{layout}_dim8": 2e-4 for layout in sinusoidal.LAYOUTS},
     **{f"{family}/{layout}_d8": 2e-4 for family in ("rope", "rope_grad") for layout in rope.LAYOUTS},
     "rope/half_heads_base_500000": 2e-4,
+    "irope_layer": 2e-6, "irope_layer_grad": 1e-5,
 }
 
 
@@ -1033,6 +1034,80 @@ def _mrope_layer_run(inputs, params):
     return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
 
 
+# --------------------------------------------------------------------------- iRoPE (Llama 4, SmolLM3)
+#
+# NoPE layers with Llama 4's attention temperature, and chunked attention (attention_chunk), through the
+# layer: forward passes (one pass and fed through a KV cache) and the layer's backward.
+
+IROPE_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+# (label, scheme name, scheme config, attention_chunk, causal)
+IROPE_SCHEMES = (
+    ("nope_temperature", "nope-temperature", {"attn_scale": 0.5, "floor_scale": 2}, None, True),
+    ("nope_temperature_float32", "nope-temperature", {"attn_scale": 0.1, "floor_scale": 3, "float32": True}, None,
+     True),
+    ("rope_interleaved_llama3_chunked", "rope", {"layout": "interleaved", "scaling": IROPE_LLAMA3}, 3, True),
+    ("nope_temperature_chunked", "nope-temperature", {"attn_scale": 0.5, "floor_scale": 2}, 4, True),
+    ("nope_chunked_bidirectional", "nope", {}, 3, False),
+)
+
+
+def _irope_params(name, config, chunk, causal, **more):
+    return {"d_model": D_MODEL, "num_heads": HEADS, "bias": False, "scheme": name, "scheme_config": config,
+            "attention_chunk": chunk, "causal": causal, **more}
+
+
+def _irope_note(name, config, chunk, causal):
+    notes = [f"MultiHeadAttention with {name} {config}", "causal" if causal else "no causal mask"]
+    if chunk is not None:
+        notes.append(f"attention_chunk={chunk}: query i sees key j only if i // {chunk} == j // {chunk}")
+    return notes
+
+
+def _irope_layer_cases():
+    rng = np.random.default_rng(23)
+    cases = []
+    for label, name, config, chunk, causal in IROPE_SCHEMES:
+        for chunks in ([LENGTH],) + (([3, 1, 1, 2],) if causal else ()):
+            inputs = _layer_inputs(rng, _scheme(name, config), False)
+            notes = _irope_note(name, config, chunk, causal)
+            notes.append("one forward pass, positions 0 ... T-1" if len(chunks) == 1 else
+                         f"the input fed through a KV cache in chunks {chunks}, outputs concatenated")
+            cases.append(_case(label if len(chunks) == 1 else f"{label}_cached", "; ".join(notes), inputs,
+                               _irope_params(name, config, chunk, causal, chunks=chunks), tol()))
+    return cases
+
+
+def _irope_build(inputs, params, extra=()):
+    """The layer of an iRoPE case (``attention_chunk`` from the params), its weights set from ``inputs``."""
+    from .layer import MultiHeadAttention
+    scheme = _scheme(params["scheme"], params["scheme_config"])
+    layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"],
+                               attention_chunk=params["attention_chunk"])
+    weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"}
+    if set(inputs) - weights - {"x"} - set(extra):
+        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - weights - {'x'} - set(extra))}; the layer "
+                         f"takes {sorted(weights | {'x'} | set(extra))}")
+    for name in weights & set(inputs):
+        setattr(layer, name, inputs[name])
+    return layer
+
+
+def _irope_layer_run(inputs, params):
+    layer = _irope_build(inputs, params)
+    x, chunks = inputs["x"], params["chunks"]
+    if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                for n in chunks) or sum(chunks) != x.shape[1]):
+        raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
+                         f"got {_short(chunks)}")
+    cache = layer.new_cache() if len(chunks) > 1 else None
+    outs, start = [], 0
+    for size in chunks:
+        outs.append(layer(x[:, start:start + size], causal=params["causal"], cache=cache))
+        start += size
+    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+
+
 def _mrope_layer_grad_run(inputs, params):
     layer = _build_layer(inputs, params, extra=("positions", "dy"))
     _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=True, return_context=True)
@@ -1108,6 +1183,22 @@ def _shaw_layer_cases(grad: bool):
                   "scheme_config": config, "causal": causal, **({} if grad else {"chunks": chunks})}
         cases.append(_case(label, "; ".join(notes), inputs, params))
     return cases
+def _irope_grad_cases():
+    rng = np.random.default_rng(24)
+    cases = []
+    for label, name, config, chunk, causal in IROPE_SCHEMES:
+        inputs = _layer_inputs(rng, _scheme(name, config), False)
+        inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
+        notes = ["layer.backward(ctx, dy)"] + _irope_note(name, config, chunk, causal)
+        cases.append(_case(label, "; ".join(notes), inputs, _irope_params(name, config, chunk, causal)))
+    return cases
+
+
+def _irope_grad_run(inputs, params):
+    layer = _irope_build(inputs, params, extra=("dy",))
+    _, ctx = layer(inputs["x"], causal=params["causal"], return_context=True)
+    grads = layer.backward(ctx, inputs["dy"])
+    return {k: grads[k] for k in ("x", "wq", "wk", "wv", "wo")}
 
 
 # --------------------------------------------------------------------------- the registry
@@ -1188,6 +1279,11 @@ FAMILIES = {
     "shaw_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with Shaw et "
                               "al.'s relative keys and values: x, the weights, scheme.w_k and scheme.w_v",
                               lambda: _shaw_layer_cases(True), _layer_grad_run),
+    "irope_layer": Family("minipos.layer.MultiHeadAttention", "NoPE layers with Llama 4's attention temperature "
+                          "(NoPETemperature) and chunked attention (attention_chunk), one pass and cached",
+                          _irope_layer_cases, _irope_layer_run),
+    "irope_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with Llama 4's "
+                               "attention temperature and chunked attention", _irope_grad_cases, _irope_grad_run),
 }
 
 

@@ -16,6 +16,7 @@ EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
     "deberta": (True, True), "rope": (True, True), "xpos": (True, True),
     "mrope": (True, True),  # text positions: t = h = w, so M-RoPE is RoPE
     "shaw": (True, True),
+    "nope-temperature": (False, True),   # query i scaled by tau(i): absolute, but no table to outgrow
 }
 
 
@@ -30,7 +31,8 @@ def test_tour_json_reports_measured_properties(capsys):
     assert params == {"nope": 0, "sinusoidal": 0, "learned": 512, "alibi": 0, "t5": 64,
                       "transformer-xl": 2 * 2 * 16 + 32 * 32, "deberta": 512 * 32, "rope": 0, "xpos": 0,
                       "mrope": 0,
-                      "shaw": 2 * 33 * 16}
+                      "shaw": 2 * 33 * 16,
+                      "nope-temperature": 0}
 
 
 def test_tour_table_lists_every_scheme(capsys):

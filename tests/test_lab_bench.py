@@ -20,9 +20,22 @@ def test_step_ratio_on_tiny_sizes(monkeypatch):
         bench.step_ratio(clock="cycles", **TINY)
 
 
+def test_step_ratios_time_each_scheme_as_the_protocol_configures_it(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(bench, "SETTLE", 0.0)
+    seen = []
+    real = bench._numpy_stepper
+    monkeypatch.setattr(bench, "_numpy_stepper", lambda config, *a: seen.append(config.scheme) or real(config, *a))
+    got = bench.step_ratios(["deberta", "transformer-xl"], **TINY)
+    assert list(got) == ["deberta", "transformer-xl"] and all(g["ratio"] > 0 for g in got.values())
+    assert seen == [{"name": "deberta", "position_buckets": 4, "max_relative_positions": 8},   # L/2 and L, L = 8
+                    {"name": "transformer-xl"}]
+
+
 def test_step_ratio_without_torch(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)                    # import torch raises ImportError
     assert bench.step_ratio(**TINY) is None
+    assert bench.step_ratios(["nope"], **TINY) is None
     assert "torch is not installed" in capsys.readouterr().err
     assert bench.torch_step_time(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8) is None
 

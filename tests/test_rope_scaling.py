@@ -174,7 +174,7 @@ LONG = dict(short_factor=[1.0] * 4, long_factor=[2.0] * 4, original_max_position
     (rs.yarn, dict(dim=8, mscale=float("nan"), mscale_all_dim=1.0, **YARN), "mscale"),
     (rs.yarn, dict(dim=8, attention_factor=-1.0, **YARN), "attention_factor"),
     (rs.llama3, dict(dim=8, factor=8.0, original_max_position_embeddings=8192, low_freq_factor=4.0,
-                     high_freq_factor=4.0), "high_freq_factor"),
+                     high_freq_factor=2.0), "high_freq_factor"),
     (rs.longrope, dict(dim=8, **{**LONG, "short_factor": []}), "short_factor"),
     (rs.longrope, dict(dim=8, **{**LONG, "long_factor": [2.0] * 5}), "long_factor"),
     (rs.longrope, dict(dim=8, **{**LONG, "long_factor": [2.0, 2.0, 0.0, 2.0]}), "long_factor"),

@@ -150,11 +150,12 @@ class MultiHeadAttention(reference.MultiHeadAttention):
             bound = lambda qs, ks: hints.bound(self.scheme, q_pos[qs], k_pos[ks])  # noqa: E731
         scale = self.scheme.scale(self.head_dim)
         kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound, return_lse=True)
+        chunk = self.attention_chunk
         if causal and T and S and is_run(q_pos) and is_run(k_pos):          # query t sees s <= t + offset
-            pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
+            pad = None if mask is None and chunk is None else _mask_fn(mask, False, q_pos, k_pos, chunk)
             out, lse = blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
         else:
-            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos), **kw)
+            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos, chunk), **kw)
         return out, None, lse if return_lse else None
 
     def _attend_backward(self, ctx, dout, add):
@@ -172,14 +173,14 @@ class MultiHeadAttention(reference.MultiHeadAttention):
             bound = lambda qs, ks: hints.bound(sc, ctx.positions[qs], ctx.k_positions[ks])  # noqa: E731
         kw = dict(bias_fn=logits, scale=sc.scale(self.head_dim), block_size=self.block_size or 256,
                   bias_grad_fn=logits_grad, bias_max_fn=bound)
-        q_pos, k_pos, mask = ctx.positions, ctx.k_positions, ctx.mask
+        q_pos, k_pos, mask, chunk = ctx.positions, ctx.k_positions, ctx.mask, self.attention_chunk
         if ctx.causal and is_run(q_pos) and is_run(k_pos):
-            pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
+            pad = None if mask is None and chunk is None else _mask_fn(mask, False, q_pos, k_pos, chunk)
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, mask_fn=pad, causal=True,
                                                  q_offset=int(q_pos[0] - k_pos[0]), **kw)
         else:
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout,
-                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos), **kw)
+                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos, chunk), **kw)
         return (*grads, dq_extra, dk_extra)
 
     def _logits_grad_fn(self, ctx, add):
@@ -244,10 +245,14 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         return fn
 
 
-def _mask_fn(mask, causal, q_pos, k_pos):
-    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, and padding)."""
+def _mask_fn(mask, causal, q_pos, k_pos, chunk=None):
+    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, the chunks of
+    ``attention_chunk``, and padding)."""
     def fn(qs, ks):
         allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+        if chunk is not None:                                                  # i // C == j // C
+            same = (q_pos[qs][:, None] // chunk == k_pos[ks][None, :] // chunk)[None, None]
+            allowed = same if allowed is None else allowed & same
         if mask is None:
             return allowed
         pad = mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
