@@ -1,7 +1,6 @@
 """The content-position schemes' gradients, fast: the scatter-adds by np.bincount equal the reference's
-np.add.at bit for bit, the other gradients equal the reference's up to rounding (the reference
-functions are the oracle), and the fast layer's backward, which keeps a pass's extra logits for its
-backward, equals the reference layer's and central differences."""
+np.add.at bit for bit (the reference functions are the oracle), and the fast layer's backward, which
+keeps a pass's extra logits for its backward, equals the reference layer's and central differences."""
 
 import gc
 
@@ -32,28 +31,9 @@ def test_scatter_add_is_np_add_at_bit_for_bit():
         assert got.dtype == np.float64 and np.array_equal(got, want)
 
 
-def test_outer_sum_is_the_einsum():
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((2, 3, 3, 5, 4)), rng.standard_normal((2, 3, 3, 5, 2)).astype(np.float32)
-    want = np.einsum("nhtc,nhtd->hcd", a.reshape(6, 3, 5, 4), b.reshape(6, 3, 5, 2))
-    np.testing.assert_allclose(fast_deberta.outer_sum(a, b), want, rtol=1e-13, atol=1e-13)
-    one = np.arange(6.0).reshape(1, 1, 3, 2)                                # by hand: sum_t a_tc b_td
-    assert fast_deberta.outer_sum(one, one)[0].tolist() == [[20.0, 26.0], [26.0, 35.0]]
-
-
-def _same(got, want, content: bool):
-    """The content gradient bit for bit; a table's (summed in float64 in another order) to rounding."""
-    assert got.dtype == want.dtype
-    if content:
-        assert np.array_equal(got, want)
-    else:
-        tol = 1e-6 if want.dtype == np.float32 else 1e-12
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("T, S, buckets, max_position", [(9, 13, 4, 8), (16, 16, 8, 16), (5, 3, -1, -1)])
-def test_deberta_term_backward_is_the_reference(dtype, T, S, buckets, max_position):
+def test_deberta_term_backward_is_the_reference_bit_for_bit(dtype, T, S, buckets, max_position):
     rng = np.random.default_rng(T * S)
     span = buckets if buckets > 0 else 6
     rel = deberta.relative_positions(np.arange(T), np.arange(S), bucket_size=buckets, max_position=max_position)
@@ -63,12 +43,12 @@ def test_deberta_term_backward_is_the_reference(dtype, T, S, buckets, max_positi
     for fast, slow, content in ((fast_deberta.c2p_term_backward, deberta.c2p_term_backward, q),
                                 (fast_deberta.p2c_term_backward, deberta.p2c_term_backward, k)):
         got, want = fast(content, table, rel, span, dout), slow(content, table, rel, span, dout)
-        _same(got[0], want[0], True)
-        _same(got[1], want[1], False)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
 
 
 @pytest.mark.parametrize("clamp_len", [None, 3])
-def test_xl_position_logits_backward_is_the_reference(clamp_len):
+def test_xl_position_logits_backward_is_the_reference_bit_for_bit(clamp_len):
     # clamp_len = 3 makes pairs share a distance (a true sum); positions out of order and negative.
     rng = np.random.default_rng(5)
     q, v, w_r = _wide(rng, (2, 2, 6, 4), np.float32), _wide(rng, (2, 4), np.float32), _wide(rng, (8, 8), np.float32)
@@ -76,8 +56,8 @@ def test_xl_position_logits_backward_is_the_reference(clamp_len):
     dout = _wide(rng, (2, 2, 6, 7), np.float32)
     got = fast_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
     want = transformer_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
-    for g, w, content in zip(got, want, (True, True, False)):                # dq, dv, dw_r
-        _same(g, w, content)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
 
 
 def test_bad_dout_is_refused_by_name():

@@ -12,6 +12,9 @@ trigonometry, Toeplitz copies. The modules mirror the reference's, name for name
     minipos.rope.apply_rope                 minipos.fast.rope.apply_rope
     minipos.t5.t5_bias                      minipos.fast.t5.t5_bias
     minipos.alibi.alibi_bias                minipos.fast.alibi.alibi_bias (+ alibi_bias_bound)
+    minipos.deberta.c2p_term_backward       minipos.fast.deberta.c2p_term_backward (and p2c)
+    minipos.transformer_xl.xl_position_logits_backward
+                                            minipos.fast.transformer_xl.xl_position_logits_backward
     minipos.layer.MultiHeadAttention        minipos.fast.MultiHeadAttention
 
 and a user switches the layer with one import (the schemes and caches are the reference's)::
@@ -22,7 +25,7 @@ Some functions take extra keyword arguments that only steer speed (``workers``, 
 ``dtype``); the reference's arguments all mean the same here.
 """
 
-from . import alibi, attention, rope, t5  # noqa: E402  (modules named as the reference's)
+from . import alibi, attention, deberta, rope, t5, transformer_xl  # noqa: E402  (modules named as the reference's)
 from .layer import MultiHeadAttention  # noqa: E402
 
-__all__ = ["alibi", "attention", "rope", "t5", "MultiHeadAttention"]
+__all__ = ["alibi", "attention", "deberta", "rope", "t5", "transformer_xl", "MultiHeadAttention"]

@@ -1,11 +1,9 @@
-"""Transformer-XL's gradients, fast: the gather's scatter-add by ``np.bincount``, W_R's gradient by BLAS.
+"""Transformer-XL's gradients, fast: the gather's scatter-add by ``np.bincount`` instead of ``np.add.at``.
 
 ``xl_position_logits`` gathers each pair's score from the scores of the distinct distances; its
 adjoint scatters ``dout`` back by distance and adds where pairs share one (clamped distances).
 ``np.bincount`` with weights does the float64 additions of ``np.add.at`` in the same order (see
-``minipos.fast.deberta``), and the sum of outer products that gives ``dr`` is a batched BLAS product
-(``minipos.fast.deberta.outer_sum``). ``xl_position_logits_backward`` here equals the reference's up
-to rounding: dq and dv bit for bit, dw_r to float64 rounding before its cast.
+``minipos.fast.deberta``), so ``xl_position_logits_backward`` here equals the reference's bit for bit.
 """
 
 from __future__ import annotations
@@ -14,15 +12,15 @@ import numpy as np
 
 from .. import transformer_xl as reference
 from .._checks import check_alloc, check_dout
-from .deberta import outer_sum, take_along_last_backward
+from .deberta import take_along_last_backward
 
 __all__ = ["xl_position_logits_backward"]
 
 
 def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, base: float = 10000.0,
                                 clamp_len: int | None = None):
-    """``minipos.transformer_xl.xl_position_logits_backward`` (same arguments and results up to
-    rounding): ``(dq, dv, dw_r)`` of shapes (..., H, T, D), (H, D), (d_model, H*D)."""
+    """``minipos.transformer_xl.xl_position_logits_backward`` (same arguments and results, bit for
+    bit): ``(dq, dv, dw_r)`` of shapes (..., H, T, D), (H, D), (d_model, H*D)."""
     q, v, w_r, table, index = reference._distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
     *lead, H, T, D = q.shape
     U = table.shape[0]
@@ -32,7 +30,7 @@ def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, ba
     with np.errstate(over="ignore", invalid="ignore"):                            # checked in _grads
         r = reference.relative_heads(table, w_r, H)                               # (H, U, D)  W_R R_n
         dqv = dp @ r                                                              # (..., H, T, D)
-        dr = outer_sum(dp, q + v[:, None, :])                                      # (H, U, D)
+        dr = np.einsum("nhtu,nhtd->hud", reference._batch(dp), reference._batch(q + v[:, None, :]))  # (H, U, D)
         dw_r = table.T @ dr.transpose(1, 0, 2).reshape(U, H * D)                  # (d_model, H*D)
         dv = reference._head_sum(dqv)                                             # (H, D)
     return reference._grads("q, v, w_r", q=(dqv, q), v=(dv, v), w_r=(dw_r, w_r))
