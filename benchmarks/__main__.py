@@ -54,7 +54,7 @@ def run(quick: bool) -> str:
     rows.append(cases.alibi_block_row(c["attn"][0], c["attn"][1], c["block"], r))
     rows += cases.memory_rows(c["long"][0], c["dense_T"], *c["long"][1:])
     rows.append(cases.backward_memory_row(*c["long"]))
-    rows.append(cases.lab_step_row(quick))
+    rows += cases.lab_step_rows(quick)
     rows += cases.decode_rows(c["decode"], c["long"][1], c["long"][2], c["steps"])
     return table(rows)
 

@@ -19,7 +19,7 @@ import numpy as np
 from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm
 
-__all__ = ["step_ratio", "numpy_step_time", "torch_step_time", "torch_model", "load_weights"]
+__all__ = ["step_ratio", "step_ratios", "numpy_step_time", "torch_step_time", "torch_model", "load_weights"]
 
 
 def _numpy_stepper(config: ModelConfig, batch: int, length: int, seed: int):
@@ -213,3 +213,17 @@ def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, bat
         return {"ratio": ratio, "numpy_s": statistics.median(a), "torch_s": statistics.median(b),
                 "torch_threads": torch.get_num_threads()}
     return ratio
+
+
+def step_ratios(schemes=None, *, length: int = 64, **kwargs) -> dict | None:
+    """``step_ratio(details=True)`` for each scheme of the lab (by name, default ``lab.schemes.ORDER``,
+    configured as the protocol configures it for ``length``), each against the same torch model (RoPE):
+    ``{name: {"ratio", "numpy_s", "torch_s", "torch_threads"}}``, or ``None`` without torch."""
+    from . import schemes as specs
+    out = {}
+    for name in specs.ORDER if schemes is None else schemes:
+        got = step_ratio(scheme=specs.default_spec(name, length), length=length, details=True, **kwargs)
+        if got is None:
+            return None
+        out[name] = got
+    return out
