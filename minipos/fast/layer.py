@@ -12,7 +12,10 @@ attend step here:
   functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
   same) from one call to the next while the scheme's parameters are unchanged, and hands the
   kernel a bound of the bias per block where one is known (ALiBi), so heads that underflow are
-  skipped.
+  skipped;
+- applies ``sliding_window`` as a block mask, so key blocks wholly outside every query's window
+  are skipped before they are scored. A layer with ``sinks`` takes the reference's attend step
+  (dense or blockwise) and its backward: the kernel has no sink column.
 
 The speed hints are a table keyed by the exact scheme class, not methods of the schemes: a
 subclass that changes ``bias`` gets no hint and runs its own ``bias``.
@@ -28,6 +31,7 @@ import numpy as np
 
 from .. import layer as reference
 from ..layer import ALiBi, T5Bias
+from ..local_global import _window
 from . import alibi as fast_alibi
 from . import t5 as fast_t5
 from ._runs import is_run
@@ -84,26 +88,26 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
-        if return_weights or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
+        if return_weights or self.sinks is not None or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
         logits = self._fast_logits_fn(hints, extra, q_pos, k_pos)
         bound = None
         if hints is not None and hints.bound is not None and extra is None:
             bound = lambda qs, ks: hints.bound(self.scheme, q_pos[qs], k_pos[ks])  # noqa: E731
-        scale = self.scheme.scale(self.head_dim)
+        scale, window = self.attention_scale(), self.sliding_window
         kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound, return_lse=True)
         if causal and T and S and is_run(q_pos) and is_run(k_pos):          # query t sees s <= t + offset
-            pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
+            pad = None if mask is None and window is None else _mask_fn(mask, False, q_pos, k_pos, window)
             out, lse = blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
         else:
-            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos), **kw)
+            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos, window), **kw)
         return out, None, lse if return_lse else None
 
     def _attend_backward(self, ctx, dout, add):
         """Steps 7 and 6 reversed with the fast blockwise backward wherever the forward ran the kernel."""
         T, S = len(ctx.positions), len(ctx.k_positions)
-        if ctx.lse is None or not (T and S):
+        if ctx.lse is None or not (T and S) or self.sinks is not None:
             return super()._attend_backward(ctx, dout, add)
         sc = self.scheme
         hints = HINTS.get(type(sc))
@@ -112,16 +116,16 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         bound = None
         if hints is not None and hints.bound is not None and ctx.extra is None:
             bound = lambda qs, ks: hints.bound(sc, ctx.positions[qs], ctx.k_positions[ks])  # noqa: E731
-        kw = dict(bias_fn=logits, scale=sc.scale(self.head_dim), block_size=self.block_size or 256,
+        kw = dict(bias_fn=logits, scale=self.attention_scale(), block_size=self.block_size or 256,
                   bias_grad_fn=logits_grad, bias_max_fn=bound)
-        q_pos, k_pos, mask = ctx.positions, ctx.k_positions, ctx.mask
+        q_pos, k_pos, mask, window = ctx.positions, ctx.k_positions, ctx.mask, self.sliding_window
         if ctx.causal and is_run(q_pos) and is_run(k_pos):
-            pad = None if mask is None else _mask_fn(mask, False, q_pos, k_pos)
+            pad = None if mask is None and window is None else _mask_fn(mask, False, q_pos, k_pos, window)
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, mask_fn=pad, causal=True,
                                                  q_offset=int(q_pos[0] - k_pos[0]), **kw)
         else:
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout,
-                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos), **kw)
+                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos, window), **kw)
         return (*grads, dq_extra, dk_extra)
 
     def _fast_logits_fn(self, hints, extra, q_pos, k_pos):
@@ -150,10 +154,13 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         return fn
 
 
-def _mask_fn(mask, causal, q_pos, k_pos):
-    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, and padding)."""
+def _mask_fn(mask, causal, q_pos, k_pos, window=None):
+    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, the sliding
+    window, and padding)."""
     def fn(qs, ks):
         allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+        if window is not None:                                                 # i - W < j <= i
+            allowed = _window(q_pos[qs], k_pos[ks], window)[None, None]
         if mask is None:
             return allowed
         pad = mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
