@@ -60,6 +60,12 @@ def tour_schemes(seq_len: int) -> list:
             TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos()]
 
 
+def tour_layers(seq_len: int) -> list:
+    """Layer configurations beside the schemes: ``(label, scheme, MultiHeadAttention keywords)``."""
+    window = max(1, seq_len // 4)
+    return [("rope+window", Rotary(layout="half"), {"sliding_window": window})]   # Mistral, Gemma's local layers
+
+
 def _shift_gap(layer, x, causal):
     shift = x.shape[1] // 2
     part = x[:, : x.shape[1] - shift]                     # positions 0..T-shift-1 and shift..T-1
@@ -86,15 +92,15 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
     check_tour_args(d_model, heads, seq_len, seed)
     x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
     rows = []
-    for scheme in tour_schemes(seq_len):
-        layer = MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed)
+    for label, scheme, kwargs in [(s.name, s, {}) for s in tour_schemes(seq_len)] + tour_layers(seq_len):
+        layer = MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed, **kwargs)
         causal = True
         y = layer(x, causal=causal)
         gap = _shift_gap(layer, x, causal)
         runs, why = _runs_longer(layer, x)
         rows.append({
-            "scheme": scheme.name,
-            "config": repr(scheme),
+            "scheme": label,
+            "config": repr(scheme) + "".join(f", {k}={v!r}" for k, v in kwargs.items()),
             "seams": list(scheme.seams) or ["none"],
             "position_params": int(sum(p.size for p in scheme.parameters().values())),
             "terms": list(scheme.terms),
