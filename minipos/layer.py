@@ -670,8 +670,10 @@ class KVCache:
         self.tag = tag
         if self.mem_len is not None and self.length > self.mem_len:
             drop, keep = self.length - self.mem_len, self.mem_len
-            self._k[:, :, :keep] = self._k[:, :, drop:self.length].copy()
-            self._v[:, :, :keep] = self._v[:, :, drop:self.length].copy()
+            new_k, new_v = np.zeros_like(self._k), np.zeros_like(self._v)   # new buffers: the call's context
+            new_k[:, :, :keep] = self._k[:, :, drop:self.length]            # still views the old ones
+            new_v[:, :, :keep] = self._v[:, :, drop:self.length]
+            self._k, self._v = new_k, new_v
             self._pos[:keep] = self._pos[drop:self.length].copy()
             self.length = keep
 
