@@ -20,13 +20,13 @@ folds one block of logits ``x`` at a time into a running row max ``m``, sum ``l`
     out   = o / l                       (0 where l = 0: a row with no allowed key)
 
 The merge holds for any reference ``m`` (``proofs.online_softmax``); the running max keeps every
-exponent ``<= 0``.
+exponent ``<= 0``. ``minipos.fast`` has the same functions, faster, equal up to rounding.
 
-``sinks`` (gpt-oss's per-head learned logit, ``(H,)``) append one column holding ``sinks[h]`` to
-every row of head ``h`` before the softmax and drop it after: the row's weights then sum to
+``sinks`` (gpt-oss's per-head learned logit, ``(H,)``): ``sinks[h]`` is one more column of every
+row of head ``h`` before the softmax, dropped after, so the row's weights sum to
 ``1 - p_sink`` with ``p_sink = e^{sink} / (e^{sink} + sum_s e^{logit_s})``, so a query may attend
 to nothing. The sink has no value (its output is 0) and is not scaled. Blockwise, the running max
-and sum start from the sink, ``m = sink``, ``l = 1``. ``minipos.fast`` has the same functions, faster, equal up to rounding.
+and sum start from the sink, ``m = sink``, ``l = 1``.
 
 Conventions: q ``(..., H, T, D)``, k ``(..., H, S, D)``, v ``(..., H, S, Dv)``; bias and mask
 broadcast to ``(..., H, T, S)`` without enlarging it. Masks are boolean, ``True`` = may attend; a

@@ -270,11 +270,11 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
                                  scale=None, block_size: int = 256, q_offset: int | None = None, bias_grad_fn=None,
                                  workers: int | None = None, bias_max_fn=None, sinks=None):
     """``minipos.attention.blockwise_attention_backward`` (same arguments and results up to
-    rounding; with ``sinks``, the reference), faster: ``-lse`` rides in an extra column of the queries so one product gives
+    rounding), faster: ``-lse`` rides in an extra column of the queries so one product gives
     ``S - lse`` and ``P = exp`` of it; future key blocks are skipped under ``causal``, heads whose
     block underflows under ``bias_max_fn``; query blocks run on ``workers`` threads, each summing
     dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
-    with ``dS`` zero for the heads skipped there.
+    with ``dS`` zero for the heads skipped there. With ``sinks`` it is the reference.
     """
     q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                                     block_size, q_offset)

@@ -88,7 +88,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
-        if return_weights or self.sinks is not None or (block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS):
+        small = block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS
+        if return_weights or small or self.sinks is not None:              # sinks: the kernel has no sink column
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
         logits = self._fast_logits_fn(hints, extra, q_pos, k_pos)
