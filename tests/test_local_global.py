@@ -142,6 +142,15 @@ def test_blockwise_sinks_equal_dense_with_their_gradients():
         assert abs(dsinks[hd] - fd) <= 1e-7 * max(1, abs(fd))
 
 
+def test_the_sink_theorem_passes():
+    # proofs/sinks.py: the weights, dS and ds of a sink row by sp.diff, tied to attention,
+    # attention_backward and blockwise_attention_backward.
+    pytest.importorskip("sympy")
+    from proofs.core import select
+    result = select(["sinks.sink_softmax"])[0].run()
+    assert result.status == "PASS", result.message
+
+
 # --- gradients through the layer -------------------------------------------------------------------
 
 def _params(layer):
