@@ -308,6 +308,26 @@ def test_window_equals_transformers_mask_function(window):
                                   _np(_hf_mask(12, window))[0, 0])
 
 
+def test_rolling_cache_keeps_what_transformers_sliding_window_cache_keeps():
+    # HF 5.24 cache_utils.DynamicSlidingWindowLayer: a call attends to the kept keys plus its own,
+    # then "only cache the last sliding_window - 1 tokens". KVCache(mem_len=W - 1), chunk by chunk.
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from minipos.layer import KVCache
+    W, seen, rng = 3, 0, np.random.default_rng(21)
+    hf, ours = DynamicSlidingWindowLayer(sliding_window=W), KVCache(mem_len=W - 1)
+    for n in (2, 1, 1, 3, 1, 1):
+        k, v = rng.standard_normal((1, 2, n, 4)), rng.standard_normal((1, 2, n, 4))
+        hk, hv = hf.update(_t(k), _t(v))
+        got_k, got_v, _ = ours.extend(k, v, np.arange(seen, seen + n))
+        ours.commit(n)
+        seen += n
+        np.testing.assert_array_equal(got_k, _np(hk))
+        np.testing.assert_array_equal(got_v, _np(hv))
+        np.testing.assert_array_equal(ours.k, _np(hf.keys))
+        np.testing.assert_array_equal(ours.v, _np(hf.values))
+
+
 def _copy(layer, ref):
     for n in "qkvo":
         lin = getattr(ref, f"{n}_proj")
