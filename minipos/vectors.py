@@ -995,6 +995,18 @@ def _local_global_cases(grad: bool = False):
         if grad:
             inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
         cases.append(_case(label, "; ".join(notes), inputs, params, tol()))
+    if not grad:                                                     # StreamingLLM: positions within the cache
+        name, config = SCHEME_CONFIGS["rope_half"]
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "num_kv_heads": HEADS, "bias": False, "scheme": name,
+                  "scheme_config": config, "causal": True, "sliding_window": None, "scale": None, "sinks": False,
+                  "chunks": [2, 1, 1, 1, 1, 1], "mem_len": None, "streaming": {"num_sinks": 1, "window": 3}}
+        layer = _local_global_layer(params)
+        inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
+        inputs.update({w: _grid(rng, getattr(layer, w).shape, 1 / np.sqrt(D_MODEL)) for w in ("wq", "wk", "wv", "wo")})
+        note = ("MultiHeadAttention with rope, causal, through StreamingLLM's cache (minipos.streaming.StreamingCache, "
+                "num_sinks=1, window=3) in chunks [2, 1, 1, 1, 1, 1]: a step sees token 0 and the last 3 tokens, "
+                "its own included, at positions counted within the cache (token 6 at position 3)")
+        cases.append(_case("streaming_sinks1_window3_rope_half", note, inputs, params, tol()))
     return cases
 
 
@@ -1013,6 +1025,9 @@ def _local_global_run(inputs, params):
     layer, mask = _local_global_build(inputs, params, ())
     x, outs, start = inputs["x"], [], 0
     cache = layer.new_cache(mem_len=params["mem_len"]) if len(params["chunks"]) > 1 else None
+    if params.get("streaming") is not None:
+        from .streaming import StreamingCache
+        cache = StreamingCache(layer, **params["streaming"])
     for size in params["chunks"]:
         held = 0 if cache is None else cache.length                             # the keys the cache kept
         keys = None if mask is None else mask[:, start - held:start + size]       # (B, S)
