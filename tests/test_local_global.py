@@ -424,3 +424,22 @@ def test_gpt_oss_sinks_match_transformers(layer_idx):
             lin = getattr(ref, f"{n}_proj")
             np.testing.assert_allclose(grads["w" + n], _np(lin.weight.grad).T, rtol=1e-11, atol=1e-12, err_msg=n)
             np.testing.assert_allclose(grads["b" + n], _np(lin.bias.grad), rtol=1e-11, atol=1e-12, err_msg=n)
+
+
+def test_gpt_oss_yarn_rope_reads_as_rotary_half():
+    # The checkpoint config's RoPE (YaRN, factor 32, truncate False): the frequencies and attention
+    # factor of HF's GptOssRotaryEmbedding (float32 inv_freq) and its D/2 cos table.
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRotaryEmbedding
+
+    cfg = GptOssConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                       head_dim=HEAD_DIM, num_hidden_layers=2)
+    assert cfg.rope_parameters["rope_type"] == "yarn"
+    hf = GptOssRotaryEmbedding(cfg)
+    layer = MultiHeadAttention(D_MODEL, HEADS, num_kv_heads=KV_HEADS,
+                               scheme=Rotary(layout="half", scaling=dict(cfg.rope_parameters)))
+    inv_freq, factor = layer.scheme.frequencies(1)
+    np.testing.assert_allclose(inv_freq, _np(hf.inv_freq), rtol=1e-6)
+    assert factor == pytest.approx(hf.attention_scaling, rel=1e-12)
+    cos, _ = hf(torch.zeros(1, dtype=torch.float64), torch.arange(5)[None])
+    np.testing.assert_allclose(_np(cos)[0], factor * np.cos(np.arange(5)[:, None] * inv_freq), rtol=1e-5, atol=1e-6)
