@@ -22,6 +22,12 @@ folds one block of logits ``x`` at a time into a running row max ``m``, sum ``l`
 The merge holds for any reference ``m`` (``proofs.online_softmax``); the running max keeps every
 exponent ``<= 0``. ``minipos.fast`` has the same functions, faster, equal up to rounding.
 
+``sinks`` (gpt-oss's per-head learned logit, ``(H,)``): ``sinks[h]`` is one more column of every
+row of head ``h`` before the softmax, dropped after, so the row's weights sum to
+``1 - p_sink`` with ``p_sink = e^{sink} / (e^{sink} + sum_s e^{logit_s})``, so a query may attend
+to nothing. The sink has no value (its output is 0) and is not scaled. Blockwise, the running max
+and sum start from the sink, ``m = sink``, ``l = 1``.
+
 Conventions: q ``(..., H, T, D)``, k ``(..., H, S, D)``, v ``(..., H, S, Dv)``; bias and mask
 broadcast to ``(..., H, T, S)`` without enlarging it. Masks are boolean, ``True`` = may attend; a
 fully masked row gives zero weights and a zero output, never NaN. Outputs keep the inputs' dtype.
@@ -76,7 +82,23 @@ def _scale(scale, D: int) -> float:
     return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
 
 
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None):
+def _check_sinks(sinks, q):
+    """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``."""
+    if sinks is None:
+        return None
+    sinks = as_float_array(sinks, "sinks")
+    if q.ndim < 3 or sinks.shape != (q.shape[-3],):
+        raise ValueError(f"sinks must have shape (H,) with H = q.shape[-3] (one logit per head); got sinks "
+                         f"{sinks.shape} for q {q.shape}")
+    return sinks
+
+
+def _sink_column(sinks, shape, dtype):
+    """The sink logits as a column ``(..., H, T, 1)`` for logits of ``shape`` ``(..., H, T, S)``."""
+    return np.broadcast_to(sinks.astype(dtype, copy=False)[:, None, None], (*shape[:-1], 1))
+
+
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None, sinks=None):
     """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
@@ -86,11 +108,14 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
       that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
       ``sum_j p_ij a^V_ij``), or ``None``.
+    sinks: ``(H,)`` per-head sink logits (gpt-oss), or ``None``: a column appended to the logits
+      before the softmax and dropped after (not scaled, not masked).
     Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
     ``return_weights``. Rows with no allowed key give zero weights and a zero output.
     """
     q, k, v = check_qkv(q, k, v)
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
+    sinks = _check_sinks(sinks, q)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     scale = _scale(scale, q.shape[-1])
     return_weights = check_bool(return_weights, "return_weights")
@@ -113,7 +138,10 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
     if mask is not None:
         logits = np.where(mask, logits, dtype.type(-np.inf))               # masked -> -inf
-    weights = softmax(logits, axis=-1)                                    # (..., H, T, S)
+    if sinks is None:
+        weights = softmax(logits, axis=-1)                                # (..., H, T, S)
+    else:                                                                 # [logits | sink], sink dropped after
+        weights = softmax(np.concatenate([logits, _sink_column(sinks, shape, dtype)], axis=-1))[..., :-1]
     out = weights @ v.astype(dtype, copy=False)                           # (..., H, T, Dv)
     if value_fn is not None:
         every = (slice(0, q.shape[-2]), slice(0, k.shape[-2]))
@@ -177,7 +205,7 @@ def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: 
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
                         block_size: int = 256, q_offset: int | None = None, return_lse: bool = False,
-                        value_fn=None):
+                        value_fn=None, sinks=None):
     """``attention`` by the online softmax over query and key blocks, never holding ``(T, S)``.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``. Returns ``(..., H, T, Dv)``.
@@ -197,12 +225,15 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     value_fn: as in ``attention``, called per block with the block's unnormalised weights
       ``e^{x - m_new}``; linear in them, its term is rescaled and summed with ``P V`` by the same
       online softmax.
+    sinks: ``(H,)`` per-head sink logits, or ``None``, as in ``attention``: the running max and sum
+      of every row start from its head's sink (``lse`` then counts the sink).
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
     """
     q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     return_lse = check_bool(return_lse, "return_lse")
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
+    sinks = _check_sinks(sinks, q)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     *lead, T, _ = q.shape
     out = np.zeros((*lead, T, v.shape[-1]), dtype)                       # (..., H, T, Dv)
@@ -210,7 +241,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
         for qs in blocks.query_slices():                                 # a loop over query blocks
-            _attend_rows(qs, blocks, v, out, lse, value_fn)
+            _attend_rows(qs, blocks, v, out, lse, value_fn, sinks)
     if not np.isfinite(out).all():
         raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
     return (out, lse) if return_lse else out
@@ -252,11 +283,14 @@ class _Blocks:
         return x                                                        # (..., H, tq, tk)
 
 
-def _attend_rows(qs, blocks, v, out, lse, value_fn=None) -> None:
+def _attend_rows(qs, blocks, v, out, lse, value_fn=None, sinks=None) -> None:
     """The rows ``qs`` of ``out`` and ``lse``: the online softmax over the key blocks they may see."""
     dtype, lead, tq = out.dtype, out.shape[:-2], qs.stop - qs.start
     m = np.full((*lead, tq, 1), -np.inf, dtype)                         # running row max
     l = np.zeros((*lead, tq, 1), dtype)                                 # running row sum
+    if sinks is not None:                                               # the sink column folded in first:
+        m = _sink_column(sinks, (*lead, tq, 1), dtype).copy()           # m = sink
+        l = np.ones((*lead, tq, 1), dtype)                              # l = e^{sink - m} = 1
     o = np.zeros((*lead, tq, out.shape[-1]), dtype)                     # running output
     for ks in blocks.key_slices(qs):                                    # a loop over key blocks
         x = blocks.logits(qs, ks)
@@ -306,8 +340,10 @@ def _reduce_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=stretched, keepdims=True) if stretched else grad
 
 
-def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value_fn=None, value_grad_fn=None):
-    """The gradients of ``attention(q, k, v, bias=bias, mask=mask, scale=scale)`` for ``dout``.
+def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value_fn=None, value_grad_fn=None,
+                       sinks=None):
+    """The gradients of ``attention(q, k, v, bias=bias, mask=mask, scale=scale, value_fn=value_fn,
+    sinks=sinks)`` for ``dout``.
 
     dout: ``(..., H, T, Dv)``, the gradient of the output. Returns ``(dq, dk, dv, dbias)``, with
     ``dbias`` summed to the shape of the ``bias`` passed (``None`` without one). With
@@ -321,12 +357,16 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
     A fully masked row has ``P = 0``, so its gradients are zero. With a ``value_fn`` (see
     ``attention``), ``value_grad_fn(q_slice, k_slice, P, dO)`` returns its share of ``dP``
     ``(..., H, tq, tk)`` (and sums its parameters' gradients), added to ``dO V^T``.
+
+    With ``sinks`` ``(H,)`` a fifth value ``dsinks`` ``(H,)``: the sink column has no value, so its
+    ``dP`` is 0 and ``dS_sink = -p_sink rowsum(dO * O)``, with ``p_sink = 1 - rowsum(P)``, summed
+    over every row of the head. The formulas above hold unchanged with P the sink softmax's.
     """
     check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     if (value_fn is None) != (value_grad_fn is None):
         raise ValueError("value_fn and value_grad_fn go together: pass both or neither")
     out, p = attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=True,
-                       value_fn=value_fn)                                # (..., H, T, S)
+                       value_fn=value_fn, sinks=sinks)                                # (..., H, T, S)
     q, k, v = check_qkv(q, k, v)
     dout = _check_grad(dout, out, "dout")
     scale = _scale(scale, q.shape[-1])
@@ -341,7 +381,17 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
     for g in (dv, ds, dq, dk):
         check_result(g, "the gradients of attention for these q, k, v, out and dout")
     dbias = None if bias is None else _reduce_to(ds, np.shape(bias)).astype(out.dtype, copy=False)
-    return dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
+    grads = dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
+    if sinks is None:
+        return grads
+    p_sink = 1 - p.sum(axis=-1)                                           # (..., H, T)
+    return (*grads, _sink_grad(p_sink, np.sum(dout * out, axis=-1)))
+
+
+def _sink_grad(p_sink, rowsum):
+    """``dsinks`` ``(H,)``: ``-p_sink * rowsum(dO * O)`` summed over the rows of each head, both ``(..., H, T)``."""
+    d = -(p_sink * rowsum)                                                # dS of the sink column
+    return d.reshape(-1, *d.shape[-2:]).sum(axis=(0, 2))                  # (H,)
 
 
 def _check_grad(grad, like: np.ndarray, name: str) -> np.ndarray:
@@ -354,7 +404,7 @@ def _check_grad(grad, like: np.ndarray, name: str) -> np.ndarray:
 
 def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
                                  scale=None, block_size: int = 256, q_offset: int | None = None,
-                                 bias_grad_fn=None, value_grad_fn=None):
+                                 bias_grad_fn=None, value_grad_fn=None, sinks=None):
     """The gradients of ``blockwise_attention`` (FlashAttention-2, Dao 2023, arXiv:2307.08691, Alg. 2).
 
     Takes the forward's arguments, its output ``out`` and ``lse`` (``return_lse=True``) and the
@@ -372,6 +422,8 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     value_grad_fn: for a forward with a ``value_fn``: as in ``attention_backward``, called per block
     with ``P_ij`` and ``dO_i``; ``dP_ij`` gains the value term's share (``D_i`` holds it already,
     as ``out`` includes the term).
+    sinks: the forward's ``(H,)`` sink logits, or ``None``; with them the result has a fourth value,
+      ``dsinks`` ``(H,)`` = ``-sum_i p_sink_i D_i`` per head, where ``p_sink_i = exp(sink - lse_i)``.
     """
     q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
@@ -384,13 +436,17 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     lse = as_float_array(lse, "lse", finite=False)
     if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
         raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    sinks = _check_sinks(sinks, q)
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
         _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn)
     for g in (dq, dk, dv):
         check_result(g, "the gradients of attention for these q, k, v, out and dout")
-    return dq, dk, dv
+    if sinks is None:
+        return dq, dk, dv
+    p_sink = np.exp(sinks.astype(dtype, copy=False)[:, None] - lse)     # (..., H, T): e^{sink - lse}
+    return dq, dk, dv, _sink_grad(p_sink, np.sum(dout * out, axis=-1))
 
 
 def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn=None) -> None:

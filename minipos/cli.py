@@ -70,6 +70,12 @@ def tour_schemes(seq_len: int) -> list:
             Shaw(max_relative_position=16), NoPETemperature(floor_scale=max(1, seq_len // 8))]
 
 
+def tour_layers(seq_len: int) -> list:
+    """Layer configurations beside the schemes: ``(label, scheme, MultiHeadAttention keywords)``."""
+    window = max(1, seq_len // 4)
+    return [("rope+window", Rotary(layout="half"), {"sliding_window": window})]   # Mistral, Gemma's local layers
+
+
 def _shift_gap(layer, x, causal):
     shift = x.shape[1] // 2
     part = x[:, : x.shape[1] - shift]                     # positions 0..T-shift-1 and shift..T-1
@@ -107,15 +113,15 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
     recorded = lab_measured()["schemes"]
     x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
     rows = []
-    for scheme in tour_schemes(seq_len):
-        layer = MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed)
+    for label, scheme, kwargs in [(s.name, s, {}) for s in tour_schemes(seq_len)] + tour_layers(seq_len):
+        layer = MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed, **kwargs)
         causal = True
         y = layer(x, causal=causal)
         gap = _shift_gap(layer, x, causal)
         runs, why = _runs_longer(layer, x)
         rows.append({
-            "scheme": scheme.name,
-            "config": repr(scheme),
+            "scheme": label,
+            "config": repr(scheme) + "".join(f", {k}={v!r}" for k, v in kwargs.items()),
             "seams": list(scheme.seams) or ["none"],
             "position_params": int(sum(p.size for p in scheme.parameters().values())),
             "terms": list(scheme.terms),
@@ -124,7 +130,7 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
             "runs_at_4x": runs,
             "runs_at_4x_note": why,
             "output_norm": float(np.linalg.norm(y)),
-            "lab_measured": recorded.get(scheme.name),      # None: not measured
+            "lab_measured": recorded.get(label),            # None: not measured (a layer setting: not trained)
         })
     return rows
 

@@ -34,6 +34,7 @@ One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__`
     6) logits_bias(qs, ks) = scheme.bias(positions[qs], key_positions[ks]) + extra(qs, ks)   # bias seam
     7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D),
                            value_fn=scheme.value_position(positions, key_positions))   # value seam
+               (mask: padding, causal, sliding window, chunks; scale: the layer's ``scale`` if set; sinks)
     8) y       = merge_heads(out) @ wo + bo                               # (B, T, d_model)
 
 A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
@@ -80,7 +81,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import alibi, deberta, irope, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
+from . import alibi, deberta, irope, local_global, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_choice, check_even_int,
                       check_float, check_float_dtype, check_int, check_positive_int, check_result)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
@@ -831,8 +832,10 @@ class KVCache:
         self.tag = tag
         if self.mem_len is not None and self.length > self.mem_len:
             drop, keep = self.length - self.mem_len, self.mem_len
-            self._k[:, :, :keep] = self._k[:, :, drop:self.length].copy()
-            self._v[:, :, :keep] = self._v[:, :, drop:self.length].copy()
+            new_k, new_v = np.zeros_like(self._k), np.zeros_like(self._v)   # new buffers: the call's context
+            new_k[:, :, :keep] = self._k[:, :, drop:self.length]            # still views the old ones
+            new_v[:, :, :keep] = self._v[:, :, drop:self.length]
+            self._k, self._v = new_k, new_v
             self._pos[:keep] = self._pos[drop:self.length].copy()
             self.length = keep
 
@@ -872,12 +875,20 @@ class MultiHeadAttention:
     ``attention_chunk=C`` (Llama 4's ``attention_chunk_size``) lets query i see key j only when
     ``i // C == j // C`` (by position), on top of ``causal`` and the mask: chunked attention.
     ``minipos.fast.MultiHeadAttention`` takes the same arguments and runs faster.
+
+    ``sliding_window=W`` (Mistral, Gemma's local layers, gpt-oss's sliding layers) lets the query at
+    position ``i`` see keys at ``i - W < j <= i`` only (HF's rule; calls must be ``causal``); a
+    ``new_cache(mem_len=W - 1)`` is then the rolling cache. ``scale`` replaces the scheme's
+    ``q . k`` scale (Gemma's ``query_pre_attn_scalar ** -0.5``). ``sinks=True`` adds gpt-oss's
+    learned per-head sink logit ``sinks`` ``(H,)`` (zeros; HF ``GptOssAttention.sinks``). See
+    ``minipos.local_global`` and ``docs/local-global.md``.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
                  head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64,
                  block_size: int | None = None, num_kv_heads: int | None = None,
-                 attention_chunk: int | None = None):
+                 attention_chunk: int | None = None, sliding_window: int | None = None,
+                 scale: float | None = None, sinks: bool = False):
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.num_kv_heads = self.num_heads if num_kv_heads is None else check_positive_int(num_kv_heads,
@@ -908,8 +919,18 @@ class MultiHeadAttention:
         self.wo = self._init(rng, hd, d)
         zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
         self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
+        self.sliding_window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
+        self.scale = None if scale is None else check_float(scale, "scale", positive=True)
+        if self.scale is not None and "content-position" in scheme.seams:
+            raise ValueError(f"scale overrides the q . k scale, but {type(scheme).__name__} scales its position "
+                             "terms by its own rule; leave scale=None for it")
+        self.sinks = np.zeros(self.num_heads, self.dtype) if check_bool(sinks, "sinks") else None   # (H,)
         scheme.bind(self, rng)
         self.scheme = scheme
+
+    def attention_scale(self) -> float:
+        """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's."""
+        return self.scheme.scale(self.head_dim) if self.scale is None else self.scale
 
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
@@ -1008,11 +1029,14 @@ class MultiHeadAttention:
         return logits
 
     def _allowed_fn(self, mask, causal, q_pos, k_pos):
-        """``allowed(qs, ks)``: causal (by positions), the chunks and the padding mask of a block, or ``None``."""
-        chunk = self.attention_chunk
+        """``allowed(qs, ks)``: causal (by positions), the sliding window, the chunks and the padding
+        mask of a block, or ``None``."""
+        chunk, window = self.attention_chunk, self.sliding_window
 
         def allowed(qs, ks):
             tri = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+            if window is not None:                                              # i - W < j <= i
+                tri = local_global._window(q_pos[qs], k_pos[ks], window)[None, None]
             if chunk is not None:                                               # i // C == j // C
                 same = irope.chunk_mask(q_pos[qs], k_pos[ks], chunk)[None, None]   # (1, 1, tq, tk)
                 tri = same if tri is None else tri & same
@@ -1023,15 +1047,15 @@ class MultiHeadAttention:
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         """Steps 6 and 7: ``(out, weights or None, lse or None)`` of attention over all blocks or one."""
         logits, allowed = self._logits_fn(extra, q_pos, k_pos), self._allowed_fn(mask, causal, q_pos, k_pos)
-        scale = self.scheme.scale(self.head_dim)
+        scale = self.attention_scale()
         value = self.scheme.value_position(q_pos, k_pos)                      # value seam, or None
         if self.block_size is None:
             every = (slice(0, len(q_pos)), slice(0, len(k_pos)))
             got = attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,
-                            return_weights=return_weights, value_fn=value)
+                            return_weights=return_weights, value_fn=value, sinks=self.sinks)
             return (*got, None) if return_weights else (got, None, None)
         got = blockwise_attention(q, k, v, bias_fn=logits, mask_fn=allowed, scale=scale, block_size=self.block_size,
-                                  return_lse=return_lse, value_fn=value)
+                                  return_lse=return_lse, value_fn=value, sinks=self.sinks)
         return (got[0], None, got[1]) if return_lse else (got, None, None)
 
     # ----------------------------------------------------------------------- backward
@@ -1041,7 +1065,8 @@ class MultiHeadAttention:
 
         ctx: the ``Context`` returned by ``layer(x, ..., return_context=True)``. Returns a dict keyed
         by parameter name as the golden vectors name them: ``"x"``, ``"wq"``, ``"wk"``, ``"wv"``,
-        ``"wo"``, ``"bq"``, ``"bk"``, ``"bv"``, ``"bo"`` (with ``bias=True``) and the scheme's
+        ``"wo"``, ``"bq"``, ``"bk"``, ``"bv"``, ``"bo"`` (with ``bias=True``), ``"sinks"`` (with
+        ``sinks=True``) and the scheme's
         learned parameters as ``"scheme.<name>"`` (``"scheme.table"``, ``"scheme.u"``, ...). Keys
         and values from earlier calls (a cache) are constants here. The forward's steps, reversed.
         """
@@ -1091,23 +1116,25 @@ class MultiHeadAttention:
     def _attend_backward(self, ctx, dout, add):
         """Steps 7 and 6 reversed: ``(dq_c, dk, dv, dq, dk)``: the gradients of the content query,
         keys and values, and those the extra logits give q and k (the scheme's go to ``add``)."""
-        sc = self.scheme
-        logits, allowed = self._logits_fn(ctx.extra, ctx.positions, ctx.k_positions), self._allowed_fn(
-            ctx.mask, ctx.causal, ctx.positions, ctx.k_positions)
+        logits = self._logits_fn(ctx.extra, ctx.positions, ctx.k_positions)
+        allowed = self._allowed_fn(ctx.mask, ctx.causal, ctx.positions, ctx.k_positions)
         logits_grad, dq_extra, dk_extra = self._logits_grad_fn(ctx, add)
-        scale = sc.scale(self.head_dim)
+        scale = self.attention_scale()
         value, value_grad = self._value_fns(ctx, add)
         if self.block_size is None:
             every = (slice(0, len(ctx.positions)), slice(0, len(ctx.k_positions)))
             bias = logits(*every)
-            dq_c, dk, dv, ds = attention_backward(ctx.q_c, ctx.k, ctx.v, dout, bias=bias, mask=allowed(*every),
-                                                   scale=scale, value_fn=value, value_grad_fn=value_grad)
+            dq_c, dk, dv, ds, *dsinks = attention_backward(
+                ctx.q_c, ctx.k, ctx.v, dout, bias=bias, mask=allowed(*every), scale=scale, value_fn=value,
+                value_grad_fn=value_grad, sinks=self.sinks)
             if ds is not None:
                 logits_grad(*every, ds)
         else:
-            dq_c, dk, dv = blockwise_attention_backward(
+            dq_c, dk, dv, *dsinks = blockwise_attention_backward(
                 ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, bias_fn=logits, mask_fn=allowed, scale=scale,
-                block_size=self.block_size, bias_grad_fn=logits_grad, value_grad_fn=value_grad)
+                block_size=self.block_size, bias_grad_fn=logits_grad, value_grad_fn=value_grad, sinks=self.sinks)
+        if dsinks:
+            add("sinks", dsinks[0])                                             # (H,)
         return dq_c, dk, dv, dq_extra, dk_extra
 
     def _value_fns(self, ctx, add):
@@ -1143,6 +1170,9 @@ class MultiHeadAttention:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {x.shape}")
         B, T, _ = x.shape
         causal = check_bool(causal, "causal")
+        if self.sliding_window is not None and not causal:
+            raise ValueError(f"sliding_window ({self.sliding_window}) is a causal window (keys i - W < j <= i); "
+                             "call the layer with causal=True")
         if check_bool(return_weights, "return_weights") and self.block_size is not None:
             raise ValueError("return_weights needs the dense path: the blockwise path (block_size) "
                              "never forms the (T, S) weights")

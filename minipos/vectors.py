@@ -96,6 +96,7 @@ FLOAT32_TOLERANCE = {
     **{f"{family}/{layout}_d8": 2e-4 for family in ("rope", "rope_grad") for layout in rope.LAYOUTS},
     "rope/half_heads_base_500000": 2e-4,
     "irope_layer": 2e-6, "irope_layer_grad": 1e-5,
+    "local_global": 2e-6, "local_global_grad": 1e-5,
 }
 
 
@@ -1183,6 +1184,8 @@ def _shaw_layer_cases(grad: bool):
                   "scheme_config": config, "causal": causal, **({} if grad else {"chunks": chunks})}
         cases.append(_case(label, "; ".join(notes), inputs, params))
     return cases
+
+
 def _irope_grad_cases():
     rng = np.random.default_rng(24)
     cases = []
@@ -1199,6 +1202,120 @@ def _irope_grad_run(inputs, params):
     _, ctx = layer(inputs["x"], causal=params["causal"], return_context=True)
     grads = layer.backward(ctx, inputs["dy"])
     return {k: grads[k] for k in ("x", "wq", "wk", "wv", "wo")}
+
+
+# --------------------------------------------------------------------------- local/global layers
+#
+# Sliding windows, a scale override, grouped-query heads and attention sinks through the layer
+# (Mistral, Gemma 3's local and global layers, gpt-oss). Params beyond the ``layer`` family's:
+# ``num_kv_heads``, ``sliding_window`` (null: none), ``scale`` (null: the scheme's), ``sinks``
+# (then ``inputs.sinks`` ``(H,)``), ``mem_len`` of the cache (null: keep every key).
+
+GEMMA3_LOCAL = ("rope", {"layout": "half", "base": 10000.0})
+GEMMA3_GLOBAL = ("rope", {"layout": "half", "scaling": {"rope_type": "linear", "factor": 8.0,
+                                                         "rope_theta": 1000000.0}})
+# (label, (scheme, config), num_kv_heads, bias, sliding_window, scale, sinks, padding, chunks, mem_len)
+LOCAL_GLOBAL = (
+    ("window3_rope_half", SCHEME_CONFIGS["rope_half"], HEADS, False, 3, None, False, None, [LENGTH], None),
+    ("window3_rope_half_rolling_cache", SCHEME_CONFIGS["rope_half"], HEADS, False, 3, None, False, None,
+     [3, 1, 1, 2], 2),
+    ("window2_alibi_left_padded", SCHEME_CONFIGS["alibi"], HEADS, False, 2, None, False, "left", [LENGTH], None),
+    ("gemma3_local_gqa", GEMMA3_LOCAL, 1, False, 3, 0.25, False, None, [LENGTH], None),
+    ("gemma3_global_gqa", GEMMA3_GLOBAL, 1, False, None, 0.25, False, None, [LENGTH], None),
+    ("sinks_rope_half_bias", SCHEME_CONFIGS["rope_half"], 1, True, None, None, True, None, [LENGTH], None),
+    ("sinks_window3_rolling_cache", SCHEME_CONFIGS["rope_half"], 1, True, 3, None, True, None, [3, 1, 1, 2], 2),
+    ("sinks_left_padded", SCHEME_CONFIGS["rope_half"], HEADS, False, None, None, True, "left", [LENGTH], None),
+)
+
+
+def _local_global_layer(params):
+    from .layer import MultiHeadAttention
+    return MultiHeadAttention(params["d_model"], params["num_heads"], scheme=_scheme(params["scheme"],
+                              params["scheme_config"]), bias=params["bias"], num_kv_heads=params["num_kv_heads"],
+                              sliding_window=params["sliding_window"], scale=params["scale"], sinks=params["sinks"])
+
+
+def _local_global_cases(grad: bool = False):
+    rng = np.random.default_rng(23 if grad else 24)
+    cases = []
+    for label, (name, config), kv, with_bias, window, scale, sinks, padding, chunks, mem_len in LOCAL_GLOBAL:
+        if grad and len(chunks) > 1:
+            continue
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "num_kv_heads": kv, "bias": with_bias, "scheme": name,
+                  "scheme_config": config, "causal": True, "sliding_window": window, "scale": scale,
+                  "sinks": sinks}
+        if not grad:
+            params.update({"chunks": chunks, "mem_len": mem_len})
+        layer = _local_global_layer(params)
+        inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
+        for w in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"):
+            if getattr(layer, w) is not None:
+                inputs[w] = _grid(rng, getattr(layer, w).shape, 1 / np.sqrt(D_MODEL))
+        notes = [("layer.backward(ctx, dy) of " if grad else "") + f"MultiHeadAttention with {name}, causal"]
+        if window:
+            notes.append(f"sliding_window={window}: query i sees keys i - {window} < j <= i")
+        if scale is not None:
+            notes.append(f"scale={scale} in place of 1/sqrt(D)")
+        if kv != HEADS:
+            notes.append(f"num_kv_heads={kv}")
+        if sinks:
+            inputs["sinks"] = _grid(rng, (HEADS,))
+            notes.append("sinks: a per-head logit column appended before the softmax, dropped after")
+        if padding:
+            inputs["mask"] = _padding(padding)
+            notes.append(PADDING_NOTE[padding])
+        if len(chunks) > 1:
+            notes.append(f"fed through a KV cache of mem_len={mem_len} in chunks {chunks}")
+        if grad:
+            inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
+        cases.append(_case(label, "; ".join(notes), inputs, params, tol()))
+    if not grad:                                                     # StreamingLLM: positions within the cache
+        name, config = SCHEME_CONFIGS["rope_half"]
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "num_kv_heads": HEADS, "bias": False, "scheme": name,
+                  "scheme_config": config, "causal": True, "sliding_window": None, "scale": None, "sinks": False,
+                  "chunks": [2, 1, 1, 1, 1, 1], "mem_len": None, "streaming": {"num_sinks": 1, "window": 3}}
+        layer = _local_global_layer(params)
+        inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
+        inputs.update({w: _grid(rng, getattr(layer, w).shape, 1 / np.sqrt(D_MODEL)) for w in ("wq", "wk", "wv", "wo")})
+        note = ("MultiHeadAttention with rope, causal, through StreamingLLM's cache (minipos.streaming.StreamingCache, "
+                "num_sinks=1, window=3) in chunks [2, 1, 1, 1, 1, 1]: a step sees token 0 and the last 3 tokens, "
+                "its own included, at positions counted within the cache (token 6 at position 3)")
+        cases.append(_case("streaming_sinks1_window3_rope_half", note, inputs, params, tol()))
+    return cases
+
+
+def _local_global_build(inputs, params, extra):
+    layer = _local_global_layer(params)
+    weights = {w for w in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks") if getattr(layer, w) is not None}
+    known = weights | {"x", "mask"} | set(extra)
+    if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
+        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
+    for name in weights:
+        setattr(layer, name, inputs[name])
+    return layer, _key_padding(inputs, *inputs["x"].shape[:2])
+
+
+def _local_global_run(inputs, params):
+    layer, mask = _local_global_build(inputs, params, ())
+    x, outs, start = inputs["x"], [], 0
+    cache = layer.new_cache(mem_len=params["mem_len"]) if len(params["chunks"]) > 1 else None
+    if params.get("streaming") is not None:
+        from .streaming import StreamingCache
+        cache = StreamingCache(layer, **params["streaming"])
+    for size in params["chunks"]:
+        held = 0 if cache is None else cache.length                             # the keys the cache kept
+        keys = None if mask is None else mask[:, start - held:start + size]       # (B, S)
+        outs.append(layer(x[:, start:start + size], mask=keys, causal=True, cache=cache))
+        start += size
+    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+
+
+def _local_global_grad_run(inputs, params):
+    layer, mask = _local_global_build(inputs, params, ("dy",))
+    _, ctx = layer(inputs["x"], mask=mask, causal=True, return_context=True)
+    grads = layer.backward(ctx, inputs["dy"])
+    order = ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks"]
+    return {k: grads[k] for k in order if k in grads}
 
 
 # --------------------------------------------------------------------------- the registry
@@ -1284,6 +1401,12 @@ FAMILIES = {
                           _irope_layer_cases, _irope_layer_run),
     "irope_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with Llama 4's "
                                "attention temperature and chunked attention", _irope_grad_cases, _irope_grad_run),
+    "local_global": Family("minipos.layer.MultiHeadAttention", "sliding windows (with a rolling cache), a scale "
+                           "override, Gemma 3 local and global layers, gpt-oss sinks", _local_global_cases,
+                           _local_global_run),
+    "local_global_grad": Family("minipos.layer.MultiHeadAttention.backward", "the backward of the local_global "
+                                "layers (one pass): x, every weight and the sinks", lambda: _local_global_cases(True),
+                                _local_global_grad_run),
 }
 
 

@@ -82,6 +82,8 @@ AXES = {
     "shaw_layer_grad": {"x": "btd", "scheme.w_k": "cd", "scheme.w_v": "cd"},
     "irope_layer": {"y": "btd"},
     "irope_layer_grad": {"x": "btd"},
+    "local_global": {"y": "btd"},
+    "local_global_grad": {"x": "btd", "sinks": "h"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value

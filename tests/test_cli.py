@@ -17,6 +17,7 @@ EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
     "mrope": (True, True),  # text positions: t = h = w, so M-RoPE is RoPE
     "shaw": (True, True),
     "nope-temperature": (False, True),   # query i scaled by tau(i): absolute, but no table to outgrow
+    "rope+window": (True, True),   # a window of seq_len / 4 positions: relative, and no table to outgrow
 }
 
 
@@ -32,7 +33,8 @@ def test_tour_json_reports_measured_properties(capsys):
                       "transformer-xl": 2 * 2 * 16 + 32 * 32, "deberta": 512 * 32, "rope": 0, "xpos": 0,
                       "mrope": 0,
                       "shaw": 2 * 33 * 16,
-                      "nope-temperature": 0}
+                      "nope-temperature": 0,
+                      "rope+window": 0}
 
 
 def test_tour_table_lists_every_scheme(capsys):

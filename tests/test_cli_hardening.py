@@ -60,7 +60,7 @@ def test_tour_refuses_bad_arguments(kwargs, error, words):
 
 
 def test_the_smallest_and_largest_allowed_tours_run():
-    every = len(cli.tour_schemes(1))                                  # one row per scheme
+    every = len(cli.tour_schemes(1)) + len(cli.tour_layers(1))        # one row per scheme or layer setting
     assert len(tour(d_model=2, heads=1, seq_len=1, seed=0)) == every
     limits = cli.TOUR_LIMITS
     rows = tour(d_model=limits["d_model"], heads=limits["heads"], seq_len=limits["seq_len"], seed=cli.MAX_SEED)

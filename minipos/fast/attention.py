@@ -40,11 +40,13 @@ __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
 _DENSE_LOGITS = 1 << 18
 
 
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False):
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, sinks=None):
     """``minipos.attention.attention`` (same arguments and results, up to rounding), through the
-    blockwise kernel for large problems: no ``(..., H, T, S)`` logits or weights are formed."""
-    if check_bool(return_weights, "return_weights"):
-        return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=True)
+    blockwise kernel for large problems: no ``(..., H, T, S)`` logits or weights are formed.
+    With ``sinks`` it is the reference (the kernel has no sink column)."""
+    if check_bool(return_weights, "return_weights") or sinks is not None:
+        return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=return_weights,
+                                   sinks=sinks)
     q, k, v = check_qkv(q, k, v)
     shape = (*q.shape[:-1], k.shape[-2])                                   # (..., H, T, S)
     if math.prod(shape) < _DENSE_LOGITS or q.ndim < 3:
@@ -87,8 +89,9 @@ _BLOCK = 256
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
                         block_size: int = 256, q_offset: int | None = None, return_lse: bool = False,
-                        workers: int | None = None, bias_max_fn=None):
+                        workers: int | None = None, bias_max_fn=None, sinks=None):
     """``minipos.attention.blockwise_attention`` (same arguments and result, up to rounding), faster.
+    With ``sinks`` it is the reference (the kernel has no sink column).
 
     Two more keywords steer speed only:
 
@@ -112,9 +115,9 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     return_lse = check_bool(return_lse, "return_lse")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    if dtype not in _UNDERFLOW:                                            # longdouble: the reference
+    if dtype not in _UNDERFLOW or sinks is not None:                       # longdouble, sinks: the reference
         return reference.blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, scale=scale,
-                                             block_size=block, q_offset=q_offset, return_lse=return_lse)
+                                             block_size=block, q_offset=q_offset, return_lse=return_lse, sinks=sinks)
     if q.ndim == 2:                                                        # no head axis: lend one
         bias_fn, mask_fn, bias_max_fn = (None if f is None else _heads_added(f)
                                          for f in (bias_fn, mask_fn, bias_max_fn))
@@ -265,13 +268,13 @@ def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
 
 def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
                                  scale=None, block_size: int = 256, q_offset: int | None = None, bias_grad_fn=None,
-                                 workers: int | None = None, bias_max_fn=None):
+                                 workers: int | None = None, bias_max_fn=None, sinks=None):
     """``minipos.attention.blockwise_attention_backward`` (same arguments and results up to
     rounding), faster: ``-lse`` rides in an extra column of the queries so one product gives
     ``S - lse`` and ``P = exp`` of it; future key blocks are skipped under ``causal``, heads whose
     block underflows under ``bias_max_fn``; query blocks run on ``workers`` threads, each summing
     dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
-    with ``dS`` zero for the heads skipped there.
+    with ``dS`` zero for the heads skipped there. With ``sinks`` it is the reference.
     """
     q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                                     block_size, q_offset)
@@ -279,10 +282,10 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     check_callable(bias_max_fn, "bias_max_fn")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    if dtype not in _UNDERFLOW or q.ndim == 2:                              # longdouble, no head axis
+    if dtype not in _UNDERFLOW or q.ndim == 2 or sinks is not None:        # longdouble, no head axis, sinks
         return reference.blockwise_attention_backward(q, k, v, out, lse, dout, bias_fn=bias_fn, mask_fn=mask_fn,
                                                       causal=causal, scale=scale, block_size=block,
-                                                      q_offset=q_offset, bias_grad_fn=bias_grad_fn)
+                                                      q_offset=q_offset, bias_grad_fn=bias_grad_fn, sinks=sinks)
     *lead, T, _ = q.shape
     out = reference._check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
     dout = reference._check_grad(dout, out, "dout")

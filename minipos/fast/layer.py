@@ -16,7 +16,10 @@ attend step here:
   functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
   same) from one call to the next while the scheme's parameters are unchanged, and hands the
   kernel a bound of the bias per block where one is known (ALiBi), so heads that underflow are
-  skipped.
+  skipped;
+- applies ``sliding_window`` as a block mask, so key blocks wholly outside every query's window
+  are skipped before they are scored. A layer with ``sinks`` takes the reference's attend step
+  (dense or blockwise) and its backward: the kernel has no sink column.
 
 A scheme with a value seam (``Shaw``) takes the reference's attend step, dense or blockwise: the
 fast kernel has no value term.
@@ -37,6 +40,7 @@ import numpy as np
 from .. import deberta
 from .. import layer as reference
 from ..layer import ALiBi, DeBERTa, T5Bias, TransformerXL
+from ..local_global import _window
 from . import alibi as fast_alibi
 from . import deberta as fast_deberta
 from . import t5 as fast_t5
@@ -139,7 +143,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
         small = block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS
-        if return_weights or small or "value" in self.scheme.seams:           # the kernel has no value term
+        if return_weights or small or self.sinks is not None or "value" in self.scheme.seams:
+            # the kernel has no sink column and no value term
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
         if return_lse:                                                        # a context: a backward may follow
@@ -148,20 +153,22 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         bound = None
         if hints is not None and hints.bound is not None and extra is None:
             bound = lambda qs, ks: hints.bound(self.scheme, q_pos[qs], k_pos[ks])  # noqa: E731
-        scale = self.scheme.scale(self.head_dim)
+        scale, window = self.attention_scale(), self.sliding_window
         kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound, return_lse=True)
         chunk = self.attention_chunk
         if causal and T and S and is_run(q_pos) and is_run(k_pos):          # query t sees s <= t + offset
-            pad = None if mask is None and chunk is None else _mask_fn(mask, False, q_pos, k_pos, chunk)
+            pad = (None if mask is None and chunk is None and window is None else
+                   _mask_fn(mask, False, q_pos, k_pos, chunk=chunk, window=window))
             out, lse = blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
         else:
-            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos, chunk), **kw)
+            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos, chunk=chunk,
+                                                                     window=window), **kw)
         return out, None, lse if return_lse else None
 
     def _attend_backward(self, ctx, dout, add):
         """Steps 7 and 6 reversed with the fast blockwise backward wherever the forward ran the kernel."""
         T, S = len(ctx.positions), len(ctx.k_positions)
-        if ctx.lse is None or not (T and S) or "value" in self.scheme.seams:
+        if ctx.lse is None or not (T and S) or self.sinks is not None or "value" in self.scheme.seams:
             return super()._attend_backward(ctx, dout, add)
         sc = self.scheme
         hints = HINTS.get(type(sc))
@@ -171,16 +178,19 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         bound = None
         if hints is not None and hints.bound is not None and ctx.extra is None:
             bound = lambda qs, ks: hints.bound(sc, ctx.positions[qs], ctx.k_positions[ks])  # noqa: E731
-        kw = dict(bias_fn=logits, scale=sc.scale(self.head_dim), block_size=self.block_size or 256,
+        kw = dict(bias_fn=logits, scale=self.attention_scale(), block_size=self.block_size or 256,
                   bias_grad_fn=logits_grad, bias_max_fn=bound)
-        q_pos, k_pos, mask, chunk = ctx.positions, ctx.k_positions, ctx.mask, self.attention_chunk
+        q_pos, k_pos, mask = ctx.positions, ctx.k_positions, ctx.mask
+        chunk, window = self.attention_chunk, self.sliding_window
         if ctx.causal and is_run(q_pos) and is_run(k_pos):
-            pad = None if mask is None and chunk is None else _mask_fn(mask, False, q_pos, k_pos, chunk)
+            pad = (None if mask is None and chunk is None and window is None else
+                   _mask_fn(mask, False, q_pos, k_pos, chunk=chunk, window=window))
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, mask_fn=pad, causal=True,
                                                  q_offset=int(q_pos[0] - k_pos[0]), **kw)
         else:
             grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout,
-                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos, chunk), **kw)
+                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos, chunk=chunk,
+                                                                  window=window), **kw)
         return (*grads, dq_extra, dk_extra)
 
     def _logits_grad_fn(self, ctx, add):
@@ -245,11 +255,13 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         return fn
 
 
-def _mask_fn(mask, causal, q_pos, k_pos, chunk=None):
-    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, the chunks of
-    ``attention_chunk``, and padding)."""
+def _mask_fn(mask, causal, q_pos, k_pos, *, chunk=None, window=None):
+    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, the sliding
+    window, the chunks of ``attention_chunk``, and padding)."""
     def fn(qs, ks):
         allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
+        if window is not None:                                                 # i - W < j <= i
+            allowed = _window(q_pos[qs], k_pos[ks], window)[None, None]
         if chunk is not None:                                                  # i // C == j // C
             same = (q_pos[qs][:, None] // chunk == k_pos[ks][None, :] // chunk)[None, None]
             allowed = same if allowed is None else allowed & same
