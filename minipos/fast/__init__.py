@@ -13,6 +13,7 @@ trigonometry, Toeplitz copies. The modules mirror the reference's, name for name
     minipos.t5.t5_bias                      minipos.fast.t5.t5_bias
     minipos.alibi.alibi_bias                minipos.fast.alibi.alibi_bias (+ alibi_bias_bound)
     minipos.layer.MultiHeadAttention        minipos.fast.MultiHeadAttention
+    minipos.mla.MultiHeadLatentAttention    minipos.fast.MultiHeadLatentAttention
 
 and a user switches the layer with one import (the schemes and caches are the reference's)::
 
@@ -24,5 +25,6 @@ Some functions take extra keyword arguments that only steer speed (``workers``, 
 
 from . import alibi, attention, rope, t5  # noqa: E402  (modules named as the reference's)
 from .layer import MultiHeadAttention  # noqa: E402
+from .mla import MultiHeadLatentAttention  # noqa: E402
 
-__all__ = ["alibi", "attention", "rope", "t5", "MultiHeadAttention"]
+__all__ = ["alibi", "attention", "rope", "t5", "MultiHeadAttention", "MultiHeadLatentAttention"]
