@@ -71,6 +71,8 @@ AXES = {
     "xpos_grad": {"dx": "td"},
     "learned_grad": {"dtable": "pd"},
     "layer_grad": {"x": "btd"},
+    "mla": {"y": "btd"},
+    "mla_grad": {"x": "btd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value
