@@ -12,7 +12,7 @@ from minipos.cli import main
 EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
     "nope": (True, True), "sinusoidal": (False, True), "learned": (False, False),
     "alibi": (True, True), "t5": (True, True), "transformer-xl": (True, True),
-    "deberta": (True, True), "rope": (True, True), "xpos": (True, True),
+    "deberta": (True, True), "rope": (True, True), "xpos": (True, True), "mla-rope": (True, True),
 }
 
 
@@ -25,7 +25,8 @@ def test_tour_json_reports_measured_properties(capsys):
     # learned table 16 x 32; T5 table 32 buckets x 2 heads; XL u, v (2 x 16) and w_r (32 x 32);
     # DeBERTa rel_embeddings (2 * 256) x 32
     assert params == {"nope": 0, "sinusoidal": 0, "learned": 512, "alibi": 0, "t5": 64,
-                      "transformer-xl": 2 * 2 * 16 + 32 * 32, "deberta": 512 * 32, "rope": 0, "xpos": 0}
+                      "transformer-xl": 2 * 2 * 16 + 32 * 32, "deberta": 512 * 32, "rope": 0, "xpos": 0,
+                      "mla-rope": 0}
 
 
 def test_tour_table_lists_every_scheme(capsys):
