@@ -61,7 +61,7 @@ def tour_schemes(seq_len: int) -> list:
             TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(), DecoupledRotary()]
 
 
-def _tour_layer(scheme, d_model, heads, seed):
+def tour_layer(scheme, d_model, heads, seed):
     """The layer of a tour row: ``MultiHeadAttention``, or DeepSeek's latent attention for its
     decoupled RoPE (D_N = D - D_R, D_R = 2 floor(D/4) or 2, D_V = D, latent ranks d_model/4, d_model/2)."""
     if not isinstance(scheme, DecoupledRotary):
@@ -100,7 +100,7 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
     x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
     rows = []
     for scheme in tour_schemes(seq_len):
-        layer = _tour_layer(scheme, d_model, heads, seed)
+        layer = tour_layer(scheme, d_model, heads, seed)
         causal = True
         y = layer(x, causal=causal)
         gap = _shift_gap(layer, x, causal)

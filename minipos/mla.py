@@ -31,19 +31,18 @@ one cache so that every step after 2 stays the layer's own.
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; from HF ``DeepseekV3Attention`` /
 ``DeepseekV2Attention`` copy ``W = linear.weight.T``:
 
-=================  ========================================  ======================================
-minipos            HF                                        shape
-=================  ========================================  ======================================
-``wq``             ``q_proj.weight.T`` (no ``q_lora_rank``)  ``(d_model, H (D_N + D_R))``
-``wq_a``, ``bq_a`` ``q_a_proj.weight.T``, ``.bias``          ``(d_model, r_q)``, ``(r_q,)``
-``q_a_norm``       ``q_a_layernorm.weight``                  ``(r_q,)``
-``wq_b``           ``q_b_proj.weight.T``                     ``(r_q, H (D_N + D_R))``
-``wkv_a``,         ``kv_a_proj_with_mqa.weight.T``, ``.bias``  ``(d_model, r_kv + D_R)``,
-``bkv_a``                                                    ``(r_kv + D_R,)``
-``kv_a_norm``      ``kv_a_layernorm.weight``                 ``(r_kv,)``
-``wkv_b``          ``kv_b_proj.weight.T``                    ``(r_kv, H (D_N + D_V))``
-``wo``, ``bo``     ``o_proj.weight.T``, ``.bias``            ``(H D_V, d_model)``, ``(d_model,)``
-=================  ========================================  ======================================
+====================  ==========================================  ============================================
+minipos               HF                                          shape
+====================  ==========================================  ============================================
+``wq``                ``q_proj.weight.T`` (no ``q_lora_rank``)    ``(d_model, H (D_N + D_R))``
+``wq_a``, ``bq_a``    ``q_a_proj.weight.T``, ``.bias``            ``(d_model, r_q)``, ``(r_q,)``
+``q_a_norm``          ``q_a_layernorm.weight``                    ``(r_q,)``
+``wq_b``              ``q_b_proj.weight.T``                       ``(r_q, H (D_N + D_R))``
+``wkv_a``, ``bkv_a``  ``kv_a_proj_with_mqa.weight.T``, ``.bias``  ``(d_model, r_kv + D_R)``, ``(r_kv + D_R,)``
+``kv_a_norm``         ``kv_a_layernorm.weight``                   ``(r_kv,)``
+``wkv_b``             ``kv_b_proj.weight.T``                      ``(r_kv, H (D_N + D_V))``
+``wo``, ``bo``        ``o_proj.weight.T``, ``.bias``              ``(H D_V, d_model)``, ``(d_model,)``
+====================  ==========================================  ============================================
 
 Column layouts follow HF's ``view``: ``wq``/``wq_b`` head by head, each ``[nope D_N | rope D_R]``;
 ``wkv_b`` head by head, each ``[k_nope D_N | v D_V]``; ``wkv_a`` is ``[latent r_kv | rope key D_R]``.
