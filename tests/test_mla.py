@@ -171,6 +171,26 @@ def test_cache_and_fast_layer_equal_the_full_pass(block_size):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+def test_length_dependent_rope_rotates_cached_keys_with_each_steps_frequencies():
+    # dynamic NTK: each step's output equals the last row of a full pass over the same prefix.
+    scaling = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4}
+    layer = _small(scaling=scaling)
+    x = np.random.default_rng(10).standard_normal((1, 9, 12))
+    cache = layer.new_cache()
+    for t in range(9):
+        step = layer(x[:, t:t + 1], causal=True, cache=cache)
+        np.testing.assert_allclose(step[:, 0], layer(x[:, :t + 1], causal=True)[:, -1], rtol=1e-12, atol=1e-13)
+
+
+def test_fast_layer_kernel_path_equals_the_reference():
+    # 2 x 4 x 300 x 300 logits: above the size where the fast layer runs its blockwise kernel.
+    kw = dict(kv_lora_rank=8, qk_nope_head_dim=3, qk_rope_head_dim=4, v_head_dim=2, q_lora_rank=6, seed=7)
+    ref = MultiHeadLatentAttention(32, 4, **kw)
+    fast = minipos.fast.MultiHeadLatentAttention(32, 4, **kw)
+    x = np.random.default_rng(11).standard_normal((2, 300, 32))
+    np.testing.assert_allclose(fast(x, causal=True), ref(x, causal=True), rtol=1e-10, atol=1e-12)
+
+
 def test_interleaved_and_half_agree_once_the_rope_columns_are_permuted():
     # interleaved pairs (2i, 2i+1), half pairs (i, i + D_R/2): the interleaved layer's rope feature 2i
     # must be the half layer's i, and 2i+1 its i + D_R/2, in the query and in the shared key.
