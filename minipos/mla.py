@@ -3,11 +3,11 @@
 Keys and values come from one low-rank latent per token, and position enters through a separate,
 narrow slice of each head that RoPE rotates::
 
-    c_kv, k_R = split(x W_kv_a + b_kv_a)           # (B, T, r_kv), (B, T, D_R)   Eq. 9 and 15
+    c_kv, k_R = split(x W_kv_a + b_kv_a)           # (B, T, r_kv), (B, T, D_R)   §2.1.2, §2.1.3
     c_kv      = RMSNorm(c_kv)                       # (B, T, r_kv)
-    k_C, v    = split(heads(c_kv W_kv_b))           # (B, H, T, D_N), (B, H, T, D_V)   Eq. 10-11
+    k_C, v    = split(heads(c_kv W_kv_b))           # (B, H, T, D_N), (B, H, T, D_V)   §2.1.2
     c_q       = RMSNorm(x W_q_a + b_q_a)            # (B, T, r_q)   (or q = heads(x W_q) without q_lora_rank)
-    q_C, q_R  = split(heads(c_q W_q_b))             # (B, H, T, D_N), (B, H, T, D_R)   Eq. 12-14
+    q_C, q_R  = split(heads(c_q W_q_b))             # (B, H, T, D_N), (B, H, T, D_R)   §2.1.2-2.1.3
     q = [q_C | RoPE(q_R)],  k = [k_C | RoPE(k_R)]   # one rotated key per token, shared by every head
     scores = q . k * (D_N + D_R) ** -0.5 * mscale(s, mscale_all_dim) ** 2
 

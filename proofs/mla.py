@@ -7,7 +7,7 @@ parts q^C = c^Q W^{UQ}, k^C = c^KV W^{UK}, and
     q^C_i . k^C_j = c^Q_i (W^{UQ} W^{UK T}) c^KV_j^T,
 
 one fixed r_q x r_kv matrix in the middle: it can be folded into the query once, and attention
-runs on the cached latents (Eq. 10-11's absorption). With RoPE on the whole key,
+runs on the cached latents (§2.1.2's absorption). With RoPE on the whole key (§2.1.3),
 
     (q^C_i R(i)^T) . (k^C_j R(j)^T) = c^Q_i (W^{UQ} R(j - i) W^{UK T}) c^KV_j^T,
 
