@@ -42,9 +42,13 @@ def mat(name, rows, cols):
 
 
 @theorem("mla.absorb",
-         "Without position the content score is c^Q (W^{UQ} W^{UK T}) c^{KV T}, one fixed matrix in the middle; "
+         "Without position the latent content score has one fixed matrix in the middle, W^{UQ} W^{UK T}; "
          "RoPE on the whole key puts R(j - i) there, which depends on the positions",
-         checks=(MLA,))
+         checks=(MLA,),
+         latex=r"\begin{aligned}"
+               r"q^C_i \cdot k^C_j &= c^Q_i\, (W^{UQ} W^{UK\top})\, c^{KV\top}_j \\"
+               r"(q^C_i R(i)^\top) \cdot (k^C_j R(j)^\top) &= c^Q_i\, \big(W^{UQ} R(j - i)\, W^{UK\top}\big)\, c^{KV\top}_j"
+               r"\end{aligned}")
 def _(p):
     D, r_q, r_kv = 2, 2, 2
     cq, ckv, A, Bm = row("c_q", r_q), row("c_kv", r_kv), mat("a", r_q, D), mat("b", r_kv, D)
@@ -71,9 +75,11 @@ def _rotated_key(p, cq, ckv, Dn, r_q, r_kv):
 
 
 @theorem("mla.decoupled",
-         "Decoupled RoPE: [q^C_i | q^R_i R(i)^T] . [k^C_j | k^R_j R(j)^T] = c^Q_i (W^{UQ} W^{UK T}) c^{KV T}_j "
-         "+ q^R_i R(j - i) k^{R T}_j: the latent part absorbs, the rope part depends on j - i only",
-         checks=(MLA, SCHEME))
+         "Decoupled RoPE: the score splits into a latent part with a fixed middle matrix and a rope part "
+         "that depends on j - i only",
+         checks=(MLA, SCHEME),
+         latex=r"[\,q^C_i \mid q^R_i R(i)^\top\,] \cdot [\,k^C_j \mid k^R_j R(j)^\top\,]"
+               r" = c^Q_i\, (W^{UQ} W^{UK\top})\, c^{KV\top}_j + q^R_i\, R(j - i)\, k^{R\top}_j")
 def _(p):
     D_N, D_R, r_q, r_kv = 2, 2, 2, 2
     cq, ckv, A, Bm = row("c_q", r_q), row("c_kv", r_kv), mat("a", r_q, D_N), mat("b", r_kv, D_N)
