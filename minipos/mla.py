@@ -25,8 +25,10 @@ dense or ``block_size=`` blockwise, are the layer's. The cache holds the expande
 ``(B, H, S, D_N + D_R)`` and values ``(B, H, S, D_V)``, not the latents: a real MLA cache holds
 ``c_kv`` and the rotated ``k_R`` (``r_kv + D_R`` numbers a token instead of ``H (D_N + D_R + D_V)``)
 and expands them (or absorbs ``W_kv_b`` into the query and output) at every step. The expansion is
-a fixed linear map of cached values, so both give the same attention; minipos keeps the layer's
-one cache so that every step after 2 stays the layer's own.
+a fixed linear map of cached values, so both give the same attention; the layer keeps its one
+cache so that every step after 2 stays its own. The production form is here too, for decoding:
+``latent_kv`` gives the latent cache entries and ``absorbed_attention`` attends to them with
+``W_UK`` folded into the query and ``W_UV`` into the output (tested equal to the layer).
 
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; from HF ``DeepseekV3Attention`` /
 ``DeepseekV2Attention`` copy ``W = linear.weight.T``:
@@ -56,10 +58,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import rope, rope_scaling
-from ._checks import as_float_array, check_even_int, check_float, check_positive_int
+from ._checks import as_float_array, as_positions, check_bool, check_even_int, check_float, check_positive_int
+from .attention import attention
 from .layer import MultiHeadAttention, Rotary
 
-__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale"]
+__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale",
+           "latent_kv", "absorbed_attention"]
 
 
 # --------------------------------------------------------------------------- RMSNorm
@@ -298,3 +302,73 @@ class MultiHeadLatentAttention(MultiHeadAttention):
                 f"q_lora_rank={self.q_lora_rank}, kv_lora_rank={self.kv_lora_rank}, "
                 f"qk_nope_head_dim={self.qk_nope_head_dim}, qk_rope_head_dim={self.qk_rope_head_dim}, "
                 f"v_head_dim={self.v_head_dim}, scheme={self.scheme!r})")
+
+
+# --------------------------------------------------------------------------- the latent cache (decoding form)
+#
+# What production decoders run: the cache holds c_kv and the rotated rope key, W_UK is folded into
+# the query and W_UV into the output, and attention is multi-query attention over the latents
+# (one key/value head of width r_kv + D_R and r_kv). An inference form: it has no backward;
+# training runs through the layer, whose result it equals (tests/test_mla.py).
+
+def latent_kv(layer: MultiHeadLatentAttention, x, positions) -> tuple[np.ndarray, np.ndarray]:
+    """The latent cache entries of the tokens ``x`` ``(B, T, d_model)`` at ``positions`` ``(T,)``:
+    ``(c_kv (B, T, r_kv), k_rope (B, T, D_R))``, the normed latent and the rope key rotated by its
+    position (HF 5.x caches the same two arrays; its ``k_rope`` is in its output order, see the
+    docs page on the interleave permutation)."""
+    x, positions = _check_decode_call(layer, x, positions)
+    r_kv = layer.kv_lora_rank
+    kv_a = _linear(x, layer.wkv_a, layer.bkv_a)                           # (B, T, r_kv + D_R)
+    c_kv = rms_norm(kv_a[..., :r_kv], layer.kv_a_norm, eps=layer.eps)     # (B, T, r_kv)
+    inv_freq, factor = layer.scheme.frequencies(1)                        # fixed: the same at every length
+    k_rope = rope.apply_rope(kv_a[..., r_kv:], positions, inv_freq=inv_freq, layout=layer.scheme.layout,
+                             attention_factor=factor)                     # (B, T, D_R): rotated once
+    return c_kv, k_rope                                                   # (B, T, r_kv), (B, T, D_R)
+
+
+def absorbed_attention(layer: MultiHeadLatentAttention, x, positions, c_kv, k_rope, k_positions, *,
+                       causal: bool = True) -> np.ndarray:
+    """The layer's output ``(B, T, d_model)`` for the queries ``x`` at ``positions`` against a latent
+    cache ``c_kv`` ``(B, S, r_kv)``, ``k_rope`` ``(B, S, D_R)`` at ``k_positions`` ``(S,)`` (the
+    queries' own entries included), with ``W_UK`` absorbed into the query and ``W_UV`` into the output.
+
+    Per head: ``q_lat = q_C W_UK^T`` ``(T, r_kv)``; logits ``[q_lat | q_R] . [c_kv | k_rope]`` scaled by
+    the layer's softmax scale, whose D is still ``D_N + D_R`` (not the latent width); the output
+    ``(P c_kv) W_UV``. Needs fixed RoPE frequencies (cached rope keys stay rotated).
+    """
+    x, positions = _check_decode_call(layer, x, positions)
+    c_kv, k_rope = as_float_array(c_kv, "c_kv"), as_float_array(k_rope, "k_rope")
+    B, T, _ = x.shape
+    S = c_kv.shape[1] if c_kv.ndim == 3 else -1
+    if c_kv.shape != (B, S, layer.kv_lora_rank) or k_rope.shape != (B, S, layer.qk_rope_head_dim):
+        raise ValueError(f"c_kv and k_rope must have shapes (B, S, kv_lora_rank={layer.kv_lora_rank}) and "
+                         f"(B, S, qk_rope_head_dim={layer.qk_rope_head_dim}) with B = {B}; got c_kv {c_kv.shape}, "
+                         f"k_rope {k_rope.shape}")
+    k_positions = as_positions(k_positions, "k_positions", length=S)
+    causal = check_bool(causal, "causal")
+    H, D_N, D_V, r_kv = layer.num_heads, layer.qk_nope_head_dim, layer.v_head_dim, layer.kv_lora_rank
+    q = layer.scheme.rotate_q(layer._query(x), positions, seq_len=1)      # (B, H, T, D_N + D_R); fixed frequencies
+    w_kv_b = layer.wkv_b.reshape(r_kv, H, D_N + D_V)                      # (r_kv, H, D_N + D_V)
+    w_uk, w_uv = w_kv_b[..., :D_N], w_kv_b[..., D_N:]                     # (r_kv, H, D_N), (r_kv, H, D_V)
+    q_lat = np.einsum("bhtn,rhn->bhtr", q[..., :D_N], w_uk)               # (B, H, T, r_kv): W_UK absorbed
+    q_abs = np.concatenate([q_lat, q[..., D_N:]], axis=-1)                # (B, H, T, r_kv + D_R)
+    k_lat = np.concatenate([c_kv, k_rope], axis=-1)[:, None]              # (B, 1, S, r_kv + D_R): one head
+    v_lat = c_kv[:, None]                                                 # (B, 1, S, r_kv): one head
+    mask = (k_positions[None, :] <= positions[:, None]) if causal else None   # (T, S)
+    out = attention(q_abs, np.broadcast_to(k_lat, (B, H, *k_lat.shape[2:])), np.broadcast_to(v_lat, (B, H, S, r_kv)),
+                    mask=mask, scale=layer.scheme.scale(layer.head_dim))  # (B, H, T, r_kv)
+    out = np.einsum("bhtr,rhv->bthv", out, w_uv)                          # (B, T, H, D_V): W_UV absorbed
+    y = out.reshape(B, T, H * D_V) @ layer.wo                             # (B, T, d_model)
+    return y if layer.bo is None else y + layer.bo
+
+
+def _check_decode_call(layer, x, positions):
+    if not isinstance(layer, MultiHeadLatentAttention):
+        raise TypeError(f"layer must be a MultiHeadLatentAttention, got {type(layer).__name__}")
+    if layer.scheme.rotates_cached_keys:
+        raise ValueError("a latent cache keeps rotated rope keys, so it needs fixed RoPE frequencies; "
+                         f"rope_type {layer.scheme.scaling_kind!r} changes them with the length")
+    x = as_float_array(x, "x")
+    if x.ndim != 3 or x.shape[-1] != layer.d_model:
+        raise ValueError(f"x must have shape (B, T, d_model={layer.d_model}), got {x.shape}")
+    return x, as_positions(positions, "positions", length=x.shape[1])

@@ -47,7 +47,8 @@ def mat(name, rows, cols):
          checks=(MLA,),
          latex=r"\begin{aligned}"
                r"q^C_i \cdot k^C_j &= c^Q_i\, (W^{UQ} W^{UK\top})\, c^{KV\top}_j \\"
-               r"(q^C_i R(i)^\top) \cdot (k^C_j R(j)^\top) &= c^Q_i\, \big(W^{UQ} R(j - i)\, W^{UK\top}\big)\, c^{KV\top}_j"
+               r"(q^C_i R(i)^\top) \cdot (k^C_j R(j)^\top) &= "
+               r"c^Q_i\, \big(W^{UQ} R(j - i)\, W^{UK\top}\big)\, c^{KV\top}_j"
                r"\end{aligned}")
 def _(p):
     D, r_q, r_kv = 2, 2, 2

@@ -13,7 +13,8 @@ import pytest
 import minipos.fast
 from minipos import rope
 from minipos.layer import MultiHeadAttention, Rotary
-from minipos.mla import DecoupledRotary, MultiHeadLatentAttention, rms_norm, rms_norm_backward, yarn_get_mscale
+from minipos.mla import (DecoupledRotary, MultiHeadLatentAttention, absorbed_attention, latent_kv, rms_norm,
+                         rms_norm_backward, yarn_get_mscale)
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0,
         "mscale_all_dim": 0.5, "beta_fast": 32.0, "beta_slow": 1.0}
@@ -191,6 +192,37 @@ def test_fast_layer_kernel_path_equals_the_reference():
     np.testing.assert_allclose(fast(x, causal=True), ref(x, causal=True), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("q_lora_rank, layout", [(6, "interleaved"), (None, "half")])
+def test_latent_cache_with_absorbed_weights_equals_the_layer(q_lora_rank, layout):
+    layer = _small(q_lora_rank=q_lora_rank, layout=layout, scaling=YARN)
+    x = np.random.default_rng(12).standard_normal((2, 8, 12))
+    full = layer(x, causal=True)
+    c_kv, k_rope, outs = np.zeros((2, 0, 5)), np.zeros((2, 0, 4)), []
+    for a, b in ((0, 3), (3, 4), (4, 8)):                             # prefill, then decoding steps
+        c, k = latent_kv(layer, x[:, a:b], np.arange(a, b))
+        c_kv, k_rope = np.concatenate([c_kv, c], 1), np.concatenate([k_rope, k], 1)
+        outs.append(absorbed_attention(layer, x[:, a:b], np.arange(a, b), c_kv, k_rope, np.arange(b)))
+    assert c_kv.shape == (2, 8, 5) and k_rope.shape == (2, 8, 4)     # r_kv + D_R = 9 numbers a token
+    np.testing.assert_allclose(np.concatenate(outs, 1), full, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(absorbed_attention(layer, x, np.arange(8), c_kv, k_rope, np.arange(8), causal=False),
+                               layer(x), rtol=1e-12, atol=1e-13)
+
+
+def test_latent_cache_refuses_what_it_cannot_hold():
+    x = np.ones((1, 2, 12))
+    with pytest.raises(ValueError, match="fixed RoPE frequencies"):
+        latent_kv(_small(scaling={"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4}),
+                  x, [0, 1])
+    with pytest.raises(TypeError, match="MultiHeadLatentAttention"):
+        latent_kv(MultiHeadAttention(12, 2), x, [0, 1])
+    layer = _small()
+    c_kv, k_rope = latent_kv(layer, x, [0, 1])
+    with pytest.raises(ValueError, match="c_kv and k_rope"):
+        absorbed_attention(layer, x, [0, 1], c_kv[..., :4], k_rope, [0, 1])
+    with pytest.raises(ValueError, match="k_positions"):
+        absorbed_attention(layer, x, [0, 1], c_kv, k_rope, [0, 1, 2])
+
+
 def test_interleaved_and_half_agree_once_the_rope_columns_are_permuted():
     # interleaved pairs (2i, 2i+1), half pairs (i, i + D_R/2): the interleaved layer's rope feature 2i
     # must be the half layer's i, and 2i+1 its i + D_R/2, in the query and in the shared key.
@@ -364,6 +396,14 @@ def test_matches_deepseek_v3_attention_in_float64_forward_backward_and_decoding(
             outs.append(layer(x[:, a:b], causal=True, cache=cache))
             np.testing.assert_allclose(outs[-1], want, rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(np.concatenate(outs, 1), got, rtol=1e-11, atol=1e-12)
+    # HF's cache holds the latent cache: the normed latent, and the rotated rope key in HF's output
+    # order (rope_interleave writes the rotated pairs de-interleaved: evens first, then odds).
+    c_kv, k_rope = latent_kv(layer, x, np.arange(T))
+    order = rope.layout_permutation(4) if interleave else np.arange(4)
+    np.testing.assert_allclose(c_kv, hf_cache.layers[0].keys.numpy()[:, 0], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(k_rope[..., order], hf_cache.layers[0].values.numpy()[:, 0], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(absorbed_attention(layer, x, np.arange(T), c_kv, k_rope, np.arange(T)), got,
+                               rtol=1e-11, atol=1e-12)
 
 
 @pytest.mark.parametrize("params", [{"rope_type": "default"}, YARN], ids=["default", "yarn"])
