@@ -24,13 +24,14 @@ __version__ = "0.1.0"
 
 from . import (alibi, attention, deberta, mrope, rope, rope_scaling, sinusoidal, t5,  # noqa: E402
                transformer_xl, xpos)
+from . import mla  # noqa: E402  (DeepSeek's multi-head latent attention, built on the layer)
 from .attention import causal_mask, softmax  # noqa: E402
 from .layer import (ALiBi, DeBERTa, KVCache, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE,  # noqa: E402
                     Rotary, Sinusoidal, T5Bias, TransformerXL, XPos)
 
 __all__ = [
     "__version__", "alibi", "attention", "deberta", "rope", "rope_scaling", "sinusoidal", "t5",
-    "transformer_xl", "xpos", "mrope", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
+    "transformer_xl", "xpos", "mrope", "mla", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "NoPE",
     "Sinusoidal", "LearnedAbsolute", "Rotary", "XPos", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
     "MRotary",
 ]

@@ -32,6 +32,7 @@ from . import __version__
 from ._checks import check_int
 from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE, NoPETemperature, Rotary,
                     Shaw, Sinusoidal, T5Bias, TransformerXL, XPos)
+from .mla import DecoupledRotary, MultiHeadLatentAttention
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
 TOUR_LIMITS = {"d_model": 512, "heads": 16, "seq_len": 64}  # a tour in seconds, in a few hundred MB
@@ -67,13 +68,26 @@ def tour_schemes(seq_len: int) -> list:
     # share of its context); here every seq_len // 8, so the tour's lengths see it.
     return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
             TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(), MRotary(),
-            Shaw(max_relative_position=16), NoPETemperature(floor_scale=max(1, seq_len // 8))]
+            Shaw(max_relative_position=16), NoPETemperature(floor_scale=max(1, seq_len // 8)),
+            DecoupledRotary()]
 
 
 def tour_layers(seq_len: int) -> list:
     """Layer configurations beside the schemes: ``(label, scheme, MultiHeadAttention keywords)``."""
     window = max(1, seq_len // 4)
     return [("rope+window", Rotary(layout="half"), {"sliding_window": window})]   # Mistral, Gemma's local layers
+
+
+def tour_layer(scheme, d_model, heads, seed, **kwargs):
+    """The layer of a tour row: ``MultiHeadAttention``, or DeepSeek's latent attention for its
+    decoupled RoPE (D_N = D - D_R, D_R = 2 floor(D/4) or 2, D_V = D, latent ranks d_model/4, d_model/2)."""
+    if not isinstance(scheme, DecoupledRotary):
+        return MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed, **kwargs)
+    D = d_model // heads
+    rope_dim = 2 * max(1, D // 4)
+    return MultiHeadLatentAttention(d_model, heads, kv_lora_rank=max(1, d_model // 4), q_lora_rank=max(1, d_model // 2),
+                                    qk_nope_head_dim=max(1, D - rope_dim), qk_rope_head_dim=rope_dim, v_head_dim=D,
+                                    scheme=scheme, seed=seed)
 
 
 def _shift_gap(layer, x, causal):
@@ -114,7 +128,7 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
     x = np.random.default_rng(seed).standard_normal((1, seq_len, d_model))
     rows = []
     for label, scheme, kwargs in [(s.name, s, {}) for s in tour_schemes(seq_len)] + tour_layers(seq_len):
-        layer = MultiHeadAttention(d_model, heads, scheme=scheme, seed=seed, **kwargs)
+        layer = tour_layer(scheme, d_model, heads, seed, **kwargs)
         causal = True
         y = layer(x, causal=causal)
         gap = _shift_gap(layer, x, causal)
@@ -167,6 +181,7 @@ def _format(rows, d_model, heads, seq_len) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines += ["", "terms: cc content-content, cp content-position, pc position-content, pp position-position",
               "  (rope and xpos keep cc only, with q and k rotated so that it depends on i - j)",
+              "mla-rope: DeepSeek's multi-head latent attention, RoPE on a separate slice of each head",
               f"shift-invariant: max |y(p) - y(p + {seq_len // 2})| below {SHIFT_TOL:g} (value in brackets)",
               f"lab columns: recorded, not run now: models of {src['model']} trained {src['steps']} steps at "
               f"L = {src['train_length']},",

@@ -42,7 +42,9 @@ A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, which calls the same
 ``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
 scheme. ``attention_chunk=C`` (Llama 4) adds the rule ``i // C == j // C`` to the mask of step 7.
-``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only.
+``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only. A layer whose projections are
+not one matrix each (``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project``
+and ``_project_backward``).
 
 With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)`` and feed step 3
 only; the mask and the cache then follow the sequence order.
@@ -967,8 +969,7 @@ class MultiHeadAttention:
         # 1) input seam: absolute position vectors added to the embeddings
         x_in = sc.embed(x, positions)                                           # (B, T, d_model)
         # 2) projections, split into heads
-        q_p = self._heads(x_in, self.wq, self.bq, self.num_heads)               # (B, H, T, D)
-        k_p, v = (self._heads(x_in, w, b, self.num_kv_heads) for w, b in ((self.wk, self.bk), (self.wv, self.bv)))
+        q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
             check_result(a, f"x @ w{name}")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
@@ -1004,6 +1005,12 @@ class MultiHeadAttention:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
                                extra, out, lse, merged, rot_positions=rot_pos),)
         return result if len(result) > 1 else y
+
+    def _project(self, x_in):
+        """Step 2: ``(q, k, v)``, ``(B, H, T, D)``, ``(B, KV, T, D)``, ``(B, KV, T, Dv)``, of the input."""
+        q = self._heads(x_in, self.wq, self.bq, self.num_heads)                 # (B, H, T, D)
+        k, v = (self._heads(x_in, w, b, self.num_kv_heads) for w, b in ((self.wk, self.bk), (self.wv, self.bv)))
+        return q, k, v
 
     def _heads(self, x, w, b, heads):  # (B, T, d_model) -> (B, heads, T, D)
         with np.errstate(over="ignore", invalid="ignore"):               # checked by the caller
@@ -1102,16 +1109,22 @@ class MultiHeadAttention:
         if not sc.rotates_cached_keys:
             dk = sc.rotate_k_backward(dk, rot_pos, seq_len=ctx.seq_len)
         # 2) projections: q = heads(x_in wq + bq), ...
-        dx_in = np.zeros_like(ctx.x_in)
-        for name, d in (("q", dq), ("k", dk), ("v", dv)):
-            d2 = d.transpose(0, 2, 1, 3).reshape(B, T, -1)                      # (B, T, H*D)
-            add("w" + name, ctx.x_in.reshape(B * T, -1).T @ d2.reshape(B * T, -1))   # x_in^T d
-            if getattr(self, "b" + name) is not None:
-                add("b" + name, d2.sum(axis=(0, 1)))
-            dx_in += d2 @ getattr(self, "w" + name).T
+        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
         # 1) input seam
         add("x", sc.embed_backward(dx_in, ctx.positions, add))
         return grads
+
+    def _project_backward(self, x_in, dq, dk, dv, add):
+        """Step 2 reversed: the weights' gradients to ``add``; returns the gradient of ``x_in``."""
+        B, T, _ = x_in.shape
+        dx_in = np.zeros_like(x_in)
+        for name, d in (("q", dq), ("k", dk), ("v", dv)):
+            d2 = d.transpose(0, 2, 1, 3).reshape(B, T, -1)                      # (B, T, H*D)
+            add("w" + name, x_in.reshape(B * T, -1).T @ d2.reshape(B * T, -1))  # x_in^T d
+            if getattr(self, "b" + name) is not None:
+                add("b" + name, d2.sum(axis=(0, 1)))
+            dx_in += d2 @ getattr(self, "w" + name).T
+        return dx_in
 
     def _attend_backward(self, ctx, dout, add):
         """Steps 7 and 6 reversed: ``(dq_c, dk, dv, dq, dk)``: the gradients of the content query,

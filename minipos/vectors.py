@@ -88,6 +88,7 @@ FLOAT32_TOLERANCE = {
     "deberta_scores": 1e-6, "rope": 2e-5, "rope_scaling": 1e-6, "xpos": 5e-6, "layer": 5e-6,
     "attention_grad": 5e-6, "rope_grad": 2e-5, "t5_grad": 1e-6, "alibi_grad": 1e-6, "xl_grad": 1e-6,
     "deberta_grad": 1e-6, "xpos_grad": 5e-6, "learned_grad": 1e-6, "layer_grad": 2e-5,
+    "mla": 5e-6, "mla_grad": 2e-5,
     "mrope": 1e-5, "mrope_grad": 1e-5, "mrope_layer": 2e-6, "mrope_layer_grad": 2e-5,
     "shaw_logits": 1e-6, "shaw_values": 1e-6, "shaw_layer": 5e-6, "shaw_layer_grad": 2e-5,
     # positions up to 4096 / 4097 at the high frequencies: the float32 angle m * theta_i errs by
@@ -1318,6 +1319,105 @@ def _local_global_grad_run(inputs, params):
     return {k: grads[k] for k in order if k in grads}
 
 
+# --------------------------------------------------------------------------- multi-head latent attention
+
+MLA_CONFIGS = (  # (label, q_lora_rank or None, scheme_config, bias, causal, chunks)
+    ("q_lora_interleaved", 4, {"layout": "interleaved"}, False, True, [LENGTH]),
+    ("q_lora_interleaved_cached", 4, {"layout": "interleaved"}, False, True, [3, 1, 1, 2]),
+    ("no_q_lora_half", None, {"layout": "half"}, False, True, [LENGTH]),
+    ("q_lora_yarn_mscale_bias", 4, {"layout": "interleaved", "scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4, "mscale": 1.0,
+        "mscale_all_dim": 0.5}}, True, True, [LENGTH]),
+    ("no_q_lora_bidirectional", None, {"layout": "interleaved"}, False, False, [LENGTH]),
+)
+MLA_DIMS = {"kv_lora_rank": 3, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 3}
+
+
+def _mla_params(q_lora_rank, config, with_bias, causal):
+    params = {"d_model": D_MODEL, "num_heads": HEADS, **MLA_DIMS, "bias": with_bias, "scheme_config": config,
+              "causal": causal}
+    return params if q_lora_rank is None else {**params, "q_lora_rank": q_lora_rank}
+
+
+def _build_mla(inputs, params, extra=()):
+    """The MLA layer of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
+    from .mla import DecoupledRotary, MultiHeadLatentAttention
+    config = dict(params["scheme_config"])
+    layer = MultiHeadLatentAttention(params["d_model"], params["num_heads"], bias=params["bias"],
+                                     q_lora_rank=params.get("q_lora_rank"), scheme=DecoupledRotary(**config),
+                                     **{k: params[k] for k in MLA_DIMS})
+    weights = set(layer.weights())
+    known = weights | {"x"} | set(extra)
+    if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
+        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
+    for name in weights & set(inputs):
+        setattr(layer, name, inputs[name])
+    return layer
+
+
+def _mla_inputs(rng, params):
+    layer = _build_mla({}, params)
+    inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
+    for name, w in layer.weights().items():
+        inputs[name] = _grid(rng, w.shape, 0.5) + (1.0 if name.endswith("_norm") else 0.0)
+    return inputs
+
+
+def _mla_cases():
+    rng = np.random.default_rng(23)
+    cases = []
+    for label, q_lora_rank, config, with_bias, causal, chunks in MLA_CONFIGS:
+        params = {**_mla_params(q_lora_rank, config, with_bias, causal), "chunks": chunks}
+        notes = ["MultiHeadLatentAttention (DeepSeek-V2/V3 MLA, decoupled RoPE)",
+                 "q = heads(x wq)" if q_lora_rank is None else "q = heads(RMSNorm(x wq_a) wq_b)",
+                 f"RoPE layout {config['layout']}", "causal" if causal else "no causal mask"]
+        if "scaling" in config:
+            notes.append("YaRN: mscale/mscale_all_dim on cos and sin, mscale_all_dim^2 on the softmax scale")
+        if with_bias:
+            notes.append("bias=True: bq_a, bkv_a, bo")
+        if len(chunks) > 1:
+            notes.append(f"fed through a KV cache in chunks {chunks}, outputs concatenated")
+        cases.append(_case(label, "; ".join(notes), _mla_inputs(rng, params), params, tol()))
+    return cases
+
+
+def _mla_run(inputs, params):
+    layer = _build_mla(inputs, params)
+    x, chunks = inputs["x"], params["chunks"]
+    if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                for n in chunks) or sum(chunks) != x.shape[1]):
+        raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
+                         f"got {_short(chunks)}")
+    cache, outs, start = (layer.new_cache() if len(chunks) > 1 else None), [], 0
+    for size in chunks:
+        outs.append(layer(x[:, start:start + size], causal=params["causal"], cache=cache))
+        start += size
+    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+
+
+def _mla_grad_cases():
+    rng = np.random.default_rng(24)
+    cases = []
+    for label, q_lora_rank, config, with_bias, causal, chunks in MLA_CONFIGS:
+        if len(chunks) > 1:
+            continue
+        params = _mla_params(q_lora_rank, config, with_bias, causal)
+        inputs = _mla_inputs(rng, params)
+        inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
+        note = (f"layer.backward(ctx, dy) of MultiHeadLatentAttention, RoPE layout {config['layout']}"
+                + (", YaRN" if "scaling" in config else "") + (", bias=True" if with_bias else "")
+                + ("" if causal else ", no causal mask"))
+        cases.append(_case(label, note, inputs, params))
+    return cases
+
+
+def _mla_grad_run(inputs, params):
+    layer = _build_mla(inputs, params, extra=("dy",))
+    _, ctx = layer(inputs["x"], causal=params["causal"], return_context=True)
+    grads = layer.backward(ctx, inputs["dy"])
+    return {k: grads[k] for k in ["x", *layer.weights()]}
+
+
 # --------------------------------------------------------------------------- the registry
 
 FAMILIES = {
@@ -1407,6 +1507,10 @@ FAMILIES = {
     "local_global_grad": Family("minipos.layer.MultiHeadAttention.backward", "the backward of the local_global "
                                 "layers (one pass): x, every weight and the sinks", lambda: _local_global_cases(True),
                                 _local_global_grad_run),
+    "mla": Family("minipos.mla.MultiHeadLatentAttention", "DeepSeek-V2/V3 multi-head latent attention with "
+                  "decoupled RoPE: a full forward pass, weights included, and cached decoding", _mla_cases, _mla_run),
+    "mla_grad": Family("minipos.mla.MultiHeadLatentAttention.backward", "the MLA layer's backward: the gradient "
+                       "of x and of every weight, the RMSNorms' included", _mla_grad_cases, _mla_grad_run),
 }
 
 

@@ -84,6 +84,8 @@ AXES = {
     "irope_layer_grad": {"x": "btd"},
     "local_global": {"y": "btd"},
     "local_global_grad": {"x": "btd", "sinks": "h"},
+    "mla": {"y": "btd"},
+    "mla_grad": {"x": "btd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value

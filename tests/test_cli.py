@@ -18,6 +18,7 @@ EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
     "shaw": (True, True),
     "nope-temperature": (False, True),   # query i scaled by tau(i): absolute, but no table to outgrow
     "rope+window": (True, True),   # a window of seq_len / 4 positions: relative, and no table to outgrow
+    "mla-rope": (True, True),
 }
 
 
@@ -34,7 +35,8 @@ def test_tour_json_reports_measured_properties(capsys):
                       "mrope": 0,
                       "shaw": 2 * 33 * 16,
                       "nope-temperature": 0,
-                      "rope+window": 0}
+                      "rope+window": 0,
+                      "mla-rope": 0}
 
 
 def test_tour_table_lists_every_scheme(capsys):

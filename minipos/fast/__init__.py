@@ -16,6 +16,7 @@ trigonometry, Toeplitz copies. The modules mirror the reference's, name for name
     minipos.transformer_xl.xl_position_logits_backward
                                             minipos.fast.transformer_xl.xl_position_logits_backward
     minipos.layer.MultiHeadAttention        minipos.fast.MultiHeadAttention
+    minipos.mla.MultiHeadLatentAttention    minipos.fast.MultiHeadLatentAttention
 
 and a user switches the layer with one import (the schemes and caches are the reference's)::
 
@@ -27,5 +28,6 @@ Some functions take extra keyword arguments that only steer speed (``workers``, 
 
 from . import alibi, attention, deberta, rope, t5, transformer_xl  # noqa: E402  (modules named as the reference's)
 from .layer import MultiHeadAttention  # noqa: E402
+from .mla import MultiHeadLatentAttention  # noqa: E402
 
-__all__ = ["alibi", "attention", "deberta", "rope", "t5", "transformer_xl", "MultiHeadAttention"]
+__all__ = ["alibi", "attention", "deberta", "rope", "t5", "transformer_xl", "MultiHeadAttention", "MultiHeadLatentAttention"]

@@ -1,0 +1,374 @@
+"""Multi-head latent attention (MLA) with decoupled RoPE: DeepSeek-V2 (arXiv:2405.04434, §2.1) and V3.
+
+Keys and values come from one low-rank latent per token, and position enters through a separate,
+narrow slice of each head that RoPE rotates::
+
+    c_kv, k_R = split(x W_kv_a + b_kv_a)           # (B, T, r_kv), (B, T, D_R)   §2.1.2, §2.1.3
+    c_kv      = RMSNorm(c_kv)                       # (B, T, r_kv)
+    k_C, v    = split(heads(c_kv W_kv_b))           # (B, H, T, D_N), (B, H, T, D_V)   §2.1.2
+    c_q       = RMSNorm(x W_q_a + b_q_a)            # (B, T, r_q)   (or q = heads(x W_q) without q_lora_rank)
+    q_C, q_R  = split(heads(c_q W_q_b))             # (B, H, T, D_N), (B, H, T, D_R)   §2.1.2-2.1.3
+    q = [q_C | RoPE(q_R)],  k = [k_C | RoPE(k_R)]   # one rotated key per token, shared by every head
+    scores = q . k * (D_N + D_R) ** -0.5 * mscale(s, mscale_all_dim) ** 2
+
+Why the slice is separate: without RoPE, ``q_i . k_j = c_q,i W_UQ W_UK^T c_kv,j^T`` and the middle
+product ``W_UQ W_UK^T`` can be absorbed into one matrix, so a cache of the latents ``c_kv`` is all
+decoding needs. RoPE puts ``R(i - j)`` between ``W_UQ`` and ``W_UK^T``; it depends on the positions,
+so no fixed matrix absorbs it. DeepSeek keeps the latent path position-free and adds ``D_R``
+rotated features per head, whose key part ``k_R`` is computed from x directly and shared by every
+head (it is cached beside ``c_kv``). The derivation and the traps are on the docs page ``mla.md``.
+
+How it runs through ``MultiHeadAttention``: ``MultiHeadLatentAttention`` replaces step 2 (the
+projections) and nothing else; ``DecoupledRotary`` is the rotate seam (RoPE on the last ``D_R``
+features of each head) and gives the softmax scale; the cache, attention, merge and output steps,
+dense or ``block_size=`` blockwise, are the layer's. The cache holds the expanded per-head keys
+``(B, H, S, D_N + D_R)`` and values ``(B, H, S, D_V)``, not the latents: a real MLA cache holds
+``c_kv`` and the rotated ``k_R`` (``r_kv + D_R`` numbers a token instead of ``H (D_N + D_R + D_V)``)
+and expands them (or absorbs ``W_kv_b`` into the query and output) at every step. The expansion is
+a fixed linear map of cached values, so both give the same attention; the layer keeps its one
+cache so that every step after 2 stays its own. The production form is here too, for decoding:
+``latent_kv`` gives the latent cache entries and ``absorbed_attention`` attends to them with
+``W_UK`` folded into the query and ``W_UV`` into the output (tested equal to the layer).
+
+Weights are ``(d_in, d_out)`` and used as ``x @ W``; from HF ``DeepseekV3Attention`` /
+``DeepseekV2Attention`` copy ``W = linear.weight.T``:
+
+====================  ==========================================  ============================================
+minipos               HF                                          shape
+====================  ==========================================  ============================================
+``wq``                ``q_proj.weight.T`` (no ``q_lora_rank``)    ``(d_model, H (D_N + D_R))``
+``wq_a``, ``bq_a``    ``q_a_proj.weight.T``, ``.bias``            ``(d_model, r_q)``, ``(r_q,)``
+``q_a_norm``          ``q_a_layernorm.weight``                    ``(r_q,)``
+``wq_b``              ``q_b_proj.weight.T``                       ``(r_q, H (D_N + D_R))``
+``wkv_a``, ``bkv_a``  ``kv_a_proj_with_mqa.weight.T``, ``.bias``  ``(d_model, r_kv + D_R)``, ``(r_kv + D_R,)``
+``kv_a_norm``         ``kv_a_layernorm.weight``                   ``(r_kv,)``
+``wkv_b``             ``kv_b_proj.weight.T``                      ``(r_kv, H (D_N + D_V))``
+``wo``, ``bo``        ``o_proj.weight.T``, ``.bias``              ``(H D_V, d_model)``, ``(d_model,)``
+====================  ==========================================  ============================================
+
+Column layouts follow HF's ``view``: ``wq``/``wq_b`` head by head, each ``[nope D_N | rope D_R]``;
+``wkv_b`` head by head, each ``[k_nope D_N | v D_V]``; ``wkv_a`` is ``[latent r_kv | rope key D_R]``.
+Biases (``bias=True``, HF ``attention_bias``) exist on ``q_a_proj``, ``kv_a_proj_with_mqa`` and
+``o_proj`` only. The RMSNorms use ``eps = 1e-6`` (HF builds them with the default, not
+``rms_norm_eps``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import rope, rope_scaling
+from ._checks import as_float_array, as_positions, check_bool, check_even_int, check_float, check_positive_int
+from .attention import attention
+from .layer import MultiHeadAttention, Rotary
+
+__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale",
+           "latent_kv", "absorbed_attention"]
+
+
+# --------------------------------------------------------------------------- RMSNorm
+
+def _check_norm(x, weight, name: str):
+    x = as_float_array(x, name)
+    weight = as_float_array(weight, "weight")
+    if weight.ndim != 1 or x.ndim < 1 or x.shape[-1] != weight.shape[0]:
+        raise ValueError(f"weight must have shape (D,) with D = {name}.shape[-1]; got {name} {x.shape}, "
+                         f"weight {weight.shape}")
+    return x, weight
+
+
+def rms_norm(x, weight, *, eps: float = 1e-6) -> np.ndarray:
+    """``weight * x / sqrt(mean(x^2) + eps)`` over the last axis (Zhang & Sennrich 2019; HF ``*RMSNorm``).
+
+    x: ``(..., D)``; weight: ``(D,)``. Returns ``(..., D)`` in x's dtype.
+    """
+    x, weight = _check_norm(x, weight, "x")
+    eps = check_float(eps, "eps", positive=True)
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)       # (..., 1)
+    return weight * (x * r)                                               # (..., D)
+
+
+def rms_norm_backward(x, weight, dy, *, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """``(dx, dweight)`` of ``rms_norm(x, weight)`` for the output gradient ``dy`` ``(..., D)``.
+
+    With ``r = (mean(x^2) + eps)^(-1/2)`` and ``n = x r``: ``dweight = sum(dy * n)`` over the leading
+    axes, and ``dx = r (g - n mean(g * n))`` with ``g = dy * weight`` (the mean over the last axis).
+    """
+    x, weight = _check_norm(x, weight, "x")
+    dy = as_float_array(dy, "dy")
+    if dy.shape != x.shape:
+        raise ValueError(f"dy must have the shape of x {x.shape}, got {dy.shape}")
+    eps = check_float(eps, "eps", positive=True)
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)       # (..., 1)
+    n = x * r                                                             # (..., D)
+    g = dy * weight                                                       # (..., D)
+    dx = r * (g - n * np.mean(g * n, axis=-1, keepdims=True))             # (..., D)
+    return dx, (dy * n).reshape(-1, x.shape[-1]).sum(axis=0)
+
+
+# --------------------------------------------------------------------------- the softmax scale
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's ``0.1 * mscale * ln(scale) + 1`` for ``scale > 1``, else 1 (DeepSeek's ``yarn_get_mscale``)."""
+    scale = check_float(scale, "scale", positive=True)
+    return rope_scaling._yarn_mscale(scale, check_float(mscale, "mscale", minimum=0.0))
+
+
+class DecoupledRotary(Rotary):
+    """The rotate seam of MLA: RoPE on the last ``qk_rope_head_dim`` features of each head's q and k.
+
+    ``layout="interleaved"`` is HF's ``rope_interleave=True`` (the DeepSeek checkpoints' default),
+    ``"half"`` is ``rope_interleave=False``. ``scaling`` is the config's ``rope_parameters`` /
+    ``rope_scaling`` dict, as for ``Rotary``. With YaRN two factors enter, as in HF's DeepSeek:
+    ``mscale(s, mscale) / mscale(s, mscale_all_dim)`` multiplies cos and sin (``rope_scaling.yarn``'s
+    attention factor), and ``mscale(s, mscale_all_dim) ** 2`` multiplies the softmax scale of the
+    whole score (``scale``). Belongs to a ``MultiHeadLatentAttention``.
+    """
+
+    name = "mla-rope"
+
+    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", scaling: dict | None = None):
+        super().__init__(base=base, layout=layout, scaling=scaling)
+        if self.partial_rotary_factor is not None:
+            raise ValueError("scaling['partial_rotary_factor'] does not apply to MLA: the rotated slice is "
+                             "qk_rope_head_dim")
+
+    def bind(self, layer, rng):
+        if not isinstance(layer, MultiHeadLatentAttention):
+            raise TypeError(f"DecoupledRotary belongs to a MultiHeadLatentAttention, got {type(layer).__name__}")
+        if getattr(self, "layer", None) is None:                          # else super().bind refuses
+            self.rotary_dim, self.nope_dim = layer.qk_rope_head_dim, layer.qk_nope_head_dim
+        super().bind(layer, rng)
+
+    def _apply(self, x, positions, *, seq_len):  # (B, H, T, D_N + D_R): RoPE on the last D_R features
+        inv_freq, factor = self.frequencies(seq_len)
+        rotated = rope.apply_rope(x[..., self.nope_dim:], positions, inv_freq=inv_freq, layout=self.layout,
+                                  attention_factor=factor)                # (B, H, T, D_R)
+        return np.concatenate([x[..., :self.nope_dim], rotated], axis=-1)
+
+    def _apply_backward(self, dx, positions, *, seq_len):  # R(m)^T on the rope slice
+        inv_freq, factor = self.frequencies(seq_len)
+        rotated = rope.apply_rope_backward(dx[..., self.nope_dim:], positions, inv_freq=inv_freq,
+                                           layout=self.layout, attention_factor=factor)
+        return np.concatenate([dx[..., :self.nope_dim], rotated], axis=-1)
+
+    rotate_q = rotate_k = _apply
+    rotate_q_backward = rotate_k_backward = _apply_backward
+
+    def mscale_all_dim(self) -> float:
+        """The softmax scale's extra factor's root: ``mscale(factor, mscale_all_dim)``, or 1 (HF
+        ``yarn_apply_mscale``: any scaled ``rope_type`` with a nonzero ``mscale_all_dim``)."""
+        m_all = self.scaling_args.get("mscale_all_dim")
+        if self.scaling_kind is None or not m_all:
+            return 1.0
+        return yarn_get_mscale(self.scaling_args["factor"], m_all)
+
+    def scale(self, head_dim: int) -> float:
+        """``(D_N + D_R) ** -0.5 * mscale(s, mscale_all_dim) ** 2`` (HF: ``qk_head_dim ** -0.5``, then
+        ``yarn_apply_mscale``)."""
+        m = self.mscale_all_dim()
+        return head_dim ** -0.5 * m * m
+
+    def __repr__(self) -> str:
+        kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
+        return f"DecoupledRotary(layout={self.layout!r}{kind})"
+
+
+# --------------------------------------------------------------------------- the layer
+
+def _merge(a):  # (B, H, T, X) -> (B, T, H*X)
+    B, H, T, X = a.shape
+    return a.transpose(0, 2, 1, 3).reshape(B, T, H * X)
+
+
+def _split(y, heads):  # (B, T, H*X) -> (B, H, T, X)
+    B, T, _ = y.shape
+    return y.reshape(B, T, heads, -1).transpose(0, 2, 1, 3)
+
+
+def _linear(x, w, b):  # (B, T, d_in) -> (B, T, d_out)
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked by the layer
+        return x @ w if b is None else x @ w + b
+
+
+def _outer(x, d):  # the weight gradient x^T d of y = x W, over every (B, T)
+    return x.reshape(-1, x.shape[-1]).T @ d.reshape(-1, d.shape[-1])
+
+
+class MultiHeadLatentAttention(MultiHeadAttention):
+    """DeepSeek-V2/V3 multi-head latent attention with decoupled RoPE (HF ``DeepseekV3Attention``).
+
+    d_model, num_heads: HF ``hidden_size``, ``num_attention_heads``. kv_lora_rank (r_kv),
+    qk_nope_head_dim (D_N), qk_rope_head_dim (D_R, even), v_head_dim (D_V), q_lora_rank (r_q, or
+    ``None`` for a full-rank ``wq`` as in DeepSeek-V2-Lite): the config keys of the same names.
+    scheme: a ``DecoupledRotary`` (default ``DecoupledRotary()``: interleaved, base 10000).
+    bias: HF ``attention_bias``. eps: the latents' RMSNorm epsilon. Weights (see the module
+    docstring for the mapping) are drawn from N(0, 1/d_in) with ``seed``; the norms start at 1.
+    ``head_dim`` is ``D_N + D_R``. Called, cached and differentiated like ``MultiHeadAttention``;
+    ``backward`` returns ``"x"`` and every weight above by its attribute name.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int,
+                 qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: int | None = None,
+                 scheme: DecoupledRotary | None = None, bias: bool = False, eps: float = 1e-6, seed: int = 0,
+                 dtype=np.float64, block_size: int | None = None):
+        self.kv_lora_rank = check_positive_int(kv_lora_rank, "kv_lora_rank")
+        self.q_lora_rank = None if q_lora_rank is None else check_positive_int(q_lora_rank, "q_lora_rank")
+        self.qk_nope_head_dim = check_positive_int(qk_nope_head_dim, "qk_nope_head_dim")
+        self.qk_rope_head_dim = check_even_int(check_positive_int(qk_rope_head_dim, "qk_rope_head_dim"),
+                                               "qk_rope_head_dim")
+        self.v_head_dim = check_positive_int(v_head_dim, "v_head_dim")
+        self.eps = check_float(eps, "eps", positive=True)
+        scheme = DecoupledRotary() if scheme is None else scheme
+        if not isinstance(scheme, DecoupledRotary):
+            raise TypeError(f"scheme must be a minipos.mla.DecoupledRotary, got {type(scheme).__name__}")
+        super().__init__(d_model, num_heads, scheme=scheme, head_dim=qk_nope_head_dim + qk_rope_head_dim,
+                         bias=bias, seed=seed, dtype=dtype, block_size=block_size)
+        self._init_latent_weights(np.random.default_rng(seed), bias)
+
+    def _init_latent_weights(self, rng, bias):
+        d, H = self.d_model, self.num_heads
+        r_q, r_kv, D_R = self.q_lora_rank, self.kv_lora_rank, self.qk_rope_head_dim
+        zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
+        self.wk = self.wv = self.bq = self.bk = self.bv = None         # keys and values come from the latent
+        if r_q is None:
+            self.wq, self.wq_a, self.bq_a, self.q_a_norm, self.wq_b = self._init(rng, d, H * self.head_dim), None, \
+                None, None, None
+        else:
+            self.wq = None
+            self.wq_a, self.bq_a = self._init(rng, d, r_q), zeros(r_q)                 # (d_model, r_q)
+            self.q_a_norm = np.ones(r_q, self.dtype)                                   # (r_q,)
+            self.wq_b = self._init(rng, r_q, H * self.head_dim)                        # (r_q, H (D_N + D_R))
+        self.wkv_a, self.bkv_a = self._init(rng, d, r_kv + D_R), zeros(r_kv + D_R)     # (d_model, r_kv + D_R)
+        self.kv_a_norm = np.ones(r_kv, self.dtype)                                     # (r_kv,)
+        self.wkv_b = self._init(rng, r_kv, H * (self.qk_nope_head_dim + self.v_head_dim))
+        self.wo = self._init(rng, H * self.v_head_dim, d)                              # (H D_V, d_model)
+
+    def weights(self) -> dict:
+        """Every weight the layer has, by attribute name (the names ``backward`` returns)."""
+        names = ("wq", "wq_a", "bq_a", "q_a_norm", "wq_b", "wkv_a", "bkv_a", "kv_a_norm", "wkv_b", "wo", "bo")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    # step 2, the projections: (q, k, v), k's rope slice one shared key broadcast to every head
+
+    def _query(self, x_in):  # (B, T, d_model) -> (B, H, T, D_N + D_R)
+        if self.q_lora_rank is None:
+            return _split(_linear(x_in, self.wq, None), self.num_heads)
+        c_q = rms_norm(_linear(x_in, self.wq_a, self.bq_a), self.q_a_norm, eps=self.eps)   # (B, T, r_q)
+        return _split(_linear(c_q, self.wq_b, None), self.num_heads)
+
+    def _project(self, x_in):
+        B, T, _ = x_in.shape
+        r_kv, D_N, D_R = self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim
+        kv_a = _linear(x_in, self.wkv_a, self.bkv_a)                          # (B, T, r_kv + D_R)
+        c_kv = rms_norm(kv_a[..., :r_kv], self.kv_a_norm, eps=self.eps)       # (B, T, r_kv): the latent
+        k_rope = kv_a[..., r_kv:]                                             # (B, T, D_R): one key a token
+        kv = _split(_linear(c_kv, self.wkv_b, None), self.num_heads)          # (B, H, T, D_N + D_V)
+        k_rope = np.broadcast_to(k_rope[:, None], (B, self.num_heads, T, D_R))   # (B, H, T, D_R), shared
+        k = np.concatenate([kv[..., :D_N], k_rope], axis=-1)                  # (B, H, T, D_N + D_R)
+        return self._query(x_in), k, kv[..., D_N:]                            # v: (B, H, T, D_V)
+
+    def _project_backward(self, x_in, dq, dk, dv, add):
+        r_kv, D_N = self.kv_lora_rank, self.qk_nope_head_dim
+        # keys and values: k = [heads(c_kv wkv_b)[:D_N] | k_rope], v = heads(c_kv wkv_b)[D_N:]
+        kv_a = _linear(x_in, self.wkv_a, self.bkv_a)                          # (B, T, r_kv + D_R)
+        c_kv = rms_norm(kv_a[..., :r_kv], self.kv_a_norm, eps=self.eps)       # (B, T, r_kv)
+        dkv = _merge(np.concatenate([dk[..., :D_N], dv], axis=-1))            # (B, T, H (D_N + D_V))
+        add("wkv_b", _outer(c_kv, dkv))
+        dc_kv, dnorm = rms_norm_backward(kv_a[..., :r_kv], self.kv_a_norm, dkv @ self.wkv_b.T, eps=self.eps)
+        add("kv_a_norm", dnorm)
+        dk_rope = dk[..., D_N:].sum(axis=1)                                   # (B, T, D_R): every head's share
+        dkv_a = np.concatenate([dc_kv, dk_rope], axis=-1)                     # (B, T, r_kv + D_R)
+        add("wkv_a", _outer(x_in, dkv_a))
+        if self.bkv_a is not None:
+            add("bkv_a", dkv_a.sum(axis=(0, 1)))
+        dx_in = dkv_a @ self.wkv_a.T                                          # (B, T, d_model)
+        # queries: q = heads(x_in wq), or heads(RMSNorm(x_in wq_a + bq_a) wq_b)
+        dq = _merge(dq)                                                       # (B, T, H (D_N + D_R))
+        if self.q_lora_rank is None:
+            add("wq", _outer(x_in, dq))
+            return dx_in + dq @ self.wq.T
+        a = _linear(x_in, self.wq_a, self.bq_a)                               # (B, T, r_q)
+        add("wq_b", _outer(rms_norm(a, self.q_a_norm, eps=self.eps), dq))
+        da, dnorm = rms_norm_backward(a, self.q_a_norm, dq @ self.wq_b.T, eps=self.eps)
+        add("q_a_norm", dnorm)
+        add("wq_a", _outer(x_in, da))
+        if self.bq_a is not None:
+            add("bq_a", da.sum(axis=(0, 1)))
+        return dx_in + da @ self.wq_a.T
+
+    def __repr__(self) -> str:
+        return (f"MultiHeadLatentAttention(d_model={self.d_model}, num_heads={self.num_heads}, "
+                f"q_lora_rank={self.q_lora_rank}, kv_lora_rank={self.kv_lora_rank}, "
+                f"qk_nope_head_dim={self.qk_nope_head_dim}, qk_rope_head_dim={self.qk_rope_head_dim}, "
+                f"v_head_dim={self.v_head_dim}, scheme={self.scheme!r})")
+
+
+# --------------------------------------------------------------------------- the latent cache (decoding form)
+#
+# What production decoders run: the cache holds c_kv and the rotated rope key, W_UK is folded into
+# the query and W_UV into the output, and attention is multi-query attention over the latents
+# (one key/value head of width r_kv + D_R and r_kv). An inference form: it has no backward;
+# training runs through the layer, whose result it equals (tests/test_mla.py).
+
+def latent_kv(layer: MultiHeadLatentAttention, x, positions) -> tuple[np.ndarray, np.ndarray]:
+    """The latent cache entries of the tokens ``x`` ``(B, T, d_model)`` at ``positions`` ``(T,)``:
+    ``(c_kv (B, T, r_kv), k_rope (B, T, D_R))``, the normed latent and the rope key rotated by its
+    position (HF 5.x caches the same two arrays; its ``k_rope`` is in its output order, see the
+    docs page on the interleave permutation)."""
+    x, positions = _check_decode_call(layer, x, positions)
+    r_kv = layer.kv_lora_rank
+    kv_a = _linear(x, layer.wkv_a, layer.bkv_a)                           # (B, T, r_kv + D_R)
+    c_kv = rms_norm(kv_a[..., :r_kv], layer.kv_a_norm, eps=layer.eps)     # (B, T, r_kv)
+    inv_freq, factor = layer.scheme.frequencies(1)                        # fixed: the same at every length
+    k_rope = rope.apply_rope(kv_a[..., r_kv:], positions, inv_freq=inv_freq, layout=layer.scheme.layout,
+                             attention_factor=factor)                     # (B, T, D_R): rotated once
+    return c_kv, k_rope                                                   # (B, T, r_kv), (B, T, D_R)
+
+
+def absorbed_attention(layer: MultiHeadLatentAttention, x, positions, c_kv, k_rope, k_positions, *,
+                       causal: bool = True) -> np.ndarray:
+    """The layer's output ``(B, T, d_model)`` for the queries ``x`` at ``positions`` against a latent
+    cache ``c_kv`` ``(B, S, r_kv)``, ``k_rope`` ``(B, S, D_R)`` at ``k_positions`` ``(S,)`` (the
+    queries' own entries included), with ``W_UK`` absorbed into the query and ``W_UV`` into the output.
+
+    Per head: ``q_lat = q_C W_UK^T`` ``(T, r_kv)``; logits ``[q_lat | q_R] . [c_kv | k_rope]`` scaled by
+    the layer's softmax scale, whose D is still ``D_N + D_R`` (not the latent width); the output
+    ``(P c_kv) W_UV``. Needs fixed RoPE frequencies (cached rope keys stay rotated).
+    """
+    x, positions = _check_decode_call(layer, x, positions)
+    c_kv, k_rope = as_float_array(c_kv, "c_kv"), as_float_array(k_rope, "k_rope")
+    B, T, _ = x.shape
+    S = c_kv.shape[1] if c_kv.ndim == 3 else -1
+    if c_kv.shape != (B, S, layer.kv_lora_rank) or k_rope.shape != (B, S, layer.qk_rope_head_dim):
+        raise ValueError(f"c_kv and k_rope must have shapes (B, S, kv_lora_rank={layer.kv_lora_rank}) and "
+                         f"(B, S, qk_rope_head_dim={layer.qk_rope_head_dim}) with B = {B}; got c_kv {c_kv.shape}, "
+                         f"k_rope {k_rope.shape}")
+    k_positions = as_positions(k_positions, "k_positions", length=S)
+    causal = check_bool(causal, "causal")
+    H, D_N, D_V, r_kv = layer.num_heads, layer.qk_nope_head_dim, layer.v_head_dim, layer.kv_lora_rank
+    q = layer.scheme.rotate_q(layer._query(x), positions, seq_len=1)      # (B, H, T, D_N + D_R); fixed frequencies
+    w_kv_b = layer.wkv_b.reshape(r_kv, H, D_N + D_V)                      # (r_kv, H, D_N + D_V)
+    w_uk, w_uv = w_kv_b[..., :D_N], w_kv_b[..., D_N:]                     # (r_kv, H, D_N), (r_kv, H, D_V)
+    q_lat = np.einsum("bhtn,rhn->bhtr", q[..., :D_N], w_uk)               # (B, H, T, r_kv): W_UK absorbed
+    q_abs = np.concatenate([q_lat, q[..., D_N:]], axis=-1)                # (B, H, T, r_kv + D_R)
+    k_lat = np.concatenate([c_kv, k_rope], axis=-1)[:, None]              # (B, 1, S, r_kv + D_R): one head
+    v_lat = c_kv[:, None]                                                 # (B, 1, S, r_kv): one head
+    mask = (k_positions[None, :] <= positions[:, None]) if causal else None   # (T, S)
+    out = attention(q_abs, np.broadcast_to(k_lat, (B, H, *k_lat.shape[2:])), np.broadcast_to(v_lat, (B, H, S, r_kv)),
+                    mask=mask, scale=layer.scheme.scale(layer.head_dim))  # (B, H, T, r_kv)
+    out = np.einsum("bhtr,rhv->bthv", out, w_uv)                          # (B, T, H, D_V): W_UV absorbed
+    y = out.reshape(B, T, H * D_V) @ layer.wo                             # (B, T, d_model)
+    return y if layer.bo is None else y + layer.bo
+
+
+def _check_decode_call(layer, x, positions):
+    if not isinstance(layer, MultiHeadLatentAttention):
+        raise TypeError(f"layer must be a MultiHeadLatentAttention, got {type(layer).__name__}")
+    if layer.scheme.rotates_cached_keys:
+        raise ValueError("a latent cache keeps rotated rope keys, so it needs fixed RoPE frequencies; "
+                         f"rope_type {layer.scheme.scaling_kind!r} changes them with the length")
+    x = as_float_array(x, "x")
+    if x.ndim != 3 or x.shape[-1] != layer.d_model:
+        raise ValueError(f"x must have shape (B, T, d_model={layer.d_model}), got {x.shape}")
+    return x, as_positions(positions, "positions", length=x.shape[1])
