@@ -657,22 +657,28 @@ def _key_padding(inputs, B: int, T: int):
     return mask
 
 
-def _layer_run(inputs, params):
-    layer = _build_layer(inputs, params, extra=("mask",))
-    x, cache, outs, start = inputs["x"], None, [], 0
-    mask = _key_padding(inputs, *x.shape[:2])
-    chunks = params["chunks"]
+def _in_chunks(x, chunks, call) -> dict:
+    """``{"y": (B, T, d_model)}``: ``call(token_slice)`` on each of ``chunks`` (positive lengths adding
+    up to T, checked) of ``x`` in order, the outputs concatenated: a cached layer's prefill and decoding."""
     if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                                 for n in chunks) or sum(chunks) != x.shape[1]):
         raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
                          f"got {_short(chunks)}")
-    if len(params["chunks"]) > 1:
-        cache = layer.new_cache()
-    for size in params["chunks"]:
-        keys = None if mask is None else mask[:, :start + size]                # (B, S): cached and new keys
-        outs.append(layer(x[:, start:start + size], mask=keys, causal=params["causal"], cache=cache))
-        start += size
-    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+    ends = np.cumsum(chunks)
+    return {"y": np.concatenate([call(slice(int(e - n), int(e))) for n, e in zip(chunks, ends)], axis=1)}
+
+
+def _many(chunks) -> bool:
+    """More than one chunk: the case runs through a KV cache."""
+    return isinstance(chunks, list) and len(chunks) > 1
+
+
+def _layer_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("mask",))
+    x, mask = inputs["x"], _key_padding(inputs, *inputs["x"].shape[:2])
+    cache = layer.new_cache() if _many(params["chunks"]) else None
+    return _in_chunks(x, params["chunks"], lambda t: layer(                # mask (B, S): cached and new keys
+        x[:, t], mask=None if mask is None else mask[:, :t.stop], causal=params["causal"], cache=cache))
 
 
 # --------------------------------------------------------------------------- gradients
@@ -1028,12 +1034,8 @@ def _mrope_layer_cases(grad: bool = False):
 def _mrope_layer_run(inputs, params):
     layer = _build_layer(inputs, params, extra=("positions",))
     x, pos = inputs["x"], inputs["positions"]
-    cache = layer.new_cache() if len(params["chunks"]) > 1 else None
-    outs, start = [], 0
-    for size in params["chunks"]:
-        outs.append(layer(x[:, start:start + size], positions=pos[:, start:start + size], causal=True, cache=cache))
-        start += size
-    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+    cache = layer.new_cache() if _many(params["chunks"]) else None
+    return _in_chunks(x, params["chunks"], lambda t: layer(x[:, t], positions=pos[:, t], causal=True, cache=cache))
 
 
 # --------------------------------------------------------------------------- iRoPE (Llama 4, SmolLM3)
@@ -1098,16 +1100,8 @@ def _irope_build(inputs, params, extra=()):
 def _irope_layer_run(inputs, params):
     layer = _irope_build(inputs, params)
     x, chunks = inputs["x"], params["chunks"]
-    if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
-                                                for n in chunks) or sum(chunks) != x.shape[1]):
-        raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
-                         f"got {_short(chunks)}")
-    cache = layer.new_cache() if len(chunks) > 1 else None
-    outs, start = [], 0
-    for size in chunks:
-        outs.append(layer(x[:, start:start + size], causal=params["causal"], cache=cache))
-        start += size
-    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+    cache = layer.new_cache() if _many(chunks) else None
+    return _in_chunks(x, chunks, lambda t: layer(x[:, t], causal=params["causal"], cache=cache))
 
 
 def _mrope_layer_grad_run(inputs, params):
@@ -1298,17 +1292,17 @@ def _local_global_build(inputs, params, extra):
 
 def _local_global_run(inputs, params):
     layer, mask = _local_global_build(inputs, params, ())
-    x, outs, start = inputs["x"], [], 0
-    cache = layer.new_cache(mem_len=params["mem_len"]) if len(params["chunks"]) > 1 else None
+    x = inputs["x"]
+    cache = layer.new_cache(mem_len=params["mem_len"]) if _many(params["chunks"]) else None
     if params.get("streaming") is not None:
         from .streaming import StreamingCache
         cache = StreamingCache(layer, **params["streaming"])
-    for size in params["chunks"]:
+
+    def step(t):
         held = 0 if cache is None else cache.length                             # the keys the cache kept
-        keys = None if mask is None else mask[:, start - held:start + size]       # (B, S)
-        outs.append(layer(x[:, start:start + size], mask=keys, causal=True, cache=cache))
-        start += size
-    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+        keys = None if mask is None else mask[:, t.start - held:t.stop]          # (B, S)
+        return layer(x[:, t], mask=keys, causal=True, cache=cache)
+    return _in_chunks(x, params["chunks"], step)
 
 
 def _local_global_grad_run(inputs, params):
@@ -1384,15 +1378,8 @@ def _mla_cases():
 def _mla_run(inputs, params):
     layer = _build_mla(inputs, params)
     x, chunks = inputs["x"], params["chunks"]
-    if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
-                                                for n in chunks) or sum(chunks) != x.shape[1]):
-        raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
-                         f"got {_short(chunks)}")
-    cache, outs, start = (layer.new_cache() if len(chunks) > 1 else None), [], 0
-    for size in chunks:
-        outs.append(layer(x[:, start:start + size], causal=params["causal"], cache=cache))
-        start += size
-    return {"y": np.concatenate(outs, axis=1)}                                                # (B, T, d_model)
+    cache = layer.new_cache() if _many(chunks) else None
+    return _in_chunks(x, chunks, lambda t: layer(x[:, t], causal=params["causal"], cache=cache))
 
 
 def _mla_grad_cases():

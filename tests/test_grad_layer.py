@@ -8,6 +8,8 @@ from hypothesis import given, settings, strategies as st
 import minipos.fast as fast
 from minipos import layer as L
 
+from _gradcheck import check_layer_gradients
+
 SCHEMES = {
     "nope": L.NoPE, "sinusoidal": L.Sinusoidal, "learned": lambda: L.LearnedAbsolute(32),
     "alibi": L.ALiBi, "t5": L.T5Bias, "t5_decoder": lambda: L.T5Bias(bidirectional=False),
@@ -19,38 +21,6 @@ SCHEMES = {
     "deberta": lambda: L.DeBERTa(position_buckets=4, max_relative_positions=8),
     "deberta_c2p": lambda: L.DeBERTa(position_buckets=4, max_relative_positions=8, pos_att_type="c2p"),
 }
-
-
-def _parameters(layer):
-    params = {name: getattr(layer, name) for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
-              if getattr(layer, name) is not None}
-    params.update({f"scheme.{name}": a for name, a in layer.scheme.parameters().items()})
-    return params
-
-
-def _check_gradients(layer, x, dy, call, rng, rtol=1e-6):
-    """Each gradient of ``layer.backward`` against the central difference along a random direction."""
-    y, ctx = call(x, return_context=True)
-    grads = layer.backward(ctx, dy)
-    params = _parameters(layer)
-    assert set(grads) == {"x", *params}, sorted(set(grads) ^ {"x", *params})
-    h = 1e-6
-    for name in ["x", *params]:
-        e = rng.standard_normal(x.shape if name == "x" else params[name].shape)
-        if name == "x":
-            plus, minus = call(x + h * e), call(x - h * e)
-        else:
-            a = params[name]
-            saved = a.copy()
-            a[...] = saved + h * e
-            plus = call(x)
-            a[...] = saved - h * e
-            minus = call(x)
-            a[...] = saved
-        fd = float(np.sum((plus - minus) * dy)) / (2 * h)
-        got = float(np.sum(grads[name] * e))
-        assert abs(got - fd) <= rtol * max(1.0, abs(fd)), (name, got, fd)
-        assert grads[name].shape == (x.shape if name == "x" else params[name].shape), name
 
 
 @settings(max_examples=40, deadline=None)
@@ -70,7 +40,7 @@ def test_layer_gradients_match_finite_differences(name, causal, block, pad, T, s
 
     def call(x, **kw):
         return layer(x, positions=positions, causal=causal, mask=mask, **kw)
-    _check_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, call, rng)
 
 
 @pytest.mark.parametrize("name", ["rope", "alibi", "t5_decoder", "transformer_xl", "rope_dynamic", "xpos"])
@@ -88,7 +58,7 @@ def test_layer_gradients_with_a_cache(name, block):
         fresh = layer.new_cache()
         fresh.append(k, v, pos, tag=cache.tag)
         return layer(x, causal=True, cache=fresh, **kw)
-    _check_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, call, rng)
 
 
 def test_fully_masked_rows_give_zero_gradients():

@@ -11,6 +11,8 @@ import minipos.fast as fast
 from minipos import irope
 from minipos.layer import MultiHeadAttention, NoPE, NoPETemperature, Rotary
 
+from _gradcheck import check_layer_gradients
+
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
 
@@ -124,31 +126,6 @@ def test_float32_layers_stay_float32():
 
 # --- gradients ----------------------------------------------------------------------------------
 
-def _check_gradients(layer, x, dy, call, rng):
-    """Every gradient of ``layer.backward`` against a central difference along a random direction (float64)."""
-    _, ctx = call(x, return_context=True)
-    grads = layer.backward(ctx, dy)
-    params = {n: getattr(layer, n) for n in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
-              if getattr(layer, n) is not None}
-    assert set(grads) == {"x", *params}
-    h = 1e-6
-    for name in ["x", *params]:
-        e = rng.standard_normal(x.shape if name == "x" else params[name].shape)
-        if name == "x":
-            plus, minus = call(x + h * e), call(x - h * e)
-        else:
-            a = params[name]
-            saved = a.copy()
-            a[...] = saved + h * e
-            plus = call(x)
-            a[...] = saved - h * e
-            minus = call(x)
-            a[...] = saved
-        fd = float(np.sum((plus - minus) * dy)) / (2 * h)
-        got = float(np.sum(grads[name] * e))
-        assert abs(got - fd) <= 1e-6 * max(1.0, abs(fd)), (name, got, fd)
-
-
 @pytest.mark.parametrize("make", [MultiHeadAttention, fast.MultiHeadAttention])
 @pytest.mark.parametrize("scheme, chunk", [(lambda: NoPETemperature(attn_scale=0.5, floor_scale=2), None),
                                            (lambda: Rotary(), 3), (lambda: NoPETemperature(floor_scale=3), 4)])
@@ -161,7 +138,7 @@ def test_gradients_match_finite_differences(make, scheme, chunk, block):
 
     def call(x, **kw):
         return layer(x, positions=positions, causal=True, **kw)
-    _check_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, call, rng)
 
 
 @pytest.mark.parametrize("block", [None, 2])
@@ -178,7 +155,7 @@ def test_gradients_with_a_cache(block):
         fresh = layer.new_cache()
         fresh.append(k, v, pos, tag=cache.tag)
         return layer(x, causal=True, cache=fresh, **kw)
-    _check_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, call, rng)
 
 
 def test_temperature_backward_is_the_transpose():

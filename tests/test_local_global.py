@@ -14,6 +14,8 @@ from minipos.attention import attention, attention_backward, blockwise_attention
 from minipos.layer import ALiBi, DeBERTa, MultiHeadAttention, NoPE, Rotary, TransformerXL
 from minipos.local_global import gemma3_attention, gemma3_layer_types, sliding_window_mask
 
+from _gradcheck import check_layer_gradients
+
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
 
@@ -153,11 +155,6 @@ def test_the_sink_theorem_passes():
 
 # --- gradients through the layer -------------------------------------------------------------------
 
-def _params(layer):
-    names = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks")
-    return {n: getattr(layer, n) for n in names if getattr(layer, n) is not None}
-
-
 @pytest.mark.parametrize("layer_cls", [MultiHeadAttention, fast.MultiHeadAttention])
 @pytest.mark.parametrize("block_size", [None, 2])
 @pytest.mark.parametrize("cached, kv", [(False, KV_HEADS), (True, KV_HEADS), (True, HEADS)])
@@ -180,25 +177,7 @@ def test_layer_gradients_match_finite_differences(layer_cls, block_size, cached,
         return layer(x, causal=True, cache=cache, mask=pad[:, 3:] if not cached else pad[:, 1:], **kw)
 
     x, dy = _x(5, seed=15, B=1), _x(5, seed=16, B=1)
-    _, ctx = call(x, return_context=True)
-    grads = layer.backward(ctx, dy)
-    params = _params(layer)
-    assert set(grads) == {"x", *params}
-    h = 1e-6
-    for name in ["x", *params]:
-        e = rng.standard_normal(x.shape if name == "x" else params[name].shape)
-        if name == "x":
-            plus, minus = call(x + h * e), call(x - h * e)
-        else:
-            a = params[name]
-            saved = a.copy()
-            a[...] = saved + h * e
-            plus = call(x)
-            a[...] = saved - h * e
-            minus = call(x)
-            a[...] = saved
-        fd = float(np.sum((plus - minus) * dy)) / (2 * h)
-        assert abs(float(np.sum(grads[name] * e)) - fd) <= 1e-6 * max(1.0, abs(fd)), (name, fd)
+    check_layer_gradients(layer, x, dy, call, rng)
 
 
 # --- bad input --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import minipos.fast as fast
 from minipos import mrope, rope
 from minipos.layer import MRotary, MultiHeadAttention
 
-from test_grad_layer import _check_gradients
+from _gradcheck import check_layer_gradients
 
 
 def test_streams_split_and_interleaved_by_hand():
@@ -145,7 +145,7 @@ def test_layer_gradients_match_finite_differences(interleaved, block, cls):
     x, pos, _ = _sequence()
     layer = _layer(cls, interleaved, block_size=block)
     dy = np.random.default_rng(6).standard_normal(x.shape)
-    _check_gradients(layer, x, dy, lambda x_, **kw: layer(x_, positions=pos, causal=True, **kw),
+    check_layer_gradients(layer, x, dy, lambda x_, **kw: layer(x_, positions=pos, causal=True, **kw),
                      np.random.default_rng(7))
 
 
@@ -161,7 +161,7 @@ def test_layer_gradients_after_a_cache():
         c = layer.new_cache()
         c.append(k, v, seq, tag=tag)
         return layer(x_, positions=step, causal=True, cache=c, **kw)
-    _check_gradients(layer, x[:, 7:], np.random.default_rng(8).standard_normal((2, 4, 32)), call,
+    check_layer_gradients(layer, x[:, 7:], np.random.default_rng(8).standard_normal((2, 4, 32)), call,
                      np.random.default_rng(9))
 
 

@@ -11,6 +11,8 @@ from minipos import shaw
 from minipos.attention import attention, attention_backward, blockwise_attention
 from minipos.layer import MultiHeadAttention, Shaw
 
+from _gradcheck import check_layer_gradients
+
 
 def test_buckets_hand_worked():
     # clip(j - i, 2) + 2 for queries 0..2 and keys 0..4, written out by hand from §3.2 of the paper.
@@ -237,30 +239,6 @@ def test_layer_against_speecht5_keys_only():
 
 # --------------------------------------------------------------------------- the backward through the layer
 
-def _check_layer_gradients(layer, x, dy, call, rng):
-    _, ctx = call(x, return_context=True)
-    grads = layer.backward(ctx, dy)
-    params = {n: getattr(layer, n) for n in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
-              if getattr(layer, n) is not None}
-    params.update({f"scheme.{n}": a for n, a in layer.scheme.parameters().items()})
-    assert set(grads) == {"x", *params}
-    h = 1e-6
-    for name in ["x", *params]:
-        e = rng.standard_normal(grads[name].shape)
-        if name == "x":
-            fd = np.sum((call(x + h * e) - call(x - h * e)) * dy) / (2 * h)
-        else:
-            a, saved = params[name], params[name].copy()
-            a[...] = saved + h * e
-            plus = call(x)
-            a[...] = saved - h * e
-            minus = call(x)
-            a[...] = saved
-            fd = np.sum((plus - minus) * dy) / (2 * h)
-        got = np.sum(grads[name] * e)
-        assert abs(got - fd) <= 1e-6 * max(1.0, abs(fd)), (name, got, fd)
-
-
 @pytest.mark.parametrize("block", [None, 3])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("make", [MultiHeadAttention, fast.MultiHeadAttention])
@@ -271,7 +249,7 @@ def test_layer_backward_matches_finite_differences(block, causal, make):
     mask = np.ones((2, 7), bool)
     mask[1, 4:] = False                                                  # key padding
     positions = 3 + np.arange(7)
-    _check_layer_gradients(layer, x, dy, lambda a, **kw: layer(a, positions=positions, mask=mask, causal=causal,
+    check_layer_gradients(layer, x, dy, lambda a, **kw: layer(a, positions=positions, mask=mask, causal=causal,
                                                                **kw), rng)
 
 
@@ -290,7 +268,7 @@ def test_layer_backward_grouped_query_and_cache(block):
         fresh = layer.new_cache()
         fresh.append(k, v, pos, tag=cache.tag)
         return layer(a, causal=True, cache=fresh, **kw)
-    _check_layer_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, call, rng)
 
 
 # --------------------------------------------------------------------------- bad input
