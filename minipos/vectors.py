@@ -632,20 +632,25 @@ def _layer_cases():
     return cases
 
 
+def _set_weights(layer, inputs, weights, extra=()):
+    """Set ``layer``'s ``weights`` (names; ``scheme.<p>`` for the scheme's) from ``inputs``; any other
+    input name than ``x`` and ``extra`` is refused, so a file cannot reach other attributes."""
+    known = set(weights) | {"x"} | set(extra)
+    if set(inputs) - known:
+        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
+    for name in set(weights) & set(inputs):
+        target, attr = (layer.scheme, name[7:]) if name.startswith("scheme.") else (layer, name)
+        setattr(target, attr, inputs[name])
+    return layer
+
+
 def _build_layer(inputs, params, extra=()):
     """The layer and scheme of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
     from .layer import MultiHeadAttention
     scheme = _scheme(params["scheme"], params["scheme_config"])
     layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
     weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
-    known = weights | {"x"} | set(extra)
-    if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
-        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
-    for name, value in inputs.items():
-        if name in weights:
-            target, attr = (scheme, name[7:]) if name.startswith("scheme.") else (layer, name)
-            setattr(target, attr, value)
-    return layer
+    return _set_weights(layer, inputs, weights, extra)
 
 
 def _key_padding(inputs, B: int, T: int):
@@ -1088,13 +1093,7 @@ def _irope_build(inputs, params, extra=()):
     scheme = _scheme(params["scheme"], params["scheme_config"])
     layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"],
                                attention_chunk=params["attention_chunk"])
-    weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"}
-    if set(inputs) - weights - {"x"} - set(extra):
-        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - weights - {'x'} - set(extra))}; the layer "
-                         f"takes {sorted(weights | {'x'} | set(extra))}")
-    for name in weights & set(inputs):
-        setattr(layer, name, inputs[name])
-    return layer
+    return _set_weights(layer, inputs, {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"}, extra)
 
 
 def _irope_layer_run(inputs, params):
@@ -1282,11 +1281,7 @@ def _local_global_cases(grad: bool = False):
 def _local_global_build(inputs, params, extra):
     layer = _local_global_layer(params)
     weights = {w for w in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks") if getattr(layer, w) is not None}
-    known = weights | {"x", "mask"} | set(extra)
-    if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
-        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
-    for name in weights:
-        setattr(layer, name, inputs[name])
+    _set_weights(layer, inputs, weights, ("mask", *extra))
     return layer, _key_padding(inputs, *inputs["x"].shape[:2])
 
 
@@ -1340,13 +1335,7 @@ def _build_mla(inputs, params, extra=()):
     layer = MultiHeadLatentAttention(params["d_model"], params["num_heads"], bias=params["bias"],
                                      q_lora_rank=params.get("q_lora_rank"), scheme=DecoupledRotary(**config),
                                      **{k: params[k] for k in MLA_DIMS})
-    weights = set(layer.weights())
-    known = weights | {"x"} | set(extra)
-    if set(inputs) - known:  # only the layer's weights are set: a file cannot reach other attributes
-        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
-    for name in weights & set(inputs):
-        setattr(layer, name, inputs[name])
-    return layer
+    return _set_weights(layer, inputs, layer.weights(), extra)
 
 
 def _mla_inputs(rng, params):
