@@ -75,7 +75,10 @@ def tour_schemes(seq_len: int) -> list:
 def tour_layers(seq_len: int) -> list:
     """Layer configurations beside the schemes: ``(label, scheme, MultiHeadAttention keywords)``."""
     window = max(1, seq_len // 4)
-    return [("rope+window", Rotary(layout="half"), {"sliding_window": window})]   # Mistral, Gemma's local layers
+    chunk = max(2, 3 * seq_len // 8)          # not a divisor of the tour's shift T/2: chunk borders move
+    return [("rope+window", Rotary(layout="half"), {"sliding_window": window}),   # Mistral, Gemma's local layers
+            ("rope+chunks", Rotary(layout="interleaved"), {"attention_chunk": chunk}),   # Llama 4's RoPE layers
+            ("rope+sinks", Rotary(layout="half"), {"sinks": True})]                # gpt-oss's full layers
 
 
 def tour_layer(scheme, d_model, heads, seed, **kwargs):

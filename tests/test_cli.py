@@ -18,6 +18,8 @@ EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
     "shaw": (True, True),
     "nope-temperature": (False, True),   # query i scaled by tau(i): absolute, but no table to outgrow
     "rope+window": (True, True),   # a window of seq_len / 4 positions: relative, and no table to outgrow
+    "rope+chunks": (False, True),  # chunks of 3 T / 8 start at absolute positions: a shift of T / 2 moves them
+    "rope+sinks": (True, True),    # a constant extra logit per head: relative stays relative
     "mla-rope": (True, True),
 }
 
@@ -35,7 +37,7 @@ def test_tour_json_reports_measured_properties(capsys):
                       "mrope": 0,
                       "shaw": 2 * 33 * 16,
                       "nope-temperature": 0,
-                      "rope+window": 0,
+                      "rope+window": 0, "rope+chunks": 0, "rope+sinks": 0,
                       "mla-rope": 0}
 
 
