@@ -984,7 +984,7 @@ class MultiHeadAttention:
             k = sc.rotate_k(k, k_pos, seq_len=seq_len)                          # every key, this call's map
         k, v = self._repeat_kv(k), self._repeat_kv(v)                          # GQA: (B, H, S, D)
         # 5) content-position seam: the query used against content, and the extra logits
-        q_c, extra = sc.content_position(q, k, positions, k_pos)
+        q_c, extra = self._content_position(q, k, positions, k_pos)
         # 6) bias seam and 7) attention, dense or blockwise, with the value seam's term
         try:
             out, weights, lse = self._attend(q_c, k, v, extra, positions, k_pos, mask, causal, return_weights,
@@ -1005,6 +1005,11 @@ class MultiHeadAttention:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
                                extra, out, lse, merged, rot_positions=rot_pos),)
         return result if len(result) > 1 else y
+
+    def _content_position(self, q, k, q_pos, k_pos):
+        """Step 5: the scheme's ``content_position``, ``(q_c, extra)`` (the query used against content,
+        and ``extra(qs, ks)`` giving the extra logits of a block, or ``None``)."""
+        return self.scheme.content_position(q, k, q_pos, k_pos)
 
     def _project(self, x_in):
         """Step 2: ``(q, k, v)``, ``(B, H, T, D)``, ``(B, KV, T, D)``, ``(B, KV, T, Dv)``, of the input."""

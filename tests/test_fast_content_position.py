@@ -1,6 +1,7 @@
-"""The content-position schemes' gradients, fast: the scatter-adds by np.bincount equal the reference's
-np.add.at bit for bit (the reference functions are the oracle), and the fast layer's backward, which
-keeps a pass's extra logits for its backward, equals the reference layer's and central differences."""
+"""The content-position schemes, fast: the scatter-adds by np.bincount equal the reference's np.add.at
+bit for bit, the BLAS forms of the terms and their gradients equal the reference's up to rounding (the
+reference functions are the oracle), and the fast layer, which builds step 5 through them and keeps a
+pass's extra logits for its backward, equals the reference layer and central differences."""
 
 import gc
 
@@ -31,33 +32,81 @@ def test_scatter_add_is_np_add_at_bit_for_bit():
         assert got.dtype == np.float64 and np.array_equal(got, want)
 
 
+TOL = {np.float32: 1e-5, np.float64: 1e-10}
+
+
+def _close(got, want, dtype):
+    """Equal up to rounding: the same dtype, every element within TOL of the largest magnitude (BLAS
+    sums in another order than np.einsum; near-cancelling elements keep only that absolute error)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype] * np.abs(want).max())
+
+
+def test_scatter_without_shared_bins_is_np_add_at_bit_for_bit():
+    # Rows of distinct indices (Transformer-XL's distances): the scatter is an assignment.
+    rng = np.random.default_rng(1)
+    dout, idx = _wide(rng, (3, 2, 5, 7), np.float32), np.array([rng.permutation(9)[:7] for _ in range(5)])
+    want = deberta._take_along_last_backward(dout, np.broadcast_to(idx, dout.shape), 9)
+    got = fast_deberta.take_along_last_backward(dout, idx, 9)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+    assert fast_deberta.take_along_last_backward(np.zeros((2, 0, 3)), np.zeros((0, 3), int), 4).shape == (2, 0, 4)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("T, S, buckets, max_position", [(9, 13, 4, 8), (16, 16, 8, 16), (5, 3, -1, -1)])
-def test_deberta_term_backward_is_the_reference_bit_for_bit(dtype, T, S, buckets, max_position):
+def test_deberta_terms_equal_the_reference_up_to_rounding(dtype, T, S, buckets, max_position):
+    # The reference functions (np.einsum, np.add.at, np.take_along_axis) are the oracle.
     rng = np.random.default_rng(T * S)
     span = buckets if buckets > 0 else 6
     rel = deberta.relative_positions(np.arange(T), np.arange(S), bucket_size=buckets, max_position=max_position)
-    q, k = _wide(rng, (2, 3, T, 4), dtype), _wide(rng, (2, 3, S, 4), dtype)
-    table, dout = _wide(rng, (3, 2 * span, 4), dtype), _wide(rng, (2, 3, T, S), dtype)
+    q, k = rng.standard_normal((2, 3, T, 4)).astype(dtype), rng.standard_normal((2, 3, S, 4)).astype(dtype)
+    table, dout = rng.standard_normal((3, 2 * span, 4)).astype(dtype), rng.standard_normal((2, 3, T, S)).astype(dtype)
     assert len(np.unique(rel[0])) < S or buckets < 0                        # log buckets: pairs share a bucket
+    for fast, slow, content in ((fast_deberta.c2p_term, deberta.c2p_term, q),
+                                (fast_deberta.p2c_term, deberta.p2c_term, k)):
+        _close(fast(content, table, rel, span), slow(content, table, rel, span), dtype)
     for fast, slow, content in ((fast_deberta.c2p_term_backward, deberta.c2p_term_backward, q),
                                 (fast_deberta.p2c_term_backward, deberta.p2c_term_backward, k)):
         got, want = fast(content, table, rel, span, dout), slow(content, table, rel, span, dout)
         for g, w in zip(got, want):
-            assert g.dtype == w.dtype and np.array_equal(g, w)
+            _close(g, w, dtype)
 
 
+def test_deberta_terms_against_a_hand_worked_case():
+    # T = S = 2, att_span 1, one head, D = 1: delta(i, j) = clip(i - j, -1, 0) + 1 indexes rows {0, 1}.
+    # c2p[i, j] = q_i * pos_key[delta]; p2c[i, j] = k_j * pos_query[delta] (the code's delta(i, j)).
+    rel = np.array([[0, -1], [1, 0]])                                        # i - j
+    q, k = np.array([[[[2.0], [3.0]]]]), np.array([[[[5.0], [7.0]]]])
+    pos = np.array([[[10.0], [100.0]]])                                      # rows for delta 0 and 1
+    # delta = clip(i - j + 1, 0, 1): [[1, 0], [1, 1]]
+    np.testing.assert_array_equal(fast_deberta.c2p_term(q, pos, rel, 1)[0, 0], [[200.0, 20.0], [300.0, 300.0]])
+    np.testing.assert_array_equal(fast_deberta.p2c_term(k, pos, rel, 1)[0, 0], [[500.0, 70.0], [500.0, 700.0]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("clamp_len", [None, 3])
-def test_xl_position_logits_backward_is_the_reference_bit_for_bit(clamp_len):
+def test_xl_position_logits_equal_the_reference_up_to_rounding(dtype, clamp_len):
     # clamp_len = 3 makes pairs share a distance (a true sum); positions out of order and negative.
     rng = np.random.default_rng(5)
-    q, v, w_r = _wide(rng, (2, 2, 6, 4), np.float32), _wide(rng, (2, 4), np.float32), _wide(rng, (8, 8), np.float32)
+    q, v, w_r = (rng.standard_normal(s).astype(dtype) for s in ((2, 2, 6, 4), (2, 4), (8, 8)))
     qp, kp = np.array([4, -2, 7, 0, 3, 3]), np.array([9, 1, -5, 2, 0, 6, 6])
-    dout = _wide(rng, (2, 2, 6, 7), np.float32)
+    dout = rng.standard_normal((2, 2, 6, 7)).astype(dtype)
+    _close(fast_xl.xl_position_logits(q, v, w_r, qp, kp, clamp_len=clamp_len),
+           transformer_xl.xl_position_logits(q, v, w_r, qp, kp, clamp_len=clamp_len), dtype)
     got = fast_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
     want = transformer_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
     for g, w in zip(got, want):
-        assert g.dtype == w.dtype and np.array_equal(g, w)
+        _close(g, w, dtype)
+
+
+def test_xl_position_logits_against_the_definitional_terms():
+    # Outside the gather: terms (b) + (d) of xl_terms, which builds R_{i-j} for each pair directly.
+    rng = np.random.default_rng(8)
+    q, k = rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 4))
+    u, v, w_r = rng.standard_normal((2, 4)), rng.standard_normal((2, 4)), rng.standard_normal((8, 8))
+    terms = transformer_xl.xl_terms(q, k, w_r, u, v, q_positions=np.arange(5), k_positions=np.arange(5))
+    got = fast_xl.xl_position_logits(q, v, w_r, np.arange(5), np.arange(5))
+    np.testing.assert_allclose(got, terms.b + terms.d, rtol=1e-12, atol=1e-12)
 
 
 def test_bad_dout_is_refused_by_name():
@@ -119,7 +168,7 @@ def test_fast_layer_backward_against_central_differences(name):
 def test_the_backward_reuses_the_forwards_extra_logits_while_the_context_lives(name, monkeypatch):
     _, layer = _pair(name, 4)
     calls = []
-    content_position = layer.scheme.content_position
+    content_position = layer._content_position
 
     def counted(*args):
         q, extra = content_position(*args)
@@ -128,7 +177,7 @@ def test_the_backward_reuses_the_forwards_extra_logits_while_the_context_lives(n
             calls.append((qs.start, ks.start))
             return extra(qs, ks)
         return q, extra_counted
-    monkeypatch.setattr(layer.scheme, "content_position", counted)
+    monkeypatch.setattr(layer, "_content_position", counted)
     x = np.random.default_rng(1).standard_normal((1, 10, 16))
     y, ctx = layer(x, causal=True, return_context=True)
     forward = len(calls)
@@ -143,3 +192,30 @@ def test_the_backward_reuses_the_forwards_extra_logits_while_the_context_lives(n
     y, ctx = layer(x, causal=True, return_context=True)
     layer.backward(ctx, np.ones_like(y))
     assert len(calls) == 3 * forward
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_fast_layer_forward_takes_the_fast_step_5_and_equals_the_reference(name, dtype, monkeypatch):
+    a = ref.MultiHeadAttention(16, 4, scheme=SCHEMES[name](), seed=3, dtype=dtype)
+    b = MultiHeadAttention(16, 4, scheme=SCHEMES[name](), seed=3, dtype=dtype)
+    x = np.random.default_rng(4).standard_normal((2, 12, 16)).astype(dtype)
+    _close(b(x, causal=True), a(x, causal=True), dtype)
+    used = []
+    fast = fast_layer.CONTENT_POSITION[type(b.scheme)]
+    monkeypatch.setitem(fast_layer.CONTENT_POSITION, type(b.scheme), lambda *args: used.append(1) or fast(*args))
+    b(x, causal=True)
+    assert used == [1]
+
+
+def test_a_subclass_runs_its_own_content_position():
+    class Mine(ref.TransformerXL):
+        def content_position(self, q, k, q_positions, k_positions):
+            q_c, extra = super().content_position(q, k, q_positions, k_positions)
+            return q_c, (lambda qs, ks: 0.0 * extra(qs, ks))                  # the position terms dropped
+    x = np.random.default_rng(4).standard_normal((1, 6, 16))
+    plain = MultiHeadAttention(16, 4, scheme=Mine(), seed=3)
+    full = MultiHeadAttention(16, 4, scheme=ref.TransformerXL(), seed=3)
+    assert not np.allclose(plain(x, causal=True), full(x, causal=True))
+    want = ref.MultiHeadAttention(16, 4, scheme=Mine(), seed=3)(x, causal=True)
+    np.testing.assert_allclose(plain(x, causal=True), want, rtol=1e-12, atol=1e-14)

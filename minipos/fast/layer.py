@@ -1,17 +1,20 @@
-"""The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step replaced.
+"""The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step (and, for the
+content-position schemes, step 5) replaced.
 
-Everything but steps 6-7 of the forward pass (bias seam and attention) is the reference's. The
-attend step here:
+Everything but steps 5-7 of the forward pass (content-position seam, bias seam and attention) is
+the reference's. Here:
 
 - runs ``minipos.fast.blockwise_attention`` (threads, fixed softmax reference, skipped blocks),
   with ``block_size`` or, for the dense default, 256 once the problem is large (small problems and
   ``return_weights`` take the reference's dense step);
 - for a causal call over runs of consecutive positions, lets the kernel skip future blocks by
   index instead of masking them;
+- builds the content-position seam's extra logits (Transformer-XL, DeBERTa) by BLAS products and
+  flat gathers (step 5, ``CONTENT_POSITION``);
 - keeps the content-position seam's extra logits of a forward pass (Transformer-XL, DeBERTa) for
   its backward, which would compute them again (only while they are small, and only as long as the
   pass's context lives), and runs those schemes' ``extra_backward`` through the fast scatter-adds
-  (``EXTRA_BACKWARD``);
+  and products (``EXTRA_BACKWARD``);
 - computes the bias of the schemes listed in ``HINTS`` in the layer's dtype by their fast
   functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
   same) from one call to the next while the scheme's parameters are unchanged, and hands the
@@ -48,7 +51,7 @@ from . import transformer_xl as fast_xl
 from ._runs import is_run
 from .attention import _DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
 
-__all__ = ["MultiHeadAttention", "HINTS", "Hints", "EXTRA_BACKWARD"]
+__all__ = ["MultiHeadAttention", "HINTS", "Hints", "CONTENT_POSITION", "EXTRA_BACKWARD"]
 
 
 @dataclass(frozen=True)
@@ -121,9 +124,40 @@ def _deberta_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits,
     return dq, dk
 
 
+def _xl_content_position(sc, q, k, q_positions, k_positions):
+    """``TransformerXL.content_position`` through ``minipos.fast.transformer_xl``."""
+    scale = 1.0 / np.sqrt(sc.head_dim)
+
+    def extra(qs, ks):  # terms (b) + (d) for one block: (q_i + v) . W_R R_{i-j}
+        return scale * fast_xl.xl_position_logits(q[..., qs, :], sc.v, sc.w_r, q_positions[qs], k_positions[ks],
+                                                  base=sc.base)
+    return q + sc.u[:, None, :], extra
+
+
+def _deberta_content_position(sc, q, k, q_positions, k_positions):
+    """``DeBERTa.content_position`` through ``minipos.fast.deberta``."""
+    L, scale = sc.layer, sc.scale(sc.head_dim)
+    pos_key, pos_query = sc._project(L.wk, L.bk), sc._project(L.wq, L.bq)        # (H, 2k, D)
+
+    def extra(qs, ks):  # c2p + p2c for one block, scaled like c2c
+        rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=sc.position_buckets,
+                                         max_position=sc.max_relative_positions)  # (tq, tk), q - k
+        total = 0.0
+        if "c2p" in sc.pos_att_type:
+            total = total + fast_deberta.c2p_term(q[..., qs, :], pos_key, rel, sc.att_span)
+        if "p2c" in sc.pos_att_type:
+            total = total + fast_deberta.p2c_term(k[..., ks, :], pos_query, rel, sc.att_span)
+        return scale * total
+    return q, extra
+
+
+CONTENT_POSITION = {TransformerXL: _xl_content_position, DeBERTa: _deberta_content_position}
+"""Step 5 of a scheme, ``(q_c, extra)`` as its ``content_position`` gives them, by exact class, with
+the fast products and gathers (equal to the scheme's up to rounding); a subclass runs its own."""
+
 EXTRA_BACKWARD = {TransformerXL: _xl_extra_backward, DeBERTa: _deberta_extra_backward}
 """The content-position seam's ``extra_backward`` of a scheme, by exact class, with the fast
-scatter-adds (equal to the scheme's own bit for bit); a subclass runs its own."""
+scatter-adds and BLAS products (equal to the scheme's own up to rounding); a subclass runs its own."""
 
 _KEPT_EXTRA = 32 << 20
 """Bytes of a forward pass's extra logits kept for its backward, at most (per pass)."""
@@ -138,6 +172,11 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         self._memo = None                                   # bias blocks kept across calls
         self._kept = weakref.WeakKeyDictionary()           # a pass's extra logits, while its context lives
         self._kept_lock = threading.Lock()
+
+    def _content_position(self, q, k, q_pos, k_pos):
+        """Step 5, with the fast form of the schemes in ``CONTENT_POSITION``."""
+        fast = CONTENT_POSITION.get(type(self.scheme))
+        return super()._content_position(q, k, q_pos, k_pos) if fast is None else fast(self.scheme, q, k, q_pos, k_pos)
 
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
