@@ -1,25 +1,30 @@
 """How long one training step of the lab's model takes, against the same model in torch.
 
 ``step_ratio()`` builds the lab's model (NumPy, float32, ``minipos.fast`` attention) and the same
-architecture in torch (eager, CPU, float32: embedding, pre-norm blocks with
-``scaled_dot_product_attention(is_causal=True)`` and RoPE, GELU MLP, tied head, AdamW), runs a few
+model in torch (``torch_model``: eager, CPU, float32: embedding, pre-norm blocks with the scheme's
+attention through ``scaled_dot_product_attention``, GELU MLP, tied head, AdamW), runs a few
 warm-up steps of each, then times them in alternation (so both see the same machine load) and
-returns ``numpy time / torch time`` per step, the median over rounds. The torch model exists only to
-time against; nothing else in the lab imports torch. The process's malloc is tuned first, as
+returns ``numpy time / torch time`` per step, the median over rounds. The torch model implements
+RoPE, Transformer-XL and DeBERTa attention (``TORCH_SCHEMES``); the model of any other scheme is
+timed against the RoPE model of the same sizes (``torch_scheme``). It exists to time against and to
+check the NumPy model (``tests/test_lab_model.py``); nothing else in the lab imports torch. The process's malloc is tuned first, as
 ``python -m lab`` tunes it (``lab.memory``): this holds for both sides of the comparison.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
 import numpy as np
 
+from . import schemes
 from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm
 
-__all__ = ["step_ratio", "step_ratios", "numpy_step_time", "torch_step_time", "torch_model", "load_weights"]
+__all__ = ["step_ratio", "step_ratios", "numpy_step_time", "torch_step_time", "torch_model", "torch_scheme",
+           "load_weights", "TORCH_SCHEMES"]
 
 
 def _numpy_stepper(config: ModelConfig, batch: int, length: int, seed: int):
@@ -37,16 +42,89 @@ def _numpy_stepper(config: ModelConfig, batch: int, length: int, seed: int):
     return step
 
 
+TORCH_SCHEMES = ("rope", "transformer-xl", "deberta")
+"""The schemes ``torch_model`` implements; it runs any other scheme's model with RoPE attention."""
+
+
+def torch_scheme(config: ModelConfig) -> str:
+    """The scheme ``torch_model(config, ...)`` attends with: the config's, or ``"rope"`` for a scheme
+    it does not implement (then the comparison is with a RoPE model of the same sizes)."""
+    name = (config.scheme or {}).get("name", "rope")
+    return name if name in TORCH_SCHEMES else "rope"
+
+
+def _torch_rope(torch, D, length):
+    """``rope(x)`` on (B, H, T, D): interleaved pairs, Eq. 34, inverse frequencies 10000^(-2i/D)."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None]   # (T, D/2)
+    cos_t, sin_t = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)   # (T, D)
+
+    def rope(x):
+        T = x.shape[-2]
+        rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+        return x * cos_t[:T].to(x.dtype) + rot * sin_t[:T].to(x.dtype)
+    return rope
+
+
+def _torch_xl_table(torch, d, length, base):
+    """R_n for n = length - 1 ... 0 (the paper's descending ``pos_seq``), split layout [sin | cos]
+    with w_c = base^(-2c/d): (length, d), float64."""
+    pos_seq = torch.arange(length - 1, -1, -1.0, dtype=torch.float64)
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    angles = torch.outer(pos_seq, inv_freq)                                        # (T, d/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def _torch_rel_shift(torch, x):
+    """Transformer-XL's relative shift on (B, H, T, T) whose column c holds distance T - 1 - c: pad a
+    zero column in front, view as (T + 1, T), drop the first row. Column j then holds distance i - j
+    for j <= i (the entries above the diagonal are garbage, masked by the causal mask)."""
+    B, H, T, S = x.shape
+    padded = torch.nn.functional.pad(x, (1, 0))                                    # (B, H, T, S + 1)
+    return padded.view(B, H, S + 1, T)[:, :, 1:].reshape(B, H, T, S)
+
+
+def _torch_deberta_index(torch, length, buckets, max_position, span):
+    """HF DeBERTa-v2's ``build_relative_position`` (log buckets, q - k, as HF computes them) and the
+    c2p and p2c gather indices ``clamp(+-rel + span, 0, 2 span - 1)``: two (T, T) long tensors."""
+    rel = torch.arange(length)[:, None] - torch.arange(length)[None, :]            # (T, T)  q - k
+    if buckets > 0 and max_position > 0:                                          # make_log_bucket_position
+        sign, mid = torch.sign(rel), buckets // 2
+        abs_pos = torch.where((rel < mid) & (rel > -mid), torch.tensor(mid - 1).type_as(rel), torch.abs(rel))
+        log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid))
+                             * (mid - 1)) + mid
+        rel = torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign).to(torch.long)
+    return torch.clamp(rel + span, 0, 2 * span - 1), torch.clamp(-rel + span, 0, 2 * span - 1)
+
+
 def torch_model(config: ModelConfig, length: int):
-    """The lab's model in torch (RoPE, interleaved pairs; LayerNorm, GELU tanh, tied head), for timing
-    and as an outside check of the NumPy model. Its weights map to the lab's by ``load_weights``."""
+    """The lab's model in torch (LayerNorm, GELU tanh, tied head), for timing and as an outside check
+    of the NumPy model; its weights map to the lab's by ``load_weights``. Attention is the config's
+    scheme where it is one of ``TORCH_SCHEMES``, RoPE otherwise (``torch_scheme``):
+
+    - RoPE: interleaved pairs, ``scaled_dot_product_attention(is_causal=True)``;
+    - Transformer-XL (Dai et al. 2019, Sec. 3.3; the authors' ``RelPartialLearnableMultiHeadAttn``):
+      ``(q + r_w_bias) k^T + rel_shift((q + r_r_bias) r_net(R)^T)``, over ``sqrt(D)``;
+    - DeBERTa (HF ``DebertaV2`` ``DisentangledSelfAttention``, ``share_att_key``, ``c2p|p2c``): c2c
+      plus the gathered c2p and p2c terms, over ``sqrt(3 D)``, with the spec's log buckets.
+    """
     import torch
     import torch.nn.functional as F
 
     d, H, V = config.d_model, config.num_heads, config.vocab
     D = d // H
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None]   # (T, D/2)
+    name = torch_scheme(config)
+    spec = schemes.build(config.scheme) if name != "rope" else None               # its settings only
+    rope = _torch_rope(torch, D, length)
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)                  # (T, T)  j > i
+    if name == "transformer-xl":
+        table = _torch_xl_table(torch, d, length, spec.base)                       # (T, d)
+    if name == "deberta":
+        if tuple(spec.pos_att_type) != ("c2p", "p2c"):
+            raise ValueError(f"torch_model's DeBERTa has c2p and p2c, got pos_att_type {spec.pos_att_type}")
+        span = spec.att_span
+        c2p_pos, p2c_pos = _torch_deberta_index(torch, length, spec.position_buckets, spec.max_relative_positions,
+                                                span)
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -55,19 +133,35 @@ def torch_model(config: ModelConfig, length: int):
             self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
             self.out = torch.nn.Linear(d, d, bias=False)
             self.fc1, self.fc2 = torch.nn.Linear(d, config.d_ff), torch.nn.Linear(config.d_ff, d)
+            if name == "transformer-xl":
+                self.r_net = torch.nn.Linear(d, H * D, bias=False)
+                self.r_w_bias, self.r_r_bias = torch.nn.Parameter(torch.zeros(H, D)), torch.nn.Parameter(torch.zeros(H, D))
+            if name == "deberta":
+                self.rel_embeddings = torch.nn.Parameter(torch.zeros(2 * span, d))
 
-        def rope(self, x):                                            # interleaved pairs, Eq. 34
-            T = x.shape[-2]
-            cos = angles[:T].cos().repeat_interleave(2, -1).to(x.dtype)
-            sin = angles[:T].sin().repeat_interleave(2, -1).to(x.dtype)
-            rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
-            return x * cos + rot * sin
+        def attend(self, q, k, v):                                               # (B, H, T, D) each
+            T = q.shape[-2]
+            if name == "rope":
+                return F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+            if name == "transformer-xl":
+                r = self.r_net(table[-T:].to(q.dtype)).view(T, H, D).transpose(0, 1)      # (H, T, D)
+                bd = _torch_rel_shift(torch, (q + self.r_r_bias[:, None]) @ r.transpose(-1, -2))   # (B, H, T, T)
+                bias = (bd / math.sqrt(D)).masked_fill(future[:T, :T], float("-inf"))
+                return F.scaled_dot_product_attention(q + self.r_w_bias[:, None], k, v, attn_mask=bias)
+            wq, wk = self.qkv.weight[:d], self.qkv.weight[d:2 * d]
+            pos_query = F.linear(self.rel_embeddings, wq).view(2 * span, H, D).transpose(0, 1)   # (H, 2k, D)
+            pos_key = F.linear(self.rel_embeddings, wk).view(2 * span, H, D).transpose(0, 1)
+            B = q.shape[0]
+            c2p = torch.gather(q @ pos_key.transpose(-1, -2), -1, c2p_pos[:T, :T].expand(B, H, T, T))
+            p2c = torch.gather(k @ pos_query.transpose(-1, -2), -1, p2c_pos[:T, :T].expand(B, H, T, T))
+            scale = math.sqrt(D * 3)                                             # 1 + two position terms
+            bias = ((c2p + p2c.transpose(-1, -2)) / scale).masked_fill(future[:T, :T], float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1 / scale)
 
         def forward(self, x):
             B, T, _ = x.shape
             q, k, v = self.qkv(self.norm1(x)).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, is_causal=True)
-            x = x + self.out(a.transpose(1, 2).reshape(B, T, d))
+            x = x + self.out(self.attend(q, k, v).transpose(1, 2).reshape(B, T, d))
             return x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))
 
     class Net(torch.nn.Module):
@@ -108,6 +202,12 @@ def load_weights(net, model: Model) -> None:
             blk.fc1.bias.copy_(t(p[pre + "mlp.b1"]))
             blk.fc2.weight.copy_(t(p[pre + "mlp.w2"].T))
             blk.fc2.bias.copy_(t(p[pre + "mlp.b2"]))
+            if hasattr(blk, "r_net"):                                            # Transformer-XL
+                blk.r_w_bias.copy_(t(p[pre + "attn.scheme.u"]))
+                blk.r_r_bias.copy_(t(p[pre + "attn.scheme.v"]))
+                blk.r_net.weight.copy_(t(p[pre + "attn.scheme.w_r"].T))
+            if hasattr(blk, "rel_embeddings"):                                   # DeBERTa
+                blk.rel_embeddings.copy_(t(p[pre + "attn.scheme.rel_embeddings"]))
 
 
 def _torch_stepper(config: ModelConfig, batch: int, length: int, seed: int):
@@ -161,10 +261,11 @@ def numpy_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256
 
 
 def torch_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, batch=32, length=64,
-                    repeats=10, warmup=3, seed=0) -> float | None:
-    """Seconds per training step of the same model in torch (RoPE attention), or None without torch."""
+                    scheme=None, repeats=10, warmup=3, seed=0) -> float | None:
+    """Seconds per training step of the same model in torch (``scheme``'s attention where
+    ``torch_model`` implements it, RoPE otherwise), or None without torch."""
     try:
-        step = _torch_stepper(_config(vocab, d_model, num_heads, num_layers, d_ff, {"name": "rope"}),
+        step = _torch_stepper(_config(vocab, d_model, num_heads, num_layers, d_ff, scheme or {"name": "rope"}),
                               batch, length, seed)
     except ImportError:
         return None
@@ -178,9 +279,10 @@ def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, bat
     """``numpy seconds / torch seconds`` for one training step of the lab's model (median of ``rounds``).
 
     The default sizes are the protocol's (2 layers, d_model 64, 4 heads, d_ff 256, vocabulary 32,
-    batch 32 at length 64); ``scheme`` is the lab model's spec (default RoPE, as the torch model).
+    batch 32 at length 64); ``scheme`` is the lab model's spec (default RoPE). The torch model
+    attends with the same scheme where it implements it (``torch_scheme``), with RoPE otherwise.
     Returns ``None`` (with a note on stderr) when torch is not installed; with ``details=True`` a
-    dict ``{"ratio", "numpy_s", "torch_s", "torch_threads"}`` instead of the ratio.
+    dict ``{"ratio", "numpy_s", "torch_s", "torch_threads", "torch_scheme"}`` instead of the ratio.
 
     ``clock="wall"`` times latency on the threads each library chooses; ``clock="process"`` counts
     the CPU time of the process instead, steadier on a loaded machine, and with one thread on both
@@ -211,14 +313,15 @@ def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, bat
     ratio = statistics.median(x / y for x, y in zip(a, b))
     if details:
         return {"ratio": ratio, "numpy_s": statistics.median(a), "torch_s": statistics.median(b),
-                "torch_threads": torch.get_num_threads()}
+                "torch_threads": torch.get_num_threads(), "torch_scheme": torch_scheme(config)}
     return ratio
 
 
 def step_ratios(schemes=None, *, length: int = 64, **kwargs) -> dict | None:
     """``step_ratio(details=True)`` for each scheme of the lab (by name, default ``lab.schemes.ORDER``,
-    configured as the protocol configures it for ``length``), each against the same torch model (RoPE):
-    ``{name: {"ratio", "numpy_s", "torch_s", "torch_threads"}}``, or ``None`` without torch."""
+    configured as the protocol configures it for ``length``), each against its torch model (the same
+    scheme, or RoPE where ``torch_model`` does not implement it, as ``"torch_scheme"`` says):
+    ``{name: {"ratio", "numpy_s", "torch_s", "torch_threads", "torch_scheme"}}``, or ``None`` without torch."""
     from . import schemes as specs
     out = {}
     for name in specs.ORDER if schemes is None else schemes:

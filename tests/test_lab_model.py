@@ -147,12 +147,18 @@ def test_model_backward_against_finite_differences(scheme, norm, activation, tie
         assert rel_err(grads[name].ravel()[entries], num) <= RTOL, name
 
 
-def test_model_matches_torch():
+@pytest.mark.parametrize("scheme", [{"name": "rope"}, {"name": "transformer-xl"},
+                                    {"name": "deberta", "position_buckets": 4, "max_relative_positions": 8}])
+def test_model_matches_torch(scheme):
+    # The torch model (lab.bench.torch_model) is written from the papers and HF's DeBERTa-v2 code in
+    # torch ops, with autograd for the gradients: an outside check of the NumPy forward and backward.
+    # DeBERTa at 4 buckets and 8 positions over 8 tokens: distances 3 ... 7 share log buckets.
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 
-    from lab.bench import load_weights, torch_model
-    config = ModelConfig(scheme={"name": "rope"}, **TINY)
+    from lab.bench import load_weights, torch_model, torch_scheme
+    config = ModelConfig(scheme=scheme, **TINY)
+    assert torch_scheme(config) == scheme["name"]
     m = _perturbed(config)
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, 7, (3, 9))
@@ -166,8 +172,51 @@ def test_model_matches_torch():
     assert abs(out["loss"] - loss.item()) < 1e-12
     assert np.allclose(grads["embed"], net.embed.weight.grad.numpy(), rtol=1e-9, atol=1e-12)
     qkv = net.blocks[1].qkv.weight.grad.numpy().T                      # (d, 3d): [wq | wk | wv]
+    assert np.allclose(grads["blocks.1.attn.wq"], qkv[:, :8], rtol=1e-9, atol=1e-12)
     assert np.allclose(grads["blocks.1.attn.wk"], qkv[:, 8:16], rtol=1e-9, atol=1e-12)
     assert np.allclose(grads["blocks.0.mlp.w1"], net.blocks[0].fc1.weight.grad.numpy().T, rtol=1e-9, atol=1e-12)
+    blk = net.blocks[0]
+    torch_grads = {}                                                   # the scheme's own parameters
+    if scheme["name"] == "transformer-xl":
+        torch_grads = {"u": blk.r_w_bias.grad, "v": blk.r_r_bias.grad, "w_r": blk.r_net.weight.grad.T}
+    if scheme["name"] == "deberta":
+        torch_grads = {"rel_embeddings": blk.rel_embeddings.grad}
+    for name, g in torch_grads.items():
+        want = g.numpy()
+        assert np.abs(want).max() > 1e-6, name                         # the term is live
+        assert np.allclose(grads["blocks.0.attn.scheme." + name], want, rtol=1e-9, atol=1e-12), name
+
+
+def test_torch_model_takes_rope_for_the_schemes_it_does_not_implement():
+    pytest.importorskip("torch")
+    from lab.bench import torch_model, torch_scheme
+    config = ModelConfig(scheme={"name": "alibi"}, **TINY)
+    assert torch_scheme(config) == "rope"
+    assert not any("r_net" in n or "rel_embeddings" in n for n, _ in torch_model(config, 8).named_parameters())
+
+
+def test_torch_deberta_buckets_are_hf_and_minipos_at_the_lab_settings():
+    # HF's make_log_bucket_position (float32 logs) against minipos's, at the protocol's lengths.
+    torch = pytest.importorskip("torch")
+    from lab import schemes
+    from lab.bench import _torch_deberta_index
+    from minipos import deberta
+    for length in (8, 64, 128):
+        spec = schemes.build(schemes.default_spec("deberta", length))
+        c2p, p2c = _torch_deberta_index(torch, length, spec.position_buckets, spec.max_relative_positions,
+                                        spec.att_span)
+        rel = deberta.build_relative_position(length, length, bucket_size=spec.position_buckets,
+                                              max_position=spec.max_relative_positions)
+        want = np.clip(np.asarray(rel).reshape(length, length) + spec.att_span, 0, 2 * spec.att_span - 1)
+        np.testing.assert_array_equal(c2p.numpy(), want)
+        np.testing.assert_array_equal(p2c.numpy(), np.clip(2 * spec.att_span - want, 0, 2 * spec.att_span - 1))
+        try:
+            from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+        except ImportError:
+            continue
+        z = torch.zeros(1, length, 1)
+        hf = build_relative_position(z, z, spec.position_buckets, spec.max_relative_positions)[0]
+        np.testing.assert_array_equal(np.clip(hf.numpy() + spec.att_span, 0, 2 * spec.att_span - 1), want)
 
 
 def test_model_is_deterministic_for_a_seed():
