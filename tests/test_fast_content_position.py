@@ -219,3 +219,16 @@ def test_a_subclass_runs_its_own_content_position():
     assert not np.allclose(plain(x, causal=True), full(x, causal=True))
     want = ref.MultiHeadAttention(16, 4, scheme=Mine(), seed=3)(x, causal=True)
     np.testing.assert_allclose(plain(x, causal=True), want, rtol=1e-12, atol=1e-14)
+
+
+def test_empty_queries_or_keys_give_the_reference_shapes():
+    rel = deberta.relative_positions(np.arange(0), np.arange(3))
+    z = np.zeros
+    for qn, kn in ((0, 3), (3, 0)):
+        assert (fast_xl.xl_position_logits(z((1, 2, qn, 4)), z((2, 4)), z((6, 8)), np.arange(qn), np.arange(kn)).shape
+                == transformer_xl.xl_position_logits(z((1, 2, qn, 4)), z((2, 4)), z((6, 8)), np.arange(qn),
+                                                     np.arange(kn)).shape == (1, 2, qn, kn))
+    assert fast_deberta.c2p_term(z((1, 2, 0, 4)), z((2, 6, 4)), rel, 3).shape == (1, 2, 0, 3)
+    assert fast_deberta.p2c_term(z((1, 2, 3, 4)), z((2, 6, 4)), rel, 3).shape == (1, 2, 0, 3)
+    assert [g.shape for g in fast_deberta.c2p_term_backward(z((1, 2, 0, 4)), z((2, 6, 4)), rel, 3,
+                                                            z((1, 2, 0, 3)))] == [(1, 2, 0, 4), (2, 6, 4)]

@@ -26,7 +26,8 @@ __all__ = ["c2p_term", "p2c_term", "c2p_term_backward", "p2c_term_backward", "ta
 def _heads_first(a: np.ndarray) -> np.ndarray:
     """(..., H, X, Y) as (H, N*X, Y), N the product of ...: one matrix per head over the batch."""
     *lead, H, X, Y = a.shape
-    return np.moveaxis(a.reshape(math.prod(lead), H, X, Y), 1, 0).reshape(H, -1, Y)
+    N = math.prod(lead)
+    return np.moveaxis(a.reshape(N, H, X, Y), 1, 0).reshape(H, N * X, Y)
 
 
 def heads_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -46,7 +47,7 @@ def take_rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
     """``out[..., t, s] = a[..., :, :].ravel()[flat[t, s]]`` for a (..., X, Y), flat (T, S) ints
     in ``[0, X*Y)``: the same gather for every leading index, one ``np.take`` -> (..., T, S)."""
     *lead, X, Y = a.shape
-    rows = np.ascontiguousarray(a).reshape(-1, X * Y)                           # (N, X*Y)
+    rows = np.ascontiguousarray(a).reshape(math.prod(lead), X * Y)              # (N, X*Y)
     return np.take(rows, flat, axis=1).reshape(*lead, *flat.shape)
 
 
