@@ -5,16 +5,16 @@ up to floating-point rounding, and raises where it raises; ``minipos`` itself ne
 package, so deleting it changes no result of the reference. What lives here exists only for speed:
 worker threads and the BLAS pause (``_threads``), bias blocks kept between calls, bounds that skip
 blocks which underflow, a fixed softmax reference with a running-max fallback, split-angle
-trigonometry, Toeplitz copies. The modules mirror the reference's, name for name::
+trigonometry, Toeplitz copies, BLAS products per head where the reference writes ``np.einsum``. The modules mirror the reference's, name for name::
 
     minipos.attention.attention             minipos.fast.attention.attention
     minipos.attention.blockwise_attention   minipos.fast.attention.blockwise_attention
     minipos.rope.apply_rope                 minipos.fast.rope.apply_rope
     minipos.t5.t5_bias                      minipos.fast.t5.t5_bias
     minipos.alibi.alibi_bias                minipos.fast.alibi.alibi_bias (+ alibi_bias_bound)
-    minipos.deberta.c2p_term_backward       minipos.fast.deberta.c2p_term_backward (and p2c)
-    minipos.transformer_xl.xl_position_logits_backward
-                                            minipos.fast.transformer_xl.xl_position_logits_backward
+    minipos.deberta.c2p_term                minipos.fast.deberta.c2p_term (and p2c, and their backward)
+    minipos.transformer_xl.xl_position_logits
+                                            minipos.fast.transformer_xl.xl_position_logits (and its backward)
     minipos.layer.MultiHeadAttention        minipos.fast.MultiHeadAttention
     minipos.mla.MultiHeadLatentAttention    minipos.fast.MultiHeadLatentAttention
 
