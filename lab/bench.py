@@ -7,8 +7,9 @@ warm-up steps of each, then times them in alternation (so both see the same mach
 returns ``numpy time / torch time`` per step, the median over rounds. The torch model implements
 RoPE, Transformer-XL and DeBERTa attention (``TORCH_SCHEMES``); the model of any other scheme is
 timed against the RoPE model of the same sizes (``torch_scheme``). It exists to time against and to
-check the NumPy model (``tests/test_lab_model.py``); nothing else in the lab imports torch. The process's malloc is tuned first, as
-``python -m lab`` tunes it (``lab.memory``): this holds for both sides of the comparison.
+check the NumPy model (``tests/test_lab_model.py``); nothing else in the lab imports torch. The
+process's malloc is tuned first, as ``python -m lab`` tunes it (``lab.memory``): this holds for both
+sides of the comparison.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def torch_model(config: ModelConfig, length: int):
             self.fc1, self.fc2 = torch.nn.Linear(d, config.d_ff), torch.nn.Linear(config.d_ff, d)
             if name == "transformer-xl":
                 self.r_net = torch.nn.Linear(d, H * D, bias=False)
-                self.r_w_bias, self.r_r_bias = torch.nn.Parameter(torch.zeros(H, D)), torch.nn.Parameter(torch.zeros(H, D))
+                self.r_w_bias = torch.nn.Parameter(torch.zeros(H, D))                 # u
+                self.r_r_bias = torch.nn.Parameter(torch.zeros(H, D))                 # v
             if name == "deberta":
                 self.rel_embeddings = torch.nn.Parameter(torch.zeros(2 * span, d))
 

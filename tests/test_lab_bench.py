@@ -28,7 +28,8 @@ def test_step_ratios_time_each_scheme_as_the_protocol_configures_it(monkeypatch)
     monkeypatch.setattr(bench, "_numpy_stepper", lambda config, *a: seen.append(config.scheme) or real(config, *a))
     theirs = []
     real_torch = bench._torch_stepper
-    monkeypatch.setattr(bench, "_torch_stepper", lambda config, *a: theirs.append(config.scheme) or real_torch(config, *a))
+    monkeypatch.setattr(bench, "_torch_stepper",
+                        lambda config, *a: theirs.append(config.scheme) or real_torch(config, *a))
     got = bench.step_ratios(["deberta", "transformer-xl", "alibi"], **TINY)
     assert list(got) == ["deberta", "transformer-xl", "alibi"] and all(g["ratio"] > 0 for g in got.values())
     assert seen == theirs == [{"name": "deberta", "position_buckets": 4, "max_relative_positions": 8},   # L/2, L; L = 8

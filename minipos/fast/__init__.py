@@ -5,7 +5,8 @@ up to floating-point rounding, and raises where it raises; ``minipos`` itself ne
 package, so deleting it changes no result of the reference. What lives here exists only for speed:
 worker threads and the BLAS pause (``_threads``), bias blocks kept between calls, bounds that skip
 blocks which underflow, a fixed softmax reference with a running-max fallback, split-angle
-trigonometry, Toeplitz copies, BLAS products per head where the reference writes ``np.einsum``. The modules mirror the reference's, name for name::
+trigonometry, Toeplitz copies, BLAS products per head where the reference writes ``np.einsum``.
+The modules mirror the reference's, name for name::
 
     minipos.attention.attention             minipos.fast.attention.attention
     minipos.attention.blockwise_attention   minipos.fast.attention.blockwise_attention
