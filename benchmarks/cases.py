@@ -141,17 +141,19 @@ def backward_rows(T: int, H: int, D: int, repeats: int) -> list[Row]:
 
 def lab_step_rows(quick: bool) -> list[Row]:
     """One training step of the lab's model (the protocol's sizes) with each scheme (RoPE alone with
-    ``quick``) against the same model in torch with RoPE, eager, on the CPU."""
+    ``quick``) against the same model in torch, eager, on the CPU (its attention the same scheme where
+    ``lab.bench.TORCH_SCHEMES`` has it, else RoPE: the row names which)."""
     from lab import schemes
     names = ("rope",) if quick else schemes.ORDER
-    title = "lab: one training step (2 layers, d_model 64, 4 heads, batch 32, L = 64, {}) / torch eager RoPE"
+    title = "lab: one training step (2 layers, d_model 64, 4 heads, batch 32, L = 64, {}) / torch eager {}"
     if torch is None:
-        return [Row(title.format(name), None, None, None, "< 2.0", None, note=NO_TORCH) for name in names]
+        return [Row(title.format(name, "(same model)"), None, None, None, "< 2.0", None, note=NO_TORCH)
+                for name in names]
     sys.path.insert(0, str(ROOT))
     from lab.bench import step_ratios
     got = step_ratios(names, rounds=2 if quick else 5, repeats=2 if quick else 8, warmup=1 if quick else 3)
-    return [Row(title.format(name), g["numpy_s"], g["torch_s"], g["ratio"], "< 2.0", g["ratio"] < 2.0,
-                note=f"torch on {g['torch_threads']} threads") for name, g in got.items()]
+    return [Row(title.format(name, g["torch_scheme"]), g["numpy_s"], g["torch_s"], g["ratio"], "< 2.0",
+                g["ratio"] < 2.0, note=f"torch on {g['torch_threads']} threads") for name, g in got.items()]
 
 
 def _interleaved_clocks(f, g, repeats: int) -> tuple[float, float, float]:
