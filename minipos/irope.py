@@ -17,7 +17,7 @@ grows by steps like ``attn_scale * log(i / floor_scale)``. Keys are not scaled. 
 ``positions``, which are the cache index unless a call gives other positions. HF computes ``tau`` in
 float32 (``positions.float()``); ``float32=True`` reproduces that rounding (the quotient, the floor,
 ``* attn_scale`` and ``+ 1`` in float32, the log correctly rounded to float32; torch's float32
-``log1p`` is off by one ulp at a few integers, e.g. 99 of 66,667 at ``floor_scale=3``), the default
+``log1p`` is off by one ulp at a few integers, how many depending on the torch build and CPU), the default
 computes it in float64.
 
 Chunked attention. On Llama 4's RoPE layers (``attention_chunk_size`` C, 8192) query ``i`` sees key

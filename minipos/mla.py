@@ -13,7 +13,7 @@ narrow slice of each head that RoPE rotates::
 
 Why the slice is separate: without RoPE, ``q_i . k_j = c_q,i W_UQ W_UK^T c_kv,j^T`` and the middle
 product ``W_UQ W_UK^T`` can be absorbed into one matrix, so a cache of the latents ``c_kv`` is all
-decoding needs. RoPE puts ``R(i - j)`` between ``W_UQ`` and ``W_UK^T``; it depends on the positions,
+decoding needs. RoPE puts ``R(j - i)`` between ``W_UQ`` and ``W_UK^T``; it depends on the positions,
 so no fixed matrix absorbs it. DeepSeek keeps the latent path position-free and adds ``D_R``
 rotated features per head, whose key part ``k_R`` is computed from x directly and shared by every
 head (it is cached beside ``c_kv``). The derivation and the traps are on the docs page ``mla.md``.
