@@ -17,6 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _torch import _np, _t  # noqa: E402
+
 from minipos import attention as A  # noqa: E402
 from minipos.rope import apply_rope, apply_rope_backward  # noqa: E402
 from minipos.rope_scaling import yarn  # noqa: E402
@@ -25,12 +27,6 @@ from minipos.t5 import t5_bias, t5_bias_backward  # noqa: E402
 D_MODEL, HEADS, HEAD_DIM = 32, 4, 8
 
 
-def _t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _np(t):
-    return t.detach().numpy()
 
 
 def _heads(x, B, T):

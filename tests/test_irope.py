@@ -12,6 +12,7 @@ from minipos import irope
 from minipos.layer import MultiHeadAttention, NoPE, NoPETemperature, Rotary
 
 from _gradcheck import check_layer_gradients
+from _torch import _np, _t, needs_torch, torch, transformers  # noqa: E402
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
@@ -223,16 +224,8 @@ def test_bad_layer_index_and_sliding_window_are_named():
 
 # --- against transformers -----------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
-def _t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _np(t):
-    return t.detach().numpy()
 
 
 def _copy(layer, ref):
@@ -254,6 +247,7 @@ def _llama4_config(**kw):
     return cfg
 
 
+@needs_torch
 def test_per_layer_choice_follows_the_configs():
     # HF fills no_rope_layers (1 = RoPE) and layer_types ("chunked_attention" on RoPE layers): read from them.
     from transformers import SmolLM3Config
@@ -273,6 +267,7 @@ def test_per_layer_choice_follows_the_configs():
     assert irope.use_rope({"num_hidden_layers": 6, "no_rope_layers": None, "no_rope_layer_interval": 3}, 2) is False
 
 
+@needs_torch
 def test_llama4_rope_layer_with_chunks_matches_transformers():
     from transformers.masking_utils import create_chunked_causal_mask
     from transformers.models.llama4.modeling_llama4 import Llama4TextAttention, Llama4TextRotaryEmbedding
@@ -307,6 +302,7 @@ def test_llama4_rope_layer_with_chunks_matches_transformers():
         assert np.max(np.abs(wrong(x, causal=True) - want)) > 1e-3
 
 
+@needs_torch
 def test_llama4_nope_layer_with_temperature_matches_transformers():
     from transformers.masking_utils import create_causal_mask
     from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
@@ -334,6 +330,7 @@ def test_llama4_nope_layer_with_temperature_matches_transformers():
     assert np.max(np.abs(plain(x, causal=True) - want)) > 1e-3
 
 
+@needs_torch
 @pytest.mark.parametrize("layer_idx", [3, 0])
 def test_smollm3_layers_match_transformers(layer_idx):
     from transformers import SmolLM3Config
@@ -362,6 +359,7 @@ def test_smollm3_layers_match_transformers(layer_idx):
     np.testing.assert_allclose(layer(x, causal=True), want, rtol=1e-12, atol=1e-12)
 
 
+@needs_torch
 @pytest.mark.parametrize("dim, L", [(128, 8192), (8, 16)])
 def test_llama4_scout_rope_parameters_match_transformers(dim, L):
     # Llama 4 Scout's rope_parameters have high_freq_factor == low_freq_factor (1.0): no ramp. HF accepts
@@ -378,6 +376,7 @@ def test_llama4_scout_rope_parameters_match_transformers(dim, L):
     assert np.any(layer.scheme.inv_freq < theirs.max() / 16)                     # some pairs were divided by 16
 
 
+@needs_torch
 def test_llama4_nope_layer_with_a_cache_matches_transformers():
     # HF takes the temperature's position from the cache (arange(T) + past_seen_tokens); the minipos cache's
     # default positions are the same index, so the cached steps agree (HF's own DynamicCache, eager attention).
@@ -404,6 +403,7 @@ def test_llama4_nope_layer_with_a_cache_matches_transformers():
         np.testing.assert_allclose(layer(x[:, a:b], causal=True, cache=mine), w, rtol=1e-12, atol=1e-12)
 
 
+@needs_torch
 def test_llama4_chunked_rope_layer_with_a_cache_matches_transformers():
     # Cached steps across chunk boundaries (C = 5): HF keeps a sliding window of C keys on chunked layers and
     # builds each step's mask with create_chunked_causal_mask; minipos keeps every key and masks by position.

@@ -12,17 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _torch import _np, _t  # noqa: E402
+
 from minipos.layer import DeBERTa, MultiHeadAttention, Rotary, T5Bias  # noqa: E402
 
 D_MODEL, HEADS, HEAD_DIM = 32, 4, 8
 
 
-def _t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _np(t):
-    return t.detach().numpy()
 
 
 def _copy_linear(layer, name, linear):

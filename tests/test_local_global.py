@@ -15,6 +15,7 @@ from minipos.layer import ALiBi, DeBERTa, MultiHeadAttention, NoPE, Rotary, Tran
 from minipos.local_global import gemma3_attention, gemma3_layer_types, sliding_window_mask
 
 from _gradcheck import check_layer_gradients
+from _torch import _np, _t, needs_torch, torch, transformers  # noqa: E402
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
@@ -261,17 +262,8 @@ def test_gemma3_bad_layer_index_is_named():
 
 # --- against transformers ---------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
-def _t(a, grad=False):
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.requires_grad_() if grad else t
-
-
-def _np(t):
-    return t.detach().numpy()
 
 
 def _hf_mask(T, window):
@@ -281,12 +273,14 @@ def _hf_mask(T, window):
     return sdpa_mask(batch_size=1, q_length=T, kv_length=T, mask_function=fn, allow_is_causal_skip=False)
 
 
+@needs_torch
 @pytest.mark.parametrize("window", [1, 2, 3, 7, 20])
 def test_window_equals_transformers_mask_function(window):
     np.testing.assert_array_equal(sliding_window_mask(np.arange(12), np.arange(12), window),
                                   _np(_hf_mask(12, window))[0, 0])
 
 
+@needs_torch
 def test_rolling_cache_keeps_what_transformers_sliding_window_cache_keeps():
     # HF 5.24 cache_utils.DynamicSlidingWindowLayer: a call attends to the kept keys plus its own,
     # then "only cache the last sliding_window - 1 tokens". KVCache(mem_len=W - 1), chunk by chunk.
@@ -323,6 +317,7 @@ def _cos_sin(T, base, factor=1.0):
     return _t(np.cos(emb)), _t(np.sin(emb))
 
 
+@needs_torch
 @pytest.mark.parametrize("layer_idx", [0, 5])
 def test_gemma3_local_and_global_layers_match_transformers(layer_idx):
     from transformers import Gemma3TextConfig
@@ -362,6 +357,7 @@ def test_gemma3_local_and_global_layers_match_transformers(layer_idx):
     np.testing.assert_allclose(np.cos(np.arange(T)[:, None] * inv_freq), _np(cos)[0, :, :HEAD_DIM // 2], atol=1e-14)
 
 
+@needs_torch
 @pytest.mark.parametrize("layer_idx", [0, 1])
 def test_gpt_oss_sinks_match_transformers(layer_idx):
     from transformers import GptOssConfig
@@ -405,6 +401,7 @@ def test_gpt_oss_sinks_match_transformers(layer_idx):
             np.testing.assert_allclose(grads["b" + n], _np(lin.bias.grad), rtol=1e-11, atol=1e-12, err_msg=n)
 
 
+@needs_torch
 def test_gpt_oss_yarn_rope_reads_as_rotary_half():
     # The checkpoint config's RoPE (YaRN, factor 32, truncate False): the frequencies and attention
     # factor of HF's GptOssRotaryEmbedding (float32 inv_freq) and its D/2 cos table.

@@ -9,6 +9,7 @@ import pytest
 
 from minipos import rope
 from minipos.layer import MultiHeadAttention, Rotary
+from _torch import _np, _t, needs_torch, torch, transformers  # noqa: E402
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
@@ -100,23 +101,15 @@ def test_every_key_is_honoured_or_refused_by_name(scaling, key):
 
 # --- against transformers -------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
-def _t(a, grad=False):
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.requires_grad_() if grad else t
-
-
-def _np(t):
-    return t.detach().numpy()
 
 
 def _causal(T):
     return _t(np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf)[None, None])
 
 
+@needs_torch
 @pytest.mark.parametrize("kv_heads", [2, 1])
 def test_llama_gqa_matches_transformers_forward_and_backward(kv_heads):
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaConfig, LlamaRotaryEmbedding
@@ -155,6 +148,7 @@ def test_llama_gqa_matches_transformers_forward_and_backward(kv_heads):
     np.testing.assert_allclose(meta(x, causal=True), layer(x, causal=True), rtol=1e-12, atol=1e-12)
 
 
+@needs_torch
 def test_gpt_neox_partial_rotary_from_rope_parameters_matches_transformers():
     # GPT-NeoX rotates rotary_pct = 0.25 of each head: HF keeps it as rope_parameters'
     # partial_rotary_factor, which Rotary(scaling=...) now reads (it used to rotate every feature).
@@ -185,6 +179,7 @@ def test_gpt_neox_partial_rotary_from_rope_parameters_matches_transformers():
     np.testing.assert_allclose(layer(x, causal=True), expected, rtol=1e-5, atol=1e-6)
 
 
+@needs_torch
 def test_phi3_longrope_with_partial_rotary_matches_transformers():
     from transformers.models.phi3.modeling_phi3 import Phi3Attention, Phi3Config, Phi3RotaryEmbedding
 

@@ -11,18 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _torch import _np, _t  # noqa: E402
+
 from minipos import mrope  # noqa: E402
 from minipos.layer import MRotary, MultiHeadAttention  # noqa: E402
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 64, 4, 2, 16
 
 
-def _t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _np(t):
-    return t.detach().numpy()
 
 
 def _model_stub(model_cls, merge=2, tokens_per_second=4):
