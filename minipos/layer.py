@@ -42,7 +42,8 @@ A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, which calls the same
 ``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
 scheme. ``attention_chunk=C`` (Llama 4) adds the rule ``i // C == j // C`` to the mask of step 7.
-``minipos.fast.MultiHeadAttention`` replaces steps 6-7 only. A layer whose projections are
+``minipos.fast.MultiHeadAttention`` replaces steps 6-7, and step 5 (``_content_position``) for
+Transformer-XL and DeBERTa, whose position terms it computes by BLAS products. A layer whose projections are
 not one matrix each (``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project``
 and ``_project_backward``).
 
