@@ -15,4 +15,4 @@ def test_theorem_passes(tid):
 def test_every_family_is_present():
     families = {t.family for t in core.REGISTRY.values()}
     assert families >= {"attention", "sinusoidal", "rope", "alibi", "t5", "transformer_xl", "deberta",
-                        "online_softmax", "rope_scaling", "xpos", "gradients"}
+                        "online_softmax", "rope_scaling", "xpos", "gradients", "mla", "sinks"}
