@@ -100,9 +100,11 @@ def chunk_mask(q_positions, k_positions, chunk: int) -> np.ndarray:
     ``chunked_overlay`` is ANDed with ``causal_mask_function``.
     """
     chunk = check_positive_int(chunk, "chunk")
-    q = as_positions(q_positions, "q_positions")
-    k = as_positions(k_positions, "k_positions")
-    return q[:, None] // chunk == k[None, :] // chunk                            # (T, S)
+    return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
+
+
+def _chunks(q, k, chunk):  # checked positions (T,), (S,) -> (T, S); the layer's per-block form
+    return q[:, None] // chunk == k[None, :] // chunk                            # i // C == j // C
 
 
 # --------------------------------------------------------------------------- the per-layer choice

@@ -1051,7 +1051,7 @@ class MultiHeadAttention:
             if window is not None:                                              # i - W < j <= i
                 tri = local_global._window(q_pos[qs], k_pos[ks], window)[None, None]
             if chunk is not None:                                               # i // C == j // C
-                same = irope.chunk_mask(q_pos[qs], k_pos[ks], chunk)[None, None]   # (1, 1, tq, tk)
+                same = irope._chunks(q_pos[qs], k_pos[ks], chunk)[None, None]   # (1, 1, tq, tk)
                 tri = same if tri is None else tri & same
             pad = None if mask is None else mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
             return pad if tri is None else tri if pad is None else tri & pad

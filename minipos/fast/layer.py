@@ -43,6 +43,7 @@ import numpy as np
 from .. import deberta
 from .. import layer as reference
 from ..layer import ALiBi, DeBERTa, T5Bias, TransformerXL
+from ..irope import _chunks
 from ..local_global import _window
 from . import alibi as fast_alibi
 from . import deberta as fast_deberta
@@ -302,7 +303,7 @@ def _mask_fn(mask, causal, q_pos, k_pos, *, chunk=None, window=None):
         if window is not None:                                                 # i - W < j <= i
             allowed = _window(q_pos[qs], k_pos[ks], window)[None, None]
         if chunk is not None:                                                  # i // C == j // C
-            same = (q_pos[qs][:, None] // chunk == k_pos[ks][None, :] // chunk)[None, None]
+            same = _chunks(q_pos[qs], k_pos[ks], chunk)[None, None]
             allowed = same if allowed is None else allowed & same
         if mask is None:
             return allowed
