@@ -216,10 +216,11 @@ def check_broadcast(arr: np.ndarray, name: str, target: tuple) -> None:
                          f"(..., H, T, S) = {tuple(target)}")
 
 
-def check_qkv(q, k, v):
-    """``q`` ``(..., H, T, D)``, ``k`` ``(..., H, S, D)``, ``v`` ``(..., H, S, Dv)`` as finite
-    floating arrays, with the leading dims, ``D`` and ``S`` checked to agree."""
-    q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
+def check_qkv(q, k, v, *, finite: bool = True):
+    """``q`` ``(..., H, T, D)``, ``k`` ``(..., H, S, D)``, ``v`` ``(..., H, S, Dv)`` as floating
+    arrays (finite ones unless ``finite=False``, for a caller that checks that itself), with the
+    leading dims, ``D`` and ``S`` checked to agree."""
+    q, k, v = (as_float_array(a, name, finite=finite) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     for name, a in (("q", q), ("k", k), ("v", v)):
         if a.ndim < 2:
             raise ValueError(f"{name} must have shape (..., H, T|S, D) with at least 2 dims, got {a.shape}")

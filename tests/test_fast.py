@@ -316,3 +316,81 @@ def test_fast_modules_are_not_imported_by_the_reference():
         text = path.read_text()
         assert "fast" not in {part for line in text.splitlines() if line.startswith(("import", "from"))
                               for part in line.replace(".", " ").split()}, path.name
+
+
+def test_exp_flushes_below_the_square_root_of_the_smallest_normal_number():
+    # ln sqrt(tiny) = -126 ln 2 / 2 = -43.668 in float32 and -1022 ln 2 / 2 = -354.19 in float64
+    # (worked by hand from the IEEE exponent ranges): a term above it is kept, one below is 0.
+    assert fa._FLUSH[np.dtype(np.float32)] == pytest.approx(-43.668, abs=1e-3)
+    assert fa._FLUSH[np.dtype(np.float64)] == pytest.approx(-354.19, abs=1e-2)
+    x = np.array([0.0, -1.0, -43.0, -44.0, -90.0, -np.inf, np.nan], np.float32)
+    got = fa._exp(x.copy())
+    np.testing.assert_allclose(got[:3], np.exp(np.array([0.0, -1.0, -43.0])), rtol=1e-6)
+    np.testing.assert_array_equal(got[3:6], 0.0)
+    assert np.isnan(got[6])                                                # NaN is kept, for the row-sum check
+    got64 = fa._exp(np.array([-354.0, -355.0]))
+    assert got64[0] == pytest.approx(np.exp(-354.0), rel=1e-12) and got64[1] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_logits_in_the_subnormal_band_give_the_reference_result(dtype):
+    # A steep ALiBi-like bias puts every distance's logit between 0 and -2000, through the band where
+    # e^x is subnormal (-104 to -87 in float32) and below the flush: fast equals the reference.
+    rng = np.random.default_rng(5)
+    T, H = 96, 3
+    q, k, v = _qkv(rng, (H,), T, T, 8, 8, dtype)
+    slopes = np.array([20.0, 3.0, 0.5])[:, None, None]
+    pos = np.arange(T)
+    bias = (-slopes * np.abs(pos[:, None] - pos[None, :])).astype(dtype)
+    mask = attention.causal_mask(T, T)
+    want = attention.attention(q, k, v, bias=bias, mask=mask)
+    with mock.patch.object(fa, "_DENSE_LOGITS", 0):
+        got = fa.attention(q, k, v, bias=bias, mask=mask)
+    np.testing.assert_allclose(got, want, **TOL[dtype])
+    blocked = fa.blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=16)
+    np.testing.assert_allclose(blocked, want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_all_finite_is_the_exact_test(workers, monkeypatch):
+    # Row sums settle a finite array; an inf, -inf or NaN anywhere makes its row's sum non-finite;
+    # finite rows whose sum overflows (3e38 + 3e38 in float32) are settled by the exact test.
+    monkeypatch.setattr(fa, "_THREADED_CHECK", 0)
+    a = np.zeros((3, 5, 7), np.float32)
+    assert fa._all_finite(a, workers)
+    for bad in (np.inf, -np.inf, np.nan):
+        for where in ((0, 0, 0), (2, 4, 6), (1, 2, 3)):
+            b = a.copy()
+            b[where] = bad
+            assert not fa._all_finite(b, workers)
+    huge = np.full((4, 2), 3e38, np.float32)
+    assert 2 * 3e38 > float(np.finfo(np.float32).max) and fa._all_finite(huge, workers)
+    assert not fa._all_finite(np.array([[1.0, np.inf]])[:, ::-1], workers)     # not contiguous
+    assert not fa._all_finite(np.array([1.0, np.nan], np.float16), workers)    # no BLAS for float16
+
+
+@settings(max_examples=60, deadline=None)
+@given(T=st.integers(1, 12), S=st.integers(1, 12), flips=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)),
+                                                                  max_size=3),
+       permute=st.booleans(), threaded=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_is_causal_is_equality_with_causal_mask(T, S, flips, permute, threaded, seed):
+    # The row-count and first-False test against the definition: array_equal with causal_mask.
+    mask = attention.causal_mask(T, S).copy()
+    for i, j in flips:
+        mask[i % T, j % S] ^= True
+    if permute:
+        row = np.random.default_rng(seed).integers(T)
+        mask[row] = np.random.default_rng(seed).permutation(mask[row])     # same count, any order
+    with mock.patch.object(fa, "_THREADED_CHECK", 0 if threaded else fa._THREADED_CHECK):
+        got = fa._is_causal(mask[None], T, S, 2 if threaded else 1)
+    assert got == np.array_equal(mask, attention.causal_mask(T, S))
+    assert not fa._is_causal(np.ones((2, T, S), bool), T, S)                # a leading dim of 2
+
+
+def test_layout_on_several_threads_gives_the_same_result(monkeypatch):
+    # [K^T ; 1] and [V | 1] filled a band of heads per thread, as on one.
+    rng = np.random.default_rng(8)
+    q, k, v = _qkv(rng, (2, 3), 20, 24, 5, 6, np.float64)
+    one = fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=1)
+    monkeypatch.setattr(fa, "_THREADED_CHECK", 0)
+    np.testing.assert_array_equal(fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=2), one)

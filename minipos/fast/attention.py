@@ -12,14 +12,16 @@ from the reference's running-max loop in how, not what:
   ``m_0`` would overflow: that query block's ``[o | l]`` is then not finite, and it is redone with
   the running max.
 - **Less work.** Key blocks are walked from the diagonal outwards; a block crossing the causal
-  diagonal is cut into bands of rows so the masked triangle is not scored; with ``bias_max_fn``
-  (an upper bound of the bias per head and block) heads whose block underflows ``e^{x - m}`` to 0
-  are not computed, which changes no bit.
+  diagonal is cut into bands of rows so the masked triangle is not scored; terms ``e^{x - m}``
+  below ``sqrt(tiny)`` are flushed to 0 (``_exp``: subnormal results cost x86 a microcode assist
+  each); with ``bias_max_fn`` (an upper bound of the bias per head and block) heads whose block
+  is flushed throughout are not computed, which changes no bit.
 - **Threads.** Query blocks (and groups of heads, when blocks are few) are independent tasks,
   run on several threads where the BLAS is an OpenBLAS whose own threads can be paused (``_threads``).
 
 ``attention`` routes large problems through that kernel with the dense bias and mask sliced per
-block (a mask equal to ``causal_mask`` is recognised and skipped natively); small ones and
+block (a mask equal to ``causal_mask`` is recognised and skipped natively, and the finiteness the
+reference requires is read from row sums by BLAS, ``_all_finite``); small ones and
 ``return_weights`` go to the reference.
 """
 
@@ -31,7 +33,7 @@ import threading
 import numpy as np
 
 from .. import attention as reference
-from .._checks import Overflow, as_float_array, check_bool, check_broadcast, check_callable, check_qkv, check_result
+from .._checks import Overflow, as_float_array, check_bool, check_finite, check_broadcast, check_callable, check_qkv, check_result
 from . import _threads
 
 __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
@@ -47,32 +49,80 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     if check_bool(return_weights, "return_weights") or sinks is not None:
         return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=return_weights,
                                    sinks=sinks)
-    q, k, v = check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v, finite=False)
     shape = (*q.shape[:-1], k.shape[-2])                                   # (..., H, T, S)
     if math.prod(shape) < _DENSE_LOGITS or q.ndim < 3:
         return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale)
+    workers = _threads.default_workers()
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not _all_finite(a, workers):
+            check_finite(a, name)                                         # the reference's error
     scale = reference._scale(scale, q.shape[-1])
     if bias is not None:
-        bias = as_float_array(bias, "bias")                               # finite, as in the reference
+        bias = as_float_array(bias, "bias", finite=False)
         check_broadcast(bias, "bias", shape)
+        if not _all_finite(bias, workers):
+            check_finite(bias, "bias")                                    # the reference's error
     causal = False
     if mask is not None:
         mask = np.asarray(mask)
         if mask.dtype != bool:
             raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
         check_broadcast(mask, "mask", shape)
-        if _is_causal(mask, shape[-2], shape[-1]):
+        if _is_causal(mask, shape[-2], shape[-1], workers):
             causal, mask = True, None                                     # skipped natively, block by block
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     return _run(q, k, v, dtype, scale, _BLOCK, shape[-1] - shape[-2], causal, _slicer(bias), _slicer(mask),
-                None, _threads.default_workers(), source="bias")
+                None, workers, source="bias")
 
 
-def _is_causal(mask: np.ndarray, T: int, S: int) -> bool:
-    """Whether ``mask`` is ``causal_mask(T, S)`` (with leading dims of size 1)."""
+def _all_finite(a: np.ndarray, workers: int) -> bool:
+    """Whether a float array holds no NaN or inf, read at the speed of matrix-vector products.
+
+    Any NaN or inf entry makes its row's sum non-finite (``inf + x = inf``, ``inf - inf = NaN``,
+    NaN stays NaN), and a sum of finite entries is finite unless it overflows; so finite row sums
+    settle it, and a non-finite one is settled by the exact test. ``A @ 1`` is a BLAS product,
+    here about ten times faster than ``np.isfinite(A).all()``; its rows are shared among the
+    kernel's workers, so it leaves no BLAS thread spinning beside them (see ``_threads``).
+    """
+    if (a.dtype not in (np.float32, np.float64) or a.ndim == 0 or not a.flags.c_contiguous
+            or a.size < _THREADED_CHECK):
+        return bool(np.isfinite(a).all())
+    rows = a.reshape(-1, a.shape[-1])
+    ones, step = np.ones(a.shape[-1], a.dtype), -(-rows.shape[0] // (2 * workers))
+    parts = [(slice(r, r + step),) for r in range(0, rows.shape[0], step)]
+    finite = [True] * len(parts)
+
+    def check(part, index):
+        with np.errstate(over="ignore", invalid="ignore"):                # an overflowing sum is settled below
+            finite[index] = bool(np.isfinite(rows[part] @ ones).all())
+    _threads.run(check, [(part, i) for i, (part,) in enumerate(parts)], workers)
+    return all(finite) or bool(np.isfinite(a).all())
+
+
+# Below this many entries one thread checks an array faster than several.
+_THREADED_CHECK = 1 << 18
+
+
+def _is_causal(mask: np.ndarray, T: int, S: int, workers: int = 1) -> bool:
+    """Whether ``mask`` is ``causal_mask(T, S)`` (with leading dims of size 1), read without
+    building it: row ``t`` must hold exactly ``c_t = clip(t + 1 + S - T, 0, S)`` True entries, and
+    unless it is all True its first False must be at ``c_t``, so the Trues are its first ``c_t``.
+    Large masks are read by ``workers`` threads, a band of rows each."""
     if mask.shape[-2:] != (T, S) or any(n != 1 for n in mask.shape[:-2]):
         return False
-    return bool(np.array_equal(mask.reshape(T, S), reference.causal_mask(T, S)))
+    rows = mask.reshape(T, S).view(np.uint8)
+    c = np.clip(np.arange(1, T + 1) + (S - T), 0, S)
+    step = T if T * S < _THREADED_CHECK else -(-T // workers)
+    parts = [slice(t, t + step) for t in range(0, T, step)]
+    causal = [False] * len(parts)
+
+    def check(index, r):
+        part = c[r] < S
+        causal[index] = (np.array_equal(rows[r].sum(axis=1, dtype=np.int64), c[r])
+                         and np.array_equal(np.argmin(rows[r][part], axis=1), c[r][part]))
+    _threads.run(check, list(enumerate(parts)), workers, pause_blas=False)
+    return all(causal)
 
 
 def _slicer(a):
@@ -115,7 +165,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     return_lse = check_bool(return_lse, "return_lse")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    if dtype not in _UNDERFLOW or sinks is not None:                       # longdouble, sinks: the reference
+    if dtype not in _FLUSH or sinks is not None:                            # longdouble, sinks: the reference
         return reference.blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, scale=scale,
                                              block_size=block, q_offset=q_offset, return_lse=return_lse, sinks=sinks)
     if q.ndim == 2:                                                        # no head axis: lend one
@@ -134,9 +184,11 @@ def _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_ma
                      source)
     if lse:
         job.lse = np.full(q.shape[:-1], -np.inf, dtype)
-    tasks, workers = job.tasks(workers)
-    _threads.run(job.attend, tasks, workers)
-    check_result(job.out, "the output P V")
+    job.layout(workers)
+    tasks, threads = job.tasks(workers)
+    _threads.run(job.attend, tasks, threads)
+    if not _all_finite(job.out, workers):
+        check_result(job.out, "the output P V")
     return (job.out, job.lse) if lse else job.out
 
 
@@ -224,15 +276,15 @@ def _online_update(x, v_blk, m, o, pv, rowmax) -> None:
     alpha = np.exp(m - shift)                                            # e^{m - m_new}
     o *= alpha                                                           # [o | l] e^{m - m_new}
     m[...] = m_new
-    heads = _heads_that_count(gap, x.dtype)                              # the rest underflow: P = 0 exactly
+    heads = _heads_that_count(gap, x.dtype)                              # the rest are flushed: P = 0 exactly
     if heads is None:
-        np.exp(np.subtract(x, shift, out=x), out=x)                     # P = e^{x - m_new}
+        _exp(np.subtract(x, shift, out=x))                               # P = e^{x - m_new}
         o += np.matmul(x, v_blk, out=pv)                                 #   + P [V | 1]
         return
     xs, ss, vs, os_, ps = (a.reshape(-1, *a.shape[-2:]) for a in
                            (x, shift, np.broadcast_to(v_blk, (*x.shape[:-2], *v_blk.shape[-2:])), o, pv))
     for h in heads:                                                      # a loop over heads, not positions
-        np.exp(np.subtract(xs[h], ss[h], out=xs[h]), out=xs[h])
+        _exp(np.subtract(xs[h], ss[h], out=xs[h]))
         os_[h] += np.matmul(xs[h], vs[h], out=ps[h])
 
 
@@ -240,11 +292,11 @@ def _heads_that_count(gap, dtype):
     """Indices (over the flattened leading dims) of heads with a row whose block can add to it.
 
     A row whose block maximum lies more than ``-ln(tiny)`` below the running max gets
-    ``e^{x - m} = 0`` exactly (the exponential underflows past the smallest subnormal), so its
-    exponentials and its ``P V`` product can be skipped without changing a bit. Returns ``None``
+    ``e^{x - m} = 0`` exactly (``_exp`` flushes it), so its exponentials and its ``P V`` product
+    can be skipped without changing a bit. Returns ``None``
     when every head counts (the common case: one batched pass).
     """
-    dead = gap < _UNDERFLOW[np.dtype(dtype)]                             # (..., H, tq, 1)
+    dead = gap < _FLUSH[np.dtype(dtype)]                                 # (..., H, tq, 1)
     if not dead.any():
         return None
     per_head = dead.reshape(-1, dead.shape[-2]).all(axis=-1)             # every row of the head is dead
@@ -253,9 +305,33 @@ def _heads_that_count(gap, dtype):
     return np.flatnonzero(~per_head)
 
 
-# e^x is exactly 0 below these (past the smallest subnormal): -103.97 in float32, -745.13 in float64
-_UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).smallest_subnormal)) - math.log(2.0) - 1.0
-              for t in (np.float16, np.float32, np.float64)}
+def _exp(x: np.ndarray) -> np.ndarray:
+    """``e^x`` in place, with every ``x`` below ``_FLUSH`` giving exactly 0.
+
+    Each ``e^x`` here is a term of a row sum that is at least 1 (``x`` is measured from an
+    allowed logit at or below the row max, so that logit's own term is ``e^0 = 1``; in the
+    backward the rows of ``P`` sum to 1), so terms below ``sqrt(tiny)`` (1e-19 in float32, 1e-154 in float64)
+    are far below its rounding. Keeping them is costly on x86: an ``exp`` with a subnormal result,
+    and a product of a tiny weight with a value in ``P V``, take a microcode assist, about 14
+    times the cost of a normal one (measured here: a block of logits 90 below the reference took
+    3.3 ms against 0.24 ms), and a decaying bias such as ALiBi's puts a band of such logits in
+    most blocks. Masked logits (``-inf``) stay exactly 0.
+    """
+    np.copyto(x, -np.inf, where=x < _FLUSH[x.dtype])
+    return np.exp(x, out=x)
+
+
+def _flush_threshold(t) -> float:
+    """``ln sqrt(tiny)``: -43.67 in float32, -354.20 in float64. In float16 ``sqrt(tiny)`` is not
+    below rounding, so there it is the exact underflow of ``e^x`` (past the smallest subnormal)."""
+    info = np.finfo(t)
+    if t == np.float16:
+        return math.log(float(info.smallest_subnormal)) - math.log(2.0) - 1.0
+    return math.log(float(info.smallest_normal)) / 2
+
+
+# e^x is flushed to 0 below these (``_exp``), and a head whose block lies wholly below is skipped
+_FLUSH = {np.dtype(t): _flush_threshold(t) for t in (np.float16, np.float32, np.float64)}
 
 
 def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
@@ -282,7 +358,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     check_callable(bias_max_fn, "bias_max_fn")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    if dtype not in _UNDERFLOW or q.ndim == 2 or sinks is not None:        # longdouble, no head axis, sinks
+    if dtype not in _FLUSH or q.ndim == 2 or sinks is not None:             # longdouble, no head axis, sinks
         return reference.blockwise_attention_backward(q, k, v, out, lse, dout, bias_fn=bias_fn, mask_fn=mask_fn,
                                                       causal=causal, scale=scale, block_size=block,
                                                       q_offset=q_offset, bias_grad_fn=bias_grad_fn, sinks=sinks)
@@ -294,6 +370,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
         raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
     job = _BlockwiseGrad(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
                          out, lse, dout, bias_grad_fn)
+    job.layout(workers)
     tasks, workers = job.tasks(workers)
     with np.errstate(over="ignore", invalid="ignore"):                     # checked just below
         _threads.run(job.grad, tasks, workers)
@@ -348,9 +425,8 @@ class _Blockwise:
         S, Dv = v.shape[-2:]
         self.q, self.lead, self.T, self.S, self.D = q.astype(dtype, copy=False), tuple(lead), T, S, D
         self.kt1 = np.empty((*lead, D + 1, S), dtype)                       # [K^T ; 1]
-        self.kt1[..., :D, :], self.kt1[..., D, :] = np.swapaxes(k, -1, -2), 1
         self.v1 = np.empty((*lead, S, Dv + 1), dtype)                       # [V | 1]: P [V | 1] = [P V | l]
-        self.v1[..., :Dv], self.v1[..., Dv] = v, 1
+        self._kv = (k, v)                                                   # laid out by layout()
         self.out = np.zeros((*lead, T, Dv), dtype)                          # (..., H, T, Dv)
         self.lse = None                                                     # (..., H, T) when asked for
         self.scale, self.block, self.offset, self.causal = scale, block, offset, causal
@@ -365,6 +441,21 @@ class _Blockwise:
             self.k_max = norms.reshape(*lead, -1, block).max(axis=-1)                  # (..., S / block)
         self.k = k.astype(dtype, copy=False)
         self.triangles, self.local, self.heads_per_task = {}, threading.local(), lead[-1]
+
+    def layout(self, workers: int) -> None:
+        """Fill ``[K^T ; 1]`` and ``[V | 1]``, a range of the (flattened) heads per thread."""
+        k, v = self._kv
+        D, Dv, n = self.D, v.shape[-1], int(np.prod(self.lead))
+        kt1, v1 = self.kt1.reshape(n, D + 1, -1), self.v1.reshape(n, -1, Dv + 1)
+        k, v = np.broadcast_to(k, (*self.lead, *k.shape[-2:])), np.broadcast_to(v, (*self.lead, *v.shape[-2:]))
+        k, v = k.reshape(n, *k.shape[-2:]), v.reshape(n, *v.shape[-2:])
+
+        def fill(hs):
+            kt1[hs, :D, :], kt1[hs, D, :] = np.swapaxes(k[hs], -1, -2), 1
+            v1[hs, :, :Dv], v1[hs, :, Dv] = v[hs], 1
+        step = n if kt1.size + v1.size < _THREADED_CHECK else -(-n // workers)
+        _threads.run(fill, [(slice(h, h + step),) for h in range(0, n, step)], workers, pause_blas=False)
+        del self._kv
 
     def tasks(self, workers: int) -> tuple[list, int]:
         """``([(qs, hs), ...], workers)``: a task per query block (and per group of heads when
@@ -519,7 +610,7 @@ class _Blockwise:
         q_max, minus_m_max, m_abs = bound
         b = np.maximum(b, -1e300)                                              # -inf (masked): far below
         qk = q_max * self.k_max[sel[:-1]][..., ks.start // self.block]        # (..., h): sel without tq
-        live = qk + minus_m_max + b + 1.0 + 1e-3 * (qk + m_abs + np.abs(b)) >= _UNDERFLOW[self.out.dtype]
+        live = qk + minus_m_max + b + 1.0 + 1e-3 * (qk + m_abs + np.abs(b)) >= _FLUSH[self.out.dtype]
         if live.ndim > 1:
             live = np.broadcast_to(live, qk.shape).reshape(-1, qk.shape[-1]).any(axis=0)   # per head
         if not live.any():
@@ -556,7 +647,7 @@ def _fold_fixed(x, bias, allowed, v_blk, o, pv) -> None:
             np.add(x, bias, out=x)
         if allowed is not None:
             np.copyto(x, -np.inf, where=~allowed)
-        np.exp(x, out=x)
+        _exp(x)
         o += np.matmul(x, v_blk, out=pv)
 
 
@@ -634,7 +725,7 @@ class _BlockwiseGrad(_Blockwise):
                     p += sub(bias)
                 if allowed is not None:
                     np.copyto(p, -np.inf, where=~sub(allowed))
-                np.exp(p, out=p)                                               # P = exp(S - lse)
+                _exp(p)                                                        # P = exp(S - lse)
             dv[sel][..., ks, :] += np.matmul(np.swapaxes(p, -1, -2), do[sel])  # dV_j += P^T dO_i
             ds = np.matmul(do[sel], self.vt[sel][..., ks])                    # dP = dO V^T
             ds -= row_d[sel]
