@@ -995,9 +995,7 @@ class MultiHeadAttention:
         # 8) merge the heads, output projection
         B, H, T, D = out.shape
         merged = out.transpose(0, 2, 1, 3).reshape(B, T, H * D)                 # (B, T, H*D)
-        y = merged @ self.wo
-        if self.bo is not None:
-            y = y + self.bo                                                     # (B, T, d_model)
+        y = self._output(merged)                                                # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
             cache._owner = cache._owner or weakref.ref(self)
             cache.commit(T, tag)
@@ -1023,6 +1021,11 @@ class MultiHeadAttention:
             y = x @ w if b is None else x @ w + b
         B, T, _ = x.shape
         return y.reshape(B, T, heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def _output(self, merged):
+        """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)``."""
+        y = merged @ self.wo
+        return y if self.bo is None else y + self.bo
 
     def _repeat_kv(self, a):
         """Grouped-query attention: key/value head ``j`` serves query heads ``j G … j G + G - 1``

@@ -172,3 +172,17 @@ def test_the_memo_keeps_what_fits_and_hands_back_what_does_not():
     assert memo.get(q, k, lambda: pytest.fail("computed twice")) is small
     big = memo.get(q + 5, k, lambda: np.ones(10))                         # 80 bytes > 52 left: not kept
     assert big.sum() == 10 and (-5, 2, 3) not in memo.blocks
+
+
+def test_projections_on_threads_equal_the_reference(monkeypatch):
+    # Steps 2 and 8 share their rows among the workers (forced here at a small size).
+    monkeypatch.setattr(_threads, "_THREADED_MATMUL", 0)
+    monkeypatch.setenv("MINIPOS_NUM_THREADS", "2")
+    monkeypatch.setattr(_threads, "_openblas", lambda: ("any",))            # as if OpenBLAS were found
+    monkeypatch.setattr(_threads, "_enter", lambda: None)
+    monkeypatch.setattr(_threads, "_exit", lambda: None)
+    for name in ("alibi", "rope", "deberta"):
+        a, b = _pair(name)
+        b.bo = a.bo = np.linspace(-1, 1, 16)
+        x = _x(B=2, T=9)
+        np.testing.assert_allclose(b(x, causal=True), a(x, causal=True), rtol=1e-10, atol=1e-12)

@@ -160,3 +160,27 @@ def test_a_count_set_by_another_thread_during_a_section_is_kept(monkeypatch):
     state["n"] = 3                                            # another thread's choice
     _threads._exit()
     assert state["n"] == 3
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (2, 3, 8), (1, 1)])
+def test_matmul_on_threads_is_the_product(shape, monkeypatch):
+    # Rows shared among workers give a @ b (each row is the same dot products, one thread each).
+    import numpy as np
+    monkeypatch.setattr(_threads, "_THREADED_MATMUL", 0)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(shape), rng.standard_normal((shape[-1], 4))
+    for workers in (1, 2, 3):
+        got = _threads.matmul(a, b, workers)
+        assert got.shape == (*shape[:-1], 4)
+        np.testing.assert_allclose(got, a @ b, rtol=1e-13, atol=1e-13)
+
+
+def test_matmul_workers_follow_the_callers_errstate(monkeypatch):
+    import numpy as np
+    monkeypatch.setattr(_threads, "_THREADED_MATMUL", 0)
+    a, b = np.full((4, 2), 1e200), np.full((2, 2), 1e200)                   # 2e400: overflows
+    with np.errstate(over="raise"):
+        with pytest.raises(FloatingPointError):
+            _threads.matmul(a, b, 2)
+    with np.errstate(over="ignore"):
+        assert np.isinf(_threads.matmul(a, b, 2)).all()

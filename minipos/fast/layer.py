@@ -45,6 +45,7 @@ from .. import layer as reference
 from ..layer import ALiBi, DeBERTa, T5Bias, TransformerXL
 from ..irope import _chunks
 from ..local_global import _window
+from . import _threads
 from . import alibi as fast_alibi
 from . import deberta as fast_deberta
 from . import t5 as fast_t5
@@ -173,6 +174,19 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         self._memo = None                                   # bias blocks kept across calls
         self._kept = weakref.WeakKeyDictionary()           # a pass's extra logits, while its context lives
         self._kept_lock = threading.Lock()
+
+    def _heads(self, x, w, b, heads):
+        """Step 2's products, their rows shared among the kernel's workers (``_threads.matmul``)."""
+        with np.errstate(over="ignore", invalid="ignore"):               # checked by the caller
+            y = _threads.matmul(x, w, _threads.default_workers())
+            y = y if b is None else y + b
+        B, T, _ = x.shape
+        return y.reshape(B, T, heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def _output(self, merged):
+        """Step 8's product, its rows shared among the kernel's workers (``_threads.matmul``)."""
+        y = _threads.matmul(merged, self.wo, _threads.default_workers())
+        return y if self.bo is None else y + self.bo
 
     def _content_position(self, q, k, q_pos, k_pos):
         """Step 5, with the fast form of the schemes in ``CONTENT_POSITION``."""
