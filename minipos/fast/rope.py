@@ -6,17 +6,21 @@ The same rotation as ``minipos.rope.apply_rope`` (Eq. 34), equal up to rounding:
   complex view of ``x`` (float32, float64 and longdouble; other dtypes take strided real pairs);
 - the "half" pairs are rotated on a ``(..., t, 2, R/2)`` view whose halves are swapped by a
   negative stride, so ``rotate_half(x)`` is never materialised;
-- ``x`` is processed in chunks of positions that fit in cache, read once and written once;
+- ``x`` is processed in chunks of positions that fit in cache, read once and written once, the
+  chunks of a large ``x`` shared among threads (``_threads.run``; NumPy releases the GIL in them);
 - for float32 and long runs of positions, cos and sin come from the angle-addition formulas at
   ``m = 64 hi + lo``: float64 trigonometry on about ``T/64 + 64`` rows instead of ``T``.
 """
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .. import rope as reference
 from .._checks import as_float_array, as_positions, check_choice, check_float, check_ndim
+from . import _threads
 
 __all__ = ["apply_rope"]
 
@@ -126,13 +130,22 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     if layout == "interleaved" and x.dtype.type in _COMPLEX and x.strides[-1] != x.itemsize:
         x = np.ascontiguousarray(x)                                        # the complex view needs it
     out = np.empty(x.shape, x.dtype)                                       # (..., T, D)
-    out[..., R:] = x[..., R:]                                              # the pass-through part
     rotate = _rotate_interleaved if layout == "interleaved" else _rotate_half_layout
     per_position = x.size // max(T, 1)
     step = max(1, _CHUNK // max(1, per_position))                          # positions per chunk
-    tmp = np.empty(min(T, step) * (per_position + 4 * R), x.dtype)
-    with reference._overflow_raises(x.dtype):
-        for t in range(0, T, step):                                        # a loop over chunks
-            ts = slice(t, t + step)
+    local = threading.local()                                              # a scratch buffer per thread
+
+    def chunk(ts):
+        tmp = getattr(local, "tmp", None)
+        if tmp is None:
+            tmp = local.tmp = np.empty(min(T, step) * (per_position + 4 * R), x.dtype)
+        out[..., ts, R:] = x[..., ts, R:]                                  # the pass-through part
+        with reference._overflow_raises(x.dtype):                          # errstate is per thread
             rotate(x[..., ts, :R], out[..., ts, :R], cos[ts], sin[ts], tmp)
+    workers = _threads.copy_workers() if x.size >= _THREADED_ROPE else 1
+    _threads.run(chunk, [(slice(t, t + step),) for t in range(0, T, step)], workers, pause_blas=False)
     return out                                                             # (..., T, D)
+
+
+# Below this many elements of x one thread rotates faster than several.
+_THREADED_ROPE = 1 << 20
