@@ -9,16 +9,26 @@ import numpy as np
 
 
 def interleaved(f, g, repeats: int) -> tuple[float, float, float]:
-    """``(median t_f, median t_g, median of t_f / t_g)``, f and g run alternately after a warm-up."""
+    """``(median t_f, median t_g, median of t_f / t_g)``: f and g alternate, each timed call right
+    after an untimed call of the same function.
+
+    The untimed call makes each side's time its own steady state. Without it, a side would pay
+    for what the other left behind: after a threaded BLAS call OpenBLAS's idle threads spin for
+    about 0.1 s (measured here: the fast kernel took 80-90 ms right after the floor's product and
+    55 ms right after itself), which slows whatever runs next on the same cores. The alternation
+    still spreads the machine's drift over both sides.
+    """
     f(), g()
     tf, tg = [], []
     for _ in range(repeats):
+        f()
         start = time.perf_counter()
         f()
-        mid = time.perf_counter()
+        tf.append(time.perf_counter() - start)
         g()
-        tf.append(mid - start)
-        tg.append(time.perf_counter() - mid)
+        start = time.perf_counter()
+        g()
+        tg.append(time.perf_counter() - start)
     ratios = np.array(tf) / np.array(tg)
     return float(np.median(tf)), float(np.median(tg)), float(np.median(ratios))
 

@@ -19,10 +19,10 @@ def test_table_layout_by_hand():
     ]
 
 
-def test_interleaved_runs_both_sides_alternately():
+def test_interleaved_runs_both_sides_alternately_each_timed_call_after_its_own():
     order = []
     interleaved(lambda: order.append("f"), lambda: order.append("g"), repeats=2)
-    assert order == ["f", "g"] * 3                                  # a warm-up, then 2 pairs
+    assert order == ["f", "g"] + ["f", "f", "g", "g"] * 2           # a warm-up, then 2 pairs, each after its own
 
 
 def test_quick_run_prints_every_row(capsys):
