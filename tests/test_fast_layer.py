@@ -186,3 +186,29 @@ def test_projections_on_threads_equal_the_reference(monkeypatch):
         b.bo = a.bo = np.linspace(-1, 1, 16)
         x = _x(B=2, T=9)
         np.testing.assert_allclose(b(x, causal=True), a(x, causal=True), rtol=1e-10, atol=1e-12)
+
+
+def test_a_kept_extra_block_is_computed_once_when_tasks_ask_together():
+    # The kernel's tasks for groups of heads ask for the same block at once: one computes it, the
+    # others wait for it (the forward of a pass with a context used to compute it once per task).
+    import threading
+    import time
+    layer = MultiHeadAttention(16, 4, scheme=ref.TransformerXL(), seed=0)
+    calls = []
+
+    def extra(qs, ks):
+        calls.append((qs, ks))
+        time.sleep(0.05)
+        return np.ones((1, 4, qs.stop - qs.start, ks.stop - ks.start))
+    kept = layer._kept_extra(extra, 1024)
+    got = [None] * 3
+
+    def ask(i):
+        got[i] = kept(slice(0, 4), slice(0, 4))
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got[0] is got[1] is got[2]
+    assert kept(slice(0, 4), slice(4, 8)).shape == (1, 4, 4, 4) and len(calls) == 2

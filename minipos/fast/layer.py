@@ -271,15 +271,22 @@ class MultiHeadAttention(reference.MultiHeadAttention):
             return extra
         with self._kept_lock:
             blocks = self._kept.setdefault(extra, {})
+        locks = {}
 
         def kept(qs, ks):
             key = (qs.start, qs.stop, ks.start, ks.stop)
             found = blocks.get(key)
-            if found is None:
-                found = extra(qs, ks)
-                if isinstance(found, np.ndarray):
-                    found.setflags(write=False)                                # shared with the backward
-                blocks[key] = found
+            if found is not None:
+                return found
+            with self._kept_lock:
+                lock = locks.setdefault(key, threading.Lock())
+            with lock:                                        # computed once, though the kernel's tasks
+                found = blocks.get(key)                       # for groups of heads ask for it together
+                if found is None:
+                    found = extra(qs, ks)
+                    if isinstance(found, np.ndarray):
+                        found.setflags(write=False)                            # shared with the backward
+                    blocks[key] = found
             return found
         return kept
 
