@@ -394,3 +394,41 @@ def test_layout_on_several_threads_gives_the_same_result(monkeypatch):
     one = fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=1)
     monkeypatch.setattr(fa, "_THREADED_CHECK", 0)
     np.testing.assert_array_equal(fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=2), one)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_attention_refuses_non_finite_inputs_on_the_kernel_path(name):
+    rng = np.random.default_rng(4)
+    args = dict(zip("qkv", _qkv(rng, (4,), 300, 300, 4, 4, np.float32)))
+    args[name][3, 299, 1] = np.nan                                         # the last row of the last head
+    for f in (attention.attention, fa.attention):
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            f(args["q"], args["k"], args["v"])
+
+
+def test_attention_whose_unnormalised_sum_overflows_is_the_reference():
+    # q = 0 gives every allowed key the weight 1/(t + 1), and v = 3e38 everywhere: the reference's
+    # output is 3e38 in every row (worked by hand), while the kernel's e^x v summed before the
+    # division reaches (t + 1) 3e38 = inf in float32. The fast form hands the call to the reference.
+    T = 600
+    q = np.zeros((1, T, 4), np.float32)
+    v = np.full((1, T, 4), 3e38, np.float32)
+    mask = attention.causal_mask(T, T)
+    got = fa.attention(q, q, v, mask=mask)
+    np.testing.assert_allclose(got, 3e38, rtol=1e-5)                      # float32 weights sum to 1 +- 1e-6
+    np.testing.assert_array_equal(got, attention.attention(q, q, v, mask=mask))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_rope_on_threads_equals_reference(layout, monkeypatch):
+    # The chunks of x shared among threads (forced at a small size, several chunks per thread).
+    monkeypatch.setattr(frope, "_THREADED_ROPE", 0)
+    monkeypatch.setattr(frope, "_CHUNK", 64)
+    monkeypatch.setenv("MINIPOS_NUM_THREADS", "2")
+    x = np.random.default_rng(6).standard_normal((3, 40, 10)).astype(np.float32)
+    got = frope.apply_rope(x, 7 + np.arange(40), layout=layout, rotary_dim=6)
+    np.testing.assert_allclose(got, rope.apply_rope(x, 7 + np.arange(40), layout=layout, rotary_dim=6),
+                               **TOL[np.float32])
+    big = np.full((2, 40, 4), 3e38, np.float32)                            # overflows in a worker thread
+    with pytest.raises(ValueError, match="rotated x overflows"):
+        frope.apply_rope(big, 40, layout=layout, attention_factor=2.0)

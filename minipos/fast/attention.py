@@ -63,7 +63,7 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         check_broadcast(bias, "bias", shape)
         if not _all_finite(bias, workers):
             check_finite(bias, "bias")                                    # the reference's error
-    causal = False
+    causal, given = False, mask
     if mask is not None:
         mask = np.asarray(mask)
         if mask.dtype != bool:
@@ -72,8 +72,13 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         if _is_causal(mask, shape[-2], shape[-1], workers):
             causal, mask = True, None                                     # skipped natively, block by block
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    return _run(q, k, v, dtype, scale, _BLOCK, shape[-1] - shape[-2], causal, _slicer(bias), _slicer(mask),
-                None, workers, source="bias")
+    try:
+        return _run(q, k, v, dtype, scale, _BLOCK, shape[-1] - shape[-2], causal, _slicer(bias), _slicer(mask),
+                    None, workers, source="bias")
+    except Overflow:
+        # The kernel sums e^x v before dividing by the row sum, which can overflow where the
+        # reference's normalised weights do not (v near the dtype's largest value): it decides.
+        return reference.attention(q, k, v, bias=bias, mask=given, scale=scale)
 
 
 def _all_finite(a: np.ndarray, workers: int) -> bool:
