@@ -393,7 +393,13 @@ def test_layout_on_several_threads_gives_the_same_result(monkeypatch):
     q, k, v = _qkv(rng, (2, 3), 20, 24, 5, 6, np.float64)
     one = fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=1)
     monkeypatch.setattr(fa, "_THREADED_CHECK", 0)
+    monkeypatch.setattr(fa, "_THREADED_WORK", 0)
+    filled = []
+    real = fa._threads.run
+    monkeypatch.setattr(fa._threads, "run", lambda fn, tasks, workers, **kw: (filled.append(len(tasks)),
+                                                                             real(fn, tasks, workers, **kw)))
     np.testing.assert_array_equal(fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=2), one)
+    assert filled[0] == 2                                                  # the layout: two bands of heads
 
 
 @pytest.mark.parametrize("name", ["q", "k", "v"])

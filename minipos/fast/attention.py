@@ -189,8 +189,8 @@ def _run(q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_ma
                      source)
     if lse:
         job.lse = np.full(q.shape[:-1], -np.inf, dtype)
-    job.layout(workers)
     tasks, threads = job.tasks(workers)
+    job.layout(threads)
     _threads.run(job.attend, tasks, threads)
     if not _all_finite(job.out, workers):
         check_result(job.out, "the output P V")
@@ -375,8 +375,8 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
         raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
     job = _BlockwiseGrad(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
                          out, lse, dout, bias_grad_fn)
-    job.layout(workers)
     tasks, workers = job.tasks(workers)
+    job.layout(workers)
     with np.errstate(over="ignore", invalid="ignore"):                     # checked just below
         _threads.run(job.grad, tasks, workers)
         grads = job.result()
