@@ -565,21 +565,23 @@ class TransformerXL(Scheme):
     def parameters(self):
         return {"u": self.u, "v": self.v, "w_r": self.w_r}
 
-    def content_position(self, q, k, q_positions, k_positions):
+    def content_position(self, q, k, q_positions, k_positions, *, ops=transformer_xl):
+        """``ops``: the module computing the position terms (``minipos.fast.transformer_xl`` has the
+        same names and passes itself)."""
         scale = 1.0 / np.sqrt(self.head_dim)
 
         def extra(qs, ks):  # terms (b) + (d) for one block: (q_i + v) . W_R R_{i-j}
-            return scale * transformer_xl.xl_position_logits(q[..., qs, :], self.v, self.w_r, q_positions[qs],
-                                                             k_positions[ks], base=self.base)
+            return scale * ops.xl_position_logits(q[..., qs, :], self.v, self.w_r, q_positions[qs],
+                                                  k_positions[ks], base=self.base)
         return q + self.u[:, None, :], extra  # terms (a) + (c): (q_i + u) . k_j
 
     def content_position_backward(self, dq_c, add):
         add("scheme.u", dq_c.sum(axis=(0, 2)))                               # q_c = q + u: du = sum dq_c
         return dq_c
 
-    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add, *, ops=transformer_xl):
         scale = 1.0 / np.sqrt(self.head_dim)
-        dq, dv, dw_r = transformer_xl.xl_position_logits_backward(
+        dq, dv, dw_r = ops.xl_position_logits_backward(
             q[..., qs, :], self.v, self.w_r, q_positions[qs], k_positions[ks], scale * dlogits, base=self.base)
         add("scheme.v", dv)
         add("scheme.w_r", dw_r)
@@ -628,7 +630,9 @@ class DeBERTa(Scheme):
         p = self.rel_embeddings @ w + (0 if b is None else b)
         return p.reshape(2 * self.att_span, self.num_heads, self.head_dim).transpose(1, 0, 2)
 
-    def content_position(self, q, k, q_positions, k_positions):
+    def content_position(self, q, k, q_positions, k_positions, *, ops=deberta):
+        """``ops``: the module computing the c2p / p2c terms (``minipos.fast.deberta`` has the same
+        names and passes itself)."""
         L, scale = self.layer, self.scale(self.head_dim)
         pos_key, pos_query = self._project(L.wk, L.bk), self._project(L.wq, L.bq)  # (H, 2k, D)
 
@@ -637,13 +641,13 @@ class DeBERTa(Scheme):
                                              max_position=self.max_relative_positions)  # (tq, tk), q - k
             total = 0.0
             if "c2p" in self.pos_att_type:
-                total = total + deberta.c2p_term(q[..., qs, :], pos_key, rel, self.att_span)
+                total = total + ops.c2p_term(q[..., qs, :], pos_key, rel, self.att_span)
             if "p2c" in self.pos_att_type:
-                total = total + deberta.p2c_term(k[..., ks, :], pos_query, rel, self.att_span)
+                total = total + ops.p2c_term(k[..., ks, :], pos_query, rel, self.att_span)
             return scale * total
         return q, extra
 
-    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add, *, ops=deberta):
         L, D2 = self.layer, 2 * self.att_span
         rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=self.position_buckets,
                                          max_position=self.max_relative_positions)
@@ -654,9 +658,9 @@ class DeBERTa(Scheme):
                 continue
             table = self._project(w, b)                                      # (H, 2k, D)
             if term == "c2p":
-                dq, dtable = deberta.c2p_term_backward(q[..., qs, :], table, rel, self.att_span, d)
+                dq, dtable = ops.c2p_term_backward(q[..., qs, :], table, rel, self.att_span, d)
             else:
-                dk, dtable = deberta.p2c_term_backward(k[..., ks, :], table, rel, self.att_span, d)
+                dk, dtable = ops.p2c_term_backward(k[..., ks, :], table, rel, self.att_span, d)
             dproj = dtable.transpose(1, 0, 2).reshape(D2, -1)                # (2k, H*D): table = rel_emb w + b
             add("w" + name, self.rel_embeddings.T @ dproj)
             if b is not None:

@@ -1,16 +1,19 @@
-"""The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step (and, for the
-content-position schemes, step 5) replaced.
+"""The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step, the products of
+its projections (and, for the content-position schemes, step 5) replaced.
 
-Everything but steps 5-7 of the forward pass (content-position seam, bias seam and attention) is
-the reference's. Here:
+Everything but the products of steps 2 and 8 and steps 5-7 of the forward pass (content-position
+seam, bias seam and attention) is the reference's. Here:
 
+- runs the projections' products on the kernel's threads with the BLAS paused
+  (``_threads.matmul``), so no idle BLAS thread spins beside the kernel started right after;
 - runs ``minipos.fast.blockwise_attention`` (threads, fixed softmax reference, skipped blocks),
   with ``block_size`` or, for the dense default, 256 once the problem is large (small problems and
   ``return_weights`` take the reference's dense step);
 - for a causal call over runs of consecutive positions, lets the kernel skip future blocks by
   index instead of masking them;
 - builds the content-position seam's extra logits (Transformer-XL, DeBERTa) by BLAS products and
-  flat gathers (step 5, ``CONTENT_POSITION``);
+  flat gathers (step 5, ``CONTENT_POSITION``: the scheme's own method, given the fast module of the
+  same names as ``ops``);
 - keeps the content-position seam's extra logits of a forward pass (Transformer-XL, DeBERTa) for
   its backward, which would compute them again (only while they are small, and only as long as the
   pass's context lives), and runs those schemes' ``extra_backward`` through the fast scatter-adds
@@ -18,8 +21,8 @@ the reference's. Here:
 - computes the bias of the schemes listed in ``HINTS`` in the layer's dtype by their fast
   functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
   same) from one call to the next while the scheme's parameters are unchanged, and hands the
-  kernel a bound of the bias per block where one is known (ALiBi), so heads that underflow are
-  skipped;
+  kernel a bound of the bias per block where one is known (ALiBi), so heads whose block is
+  flushed to 0 throughout are skipped;
 - applies ``sliding_window`` as a block mask, so key blocks wholly outside every query's window
   are skipped before they are scored. A layer with ``sinks`` takes the reference's attend step
   (dense or blockwise) and its backward: the kernel has no sink column.
@@ -40,7 +43,6 @@ from typing import Callable
 
 import numpy as np
 
-from .. import deberta
 from .. import layer as reference
 from ..layer import ALiBi, DeBERTa, T5Bias, TransformerXL
 from ..irope import _chunks
@@ -95,62 +97,22 @@ HINTS = {
 
 def _xl_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits, add):
     """``TransformerXL.extra_backward`` through ``minipos.fast.transformer_xl``."""
-    scale = 1.0 / np.sqrt(sc.head_dim)
-    dq, dv, dw_r = fast_xl.xl_position_logits_backward(
-        q[..., qs, :], sc.v, sc.w_r, q_positions[qs], k_positions[ks], scale * dlogits, base=sc.base)
-    add("scheme.v", dv)
-    add("scheme.w_r", dw_r)
-    return dq, 0.0
+    return sc.extra_backward(q, k, q_positions, k_positions, qs, ks, dlogits, add, ops=fast_xl)
 
 
 def _deberta_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits, add):
     """``DeBERTa.extra_backward`` through ``minipos.fast.deberta``."""
-    L, D2 = sc.layer, 2 * sc.att_span
-    rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=sc.position_buckets,
-                                     max_position=sc.max_relative_positions)
-    d = sc.scale(sc.head_dim) * dlogits                                          # (B, H, tq, tk)
-    dq, dk = 0.0, 0.0
-    for term, w, b, name in (("c2p", L.wk, L.bk, "k"), ("p2c", L.wq, L.bq, "q")):
-        if term not in sc.pos_att_type:
-            continue
-        table = sc._project(w, b)                                                # (H, 2k, D)
-        if term == "c2p":
-            dq, dtable = fast_deberta.c2p_term_backward(q[..., qs, :], table, rel, sc.att_span, d)
-        else:
-            dk, dtable = fast_deberta.p2c_term_backward(k[..., ks, :], table, rel, sc.att_span, d)
-        dproj = dtable.transpose(1, 0, 2).reshape(D2, -1)                        # (2k, H*D)
-        add("w" + name, sc.rel_embeddings.T @ dproj)
-        if b is not None:
-            add("b" + name, dproj.sum(axis=0))
-        add("scheme.rel_embeddings", dproj @ w.T)
-    return dq, dk
+    return sc.extra_backward(q, k, q_positions, k_positions, qs, ks, dlogits, add, ops=fast_deberta)
 
 
 def _xl_content_position(sc, q, k, q_positions, k_positions):
     """``TransformerXL.content_position`` through ``minipos.fast.transformer_xl``."""
-    scale = 1.0 / np.sqrt(sc.head_dim)
-
-    def extra(qs, ks):  # terms (b) + (d) for one block: (q_i + v) . W_R R_{i-j}
-        return scale * fast_xl.xl_position_logits(q[..., qs, :], sc.v, sc.w_r, q_positions[qs], k_positions[ks],
-                                                  base=sc.base)
-    return q + sc.u[:, None, :], extra
+    return sc.content_position(q, k, q_positions, k_positions, ops=fast_xl)
 
 
 def _deberta_content_position(sc, q, k, q_positions, k_positions):
     """``DeBERTa.content_position`` through ``minipos.fast.deberta``."""
-    L, scale = sc.layer, sc.scale(sc.head_dim)
-    pos_key, pos_query = sc._project(L.wk, L.bk), sc._project(L.wq, L.bq)        # (H, 2k, D)
-
-    def extra(qs, ks):  # c2p + p2c for one block, scaled like c2c
-        rel = deberta.relative_positions(q_positions[qs], k_positions[ks], bucket_size=sc.position_buckets,
-                                         max_position=sc.max_relative_positions)  # (tq, tk), q - k
-        total = 0.0
-        if "c2p" in sc.pos_att_type:
-            total = total + fast_deberta.c2p_term(q[..., qs, :], pos_key, rel, sc.att_span)
-        if "p2c" in sc.pos_att_type:
-            total = total + fast_deberta.p2c_term(k[..., ks, :], pos_query, rel, sc.att_span)
-        return scale * total
-    return q, extra
+    return sc.content_position(q, k, q_positions, k_positions, ops=fast_deberta)
 
 
 CONTENT_POSITION = {TransformerXL: _xl_content_position, DeBERTa: _deberta_content_position}
