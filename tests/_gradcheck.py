@@ -40,3 +40,18 @@ def check_layer_gradients(layer, x, dy, call, rng, *, rtol=1e-6, params=None):
         got = float(np.sum(grads[name] * e))
         assert abs(got - fd) <= rtol * max(1.0, abs(fd)), (name, got, fd)
         assert grads[name].shape == (x.shape if name == "x" else params[name].shape), name
+
+
+def after_a_cache(layer, past):
+    """``call(x, **kw)``: the layer on ``x`` (causal) after the keys and values of ``past``, held
+    fixed: every call starts from a fresh cache holding a copy of them, so the finite differences
+    perturb this call only (the cached keys and values are constants of its gradient)."""
+    cache = layer.new_cache()
+    layer(past, causal=True, cache=cache)
+    k, v, pos = cache.k.copy(), cache.v.copy(), cache.positions.copy()
+
+    def call(x, **kw):
+        fresh = layer.new_cache()
+        fresh.append(k, v, pos, tag=cache.tag)
+        return layer(x, causal=True, cache=fresh, **kw)
+    return call

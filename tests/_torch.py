@@ -25,3 +25,13 @@ def _t(a, grad=False):
 
 def _np(t):
     return t.detach().numpy()
+
+
+def copy_projections(layer, ref):
+    """An HF attention module's ``q/k/v/o_proj`` into a minipos layer: ``w = weight^T``, and each
+    bias the module has."""
+    for n in "qkvo":
+        lin = getattr(ref, f"{n}_proj")
+        setattr(layer, "w" + n, _np(lin.weight).T.copy())
+        if lin.bias is not None:
+            setattr(layer, "b" + n, _np(lin.bias).copy())

@@ -388,10 +388,11 @@ def test_is_causal_is_equality_with_causal_mask(T, S, flips, permute, threaded, 
 
 
 def test_layout_on_several_threads_gives_the_same_result(monkeypatch):
-    # [K^T ; 1] and [V | 1] filled a band of heads per thread, as on one.
+    # [K^T ; 1] and [V | 1] filled a band of heads per thread, as on one, and as the reference says.
     rng = np.random.default_rng(8)
     q, k, v = _qkv(rng, (2, 3), 20, 24, 5, 6, np.float64)
     one = fa.blockwise_attention(q, k, v, causal=True, block_size=8, workers=1)
+    np.testing.assert_allclose(one, attention.attention(q, k, v, mask=attention.causal_mask(20, 24)), **TOL[np.float64])
     monkeypatch.setattr(fa, "_THREADED_CHECK", 0)
     monkeypatch.setattr(fa, "_THREADED_WORK", 0)
     filled = []

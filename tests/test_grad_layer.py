@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import minipos.fast as fast
 from minipos import layer as L
 
-from _gradcheck import check_layer_gradients
+from _gradcheck import after_a_cache, check_layer_gradients
 
 SCHEMES = {
     "nope": L.NoPE, "sinusoidal": L.Sinusoidal, "learned": lambda: L.LearnedAbsolute(32),
@@ -50,15 +50,7 @@ def test_layer_gradients_with_a_cache(name, block):
     rng = np.random.default_rng(1)
     layer = L.MultiHeadAttention(8, 2, scheme=SCHEMES[name](), seed=2, block_size=block)
     x0, x, dy = rng.standard_normal((1, 3, 8)), rng.standard_normal((1, 2, 8)), rng.standard_normal((1, 2, 8))
-    cache = layer.new_cache()
-    layer(x0, causal=True, cache=cache)
-    k, v, pos = cache.k.copy(), cache.v.copy(), cache.positions.copy()
-
-    def call(x, **kw):
-        fresh = layer.new_cache()
-        fresh.append(k, v, pos, tag=cache.tag)
-        return layer(x, causal=True, cache=fresh, **kw)
-    check_layer_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, after_a_cache(layer, x0), rng)
 
 
 def test_fully_masked_rows_give_zero_gradients():

@@ -11,8 +11,8 @@ import minipos.fast as fast
 from minipos import irope
 from minipos.layer import MultiHeadAttention, NoPE, NoPETemperature, Rotary
 
-from _gradcheck import check_layer_gradients
-from _torch import _np, _t, needs_torch, torch, transformers  # noqa: E402
+from _gradcheck import after_a_cache, check_layer_gradients
+from _torch import _np, _t, copy_projections, needs_torch, torch, transformers  # noqa: E402
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
@@ -148,15 +148,7 @@ def test_gradients_with_a_cache(block):
     layer = MultiHeadAttention(8, 2, scheme=NoPETemperature(floor_scale=2), seed=2, block_size=block,
                                attention_chunk=4)
     x0, x, dy = rng.standard_normal((1, 3, 8)), rng.standard_normal((1, 3, 8)), rng.standard_normal((1, 3, 8))
-    cache = layer.new_cache()
-    layer(x0, causal=True, cache=cache)
-    k, v, pos = cache.k.copy(), cache.v.copy(), cache.positions.copy()
-
-    def call(x, **kw):                                                           # positions 3, 4, 5: chunk 0|1
-        fresh = layer.new_cache()
-        fresh.append(k, v, pos, tag=cache.tag)
-        return layer(x, causal=True, cache=fresh, **kw)
-    check_layer_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, after_a_cache(layer, x0), rng)         # positions 3, 4, 5: chunk 0|1
 
 
 def test_temperature_backward_is_the_transpose():
@@ -228,11 +220,6 @@ def test_bad_layer_index_and_sliding_window_are_named():
 
 
 
-def _copy(layer, ref):
-    for n, lin in zip("qkvo", (ref.q_proj, ref.k_proj, ref.v_proj, ref.o_proj)):
-        setattr(layer, "w" + n, _np(lin.weight).T.copy())
-
-
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 
@@ -290,7 +277,7 @@ def test_llama4_rope_layer_with_chunks_matches_transformers():
 
     scheme, kw = irope.llama4_layer(cfg.to_dict(), 0)
     layer = MultiHeadAttention(scheme=scheme, **kw)
-    _copy(layer, ref)
+    copy_projections(layer, ref)
     got = layer(x, causal=True)
     # Llama 4 rotates in float32 (xq.float(), float32 angles) even in a float64 module: float32 accuracy.
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -298,7 +285,7 @@ def test_llama4_rope_layer_with_chunks_matches_transformers():
     for other in (dict(kw, attention_chunk=None), kw):
         wrong = MultiHeadAttention(scheme=Rotary(layout="half" if other is kw else "interleaved",
                                                  scaling=dict(LLAMA3)), **other)
-        _copy(wrong, ref)
+        copy_projections(wrong, ref)
         assert np.max(np.abs(wrong(x, causal=True) - want)) > 1e-3
 
 
@@ -321,12 +308,12 @@ def test_llama4_nope_layer_with_temperature_matches_transformers():
     scheme, kw = irope.llama4_layer(cfg.to_dict(), 3)
     assert kw["attention_chunk"] is None                                         # NoPE layers: full attention
     layer = MultiHeadAttention(scheme=scheme, **kw)
-    _copy(layer, ref)
+    copy_projections(layer, ref)
     # float32=True rounds tau as HF does: agreement to float64 precision.
     np.testing.assert_allclose(layer(x, causal=True), want, rtol=1e-12, atol=1e-12)
     # The temperature is visible: plain NoPE differs.
     plain = MultiHeadAttention(scheme=NoPE(), **kw)
-    _copy(plain, ref)
+    copy_projections(plain, ref)
     assert np.max(np.abs(plain(x, causal=True) - want)) > 1e-3
 
 
@@ -355,7 +342,7 @@ def test_smollm3_layers_match_transformers(layer_idx):
     scheme, kw = irope.smollm3_layer(cfg.to_dict(), layer_idx)
     assert isinstance(scheme, Rotary if layer_idx != 3 else NoPE)
     layer = MultiHeadAttention(scheme=scheme, **kw)
-    _copy(layer, ref)
+    copy_projections(layer, ref)
     np.testing.assert_allclose(layer(x, causal=True), want, rtol=1e-12, atol=1e-12)
 
 
@@ -397,7 +384,7 @@ def test_llama4_nope_layer_with_a_cache_matches_transformers():
                 for a, b in ((0, 6), (6, 7), (7, 10))]
     scheme, kw = irope.llama4_layer(cfg.to_dict(), 3)
     layer = MultiHeadAttention(scheme=scheme, **kw)
-    _copy(layer, ref)
+    copy_projections(layer, ref)
     mine = layer.new_cache()
     for (a, b), w in zip(((0, 6), (6, 7), (7, 10)), want):
         np.testing.assert_allclose(layer(x[:, a:b], causal=True, cache=mine), w, rtol=1e-12, atol=1e-12)
@@ -428,7 +415,7 @@ def test_llama4_chunked_rope_layer_with_a_cache_matches_transformers():
     for chunk, agrees in ((kw["attention_chunk"], True), (None, False)):
         layer = MultiHeadAttention(scheme=Rotary(layout="interleaved", scaling=dict(LLAMA3)),
                                    **dict(kw, attention_chunk=chunk))
-        _copy(layer, ref)
+        copy_projections(layer, ref)
         mine = layer.new_cache()
         gap = max(np.max(np.abs(layer(x[:, a:b], causal=True, cache=mine) - w)) for (a, b), w in zip(steps, want))
         assert (gap < 1e-6) == agrees, (chunk, gap)                              # float32 rotation in HF

@@ -15,7 +15,7 @@ from minipos.layer import ALiBi, DeBERTa, MultiHeadAttention, NoPE, Rotary, Tran
 from minipos.local_global import gemma3_attention, gemma3_layer_types, sliding_window_mask
 
 from _gradcheck import check_layer_gradients
-from _torch import _np, _t, needs_torch, torch, transformers  # noqa: E402
+from _torch import _np, _t, copy_projections, needs_torch, torch, transformers  # noqa: E402
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 
@@ -301,14 +301,6 @@ def test_rolling_cache_keeps_what_transformers_sliding_window_cache_keeps():
         np.testing.assert_array_equal(ours.v, _np(hf.values))
 
 
-def _copy(layer, ref):
-    for n in "qkvo":
-        lin = getattr(ref, f"{n}_proj")
-        setattr(layer, "w" + n, _np(lin.weight).T.copy())
-        if lin.bias is not None:
-            setattr(layer, "b" + n, _np(lin.bias).copy())
-
-
 def _cos_sin(T, base, factor=1.0):
     """Half-layout cos/sin in float64 by HF's formula: inv_freq = base^(-2i/D) / factor (linear)."""
     inv = 1.0 / base ** (np.arange(0, HEAD_DIM, 2) / HEAD_DIM) / factor
@@ -342,7 +334,7 @@ def test_gemma3_local_and_global_layers_match_transformers(layer_idx):
     scheme, kwargs = gemma3_attention(cfg.to_dict(), layer_idx)
     assert (kwargs["sliding_window"] is not None) == local
     layer = MultiHeadAttention(scheme=scheme, **kwargs)
-    _copy(layer, ref)
+    copy_projections(layer, ref)
     got, ctx = layer(x, causal=True, return_context=True)
     np.testing.assert_allclose(got, _np(y), rtol=1e-12, atol=1e-13)
     grads = layer.backward(ctx, dy)
@@ -388,7 +380,7 @@ def test_gpt_oss_sinks_match_transformers(layer_idx):
         layer = fast.MultiHeadAttention(D_MODEL, HEADS, num_kv_heads=KV_HEADS, bias=True, sinks=True,
                                         scheme=Rotary(layout="half", base=150_000.0), block_size=block_size,
                                         sliding_window=3 if sliding else None)
-        _copy(layer, ref)
+        copy_projections(layer, ref)
         layer.sinks[:] = _np(ref.sinks)
         got, ctx = layer(x, causal=True, return_context=True)
         np.testing.assert_allclose(got, _np(y), rtol=1e-12, atol=1e-13)

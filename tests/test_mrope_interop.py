@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from _torch import _np, _t  # noqa: E402
+from _torch import _np, _t, copy_projections  # noqa: E402
 
 from minipos import mrope  # noqa: E402
 from minipos.layer import MRotary, MultiHeadAttention  # noqa: E402
@@ -108,11 +108,7 @@ def _attend_hf(ref, rotary, x, positions, theta, cache=None, past=0):
 
 
 def _copy(layer, ref):
-    for n in "qkvo":
-        lin = getattr(ref, f"{n}_proj")
-        setattr(layer, "w" + n, _np(lin.weight).T.copy())
-        if lin.bias is not None:
-            setattr(layer, "b" + n, _np(lin.bias).copy())
+    copy_projections(layer, ref)
     if layer.bo is not None and ref.o_proj.bias is None:
         layer.bo = np.zeros(D_MODEL)
 

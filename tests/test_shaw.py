@@ -11,7 +11,7 @@ from minipos import shaw
 from minipos.attention import attention, attention_backward, blockwise_attention
 from minipos.layer import MultiHeadAttention, Shaw
 
-from _gradcheck import check_layer_gradients
+from _gradcheck import after_a_cache, check_layer_gradients
 
 
 def test_buckets_hand_worked():
@@ -260,15 +260,7 @@ def test_layer_backward_grouped_query_and_cache(block):
     layer = MultiHeadAttention(8, 4, scheme=Shaw(max_relative_position=1), num_kv_heads=2, head_dim=2, seed=3,
                                block_size=block)
     past, x, dy = rng.standard_normal((1, 3, 8)), rng.standard_normal((1, 4, 8)), rng.standard_normal((1, 4, 8))
-    cache = layer.new_cache()
-    layer(past, causal=True, cache=cache)
-    k, v, pos = cache.k.copy(), cache.v.copy(), cache.positions.copy()
-
-    def call(a, **kw):
-        fresh = layer.new_cache()
-        fresh.append(k, v, pos, tag=cache.tag)
-        return layer(a, causal=True, cache=fresh, **kw)
-    check_layer_gradients(layer, x, dy, call, rng)
+    check_layer_gradients(layer, x, dy, after_a_cache(layer, past), rng)
 
 
 # --------------------------------------------------------------------------- bad input
