@@ -176,7 +176,6 @@ def matmul(a, b, workers: int):
         return a @ b
     out = np.empty((rows.shape[0], b.shape[-1]), np.result_type(a.dtype, b.dtype))
     step = -(-rows.shape[0] // workers)
-
     err = np.geterr()
 
     def part(r):

@@ -33,7 +33,8 @@ import threading
 import numpy as np
 
 from .. import attention as reference
-from .._checks import Overflow, as_float_array, check_bool, check_finite, check_broadcast, check_callable, check_qkv, check_result
+from .._checks import (Overflow, as_float_array, check_bool, check_broadcast, check_callable, check_finite, check_qkv,
+                       check_result)
 from . import _threads
 
 __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
@@ -156,9 +157,10 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
       run on one thread. ``bias_fn`` and ``mask_fn`` must then be safe to call from several
       threads (pure functions of their slices are).
     bias_max_fn: ``bias_max_fn(q_slice, k_slice)`` -> an upper bound of ``bias_fn``'s block per
-      head, broadcastable to ``(..., H, 1, 1)``; heads whose whole block underflows are then not
-      computed, and a block with none left is skipped before ``bias_fn`` is called. A bound below
-      the true maximum gives wrong results. ``alibi_bias_bound`` is ALiBi's.
+      head, broadcastable to ``(..., H, 1, 1)``; heads whose whole block is flushed to 0
+      (``e^{x - m}`` below ``sqrt(tiny)``) are then not computed, and a block with none left is
+      skipped before ``bias_fn`` is called. A bound below the true maximum gives wrong results.
+      ``alibi_bias_bound`` is ALiBi's.
 
     Results agree to rounding for any ``workers``, and bit for bit when every head takes the same
     path (a group that falls back to the running max, or a BLAS that rounds differently on one
@@ -342,7 +344,7 @@ _FLUSH = {np.dtype(t): _flush_threshold(t) for t in (np.float16, np.float32, np.
 def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
     """Key blocks a query block may see (with ``causal``, none past key ``qs.stop - 1 + offset``),
     last first: the blocks nearest the diagonal come first, so under a bias that decays with
-    distance the running max is set early and the far blocks underflow and are skipped."""
+    distance the running max is set early and the far blocks are flushed to 0 and skipped."""
     stop = min(S, qs.stop + offset) if causal else S
     return [slice(j, min(j + block, stop)) for j in range(0, stop, block)][::-1]
 
@@ -353,8 +355,8 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     """``minipos.attention.blockwise_attention_backward`` (same arguments and results up to
     rounding), faster: ``-lse`` rides in an extra column of the queries so one product gives
     ``S - lse`` and ``P = exp`` of it; future key blocks are skipped under ``causal``, heads whose
-    block underflows under ``bias_max_fn``; query blocks run on ``workers`` threads, each summing
-    dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
+    block is flushed to 0 under ``bias_max_fn``; query blocks run on ``workers`` threads, each
+    summing dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
     with ``dS`` zero for the heads skipped there. With ``sinks`` it is the reference.
     """
     q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
@@ -424,7 +426,7 @@ class _Blockwise:
     holds for any reference; see ``proofs.online_softmax``). A later block rising more than ~88
     (float32) above ``m`` would overflow: the task's ``[o | l]`` is then not finite, and it is
     recomputed with the running max throughout. With ``bias_max_fn``, heads whose block cannot
-    rise above the underflow of ``e^{x - m}`` are not computed (``_live_heads``).
+    rise above the flush of ``e^{x - m}`` (``_exp``) are not computed (``_live_heads``).
     """
 
     def __init__(self, q, k, v, dtype, scale, block, offset, causal, bias_fn, mask_fn, bias_max_fn, source):
