@@ -54,13 +54,16 @@ def test_scatter_without_shared_bins_is_np_add_at_bit_for_bit():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("T, S, buckets, max_position", [(9, 13, 4, 8), (16, 16, 8, 16), (5, 3, -1, -1)])
-def test_deberta_terms_equal_the_reference_up_to_rounding(dtype, T, S, buckets, max_position):
-    # The reference functions (np.einsum, np.add.at, np.take_along_axis) are the oracle.
+@pytest.mark.parametrize("batch", [2, 12])
+def test_deberta_terms_equal_the_reference_up_to_rounding(dtype, T, S, buckets, max_position, batch):
+    # The reference functions (np.einsum, np.add.at, np.take_along_axis) are the oracle. Batch 2: the
+    # one-hot matrices would outgrow dout, the backward scatters by np.bincount; batch 12: by one-hot products.
     rng = np.random.default_rng(T * S)
     span = buckets if buckets > 0 else 6
     rel = deberta.relative_positions(np.arange(T), np.arange(S), bucket_size=buckets, max_position=max_position)
-    q, k = rng.standard_normal((2, 3, T, 4)).astype(dtype), rng.standard_normal((2, 3, S, 4)).astype(dtype)
-    table, dout = rng.standard_normal((3, 2 * span, 4)).astype(dtype), rng.standard_normal((2, 3, T, S)).astype(dtype)
+    q, k = rng.standard_normal((batch, 3, T, 4)).astype(dtype), rng.standard_normal((batch, 3, S, 4)).astype(dtype)
+    table = rng.standard_normal((3, 2 * span, 4)).astype(dtype)
+    dout = rng.standard_normal((batch, 3, T, S)).astype(dtype)
     assert len(np.unique(rel[0])) < S or buckets < 0                        # log buckets: pairs share a bucket
     for fast, slow, content in ((fast_deberta.c2p_term, deberta.c2p_term, q),
                                 (fast_deberta.p2c_term, deberta.p2c_term, k)):
@@ -70,6 +73,20 @@ def test_deberta_terms_equal_the_reference_up_to_rounding(dtype, T, S, buckets, 
         got, want = fast(content, table, rel, span, dout), slow(content, table, rel, span, dout)
         for g, w in zip(got, want):
             _close(g, w, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_hot_scatter_equals_np_add_at_up_to_rounding(dtype):
+    # Shared buckets (a true sum): BLAS adds them in its own order, in dout's dtype.
+    rng = np.random.default_rng(4)
+    dout, idx = rng.standard_normal((3, 2, 17, 19)).astype(dtype), rng.integers(0, 7, (17, 19))
+    for d, i in ((dout, idx), (np.swapaxes(dout, -1, -2), idx.T)):
+        want = deberta._take_along_last_backward(d, np.broadcast_to(i, d.shape), 7).astype(dtype)
+        got = fast_deberta.one_hot_scatter(d, i, 7)
+        _close(got, want, dtype)
+    # Hand-worked: one row, buckets [1, 0, 1]: bucket 0 gets 2, bucket 1 gets 1 + 4, bucket 2 nothing.
+    np.testing.assert_array_equal(fast_deberta.one_hot_scatter(np.array([[1.0, 2.0, 4.0]]), np.array([[1, 0, 1]]), 3),
+                                  [[2.0, 5.0, 0.0]])
 
 
 def test_deberta_terms_against_a_hand_worked_case():
@@ -97,6 +114,37 @@ def test_xl_position_logits_equal_the_reference_up_to_rounding(dtype, clamp_len)
     want = transformer_xl.xl_position_logits_backward(q, v, w_r, qp, kp, dout, clamp_len=clamp_len)
     for g, w in zip(got, want):
         _close(g, w, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("q_positions, k_positions", [
+    (np.arange(6), np.arange(6)), (np.arange(4, 9), np.arange(9)), (np.arange(-3, 2), np.arange(5, 12)),
+    (np.arange(1), np.arange(3))])
+def test_xl_band_of_contiguous_positions_equals_the_reference(dtype, q_positions, k_positions):
+    # Contiguous positions take the strided band (no index arrays): queries after a memory, keys after
+    # the queries, one query. dout in float64 with float32 inputs: the gradients keep the inputs' dtype.
+    rng = np.random.default_rng(len(q_positions) * 31 + len(k_positions))
+    T, S = len(q_positions), len(k_positions)
+    q, v, w_r = (rng.standard_normal(s).astype(dtype) for s in ((3, 2, T, 4), (2, 4), (8, 8)))
+    index = transformer_xl._distinct_distances(q, v, w_r, q_positions, k_positions, 10000.0, None)[-1]
+    assert fast_xl._is_band(index, T + S - 1)
+    got = fast_xl.xl_position_logits(q, v, w_r, q_positions, k_positions)
+    _close(got, transformer_xl.xl_position_logits(q, v, w_r, q_positions, k_positions), dtype)
+    assert got.flags.c_contiguous
+    for dout in (rng.standard_normal((3, 2, T, S)).astype(dtype), rng.standard_normal((3, 2, T, S))):
+        got = fast_xl.xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout)
+        want = transformer_xl.xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout)
+        for g, w in zip(got, want):
+            _close(g, w, dtype)
+
+
+def test_xl_band_is_only_the_contiguous_index():
+    # Out of order, a clamp (shared distances) or a gap: the general gather, not the band.
+    for qp, kp, clamp in ((np.array([1, 0, 2]), np.arange(3), None), (np.arange(5), np.arange(5), 2),
+                          (np.arange(3), np.array([0, 1, 3]), None)):
+        *_, table, index = transformer_xl._distinct_distances(np.ones((1, len(qp), 2)), np.ones((1, 2)),
+                                                              np.ones((2, 2)), qp, kp, 10000.0, clamp)
+        assert not fast_xl._is_band(index, table.shape[0])
 
 
 def test_xl_position_logits_against_the_definitional_terms():

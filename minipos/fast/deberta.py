@@ -1,13 +1,15 @@
-"""DeBERTa's c2p / p2c terms and their gradients, fast: BLAS products, flat gathers, ``np.bincount``.
+"""DeBERTa's c2p / p2c terms and their gradients, fast: BLAS products, flat gathers, one-hot products.
 
 The adjoint of the c2p / p2c gather scatters ``dout`` into one row per relative-position bucket
-and adds where pairs share a bucket. ``np.add.at`` does that one element at a time;
-``np.bincount`` with weights does the same float64 additions in the same order (element by element
-in C order of ``dout``, each bin starting from 0), a vectorised loop about ten times faster at the
-lab's sizes. The sums over the batch of the table gradients, ``dK^r = sum dQP^T q``, are one
-matrix product per head (``head_gram``) instead of ``np.einsum``, and the forward's products run per
-head over the whole batch (``heads_matmul``): BLAS sums in its own order, so ``c2p_term``,
-``p2c_term`` and their backwards equal ``minipos.deberta``'s up to rounding.
+and adds where pairs share a bucket. ``np.add.at`` does that one element at a time. Where one
+(T, S) index serves every batch row and head (always, in the layer) and its one-hot matrices are no
+larger than ``dout``, the scatter is T matrix products ``dout[..., t, :] @ onehot_t`` in dout's
+dtype (``one_hot_scatter``); otherwise ``np.bincount`` with weights does the reference's float64
+additions in the same order (element by element in C order of ``dout``, each bin starting from 0).
+The sums over the batch of the table gradients, ``dK^r = sum dQP^T q``, are small products per
+batch row and head, summed (``head_gram``), and the forward's products run per head over the whole batch
+(``heads_matmul``): BLAS sums in its own order, so ``c2p_term``, ``p2c_term`` and their backwards
+equal ``minipos.deberta``'s up to rounding.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .. import deberta as reference
 from .._checks import check_alloc, check_dout
 
 __all__ = ["c2p_term", "p2c_term", "c2p_term_backward", "p2c_term_backward", "take_along_last_backward",
-           "take_rows", "heads_matmul", "head_gram"]
+           "one_hot_scatter", "take_rows", "heads_matmul", "head_gram"]
 
 
 def _heads_first(a: np.ndarray) -> np.ndarray:
@@ -39,8 +41,10 @@ def heads_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def head_gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``sum over ... and X of a^T b`` for a (..., H, X, C), b (..., H, X, D) -> (H, C, D), as
-    ``np.einsum("nhxc,nhxd->hcd", a, b)``, one BLAS product per head."""
-    return np.swapaxes(_heads_first(a), -1, -2) @ _heads_first(b)
+    ``np.einsum("nhxc,nhxd->hcd", a, b)``: one small BLAS product per leading index and head, summed
+    (no copy of a or b into head-major order)."""
+    g = np.swapaxes(a, -1, -2) @ b                                               # (..., H, C, D)
+    return g.reshape(-1, *g.shape[-3:]).sum(axis=0)
 
 
 def take_rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
@@ -111,8 +115,30 @@ def _distinct_rows(idx: np.ndarray) -> bool:
     return bool(np.all(ordered[:, 1:] != ordered[:, :-1]))
 
 
+def one_hot_scatter(dout: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
+    """``take_along_last_backward`` for one ``(T, n)`` index shared by every leading index, as T
+    matrix products ``dout[..., t, :] @ onehot_t`` with the one-hot ``(n, size)`` matrix of row t's
+    index, in dout's dtype (BLAS adds the pairs that share a bucket in its own order): (..., T, size)."""
+    *lead, T, n = dout.shape
+    onehot = np.zeros((T, n, size), dout.dtype)
+    onehot[np.arange(T)[:, None], np.arange(n)[None, :], idx] = 1
+    rows = np.moveaxis(dout.reshape(-1, T, n), 1, 0)                             # (T, N, n)
+    out = np.empty((math.prod(lead), T, size), dout.dtype)
+    np.matmul(rows, onehot, out=np.moveaxis(out, 1, 0))                         # (T, N, size)
+    return out.reshape(*lead, T, size)
+
+
+def _scatter(dout, idx, size):
+    """dout gathered back by bucket: ``one_hot_scatter`` where the index is one (T, n) for every
+    leading index and its one-hot matrices are no larger than dout, else ``take_along_last_backward``."""
+    shared = _shared_index(idx)
+    if shared is not None and dout.ndim >= 3 and 0 < shared.size * size <= dout.size:
+        return one_hot_scatter(dout, shared, size)
+    return take_along_last_backward(dout, idx, size)
+
+
 def _c2p_adjoint(q, pos_key, idx, dout):
-    dqp = take_along_last_backward(dout, idx, pos_key.shape[1])                  # (..., H, T, 2K)
+    dqp = _scatter(dout, idx, pos_key.shape[1])                                  # (..., H, T, 2K)
     dq = dqp @ pos_key                                                           # (..., H, T, D)
     dpos_key = head_gram(dqp, q)                                                 # (H, 2K, D)
     return dq, dpos_key
@@ -120,7 +146,7 @@ def _c2p_adjoint(q, pos_key, idx, dout):
 
 def _p2c_adjoint(k, pos_query, idx, dout):
     t = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
-    dkp = take_along_last_backward(t(dout), t(idx), pos_query.shape[1])          # (..., H, S, 2K)
+    dkp = _scatter(t(dout), t(idx), pos_query.shape[1])                          # (..., H, S, 2K)
     dk = dkp @ pos_query                                                         # (..., H, S, D)
     dpos_query = head_gram(dkp, k)                                               # (H, 2K, D)
     return dk, dpos_query
