@@ -79,6 +79,7 @@ once a call has succeeded. A decoding step's queries start at the cache length u
 from __future__ import annotations
 
 import inspect
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -168,7 +169,8 @@ class Scheme:
         return None
 
     def scale(self, head_dim: int) -> float:
-        return 1.0 / np.sqrt(head_dim)
+        """The logits' scale, a Python float: a NumPy float64 scalar would make float32 logits float64."""
+        return 1.0 / math.sqrt(head_dim)
 
     # The seams' gradients, for ``MultiHeadAttention.backward``. ``add(name, grad)`` sums a
     # parameter's gradient ("scheme.<name>", or a layer weight such as "wk").
@@ -568,7 +570,7 @@ class TransformerXL(Scheme):
     def content_position(self, q, k, q_positions, k_positions, *, ops=transformer_xl):
         """``ops``: the module computing the position terms (``minipos.fast.transformer_xl`` has the
         same names and passes itself)."""
-        scale = 1.0 / np.sqrt(self.head_dim)
+        scale = self.scale(self.head_dim)
 
         def extra(qs, ks):  # terms (b) + (d) for one block: (q_i + v) . W_R R_{i-j}
             return scale * ops.xl_position_logits(q[..., qs, :], self.v, self.w_r, q_positions[qs],
@@ -580,7 +582,7 @@ class TransformerXL(Scheme):
         return dq_c
 
     def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add, *, ops=transformer_xl):
-        scale = 1.0 / np.sqrt(self.head_dim)
+        scale = self.scale(self.head_dim)
         dq, dv, dw_r = ops.xl_position_logits_backward(
             q[..., qs, :], self.v, self.w_r, q_positions[qs], k_positions[ks], scale * dlogits, base=self.base)
         add("scheme.v", dv)
@@ -669,7 +671,7 @@ class DeBERTa(Scheme):
         return dq, dk
 
     def scale(self, head_dim):
-        return 1.0 / np.sqrt(head_dim * (1 + len(self.pos_att_type)))
+        return 1.0 / math.sqrt(head_dim * (1 + len(self.pos_att_type)))
 
     def __repr__(self) -> str:
         return f"DeBERTa(position_buckets={self.position_buckets}, pos_att_type={self.pos_att_type})"

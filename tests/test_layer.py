@@ -12,7 +12,7 @@ import pytest
 
 from minipos import rope, rope_scaling
 from minipos.layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
-                           T5Bias, TransformerXL, XPos)
+                           Shaw, T5Bias, TransformerXL, XPos)
 
 ALL = [NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias, TransformerXL, DeBERTa]
 
@@ -84,6 +84,19 @@ def test_float32_in_float32_out(cls):
     assert y.dtype == np.float32
     ref = MultiHeadAttention(16, 4, scheme=cls())
     np.testing.assert_allclose(y, ref(_x(), causal=True), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [TransformerXL, DeBERTa, Shaw])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_content_position_logits_keep_the_layers_dtype(cls, dtype):
+    # The scale is a Python float: a NumPy float64 scalar times float32 logits is float64 under NumPy 2's
+    # promotion, which made a float32 layer's position logits (and their gradients' work) float64.
+    layer = MultiHeadAttention(16, 4, scheme=cls(), dtype=dtype)
+    assert type(layer.scheme.scale(layer.head_dim)) is float
+    q = np.ones((1, 4, 5, 4), dtype)
+    positions = np.arange(5)
+    _, extra = layer.scheme.content_position(q, q, positions, positions)
+    assert extra(slice(0, 5), slice(0, 5)).dtype == dtype
 
 
 @pytest.mark.parametrize("cls", [NoPE, Rotary, XPos, ALiBi, T5Bias, TransformerXL, DeBERTa])

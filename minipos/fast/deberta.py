@@ -122,7 +122,7 @@ def one_hot_scatter(dout: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
     *lead, T, n = dout.shape
     onehot = np.zeros((T, n, size), dout.dtype)
     onehot[np.arange(T)[:, None], np.arange(n)[None, :], idx] = 1
-    rows = np.moveaxis(dout.reshape(-1, T, n), 1, 0)                             # (T, N, n)
+    rows = np.moveaxis(np.ascontiguousarray(dout).reshape(-1, T, n), 1, 0)       # (T, N, n), rows BLAS can read
     out = np.empty((math.prod(lead), T, size), dout.dtype)
     np.matmul(rows, onehot, out=np.moveaxis(out, 1, 0))                         # (T, N, size)
     return out.reshape(*lead, T, size)
