@@ -368,17 +368,19 @@ class Rotary(Scheme):
         inv_freq, factor = self.frequencies(seq_len)
         return np.asarray(inv_freq).tobytes(), factor
 
-    def _apply(self, x, positions, *, seq_len):
+    def _apply(self, x, positions, *, seq_len, ops=rope):
+        """``ops``: the module with ``apply_rope`` and ``apply_rope_backward`` (``minipos.fast.rope``
+        has the same names; the fast layer passes it)."""
         inv_freq, factor = self.frequencies(seq_len)
-        return rope.apply_rope(x, positions, inv_freq=inv_freq, layout=self.layout, rotary_dim=self.rotary_dim,
+        return ops.apply_rope(x, positions, inv_freq=inv_freq, layout=self.layout, rotary_dim=self.rotary_dim,
                                attention_factor=factor)
 
     rotate_q = _apply
     rotate_k = _apply
 
-    def _apply_backward(self, dx, positions, *, seq_len):  # R(m)^T
+    def _apply_backward(self, dx, positions, *, seq_len, ops=rope):  # R(m)^T
         inv_freq, factor = self.frequencies(seq_len)
-        return rope.apply_rope_backward(dx, positions, inv_freq=inv_freq, layout=self.layout,
+        return ops.apply_rope_backward(dx, positions, inv_freq=inv_freq, layout=self.layout,
                                         rotary_dim=self.rotary_dim, attention_factor=factor)
 
     rotate_q_backward = _apply_backward
@@ -980,15 +982,15 @@ class MultiHeadAttention:
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
             check_result(a, f"x @ w{name}")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
-        q = sc.rotate_q(q_p, rot_pos, seq_len=seq_len)                          # (B, H, T, D)
-        k = k_p if sc.rotates_cached_keys else sc.rotate_k(k_p, rot_pos, seq_len=seq_len)
+        q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
+        k = k_p if sc.rotates_cached_keys else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
         # 4) cache: the keys and values of earlier calls in front of this call's
         tag = sc.cache_tag(seq_len)
         if cache is not None:
             k, v, _ = cache.extend(k, v, positions, tag=tag)                    # (B, H, S, D)
         k_raw = k
         if sc.rotates_cached_keys:
-            k = sc.rotate_k(k, k_pos, seq_len=seq_len)                          # every key, this call's map
+            k = self._rotate(sc.rotate_k, k, k_pos, seq_len)                    # every key, this call's map
         k, v = self._repeat_kv(k), self._repeat_kv(v)                          # GQA: (B, H, S, D)
         # 5) content-position seam: the query used against content, and the extra logits
         q_c, extra = self._content_position(q, k, positions, k_pos)
@@ -1010,6 +1012,11 @@ class MultiHeadAttention:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
                                extra, out, lse, merged, rot_positions=rot_pos),)
         return result if len(result) > 1 else y
+
+    def _rotate(self, rotate, x, positions, seq_len):
+        """Step 3 (and its backward): ``rotate``, one of the scheme's ``rotate_q``, ``rotate_k`` or
+        their backwards, on ``x`` at ``positions``."""
+        return rotate(x, positions, seq_len=seq_len)
 
     def _content_position(self, q, k, q_pos, k_pos):
         """Step 5: the scheme's ``content_position``, ``(q_c, extra)`` (the query used against content,
@@ -1116,13 +1123,13 @@ class MultiHeadAttention:
         dk, dv = (d.reshape(B, self.num_kv_heads, group, *d.shape[2:]).sum(axis=2) for d in (dk, dv))
         # 4) cache: the gradients of this call's keys and values (earlier ones are constants)
         if sc.rotates_cached_keys:
-            dk = sc.rotate_k_backward(dk, ctx.k_positions, seq_len=ctx.seq_len)
+            dk = self._rotate(sc.rotate_k_backward, dk, ctx.k_positions, ctx.seq_len)
         dk, dv = dk[..., ctx.past:, :], dv[..., ctx.past:, :]
         # 3) rotate seam
         rot_pos = ctx.positions if ctx.rot_positions is None else ctx.rot_positions   # (T,) or (3, T)
-        dq = sc.rotate_q_backward(dq, rot_pos, seq_len=ctx.seq_len)
+        dq = self._rotate(sc.rotate_q_backward, dq, rot_pos, ctx.seq_len)
         if not sc.rotates_cached_keys:
-            dk = sc.rotate_k_backward(dk, rot_pos, seq_len=ctx.seq_len)
+            dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)
         # 2) projections: q = heads(x_in wq + bq), ...
         dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
         # 1) input seam

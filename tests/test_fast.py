@@ -218,6 +218,7 @@ def test_blockwise_attention_in_longdouble_is_the_reference():
        factor=st.sampled_from([1.0, 1.2]), scaled=st.booleans(), strided=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_apply_rope_equals_reference(lead, T, half_D, partial, layout, dtype, start, factor, scaled, strided, seed):
     # T >= 256 in float32 takes the split-angle trigonometry; strided x the copy before the complex view.
+    # The backward (R(m)^T, the same chunks with the sines negated) against the reference's on the same x.
     D = 2 * half_D
     R = 2 * max(1, half_D - 1) if partial else None
     x = np.random.default_rng(seed).standard_normal((*lead, T, 2 * D if strided else D)).astype(dtype)
@@ -225,11 +226,11 @@ def test_apply_rope_equals_reference(lead, T, half_D, partial, layout, dtype, st
     positions = start + np.arange(T)
     inv_freq = rope.rope_inv_freq(R or D) * 0.5 if scaled else None
     kw = dict(layout=layout, rotary_dim=R, attention_factor=factor, inv_freq=inv_freq)
-    want = rope.apply_rope(x, positions, **kw)
-    got = frope.apply_rope(x, positions, **kw)
-    assert got.dtype == want.dtype == dtype
     tol = dict(rtol=2e-3, atol=2e-3) if dtype == np.float16 else TOL[dtype]
-    np.testing.assert_allclose(got.astype(float), want.astype(float), **tol)
+    for fast, slow in ((frope.apply_rope, rope.apply_rope), (frope.apply_rope_backward, rope.apply_rope_backward)):
+        want, got = slow(x, positions, **kw), fast(x, positions, **kw)
+        assert got.dtype == want.dtype == dtype
+        np.testing.assert_allclose(got.astype(float), want.astype(float), **tol)
 
 
 @pytest.mark.parametrize("layout", rope.LAYOUTS)
@@ -237,7 +238,7 @@ def test_apply_rope_refuses_float16_output_that_overflows(layout):
     # float16 tops out at 65504: x = 6e4 on both features of a pair rotated by 45 degrees (theta_0 = 1,
     # position 0.785... is not an integer, so take D = 2 and inv_freq = pi/4) gives 6e4 sqrt(2) = 8.5e4.
     x = np.full((1, 2), 6e4, np.float16)
-    for f in (rope.apply_rope, frope.apply_rope):
+    for f in (rope.apply_rope, frope.apply_rope, rope.apply_rope_backward, frope.apply_rope_backward):
         with pytest.raises(ValueError, match="overflows float16"):
             f(x, [1], inv_freq=[np.pi / 4], layout=layout)
 
@@ -270,7 +271,7 @@ def test_apply_rope_errors_are_the_references(bad, error, match):
     args = dict(positions=300)
     args.update(bad)
     positions = args.pop("positions")
-    for f in (rope.apply_rope, frope.apply_rope):
+    for f in (rope.apply_rope, frope.apply_rope, rope.apply_rope_backward, frope.apply_rope_backward):
         with pytest.raises(error, match=match):
             f(x, positions, **args)
 

@@ -1,11 +1,13 @@
 """The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step, the products of
-its projections (and, for the content-position schemes, step 5) replaced.
+its projections (and, for RoPE, step 3; for the content-position schemes, step 5) replaced.
 
-Everything but the products of steps 2 and 8 and steps 5-7 of the forward pass (content-position
-seam, bias seam and attention) is the reference's. Here:
+Everything but the products of steps 2 and 8, RoPE's rotation and steps 5-7 of the forward pass
+(content-position seam, bias seam and attention) is the reference's. Here:
 
 - runs the projections' products on the kernel's threads with the BLAS paused
   (``_threads.matmul``), so no idle BLAS thread spins beside the kernel started right after;
+- rotates RoPE's q and k (and their gradients) by ``minipos.fast.rope`` (step 3, ``ROTATE``: the
+  scheme's own method, given the fast module of the same names as ``ops``);
 - runs ``minipos.fast.blockwise_attention`` (threads, fixed softmax reference, skipped blocks),
   with ``block_size`` or, for the dense default, 256 once the problem is large (small problems and
   ``return_weights`` take the reference's dense step);
@@ -44,12 +46,13 @@ from typing import Callable
 import numpy as np
 
 from .. import layer as reference
-from ..layer import ALiBi, DeBERTa, T5Bias, TransformerXL
+from ..layer import ALiBi, DeBERTa, Rotary, T5Bias, TransformerXL
 from ..irope import _chunks
 from ..local_global import _window
 from . import _threads
 from . import alibi as fast_alibi
 from . import deberta as fast_deberta
+from . import rope as fast_rope
 from . import t5 as fast_t5
 from . import transformer_xl as fast_xl
 from ._runs import is_run
@@ -123,6 +126,10 @@ EXTRA_BACKWARD = {TransformerXL: _xl_extra_backward, DeBERTa: _deberta_extra_bac
 """The content-position seam's ``extra_backward`` of a scheme, by exact class, with the fast
 scatter-adds and BLAS products (equal to the scheme's own up to rounding); a subclass runs its own."""
 
+ROTATE = {Rotary: fast_rope}
+"""The module of rotations a scheme's rotate seam takes as ``ops`` (by exact class): RoPE's
+``apply_rope`` and its backward in cache-sized chunks (equal to the reference's up to rounding)."""
+
 _KEPT_EXTRA = 32 << 20
 """Bytes of a forward pass's extra logits kept for its backward, at most (per pass)."""
 
@@ -149,6 +156,13 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         """Step 8's product, its rows shared among the kernel's workers (``_threads.matmul``)."""
         y = _threads.matmul(merged, self.wo, _threads.default_workers())
         return y if self.bo is None else y + self.bo
+
+    def _rotate(self, rotate, x, positions, seq_len):
+        """Step 3 (and its backward), with the fast rotation of the schemes in ``ROTATE``."""
+        ops = ROTATE.get(type(self.scheme))
+        if ops is None:
+            return super()._rotate(rotate, x, positions, seq_len)
+        return rotate(x, positions, seq_len=seq_len, ops=ops)
 
     def _content_position(self, q, k, q_pos, k_pos):
         """Step 5, with the fast form of the schemes in ``CONTENT_POSITION``."""

@@ -22,7 +22,7 @@ from .. import rope as reference
 from .._checks import as_float_array, as_positions, check_choice, check_float, check_ndim
 from . import _threads
 
-__all__ = ["apply_rope"]
+__all__ = ["apply_rope", "apply_rope_backward"]
 
 
 def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype):
@@ -127,6 +127,26 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     *_, T, D = x.shape
     R = reference._rotary_dim(rotary_dim, D)
     cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor, x.dtype)  # (T, R/2)
+    return _rotated(x, cos, sin, layout, R)
+
+
+def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
+                        rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
+    """``minipos.rope.apply_rope_backward``, ``R(m)^T dy``: the same chunks as ``apply_rope`` with
+    the sines negated (the rotation by minus the angle). Same arguments and result."""
+    dy = as_float_array(dy, "dy")
+    check_ndim(dy, "dy", 2, "(..., T, D)")
+    check_choice(layout, "layout", reference.LAYOUTS)
+    *_, T, D = dy.shape
+    R = reference._rotary_dim(rotary_dim, D, "dy")
+    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor, dy.dtype)  # (T, R/2)
+    return _rotated(dy, cos, -sin, layout, R, "dy")
+
+
+def _rotated(x, cos, sin, layout: str, R: int, name: str = "x") -> np.ndarray:
+    """The first R features of ``x`` (..., T, D) rotated by the angles of ``cos``, ``sin`` (T, R/2),
+    the rest copied, a chunk of positions at a time."""
+    *_, T, D = x.shape
     if layout == "interleaved" and x.dtype.type in _COMPLEX and x.strides[-1] != x.itemsize:
         x = np.ascontiguousarray(x)                                        # the complex view needs it
     out = np.empty(x.shape, x.dtype)                                       # (..., T, D)
@@ -140,7 +160,7 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
         if tmp is None:
             tmp = local.tmp = np.empty(min(T, step) * (per_position + 4 * R), x.dtype)
         out[..., ts, R:] = x[..., ts, R:]                                  # the pass-through part
-        with reference._overflow_raises(x.dtype):                          # errstate is per thread
+        with reference._overflow_raises(x.dtype, name):                    # errstate is per thread
             rotate(x[..., ts, :R], out[..., ts, :R], cos[ts], sin[ts], tmp)
     workers = _threads.copy_workers() if x.size >= _THREADED_ROPE else 1
     _threads.run(chunk, [(slice(t, t + step),) for t in range(0, T, step)], workers, pause_blas=False)
