@@ -407,17 +407,19 @@ class XPos(Scheme):
         self.base = check_float(base, "base", positive=True)
         self.scale_base = check_float(scale_base, "scale_base", positive=True)
 
-    def rotate_q(self, q, positions, *, seq_len):
-        return xpos.apply_xpos(q, positions, base=self.base, scale_base=self.scale_base)
+    def rotate_q(self, q, positions, *, seq_len, ops=xpos):
+        """``ops``: the module with ``apply_xpos`` and its backward (``minipos.fast.xpos`` has the
+        same names; the fast layer passes it), as for the other three."""
+        return ops.apply_xpos(q, positions, base=self.base, scale_base=self.scale_base)
 
-    def rotate_k(self, k, positions, *, seq_len):
-        return xpos.apply_xpos(k, positions, base=self.base, scale_base=self.scale_base, downscale=True)
+    def rotate_k(self, k, positions, *, seq_len, ops=xpos):
+        return ops.apply_xpos(k, positions, base=self.base, scale_base=self.scale_base, downscale=True)
 
-    def rotate_q_backward(self, dq, positions, *, seq_len):
-        return xpos.apply_xpos_backward(dq, positions, base=self.base, scale_base=self.scale_base)
+    def rotate_q_backward(self, dq, positions, *, seq_len, ops=xpos):
+        return ops.apply_xpos_backward(dq, positions, base=self.base, scale_base=self.scale_base)
 
-    def rotate_k_backward(self, dk, positions, *, seq_len):
-        return xpos.apply_xpos_backward(dk, positions, base=self.base, scale_base=self.scale_base, downscale=True)
+    def rotate_k_backward(self, dk, positions, *, seq_len, ops=xpos):
+        return ops.apply_xpos_backward(dk, positions, base=self.base, scale_base=self.scale_base, downscale=True)
 
     def __repr__(self) -> str:
         return f"XPos(scale_base={self.scale_base})"

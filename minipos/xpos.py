@@ -149,10 +149,16 @@ def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, 
     Returns ``(..., T, D)`` in x's floating dtype. Raises ``ValueError`` where a scale leaves the
     normal range of x's dtype, for queries (underflow) and keys (overflow) alike.
     """
+    return _xpos(apply_rope, x, positions, base, scale_base, downscale, scale_offset)
+
+
+def _xpos(rope, x, positions, base, scale_base, downscale, scale_offset):
+    """``apply_xpos`` with ``rope`` (``apply_rope``'s signature) as the rotation; ``minipos.fast.xpos``
+    passes ``minipos.fast.rope.apply_rope``."""
     x = as_float_array(x, "x")
     pos, scale = _pair_scales(x, "x", positions, scale_base, downscale, scale_offset)  # (T,), (T, D)
     with np.errstate(over="ignore", invalid="ignore"):                           # checked just below
-        rotated = apply_rope(x, pos, base=base, layout="interleaved")           # (..., T, D): R(n) x
+        rotated = rope(x, pos, base=base, layout="interleaved")                 # (..., T, D): R(n) x
         out = rotated * scale                                                    # zeta^(+-n/g) R(n) x
     if not np.all(np.isfinite(out)):
         raise ValueError(f"x rotated and scaled by xPos overflows {x.dtype} (scale up to {scale.max():.3g}); "
@@ -174,6 +180,11 @@ def apply_xpos_backward(dy, positions, *, base: float = 10000.0, scale_base: flo
     Raises ``ValueError`` naming dy where T differs from the number of positions, and where the
     scaled gradient overflows dy's dtype (keys, whose scale grows with n).
     """
+    return _xpos_backward(apply_rope_backward, dy, positions, base, scale_base, downscale, scale_offset)
+
+
+def _xpos_backward(rope_backward, dy, positions, base, scale_base, downscale, scale_offset):
+    """``apply_xpos_backward`` with ``rope_backward`` (``apply_rope_backward``'s signature) as R(n)^T."""
     dy = as_float_array(dy, "dy")
     count = _count(positions)
     if count is not None and dy.ndim >= 2 and dy.shape[-2] != count:
@@ -185,7 +196,7 @@ def apply_xpos_backward(dy, positions, *, base: float = 10000.0, scale_base: flo
     if not np.all(np.isfinite(scaled)):
         raise ValueError(f"dy scaled by xPos overflows {dy.dtype} (scale up to {scale.max():.3g}); rescale dy "
                          f"or centre the positions with scale_offset")
-    return apply_rope_backward(scaled, pos, base=base, layout="interleaved")   # R(n)^T (s * dy)
+    return rope_backward(scaled, pos, base=base, layout="interleaved")         # R(n)^T (s * dy)
 
 
 def _count(positions) -> int | None:

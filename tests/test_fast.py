@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 import minipos.fast.attention as fa
 import minipos.fast.rope as frope
-from minipos import alibi, attention, rope, t5
+import minipos.fast.xpos as fxpos
+from minipos import alibi, attention, rope, t5, xpos
 from minipos.fast import alibi as falibi
 from minipos.fast import t5 as ft5
 
@@ -231,6 +232,35 @@ def test_apply_rope_equals_reference(lead, T, half_D, partial, layout, dtype, st
         want, got = slow(x, positions, **kw), fast(x, positions, **kw)
         assert got.dtype == want.dtype == dtype
         np.testing.assert_allclose(got.astype(float), want.astype(float), **tol)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lead=st.sampled_from([(), (3,), (2, 2)]), T=st.integers(1, 300), half_D=st.integers(1, 5),
+       dtype=st.sampled_from([np.float64, np.float32]), start=st.integers(-50, 3000), downscale=st.booleans(),
+       offset=st.integers(-100, 100), scale_base=st.sampled_from([512.0, 64.0]), seed=st.integers(0, 2 ** 16))
+def test_apply_xpos_equals_reference(lead, T, half_D, dtype, start, downscale, offset, scale_base, seed):
+    # The reference's scales and checks around minipos.fast.rope's rotation, forward and backward.
+    x = np.random.default_rng(seed).standard_normal((*lead, T, 2 * half_D)).astype(dtype)
+    kw = dict(downscale=downscale, scale_offset=offset, scale_base=scale_base)
+    positions = start + np.arange(T)
+    for fast, slow in ((fxpos.apply_xpos, xpos.apply_xpos), (fxpos.apply_xpos_backward, xpos.apply_xpos_backward)):
+        want, got = slow(x, positions, **kw), fast(x, positions, **kw)
+        assert got.dtype == want.dtype == dtype
+        scale = np.abs(want).max(initial=1.0)                            # a rotated pair can nearly cancel
+        np.testing.assert_allclose(got, want, rtol=TOL[dtype]["rtol"], atol=TOL[dtype]["rtol"] * scale)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(x=np.ones((4, 3))), "even head dim"), (dict(positions=np.arange(5)), "positions|T = 5"),
+    (dict(x=np.full((4, 2), 1e38, np.float32), positions=np.arange(4) + 4000), "overflows float32"),
+    (dict(positions=np.arange(4) + 10 ** 6), "too far"),
+])
+def test_apply_xpos_errors_are_the_references(bad, match):
+    args = dict(x=np.ones((4, 2), np.float32), positions=np.arange(4))
+    args.update(bad)
+    for f in (xpos.apply_xpos, fxpos.apply_xpos, xpos.apply_xpos_backward, fxpos.apply_xpos_backward):
+        with pytest.raises(ValueError, match=match):
+            f(args["x"], args["positions"], downscale=True)
 
 
 @pytest.mark.parametrize("layout", rope.LAYOUTS)

@@ -214,15 +214,20 @@ def test_a_kept_extra_block_is_computed_once_when_tasks_ask_together():
     assert kept(slice(0, 4), slice(4, 8)).shape == (1, 4, 4, 4) and len(calls) == 2
 
 
-@pytest.mark.parametrize("name", ["rope", "rope_partial", "rope_dynamic"])
-def test_rope_rotates_by_the_fast_module_and_equals_the_reference(name, monkeypatch):
-    # Step 3 and its backward run minipos.fast.rope (ROTATE); forward, a cached continuation and the
-    # gradients equal the reference layer's.
-    import minipos.fast.rope as fast_rope
+@pytest.mark.parametrize("name, module, names", [
+    ("rope", "rope", ("apply_rope", "apply_rope_backward")),
+    ("rope_partial", "rope", ("apply_rope", "apply_rope_backward")),
+    ("rope_dynamic", "rope", ("apply_rope", "apply_rope_backward")),
+    ("xpos", "xpos", ("apply_xpos", "apply_xpos_backward"))])
+def test_rotations_run_the_fast_module_and_equal_the_reference(name, module, names, monkeypatch):
+    # Step 3 and its backward run minipos.fast.rope / minipos.fast.xpos (ROTATE); forward, a cached
+    # continuation and the gradients equal the reference layer's.
+    import importlib
+    fast_module = importlib.import_module("minipos.fast." + module)
     calls = []
-    for fn in ("apply_rope", "apply_rope_backward"):
-        original = getattr(fast_rope, fn)
-        monkeypatch.setattr(fast_rope, fn, lambda *a, _f=original, _n=fn, **k: calls.append(_n) or _f(*a, **k))
+    for fn in names:
+        original = getattr(fast_module, fn)
+        monkeypatch.setattr(fast_module, fn, lambda *a, _f=original, _n=fn, **k: calls.append(_n) or _f(*a, **k))
     a, b = _pair(name)
     x, dy = _x(B=2, T=10), _x(B=2, T=10, seed=1)
     ya, ctx_a = a(x, causal=True, return_context=True)
@@ -231,7 +236,7 @@ def test_rope_rotates_by_the_fast_module_and_equals_the_reference(name, monkeypa
     ga, gb = a.backward(ctx_a, dy), b.backward(ctx_b, dy)
     for key in ga:
         np.testing.assert_allclose(gb[key], ga[key], rtol=1e-9, atol=1e-11, err_msg=key)
-    assert calls.count("apply_rope") == 2 and calls.count("apply_rope_backward") == 2
+    assert calls.count(names[0]) == 2 and calls.count(names[1]) == 2
     ca, cb = a.new_cache(), b.new_cache()
     a(x[:, :6], causal=True, cache=ca), b(x[:, :6], causal=True, cache=cb)
     np.testing.assert_allclose(b(x[:, 6:], causal=True, cache=cb), a(x[:, 6:], causal=True, cache=ca),

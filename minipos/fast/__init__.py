@@ -10,7 +10,8 @@ The modules mirror the reference's, name for name::
 
     minipos.attention.attention             minipos.fast.attention.attention
     minipos.attention.blockwise_attention   minipos.fast.attention.blockwise_attention
-    minipos.rope.apply_rope                 minipos.fast.rope.apply_rope
+    minipos.rope.apply_rope                 minipos.fast.rope.apply_rope (and its backward)
+    minipos.xpos.apply_xpos                 minipos.fast.xpos.apply_xpos (and its backward)
     minipos.t5.t5_bias                      minipos.fast.t5.t5_bias
     minipos.alibi.alibi_bias                minipos.fast.alibi.alibi_bias (+ alibi_bias_bound)
     minipos.deberta.c2p_term                minipos.fast.deberta.c2p_term (and p2c, and their backward)
@@ -27,8 +28,9 @@ Some functions take extra keyword arguments that only steer speed (``workers``, 
 ``dtype``); the reference's arguments all mean the same here.
 """
 
-from . import alibi, attention, deberta, rope, t5, transformer_xl  # noqa: E402  (modules named as the reference's)
+from . import alibi, attention, deberta, rope, t5, transformer_xl, xpos  # noqa: E402  (named as the reference's)
 from .layer import MultiHeadAttention  # noqa: E402
 from .mla import MultiHeadLatentAttention  # noqa: E402
 
-__all__ = ["alibi", "attention", "deberta", "rope", "t5", "transformer_xl", "MultiHeadAttention", "MultiHeadLatentAttention"]
+__all__ = ["alibi", "attention", "deberta", "rope", "t5", "transformer_xl", "xpos", "MultiHeadAttention",
+           "MultiHeadLatentAttention"]

@@ -1,13 +1,13 @@
 """The layer, fast: ``minipos.layer.MultiHeadAttention`` with its attend step, the products of
-its projections (and, for RoPE, step 3; for the content-position schemes, step 5) replaced.
+its projections (and, for RoPE and xPos, step 3; for the content-position schemes, step 5) replaced.
 
-Everything but the products of steps 2 and 8, RoPE's rotation and steps 5-7 of the forward pass
+Everything but the products of steps 2 and 8, the RoPE rotations and steps 5-7 of the forward pass
 (content-position seam, bias seam and attention) is the reference's. Here:
 
 - runs the projections' products on the kernel's threads with the BLAS paused
   (``_threads.matmul``), so no idle BLAS thread spins beside the kernel started right after;
-- rotates RoPE's q and k (and their gradients) by ``minipos.fast.rope`` (step 3, ``ROTATE``: the
-  scheme's own method, given the fast module of the same names as ``ops``);
+- rotates RoPE's and xPos's q and k (and their gradients) by ``minipos.fast.rope`` (step 3,
+  ``ROTATE``: the scheme's own method, given the fast module of the same names as ``ops``);
 - runs ``minipos.fast.blockwise_attention`` (threads, fixed softmax reference, skipped blocks),
   with ``block_size`` or, for the dense default, 256 once the problem is large (small problems and
   ``return_weights`` take the reference's dense step);
@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from .. import layer as reference
-from ..layer import ALiBi, DeBERTa, Rotary, T5Bias, TransformerXL
+from ..layer import ALiBi, DeBERTa, Rotary, T5Bias, TransformerXL, XPos
 from ..irope import _chunks
 from ..local_global import _window
 from . import _threads
@@ -55,6 +55,7 @@ from . import deberta as fast_deberta
 from . import rope as fast_rope
 from . import t5 as fast_t5
 from . import transformer_xl as fast_xl
+from . import xpos as fast_xpos
 from ._runs import is_run
 from .attention import _DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
 
@@ -126,9 +127,10 @@ EXTRA_BACKWARD = {TransformerXL: _xl_extra_backward, DeBERTa: _deberta_extra_bac
 """The content-position seam's ``extra_backward`` of a scheme, by exact class, with the fast
 scatter-adds and BLAS products (equal to the scheme's own up to rounding); a subclass runs its own."""
 
-ROTATE = {Rotary: fast_rope}
+ROTATE = {Rotary: fast_rope, XPos: fast_xpos}
 """The module of rotations a scheme's rotate seam takes as ``ops`` (by exact class): RoPE's
-``apply_rope`` and its backward in cache-sized chunks (equal to the reference's up to rounding)."""
+``apply_rope`` and xPos's ``apply_xpos``, each with its backward, rotating in cache-sized chunks
+(equal to the reference's up to rounding)."""
 
 _KEPT_EXTRA = 32 << 20
 """Bytes of a forward pass's extra logits kept for its backward, at most (per pass)."""
