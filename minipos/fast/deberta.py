@@ -118,7 +118,9 @@ def _distinct_rows(idx: np.ndarray) -> bool:
 def one_hot_scatter(dout: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
     """``take_along_last_backward`` for one ``(T, n)`` index shared by every leading index, as T
     matrix products ``dout[..., t, :] @ onehot_t`` with the one-hot ``(n, size)`` matrix of row t's
-    index, in dout's dtype (BLAS adds the pairs that share a bucket in its own order): (..., T, size)."""
+    index, in dout's dtype (BLAS adds the pairs that share a bucket in its own order): (..., T, size).
+    ``dout`` must be finite (the term functions check it): ``0 * inf`` would spread an infinite
+    entry as NaN over its row's buckets."""
     *lead, T, n = dout.shape
     onehot = np.zeros((T, n, size), dout.dtype)
     onehot[np.arange(T)[:, None], np.arange(n)[None, :], idx] = 1
