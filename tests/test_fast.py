@@ -403,18 +403,18 @@ def test_all_finite_is_the_exact_test(workers, monkeypatch):
 @settings(max_examples=60, deadline=None)
 @given(T=st.integers(1, 12), S=st.integers(1, 12), flips=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)),
                                                                   max_size=3),
-       permute=st.booleans(), threaded=st.booleans(), seed=st.integers(0, 2 ** 16))
-def test_is_causal_is_equality_with_causal_mask(T, S, flips, permute, threaded, seed):
-    # The row-count and first-False test against the definition: array_equal with causal_mask.
+       permute=st.booleans(), strided=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_is_causal_is_equality_with_causal_mask(T, S, flips, permute, strided, seed):
+    # Against the definition, array_equal with causal_mask: sizes that are and are not whole 64-bit
+    # words, rows permuted (the same count in another order), and a strided (Fortran-order) mask.
     mask = attention.causal_mask(T, S).copy()
     for i, j in flips:
         mask[i % T, j % S] ^= True
     if permute:
         row = np.random.default_rng(seed).integers(T)
         mask[row] = np.random.default_rng(seed).permutation(mask[row])     # same count, any order
-    with mock.patch.object(fa, "_THREADED_CHECK", 0 if threaded else fa._THREADED_CHECK):
-        got = fa._is_causal(mask[None], T, S, 2 if threaded else 1)
-    assert got == np.array_equal(mask, attention.causal_mask(T, S))
+    given = np.asfortranarray(mask) if strided else mask
+    assert fa._is_causal(given[None], T, S) == np.array_equal(mask, attention.causal_mask(T, S))
     assert not fa._is_causal(np.ones((2, T, S), bool), T, S)                # a leading dim of 2
 
 
