@@ -42,10 +42,12 @@ A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 call's frequencies. With ``block_size=N`` step 7 is ``blockwise_attention``, which calls the same
 ``logits_bias`` per (query block, key block), so no ``(T, S)`` array is ever held, for every
 scheme. ``attention_chunk=C`` (Llama 4) adds the rule ``i // C == j // C`` to the mask of step 7.
-``minipos.fast.MultiHeadAttention`` replaces steps 6-7, and step 5 (``_content_position``) for
-Transformer-XL and DeBERTa, whose position terms it computes by BLAS products. A layer whose projections are
-not one matrix each (``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project``
-and ``_project_backward``).
+``minipos.fast.MultiHeadAttention`` replaces steps 6-7, the products of steps 2 and 8 (``_heads``,
+``_output``), step 3 for RoPE and xPos (``_rotate``) and step 5 for Transformer-XL and DeBERTa
+(``_content_position``, ``_extra_backward``): there the scheme's own method runs with the fast
+module of the same names as ``ops``. A layer whose projections are not one matrix each
+(``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project`` and
+``_project_backward``).
 
 With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)`` and feed step 3
 only; the mask and the cache then follow the sequence order.
@@ -1194,10 +1196,14 @@ class MultiHeadAttention:
             for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
                 add(name, g)
             if ctx.extra is not None:
-                dq_blk, dk_blk = sc.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
+                dq_blk, dk_blk = self._extra_backward(ctx, qs, ks, ds, add)
                 dq_extra[..., qs, :] += dq_blk
                 dk_extra[..., ks, :] += dk_blk
         return logits_grad, dq_extra, dk_extra
+
+    def _extra_backward(self, ctx, qs, ks, ds, add):
+        """Step 5 reversed for the block ``(qs, ks)``: the scheme's ``extra_backward``, ``(dq, dk)``."""
+        return self.scheme.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
 
     def _check_call(self, x, positions, mask, causal, cache, return_weights):
         """Every argument of a call checked once: ``(x, positions (T,) or (3, T), mask, causal)``, the mask

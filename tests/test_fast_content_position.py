@@ -244,16 +244,20 @@ def test_the_backward_reuses_the_forwards_extra_logits_while_the_context_lives(n
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", sorted(SCHEMES))
-def test_fast_layer_forward_takes_the_fast_step_5_and_equals_the_reference(name, dtype, monkeypatch):
+def test_fast_layer_takes_the_fast_step_5_and_equals_the_reference(name, dtype, monkeypatch):
     a = ref.MultiHeadAttention(16, 4, scheme=SCHEMES[name](), seed=3, dtype=dtype)
     b = MultiHeadAttention(16, 4, scheme=SCHEMES[name](), seed=3, dtype=dtype)
     x = np.random.default_rng(4).standard_normal((2, 12, 16)).astype(dtype)
     _close(b(x, causal=True), a(x, causal=True), dtype)
-    used = []
-    fast = fast_layer.CONTENT_POSITION[type(b.scheme)]
-    monkeypatch.setitem(fast_layer.CONTENT_POSITION, type(b.scheme), lambda *args: used.append(1) or fast(*args))
-    b(x, causal=True)
-    assert used == [1]
+    used = []                                                               # the ops each method was given
+    for method in ("content_position", "extra_backward"):
+        original = getattr(b.scheme, method)
+        monkeypatch.setattr(b.scheme, method, lambda *a, _f=original, **k: used.append(k.get("ops")) or _f(*a, **k))
+    y, ctx = b(x, causal=True, return_context=True)
+    b.backward(ctx, np.ones_like(y))
+    ops = fast_layer.CONTENT_POSITION[type(b.scheme)]
+    assert ops is {"transformer_xl": fast_xl, "deberta": fast_deberta}[name]
+    assert used[0] is ops and len(used) > 1 and all(u is ops for u in used)    # step 5, then each block's backward
 
 
 def test_a_subclass_runs_its_own_content_position():

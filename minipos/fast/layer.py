@@ -14,12 +14,11 @@ Everything but the products of steps 2 and 8, the RoPE rotations and steps 5-7 o
 - for a causal call over runs of consecutive positions, lets the kernel skip future blocks by
   index instead of masking them;
 - builds the content-position seam's extra logits (Transformer-XL, DeBERTa) by BLAS products and
-  flat gathers (step 5, ``CONTENT_POSITION``: the scheme's own method, given the fast module of the
+  flat gathers, and their gradients by the fast scatter-adds and products (step 5 and its
+  ``extra_backward``, ``CONTENT_POSITION``: the scheme's own methods, given the fast module of the
   same names as ``ops``);
-- keeps the content-position seam's extra logits of a forward pass (Transformer-XL, DeBERTa) for
-  its backward, which would compute them again (only while they are small, and only as long as the
-  pass's context lives), and runs those schemes' ``extra_backward`` through the fast scatter-adds
-  and products (``EXTRA_BACKWARD``);
+- keeps the content-position seam's extra logits of a forward pass for its backward, which would
+  compute them again (only while they are small, and only as long as the pass's context lives);
 - computes the bias of the schemes listed in ``HINTS`` in the layer's dtype by their fast
   functions, keeps bias blocks that depend on ``j - i`` only (every block on one diagonal is the
   same) from one call to the next while the scheme's parameters are unchanged, and hands the
@@ -59,7 +58,7 @@ from . import xpos as fast_xpos
 from ._runs import is_run
 from .attention import _DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
 
-__all__ = ["MultiHeadAttention", "HINTS", "Hints", "CONTENT_POSITION", "EXTRA_BACKWARD"]
+__all__ = ["MultiHeadAttention", "HINTS", "Hints", "CONTENT_POSITION", "ROTATE"]
 
 
 @dataclass(frozen=True)
@@ -99,38 +98,15 @@ HINTS = {
 }
 
 
-def _xl_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits, add):
-    """``TransformerXL.extra_backward`` through ``minipos.fast.transformer_xl``."""
-    return sc.extra_backward(q, k, q_positions, k_positions, qs, ks, dlogits, add, ops=fast_xl)
-
-
-def _deberta_extra_backward(sc, q, k, q_positions, k_positions, qs, ks, dlogits, add):
-    """``DeBERTa.extra_backward`` through ``minipos.fast.deberta``."""
-    return sc.extra_backward(q, k, q_positions, k_positions, qs, ks, dlogits, add, ops=fast_deberta)
-
-
-def _xl_content_position(sc, q, k, q_positions, k_positions):
-    """``TransformerXL.content_position`` through ``minipos.fast.transformer_xl``."""
-    return sc.content_position(q, k, q_positions, k_positions, ops=fast_xl)
-
-
-def _deberta_content_position(sc, q, k, q_positions, k_positions):
-    """``DeBERTa.content_position`` through ``minipos.fast.deberta``."""
-    return sc.content_position(q, k, q_positions, k_positions, ops=fast_deberta)
-
-
-CONTENT_POSITION = {TransformerXL: _xl_content_position, DeBERTa: _deberta_content_position}
-"""Step 5 of a scheme, ``(q_c, extra)`` as its ``content_position`` gives them, by exact class, with
-the fast products and gathers (equal to the scheme's up to rounding); a subclass runs its own."""
-
-EXTRA_BACKWARD = {TransformerXL: _xl_extra_backward, DeBERTa: _deberta_extra_backward}
-"""The content-position seam's ``extra_backward`` of a scheme, by exact class, with the fast
-scatter-adds and BLAS products (equal to the scheme's own up to rounding); a subclass runs its own."""
+CONTENT_POSITION = {TransformerXL: fast_xl, DeBERTa: fast_deberta}
+"""The module of position terms a scheme's content-position seam takes as ``ops`` (by exact class),
+in step 5 and in its ``extra_backward``: BLAS products, flat gathers and fast scatter-adds (equal to
+the reference's up to rounding). A subclass runs its own."""
 
 ROTATE = {Rotary: fast_rope, XPos: fast_xpos}
-"""The module of rotations a scheme's rotate seam takes as ``ops`` (by exact class): RoPE's
-``apply_rope`` and xPos's ``apply_xpos``, each with its backward, rotating in cache-sized chunks
-(equal to the reference's up to rounding)."""
+"""The module of rotations a scheme's rotate seam takes as ``ops`` (by exact class), in step 3 and
+its backward: RoPE's ``apply_rope`` and xPos's ``apply_xpos``, rotating in cache-sized chunks
+(equal to the reference's up to rounding). A subclass runs its own."""
 
 _KEPT_EXTRA = 32 << 20
 """Bytes of a forward pass's extra logits kept for its backward, at most (per pass)."""
@@ -167,9 +143,18 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         return rotate(x, positions, seq_len=seq_len, ops=ops)
 
     def _content_position(self, q, k, q_pos, k_pos):
-        """Step 5, with the fast form of the schemes in ``CONTENT_POSITION``."""
-        fast = CONTENT_POSITION.get(type(self.scheme))
-        return super()._content_position(q, k, q_pos, k_pos) if fast is None else fast(self.scheme, q, k, q_pos, k_pos)
+        """Step 5, with the fast position terms of the schemes in ``CONTENT_POSITION``."""
+        ops = CONTENT_POSITION.get(type(self.scheme))
+        if ops is None:
+            return super()._content_position(q, k, q_pos, k_pos)
+        return self.scheme.content_position(q, k, q_pos, k_pos, ops=ops)
+
+    def _extra_backward(self, ctx, qs, ks, ds, add):
+        """Step 5 reversed for a block, with the fast position terms of the schemes in ``CONTENT_POSITION``."""
+        ops = CONTENT_POSITION.get(type(self.scheme))
+        if ops is None:
+            return super()._extra_backward(ctx, qs, ks, ds, add)
+        return self.scheme.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add, ops=ops)
 
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
@@ -224,22 +209,6 @@ class MultiHeadAttention(reference.MultiHeadAttention):
                                                  mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos, chunk=chunk,
                                                                   window=window), **kw)
         return (*grads, dq_extra, dk_extra)
-
-    def _logits_grad_fn(self, ctx, add):
-        """The reference's, with the scheme's ``extra_backward`` from ``EXTRA_BACKWARD`` where it has one."""
-        sc = self.scheme
-        extra_backward = EXTRA_BACKWARD.get(type(sc))
-        if extra_backward is None or ctx.extra is None:
-            return super()._logits_grad_fn(ctx, add)
-        dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)
-
-        def logits_grad(qs, ks, ds):
-            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
-                add(name, g)
-            dq_blk, dk_blk = extra_backward(sc, ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
-            dq_extra[..., qs, :] += dq_blk
-            dk_extra[..., ks, :] += dk_blk
-        return logits_grad, dq_extra, dk_extra
 
     def _kept_extra(self, extra, size: int):
         """``extra(qs, ks)``, each block kept for the pass's backward (which calls the same ``extra``,
