@@ -84,6 +84,23 @@ def test_gelu_is_torch_tanh_gelu():
     assert np.allclose(M.gelu(x)[0], torch_values, rtol=1e-12, atol=1e-15)
 
 
+def test_gelu_across_chunks_gives_the_same_values(rng, monkeypatch):
+    # gelu works _CHUNK elements at a time: chunks of 4 over 2-D input of 15 elements (a short last
+    # chunk) give the torch values above and bit for bit what one chunk gives; the derivative
+    # agrees with central differences.
+    x = np.array([-3.0, -1.0, -0.1, 0.0, 0.5, 2.0])
+    whole = rng.standard_normal((3, 5)) * 3
+    y1, d1 = M.gelu(whole)
+    monkeypatch.setattr(M, "_CHUNK", 4)
+    assert np.allclose(M.gelu(x)[0], [-0.0036373920817729943, -0.15880800939172324, -0.04601724895456484, 0.0,
+                                      0.34571400982514394, 1.954597694087775], rtol=1e-12, atol=1e-15)
+    y4, d4 = M.gelu(whole)
+    assert y4.shape == whole.shape and np.array_equal(y4, y1) and np.array_equal(d4, d1)
+    h = 1e-6
+    assert np.allclose(d4, (M.gelu(whole + h, grad=False)[0] - M.gelu(whole - h, grad=False)[0]) / (2 * h),
+                       rtol=1e-6, atol=1e-8)
+
+
 def test_embedding_backward_scatters_and_adds(rng):
     E = rng.standard_normal((6, 3))
     tokens = np.array([[1, 4, 1], [0, 1, 5]])                        # token 1 three times
