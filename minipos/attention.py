@@ -93,6 +93,25 @@ def _check_sinks(sinks, q):
     return sinks
 
 
+def _allowed(bias, mask):
+    """Where a query may attend: the mask allows the key and its bias is not ``-inf`` (``None``: everywhere)."""
+    if bias is None or not np.isneginf(bias).any():
+        return mask
+    open_ = ~np.isneginf(bias)
+    return open_ if mask is None else mask & open_
+
+
+def _check_logits(logits, bias, allowed, dtype) -> None:
+    """Raise unless every logit a query may attend to is finite (entries not ``allowed`` are not read):
+    NaN or ``+inf`` in the bias is a ``ValueError`` naming it; any other non-finite logit is
+    ``scale * q . k + bias`` overflowing (``Overflow``)."""
+    where = True if allowed is None else allowed
+    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
+        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
+    if np.any(~np.isfinite(logits) & where):
+        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+
+
 def _sink_column(sinks, shape, dtype):
     """The sink logits as a column ``(..., H, T, 1)`` for logits of ``shape`` ``(..., H, T, S)``."""
     return np.broadcast_to(sinks.astype(dtype, copy=False)[:, None, None], (*shape[:-1], 1))
@@ -102,7 +121,9 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
-    bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``).
+    bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``);
+      ``-inf`` masks that key, as in ``softmax`` and ``blockwise_attention``; NaN or ``+inf``
+      raise where the mask allows. Entries the mask forbids are not read.
     mask: boolean, broadcastable to ``(..., H, T, S)``; ``True`` = may attend.
     scale: multiplies ``q . k`` only (not the bias); default ``1/sqrt(D)``. T5 uses ``1.0``.
     value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
@@ -122,7 +143,7 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
     check_alloc(shape, dtype, "attention's logits (..., H, T, S)")
     if bias is not None:
-        bias = as_float_array(bias, "bias")
+        bias = as_float_array(bias, "bias", finite=False)                 # -inf: a masked entry
         check_broadcast(bias, "bias", shape)
     if mask is not None:
         mask = np.asarray(mask)
@@ -134,10 +155,10 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         logits = (q * dtype.type(scale)).astype(dtype, copy=False) @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)  # (..., H, T, S)
         if bias is not None:
             logits = logits + bias.astype(dtype, copy=False)
-    if not np.isfinite(logits).all():
-        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
-    if mask is not None:
-        logits = np.where(mask, logits, dtype.type(-np.inf))               # masked -> -inf
+    allowed = _allowed(bias, mask)                                        # mask, and bias > -inf
+    _check_logits(logits, bias, allowed, dtype)
+    if allowed is not None:
+        logits = np.where(allowed, logits, dtype.type(-np.inf))            # masked -> -inf
     if sinks is None:
         weights = softmax(logits, axis=-1)                                # (..., H, T, S)
     else:                                                                 # [logits | sink], sink dropped after

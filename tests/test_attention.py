@@ -125,3 +125,57 @@ def test_attention_refuses_logits_that_overflow():
     k = np.full((1, 2, 4), 4e19, np.float32)
     with pytest.raises(ValueError, match="overflow"):
         attention(q, k, k)
+
+
+def test_minus_inf_bias_masks_the_key_hand_worked():
+    # One query, keys with logits [0, ln 3, 5]; a bias of -inf on the third leaves the softmax of
+    # [0, ln 3]: weights [1/4, 3/4, 0], out = 1/4 v0 + 3/4 v1. D = 1, scale 1, so q . k = k.
+    q = np.array([[[1.0]]])
+    k = np.array([[[0.0], [math.log(3.0)], [5.0]]])
+    v = np.array([[[4.0, 0.0], [0.0, 8.0], [100.0, 100.0]]])
+    out, w = attention(q, k, v, bias=np.array([[0.0, 0.0, -np.inf]]), scale=1.0, return_weights=True)
+    np.testing.assert_allclose(w, [[[0.25, 0.75, 0.0]]], rtol=1e-15)
+    np.testing.assert_allclose(out, [[[1.0, 6.0]]], rtol=1e-15)
+    # a row whose every bias is -inf has no key: zero weights, zero output, as under the mask
+    out = attention(q, k, v, bias=np.full((1, 3), -np.inf), scale=1.0)
+    np.testing.assert_array_equal(out, 0.0)
+
+
+def test_entries_under_the_mask_are_not_read():
+    # NaN or +inf where the mask forbids: the result is the one with zeros there.
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 6, 4)) for _ in range(3))
+    mask = causal_mask(6, 6)
+    bias = rng.standard_normal((2, 6, 6))
+    dirty = bias.copy()
+    dirty[:, ~mask] = np.nan
+    dirty[0, 0, 5] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = attention(q, k, v, bias=dirty, mask=mask)
+    np.testing.assert_array_equal(got, attention(q, k, v, bias=np.where(mask, bias, 0.0), mask=mask))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_plus_inf_where_a_query_attends_is_refused(bad):
+    q = np.zeros((1, 3, 2))
+    bias = np.zeros((3, 3))
+    bias[2, 1] = bad
+    with pytest.raises(ValueError, match="bias must not hold NaN or \\+inf where the mask lets a query attend"):
+        attention(q, q, q, bias=bias, mask=causal_mask(3, 3))
+    bias[1, 2] = bad                                                      # under the causal mask only: read nowhere
+    bias[2, 1] = 0.0
+    attention(q, q, q, bias=bias, mask=causal_mask(3, 3))
+
+
+def test_an_overflowing_logit_is_refused_unless_the_bias_masks_it():
+    # scale q . k = (1/sqrt 2) 2 (2e19)^2 ~ 5.7e38 > float32's 3.4e38 at (0, 0) only.
+    q = np.zeros((1, 2, 2), np.float32)
+    q[0, 0] = 2e19
+    bias = np.zeros((2, 2), np.float32)
+    with np.errstate(over="ignore"):
+        with pytest.raises(ValueError, match="overflow"):
+            attention(q, q, q, bias=bias)
+        bias[0, 0] = -np.inf                                              # that key is masked: not read
+        out = attention(q, q, q, bias=bias)
+    np.testing.assert_array_equal(out[0, 0], q[0, 1])                     # all weight on key 1

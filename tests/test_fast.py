@@ -81,8 +81,8 @@ def test_attention_recognises_the_causal_mask_and_skips_future_blocks():
 
 
 @pytest.mark.parametrize("bad, error, match", [
-    (dict(bias=np.full((2, 300, 300), np.nan)), ValueError, "bias must be finite"),
-    (dict(bias=np.full((2, 300, 300), -np.inf)), ValueError, "bias must be finite"),
+    (dict(bias=np.full((2, 300, 300), np.nan)), ValueError, "bias must not hold NaN or \\+inf"),
+    (dict(bias=np.full((2, 300, 300), np.inf)), ValueError, "bias must not hold NaN or \\+inf"),
     (dict(bias=np.zeros((3, 300, 300))), ValueError, "bias of shape"),
     (dict(mask=np.ones((300, 300))), TypeError, "mask must be a boolean"),
     (dict(mask=np.ones((300, 300), np.int8)), TypeError, "mask must be a boolean"),
@@ -105,8 +105,35 @@ def test_attention_errors_on_the_kernel_path():
     assert 4 * 300 * 300 >= fa._DENSE_LOGITS
     with pytest.raises(TypeError, match="mask must be a boolean"):
         fa.attention(q, k, v, mask=np.ones((300, 300)))
-    with pytest.raises(ValueError, match="bias must be finite"):
-        fa.attention(q, k, v, bias=np.full((300, 300), -np.inf))
+    for bad in (np.nan, np.inf):                                           # one entry a query attends to
+        bias = np.zeros((300, 300))
+        bias[200, 17] = bad
+        with pytest.raises(ValueError, match="bias must not hold NaN or \\+inf"):
+            fa.attention(q, k, v, bias=bias, mask=attention.causal_mask(300, 300))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_minus_inf_in_the_bias_masks_and_masked_entries_are_not_read(dtype):
+    # On the kernel path: -inf entries in the bias (scattered, on the diagonal, whole rows) and NaN or
+    # +inf under the causal mask give the reference's result, and the reference's result is the one
+    # with those entries moved into the boolean mask and zeros in the bias (the definition).
+    rng = np.random.default_rng(12)
+    T = 520
+    q, k, v = _qkv(rng, (2,), T, T, 8, 8, dtype)
+    bias = rng.standard_normal((2, T, T)).astype(dtype)
+    blocked = rng.random((2, T, T)) < 0.3
+    blocked[:, np.arange(0, T, 7), np.arange(0, T, 7)] = True             # some diagonal keys
+    blocked[1, 300] = True                                                 # a row with no key at all
+    causal = attention.causal_mask(T, T)
+    dirty = np.where(blocked, -np.inf, bias)
+    dirty[:, ~causal] = np.where(rng.random((2, int((~causal).sum()))) < 0.5, np.nan, np.inf)
+    want = attention.attention(q, k, v, bias=np.where(blocked, 0, bias), mask=causal & ~blocked)
+    np.testing.assert_array_equal(want[1, 300], 0)
+    with np.errstate(invalid="raise", over="raise"):
+        ref = attention.attention(q, k, v, bias=dirty, mask=causal)
+        got = fa.attention(q, k, v, bias=dirty, mask=causal)
+    np.testing.assert_allclose(ref, want, **TOL[dtype])
+    np.testing.assert_allclose(got, want, **TOL[dtype])
 
 
 def test_attention_overflow_is_refused_on_the_kernel_path():

@@ -504,3 +504,18 @@ def test_blockwise_backward_names_a_non_callable_bias_grad_fn(backward):
     q, k, v, out, lse, dout = _small()
     with pytest.raises(TypeError, match="bias_grad_fn"):
         backward(q, k, v, out, lse, dout, bias_grad_fn=np.zeros((2, 3, 5)))
+
+
+def test_backward_with_minus_inf_bias_is_the_masked_backward():
+    # -inf in the bias is the mask: the same dq, dk, dv, and dbias = dS = 0 on those entries.
+    rng = np.random.default_rng(31)
+    q, k, v, dout = (rng.standard_normal((2, 5, 3)) for _ in range(4))
+    bias = rng.standard_normal((2, 5, 5))
+    blocked = rng.random((2, 5, 5)) < 0.3
+    blocked[1, 2] = True                                                  # a row with no key
+    got = A.attention_backward(q, k, v, dout, bias=np.where(blocked, -np.inf, bias))
+    want = A.attention_backward(q, k, v, dout, bias=bias, mask=~blocked)
+    for g, w in zip(got[:3], want[:3]):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(got[3][blocked], 0.0)
+    np.testing.assert_allclose(got[3], want[3], rtol=1e-13, atol=1e-15)

@@ -20,9 +20,10 @@ from the reference's running-max loop in how, not what:
   run on several threads where the BLAS is an OpenBLAS whose own threads can be paused (``_threads``).
 
 ``attention`` routes large problems through that kernel with the dense bias and mask sliced per
-block (a mask equal to ``causal_mask`` is recognised and skipped natively, and the finiteness the
-reference requires is read from row sums by BLAS, ``_all_finite``); small ones and
-``return_weights`` go to the reference.
+block (a mask equal to ``causal_mask`` is recognised and skipped natively; q, k and v are checked
+finite from row sums by BLAS, ``_all_finite``; the bias is not read beforehand: a NaN or ``+inf``
+where a query attends makes that row's sum non-finite, and the reference then decides); small
+ones and ``return_weights`` go to the reference.
 """
 
 from __future__ import annotations
@@ -59,11 +60,9 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         if not _all_finite(a, workers):
             check_finite(a, name)                                         # the reference's error
     scale = reference._scale(scale, q.shape[-1])
-    if bias is not None:
+    if bias is not None:                          # NaN or +inf where a query attends: caught by the kernel
         bias = as_float_array(bias, "bias", finite=False)
         check_broadcast(bias, "bias", shape)
-        if not _all_finite(bias, workers):
-            check_finite(bias, "bias")                                    # the reference's error
     causal, given = False, mask
     if mask is not None:
         mask = np.asarray(mask)
@@ -77,7 +76,8 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         return _run(q, k, v, dtype, scale, _BLOCK, shape[-1] - shape[-2], causal, _slicer(bias), _slicer(mask),
                     None, workers, source="bias")
     except Overflow:
-        # The kernel sums e^x v before dividing by the row sum, which can overflow where the
+        # A row sum that is not finite: NaN or +inf in the bias where a query attends (the
+        # reference names it), or e^x v summed before the division overflowing where the
         # reference's normalised weights do not (v near the dtype's largest value): it decides.
         return reference.attention(q, k, v, bias=bias, mask=given, scale=scale)
 
