@@ -38,6 +38,7 @@ from . import record as records
 from . import schemes as scheme_specs
 from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm, copy_parameters, learning_rate
+from .shards import Shards, shard_bounds
 from .tasks import KeyValueRecall, MarkovSource, TextSource
 
 __all__ = ["Settings", "QUICK", "run_one", "train", "evaluate", "record_path", "command_for"]
@@ -70,6 +71,7 @@ class Settings:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     clip: float = 1.0
+    shards: int = 2                      # the batch in this many parts, one process each (lab.shards)
     # markov source
     vocab: int = 32
     order: int = 2
@@ -182,28 +184,32 @@ class Progress:
 # ----------------------------------------------------------------------------- training
 
 def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule="cosine", min_lr_ratio=0.1,
-          weight_decay=0.1, clip=1.0, progress: Progress | None = None) -> dict:
-    """``steps`` AdamW steps on batches of ``task``; returns the loss curve (means over ~50 windows)."""
+          weight_decay=0.1, clip=1.0, shards: int = 1, progress: Progress | None = None) -> dict:
+    """``steps`` AdamW steps on batches of ``task``; returns the loss curve (means over ~50 windows).
+
+    Each batch's gradient is computed in ``shards`` parts, side by side in processes where there
+    are cores for them (``lab.shards``); the count, not the cores, sets the last bits."""
+    shard_bounds(batch, shards)                                         # checks before any work
     opt = AdamW(model.params, weight_decay=weight_decay)
     window = max(1, steps // 50)
     curve_step, curve_loss, acc = [], [], []
     start = time.perf_counter()
-    for step in range(steps):
-        x, y, w = task.sample(rng, batch, length)
-        out = model.forward(x, y, weights=w)
-        if not math.isfinite(out["loss"]):
-            raise FloatingPointError(f"the training loss became {out['loss']} at step {step}")
-        grads = model.backward(out["context"])
-        clip_by_global_norm(grads, clip)
-        opt.step(grads, learning_rate(step, lr=lr, steps=steps, warmup=warmup, schedule=schedule,
-                                      min_ratio=min_lr_ratio))
-        acc.append(out["loss"])
-        if len(acc) == window or step == steps - 1:
-            curve_step.append(step + 1)
-            curve_loss.append(float(np.mean(acc)))
-            acc = []
-        if progress is not None:
-            progress.update(step + 1, f"loss {out['loss']:.3f}")
+    with Shards(model, shards) as split:
+        for step in range(steps):
+            x, y, w = task.sample(rng, batch, length)
+            loss, grads = split.gradients(x, y, w)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"the training loss became {loss} at step {step}")
+            clip_by_global_norm(grads, clip)
+            opt.step(grads, learning_rate(step, lr=lr, steps=steps, warmup=warmup, schedule=schedule,
+                                          min_ratio=min_lr_ratio))
+            acc.append(loss)
+            if len(acc) == window or step == steps - 1:
+                curve_step.append(step + 1)
+                curve_loss.append(float(np.mean(acc)))
+                acc = []
+            if progress is not None:
+                progress.update(step + 1, f"loss {loss:.3f}")
     tail = curve_loss[-max(1, len(curve_loss) // 10):]
     return {"curve": {"step": curve_step, "loss": curve_loss}, "final_loss": float(np.mean(tail)),
             "seconds": time.perf_counter() - start}
@@ -348,6 +354,9 @@ def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
     """Train and evaluate one (task, scheme, seed); write the record into ``out`` (if given); return it."""
     keep_freed_memory()
     t0 = time.perf_counter()
+    shard_bounds(settings.batch, settings.shards)                       # both batches split: checked up front
+    if settings.scheme == "rope" and settings.extensions:
+        shard_bounds(max(1, settings.batch // settings.finetune_factor), settings.shards)
     task = settings.make_task()
     spec = scheme_specs.default_spec(settings.scheme, settings.length)
     config = settings.model_config(task.vocab_size, spec)
@@ -356,7 +365,7 @@ def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
     trained = train(model, task, np.random.default_rng([settings.seed, 0]), length=settings.length,
                     batch=settings.batch, steps=settings.steps, lr=settings.lr, warmup=settings.warmup,
                     schedule=settings.schedule, min_lr_ratio=settings.min_lr_ratio,
-                    weight_decay=settings.weight_decay, clip=settings.clip,
+                    weight_decay=settings.weight_decay, clip=settings.clip, shards=settings.shards,
                     progress=Progress(label + " train", settings.steps, enabled=verbose))
     results = {}
     entries, secs = _evaluate_all(lambda n: (model, spec), task, settings, label, verbose=verbose)
@@ -410,7 +419,8 @@ def _rope_extensions(model: Model, task, settings: Settings, label: str, verbose
     ft = train(tuned, task, np.random.default_rng([settings.seed, 2]), length=s * L, batch=max(1, settings.batch // s),
                steps=settings.finetune_steps, lr=settings.finetune_lr, warmup=max(1, settings.finetune_steps // 10),
                schedule="cosine", min_lr_ratio=settings.min_lr_ratio, weight_decay=settings.weight_decay,
-               clip=settings.clip, progress=Progress(f"{label} pi-finetune", settings.finetune_steps, enabled=verbose))
+               clip=settings.clip, shards=settings.shards,
+               progress=Progress(f"{label} pi-finetune", settings.finetune_steps, enabled=verbose))
     entries, secs = _evaluate_all(lambda n: (tuned, spec), task, settings, f"{label} pi-finetune", verbose=verbose)
     out["pi-finetune"] = {"spec": spec, "lengths": entries, "seconds": secs + ft["seconds"],
                           "finetune": {"length": s * L, "batch": max(1, settings.batch // s),

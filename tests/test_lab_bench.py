@@ -6,6 +6,7 @@ import pytest
 
 from lab import bench
 from lab.memory import keep_freed_memory
+from minipos.fast._threads import cores
 
 TINY = dict(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8, rounds=1, repeats=1, warmup=1)
 
@@ -15,6 +16,7 @@ def test_step_ratio_on_tiny_sizes(monkeypatch):
     monkeypatch.setattr(bench, "SETTLE", 0.0)
     got = bench.step_ratio(details=True, **TINY)
     assert got["ratio"] > 0 and got["numpy_s"] > 0 and got["torch_s"] > 0
+    assert got["numpy_processes"] == min(2, cores())                   # the protocol's 2 shards, a core each
     assert bench.step_ratio(clock="process", **TINY) > 0
     with pytest.raises(ValueError, match="clock"):
         bench.step_ratio(clock="cycles", **TINY)
@@ -44,6 +46,14 @@ def test_step_ratio_without_torch(monkeypatch, capsys):
     assert bench.step_ratios(["nope"], **TINY) is None
     assert "torch is not installed" in capsys.readouterr().err
     assert bench.torch_step_time(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8) is None
+
+
+def test_numpy_step_time_in_shards():
+    sizes = dict(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=4, length=8, repeats=1, warmup=1)
+    assert bench.numpy_step_time(**sizes) > 0
+    assert bench.numpy_step_time(shards=1, **sizes) > 0
+    with pytest.raises(ValueError, match="shards"):
+        bench.numpy_step_time(shards=0, **sizes)
 
 
 def test_keep_freed_memory_is_idempotent():

@@ -26,6 +26,7 @@ shares a large copy among threads the same way (no BLAS involved, so on any plat
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -33,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from .._checks import check_positive_int
 
-__all__ = ["cores", "default_workers", "copy", "matmul", "run"]
+__all__ = ["cores", "default_workers", "copy", "matmul", "run", "one_blas_thread"]
 
 
 def cores() -> int:
@@ -115,6 +116,20 @@ def _exit() -> None:
         _active -= 1
         if _active == 0 and blas is not None and _saved is not None and blas[0]() == 1:
             blas[1](_saved)                             # unless someone set another count meanwhile
+
+
+@contextlib.contextmanager
+def one_blas_thread(active: bool = True):
+    """Within the block, the BLAS runs on one thread (when ``active``; nested sections and ``run``'s
+    share the count saved by the first): for callers that run their own processes or threads."""
+    if not active:
+        yield
+        return
+    _enter()
+    try:
+        yield
+    finally:
+        _exit()
 
 
 def _after_fork_in_child() -> None:
