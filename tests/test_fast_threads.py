@@ -162,6 +162,21 @@ def test_a_count_set_by_another_thread_during_a_section_is_kept(monkeypatch):
     assert state["n"] == 3
 
 
+def test_one_blas_thread_nests_and_restores_even_after_an_error(monkeypatch):
+    state = {"n": 4}
+    monkeypatch.setattr(_threads, "_openblas", lambda: (lambda: state["n"], lambda n: state.__setitem__("n", n)))
+    with _threads.one_blas_thread():
+        assert state["n"] == 1
+        with _threads.one_blas_thread():
+            assert state["n"] == 1
+        assert state["n"] == 1                                # the outer section still holds it
+    assert state["n"] == 4
+    with pytest.raises(KeyError):
+        with _threads.one_blas_thread():
+            raise KeyError("boom")
+    assert state["n"] == 4 and _threads._active == 0
+
+
 @pytest.mark.parametrize("shape", [(5, 7), (2, 3, 8), (1, 1)])
 def test_matmul_on_threads_is_the_product(shape, monkeypatch):
     # Rows shared among workers give a @ b (each row is the same dot products, one thread each).

@@ -119,12 +119,9 @@ def _exit() -> None:
 
 
 @contextlib.contextmanager
-def one_blas_thread(active: bool = True):
-    """Within the block, the BLAS runs on one thread (when ``active``; nested sections and ``run``'s
-    share the count saved by the first): for callers that run their own processes or threads."""
-    if not active:
-        yield
-        return
+def one_blas_thread():
+    """Within the block the BLAS runs on one thread (nested sections and ``run``'s share the count
+    saved by the first): for callers that run their own processes or threads beside it."""
     _enter()
     try:
         yield
