@@ -17,7 +17,9 @@ in this process or side by side in forked workers, they give the same bits (the 
 One shard is the plain step, bit for bit.
 
 Workers are forked from this process when ``Shards`` starts (Linux and other systems with
-``fork``; elsewhere the shards run here, one after the other). Each holds a copy of the model;
+``fork``; elsewhere the shards run here, one after the other). The fork copies a process that may
+have threads (OpenBLAS's, minipos's idle pool), which Python 3.12+ warns about; the worker uses
+none of them (``minipos.fast._threads`` starts a forked child afresh). Each holds a copy of the model;
 before a step this process writes its parameters into shared memory, each worker copies them in,
 runs its shard and writes its gradients back into shared memory. While the workers live, every
 process runs its BLAS on one thread: OpenBLAS's idle threads spin for a while after each call, and
