@@ -321,6 +321,7 @@ def test_apply_rope_split_angles_at_far_positions():
     (dict(inv_freq=[1e308] * 4), ValueError, "finite"),
     (dict(attention_factor=0.0), ValueError, "attention_factor"),
     (dict(attention_factor=3e38), ValueError, "overflows float32"),
+    (dict(attention_factor=1e39), ValueError, "overflows float32"),          # the factor itself: cos 1e39
     (dict(base=2.0, inv_freq=[1.0] * 4), ValueError, "either base or inv_freq"),
 ])
 def test_apply_rope_errors_are_the_references(bad, error, match):

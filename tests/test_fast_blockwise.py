@@ -150,6 +150,29 @@ def test_a_block_no_head_can_reach_is_skipped_before_bias_fn_is_called():
     np.testing.assert_allclose(out, attention(q, k, v, bias=bias, mask=causal_mask(12, 12)), atol=1e-12)
 
 
+def test_the_backward_skips_a_block_no_head_can_reach_too():
+    # The same slope-1000 bias through the backward: off-diagonal blocks are skipped before bias_fn
+    # (P = 0 there), and the gradients equal the reference's, whose blocks are all computed.
+    from minipos.attention import blockwise_attention_backward as reference_backward
+    rng = np.random.default_rng(13)
+    q, k, v, dout = (rng.standard_normal((2, 12, 4)) for _ in range(4))
+    bias, bound = _alibi_like(2, 12, [1000.0, 1000.0], np.float64)
+    out, lse = blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=4,
+                                   return_lse=True)
+    calls = []
+
+    def bias_fn(qs, ks):
+        calls.append((qs.start, ks.start))
+        return bias[:, qs, ks]
+    got = fa.blockwise_attention_backward(q, k, v, out, lse, dout, bias_fn=bias_fn, causal=True, block_size=4,
+                                          bias_max_fn=bound, workers=1)
+    assert sorted(calls) == [(0, 0), (4, 4), (8, 8)]
+    want = reference_backward(q, k, v, out, lse, dout, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True,
+                              block_size=4)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
 def test_bias_max_fn_errors_are_named():
     q, k, v = _qkv((2,), 8, 8)
     with pytest.raises(TypeError, match="bias_max_fn must be a callable"):
