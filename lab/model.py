@@ -35,7 +35,7 @@ __all__ = [
     "ModelConfig", "Model", "AdamW", "learning_rate", "clip_by_global_norm",
     "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "gelu", "gelu_backward",
     "relu", "relu_backward", "mlp", "mlp_backward", "embedding_backward", "cross_entropy",
-    "cross_entropy_backward", "copy_parameters",
+    "cross_entropy_backward", "weight_total", "weighted_mean", "copy_parameters",
 ]
 
 EPS = 1e-5  # the norms' epsilon (torch's LayerNorm default)
@@ -198,13 +198,19 @@ def cross_entropy_backward(cache):
     p[np.arange(len(targets)), targets] -= 1.0
     if weights is None:
         return p / len(targets)
-    return p * (weights / max(float(weights.sum()), 1.0))[:, None].astype(p.dtype)
+    return p * (weights / weight_total(weights, len(targets)))[:, None].astype(p.dtype)
+
+
+def weight_total(weights, count: int) -> float:
+    """The denominator of the weighted mean loss: ``sum(weights)``, at least 1 (so a batch without
+    weight has loss 0, not NaN), or ``count`` tokens without weights."""
+    return float(count) if weights is None else max(float(weights.sum()), 1.0)
 
 
 def weighted_mean(losses, weights=None) -> float:
     if weights is None:
         return float(np.mean(losses, dtype=np.float64))
-    return float(np.sum(losses * weights, dtype=np.float64) / max(float(weights.sum()), 1.0))
+    return float(np.sum(losses * weights, dtype=np.float64) / weight_total(weights, len(losses)))
 
 
 # ----------------------------------------------------------------------------- the model
