@@ -101,13 +101,19 @@ def _allowed(bias, mask):
     return open_ if mask is None else mask & open_
 
 
+def _check_bias(bias, allowed) -> None:
+    """Raise if the bias holds NaN or ``+inf`` where a query may attend (``allowed``, ``None``: everywhere)."""
+    where = True if allowed is None else allowed
+    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
+        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
+
+
 def _check_logits(logits, bias, allowed, dtype) -> None:
     """Raise unless every logit a query may attend to is finite (entries not ``allowed`` are not read):
     NaN or ``+inf`` in the bias is a ``ValueError`` naming it; any other non-finite logit is
     ``scale * q . k + bias`` overflowing (``Overflow``)."""
+    _check_bias(bias, allowed)
     where = True if allowed is None else allowed
-    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
-        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
     if np.any(~np.isfinite(logits) & where):
         raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
 

@@ -112,6 +112,28 @@ def test_attention_errors_on_the_kernel_path():
             fa.attention(q, k, v, bias=bias, mask=attention.causal_mask(300, 300))
 
 
+def test_a_nan_bias_is_named_without_the_references_dense_logits(monkeypatch):
+    # The kernel meets the NaN; naming it must not need the (H, T, S) logits the reference would
+    # build: with memory for less than those logits the error is still the bias's.
+    from minipos import _checks
+    rng = np.random.default_rng(16)
+    q, k, v = _qkv(rng, (8,), 1024, 1024, 8, 8, np.float32)
+    bias = np.zeros((1024, 1024), np.float32)
+    bias[700, 3] = np.nan
+    monkeypatch.setattr(_checks, "MAX_BYTES", 16 << 20)                   # the logits alone take 32 MiB
+    with pytest.raises(ValueError, match="bias must not hold NaN"):
+        fa.attention(q, k, v, bias=bias, mask=attention.causal_mask(1024, 1024))
+    bias[700, 3] = 0.0
+    fa.attention(q, k, v, bias=bias, mask=attention.causal_mask(1024, 1024))   # runs: the kernel needs no logits
+
+
+def test_longdouble_on_the_kernel_path_is_the_reference():
+    rng = np.random.default_rng(17)
+    q, k, v = (a.astype(np.longdouble) for a in _qkv(rng, (2,), 400, 400, 4, 4, np.float64))
+    np.testing.assert_allclose(fa.attention(q, k, v, mask=attention.causal_mask(400, 400)),
+                               attention.attention(q, k, v, mask=attention.causal_mask(400, 400)), rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_minus_inf_in_the_bias_masks_and_masked_entries_are_not_read(dtype):
     # On the kernel path: -inf entries in the bias (scattered, on the diagonal, whole rows) and NaN or

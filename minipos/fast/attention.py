@@ -72,13 +72,18 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         if _is_causal(mask, shape[-2], shape[-1]):
             causal, mask = True, None                                     # skipped natively, block by block
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    if dtype not in _FLUSH:                                                # longdouble: the reference
+        return reference.attention(q, k, v, bias=bias, mask=given, scale=scale)
     try:
         return _run(q, k, v, dtype, scale, _BLOCK, shape[-1] - shape[-2], causal, _slicer(bias), _slicer(mask),
                     None, workers, source="bias")
     except Overflow:
-        # A row sum that is not finite: NaN or +inf in the bias where a query attends (the
-        # reference names it), or e^x v summed before the division overflowing where the
-        # reference's normalised weights do not (v near the dtype's largest value): it decides.
+        # A row sum that is not finite: NaN or +inf in the bias where a query attends (named here,
+        # without the reference's dense logits), or e^x v summed before the division overflowing
+        # where the reference's normalised weights do not (v near the dtype's largest value): the
+        # reference decides.
+        if bias is not None:
+            reference._check_bias(bias, reference._allowed(bias, given))
         return reference.attention(q, k, v, bias=bias, mask=given, scale=scale)
 
 
