@@ -127,6 +127,21 @@ def test_a_nan_bias_is_named_without_the_references_dense_logits(monkeypatch):
     fa.attention(q, k, v, bias=bias, mask=attention.causal_mask(1024, 1024))   # runs: the kernel needs no logits
 
 
+def test_a_bias_that_rounds_to_minus_inf_in_the_logits_dtype_masks_in_both():
+    # float32 logits, a float64 bias of -1e39 (below float32's range): in the logits' dtype it is
+    # -inf, a masked key, for the reference as for the kernel, which casts each block
+    rng = np.random.default_rng(18)
+    q, k, v = _qkv(rng, (4,), 300, 300, 4, 4, np.float32)
+    blocked = rng.random((300, 300)) < 0.3
+    bias = np.where(blocked, -1e39, 0.0)
+    causal = attention.causal_mask(300, 300)
+    want = attention.attention(q, k, v, mask=causal & ~blocked)
+    with np.errstate(over="raise"):
+        ref = attention.attention(q, k, v, bias=bias, mask=causal)
+    np.testing.assert_allclose(ref, want, **TOL[np.float32])
+    np.testing.assert_allclose(fa.attention(q, k, v, bias=bias, mask=causal), want, **TOL[np.float32])
+
+
 def test_longdouble_on_the_kernel_path_is_the_reference():
     rng = np.random.default_rng(17)
     q, k, v = (a.astype(np.longdouble) for a in _qkv(rng, (2,), 400, 400, 4, 4, np.float64))
