@@ -159,10 +159,10 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
 
     with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
         logits = (q * dtype.type(scale)).astype(dtype, copy=False) @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)  # (..., H, T, S)
-        if bias is not None:
-            bias = bias.astype(dtype, copy=False)                        # what rounds to -inf there masks
-            logits = logits + bias
-    allowed = _allowed(bias, mask)                                        # mask, and bias > -inf
+        cast = None if bias is None else bias.astype(dtype, copy=False)  # what rounds to -inf there masks
+        if cast is not None:
+            logits = logits + cast
+    allowed = _allowed(cast, mask)                                        # mask, and bias > -inf
     _check_logits(logits, bias, allowed, dtype)
     if allowed is not None:
         logits = np.where(allowed, logits, dtype.type(-np.inf))            # masked -> -inf
