@@ -152,9 +152,10 @@ def lab_step_rows(quick: bool) -> list[Row]:
     sys.path.insert(0, str(ROOT))
     from lab.bench import step_ratios
     got = step_ratios(names, rounds=2 if quick else 5, repeats=2 if quick else 8, warmup=1 if quick else 3)
+    note = "torch on {} threads, NumPy in {} processes"
     return [Row(title.format(name, g["torch_scheme"]), g["numpy_s"], g["torch_s"], g["ratio"], "< 2.0",
-                g["ratio"] < 2.0,
-                note=f"torch on {g['torch_threads']} threads, NumPy in {g['numpy_processes']} processes") for name, g in got.items()]
+                g["ratio"] < 2.0, note=note.format(g["torch_threads"], g["numpy_processes"]))
+            for name, g in got.items()]
 
 
 def _interleaved_clocks(f, g, repeats: int) -> tuple[float, float, float]:

@@ -337,7 +337,8 @@ def step_ratios(schemes=None, *, length: int = 64, **kwargs) -> dict | None:
     """``step_ratio(details=True)`` for each scheme of the lab (by name, default ``lab.schemes.ORDER``,
     configured as the protocol configures it for ``length``), each against its torch model (the same
     scheme, or RoPE where ``torch_model`` does not implement it, as ``"torch_scheme"`` says):
-    ``{name: {"ratio", "numpy_s", "torch_s", "torch_threads", "numpy_processes", "torch_scheme"}}``, or ``None`` without torch."""
+    ``{name: {"ratio", "numpy_s", "torch_s", "torch_threads", "numpy_processes", "torch_scheme"}}``, or ``None``
+    without torch."""
     from . import schemes as specs
     out = {}
     for name in specs.ORDER if schemes is None else schemes:

@@ -114,6 +114,11 @@ class Settings:
             return TextSource(self.text)
         raise ValueError(f"task must be markov, retrieval or text; got {self.task!r}")
 
+    @property
+    def finetune_batch(self) -> int:
+        """Sequences per fine-tune step: ``batch / finetune_factor``, so a step holds as many tokens."""
+        return max(1, self.batch // self.finetune_factor)
+
     def lengths(self) -> list[int]:
         return [self.length * int(f) for f in self.eval_factors]
 
@@ -356,7 +361,7 @@ def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
     t0 = time.perf_counter()
     shard_bounds(settings.batch, settings.shards)                       # both batches split: checked up front
     if settings.scheme == "rope" and settings.extensions:
-        shard_bounds(max(1, settings.batch // settings.finetune_factor), settings.shards)
+        shard_bounds(settings.finetune_batch, settings.shards)
     task = settings.make_task()
     spec = scheme_specs.default_spec(settings.scheme, settings.length)
     config = settings.model_config(task.vocab_size, spec)
@@ -416,13 +421,13 @@ def _rope_extensions(model: Model, task, settings: Settings, label: str, verbose
     spec = {"name": "rope", "scaling": {"rope_type": "linear", "factor": float(s)}}
     tuned = Model(replace(model.config, scheme=spec), seed=settings.seed)
     copy_parameters(model, tuned)
-    ft = train(tuned, task, np.random.default_rng([settings.seed, 2]), length=s * L, batch=max(1, settings.batch // s),
+    ft = train(tuned, task, np.random.default_rng([settings.seed, 2]), length=s * L, batch=settings.finetune_batch,
                steps=settings.finetune_steps, lr=settings.finetune_lr, warmup=max(1, settings.finetune_steps // 10),
                schedule="cosine", min_lr_ratio=settings.min_lr_ratio, weight_decay=settings.weight_decay,
                clip=settings.clip, shards=settings.shards,
                progress=Progress(f"{label} pi-finetune", settings.finetune_steps, enabled=verbose))
     entries, secs = _evaluate_all(lambda n: (tuned, spec), task, settings, f"{label} pi-finetune", verbose=verbose)
     out["pi-finetune"] = {"spec": spec, "lengths": entries, "seconds": secs + ft["seconds"],
-                          "finetune": {"length": s * L, "batch": max(1, settings.batch // s),
+                          "finetune": {"length": s * L, "batch": settings.finetune_batch,
                                        "steps": settings.finetune_steps, "lr": settings.finetune_lr, **ft}}
     return out

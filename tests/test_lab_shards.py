@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lab import shards as S
-from lab.model import AdamW, Model, ModelConfig, clip_by_global_norm
+from lab.model import AdamW, Model, ModelConfig, clip_by_global_norm, learning_rate
 from lab.run import train
 from lab.shards import Shards, shard_bounds
 from lab.tasks import KeyValueRecall
@@ -214,7 +214,6 @@ def test_train_uses_the_shards():
     def by_hand(shards):
         model, rng = tiny(vocab=task.vocab_size), np.random.default_rng(9)
         opt = AdamW(model.params, weight_decay=0.1)
-        from lab.model import learning_rate
         with Shards(model, shards, workers=1) as split:
             for step in range(4):
                 x, y, w = task.sample(rng, 4, 12)
@@ -228,4 +227,5 @@ def test_train_uses_the_shards():
     assert all(np.array_equal(model.params[k], want[k]) for k in want)
     assert not all(np.array_equal(model.params[k], other[k]) for k in other)
     with pytest.raises(ValueError, match="batch of 4"):
-        train(tiny(vocab=task.vocab_size), task, np.random.default_rng(9), length=12, batch=4, steps=1, lr=1e-2, warmup=1, shards=5)
+        train(tiny(vocab=task.vocab_size), task, np.random.default_rng(9), length=12, batch=4, steps=1, lr=1e-2,
+              warmup=1, shards=5)

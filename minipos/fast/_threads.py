@@ -21,7 +21,9 @@ attention can run on several cores from Python threads. Two things decide whethe
   BLAS keeps its own threading. ``workers=N`` asks for N threads regardless.
 
 ``MINIPOS_NUM_THREADS`` caps the default number of workers (``1`` turns threading off). ``copy``
-shares a large copy among threads the same way (no BLAS involved, so on any platform).
+shares a large copy among threads the same way (no BLAS involved, so on any platform), and
+``matmul`` a large product's rows (the BLAS paused). ``one_blas_thread`` holds the BLAS at one
+thread for a caller that runs its own threads or processes beside it (the lab's shards).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import ctypes
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
 
 from .._checks import check_positive_int
 
@@ -156,7 +160,6 @@ def copy(src):
     """A C-contiguous copy of ``src`` (ndim >= 2), its rows (axis -2) shared among threads when it
     is large: a fresh array's pages are zeroed by the kernel on first touch, and two threads
     fault them in and fill them about 1.5 times as fast as one on a 2-core machine."""
-    import numpy as np
     out = np.empty(src.shape, src.dtype)
     workers = copy_workers()
     if out.nbytes < _THREADED_COPY or workers == 1 or src.shape[-2] < 2 * workers:
@@ -182,7 +185,6 @@ def matmul(a, b, workers: int):
     measured here they slowed a blockwise kernel started right after a projection from 55 to
     80 ms. The workers follow the caller's ``np.errstate``.
     """
-    import numpy as np
     rows = a.reshape(-1, a.shape[-1])
     if workers == 1 or rows.shape[0] < 2 * workers or rows.shape[0] * a.shape[-1] * b.shape[-1] < _THREADED_MATMUL:
         return a @ b
