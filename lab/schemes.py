@@ -1,7 +1,7 @@
 """The schemes under test, as plain specs: ``{"name": ..., **keyword arguments of the minipos class}``.
 
 A spec is what a record stores, so a record says exactly which scheme ran. ``build(spec)`` makes a
-new ``minipos.layer`` scheme from it (one per layer: a scheme belongs to one layer).
+new scheme from it through ``minipos.schemes`` (one per layer: a scheme belongs to one layer).
 
 ``default_spec(name, train_length)`` sets the schemes that have a length-dependent configuration
 the way their papers relate it to the training length:
@@ -18,12 +18,13 @@ RoPE's context extensions (``EXTENSIONS``) are RoPE specs with a ``scaling`` dic
 
 from __future__ import annotations
 
-from minipos import layer
+from minipos import schemes
+from minipos.seams import Scheme
 
 __all__ = ["ORDER", "EXTENSIONS", "default_spec", "build", "extension_spec", "label"]
 
-ORDER = ("nope", "sinusoidal", "learned", "alibi", "t5", "transformer-xl", "deberta", "rope", "xpos")
-"""Every scheme of the protocol, by the ``name`` of its minipos class."""
+ORDER = tuple(name for name, entry in schemes.ENTRIES.items() if entry.lab)
+"""Every scheme of the protocol, by the ``name`` of its minipos class: the registry's ``lab`` entries."""
 
 EXTENSIONS = ("linear", "ntk", "dynamic", "yarn")
 """RoPE extended to a longer length without training (``minipos.rope_scaling`` kinds)."""
@@ -58,14 +59,10 @@ def extension_spec(kind: str, train_length: int, factor: float) -> dict:
     return {"name": "rope", "scaling": scaling}
 
 
-def build(spec: dict) -> layer.Scheme:
+def build(spec: dict) -> Scheme:
     """A new minipos scheme instance from its spec."""
     spec = dict(spec)
-    name = spec.pop("name")
-    cls = layer.SCHEMES.get(name)
-    if cls is None:
-        raise ValueError(f"unknown scheme {name!r}; minipos has {', '.join(layer.SCHEMES)}")
-    return cls(**spec)
+    return schemes.build(spec.pop("name"), spec)
 
 
 def label(spec: dict) -> str:

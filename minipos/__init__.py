@@ -28,17 +28,25 @@ attention (minipos.mla).
 
 __version__ = "0.1.0"
 
-from . import (alibi, attention, deberta, irope, local_global, mrope, rope, rope_scaling, shaw,  # noqa: E402
-               sinusoidal, t5, transformer_xl, xpos)
-from . import mla, streaming  # noqa: E402  (built on the layer)
+from . import (alibi, attention, cache, deberta, irope, local_global, masks, mrope, rope, rope_scaling,  # noqa: E402
+               schemes, seams, shaw, sinusoidal, t5, transformer_xl, xpos)
+from . import layer, mla, streaming  # noqa: E402  (built on the layer)
 from .attention import causal_mask, softmax  # noqa: E402
-from .layer import (ALiBi, DeBERTa, KVCache, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE,  # noqa: E402
-                    NoPETemperature, Rotary, Shaw, Sinusoidal, T5Bias, TransformerXL, XPos)
+from .cache import KVCache  # noqa: E402
+from .layer import MultiHeadAttention  # noqa: E402
+from .schemes import ENTRIES, SCHEMES, class_named  # noqa: E402
 
 __all__ = [
-    "__version__", "alibi", "attention", "deberta", "irope", "local_global", "mla", "mrope", "rope",
-    "rope_scaling", "shaw", "sinusoidal", "streaming", "t5", "transformer_xl", "xpos",
-    "causal_mask", "softmax", "MultiHeadAttention", "KVCache",
-    "NoPE", "Sinusoidal", "LearnedAbsolute", "Rotary", "XPos", "ALiBi", "T5Bias", "TransformerXL", "DeBERTa",
-    "MRotary", "NoPETemperature", "Shaw",
+    "__version__", "alibi", "attention", "cache", "deberta", "irope", "layer", "local_global", "masks", "mla",
+    "mrope", "rope", "rope_scaling", "schemes", "seams", "shaw", "sinusoidal", "streaming", "t5",
+    "transformer_xl", "xpos", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "SCHEMES",
+    *(entry.cls.__name__ for entry in ENTRIES.values()),
 ]
+
+
+def __getattr__(name):
+    """The registered scheme classes by class name (``minipos.ALiBi``, ...), as in ``minipos.layer``."""
+    cls = class_named(name)
+    if cls is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return cls

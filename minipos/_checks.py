@@ -31,6 +31,9 @@ __all__ = [
     "check_float_dtype",
     "check_dout",
     "check_result",
+    "check_overflow",
+    "cast_grad",
+    "cast_grads",
     "Overflow",
 ]
 
@@ -278,3 +281,24 @@ def check_dout(dout, shape: tuple, source: str) -> np.ndarray:
         raise ValueError(f"dout must have the shape of the forward's output (..., H, T, S) = {tuple(shape)} "
                          f"({source}), got shape {dout.shape}")
     return dout
+
+
+def check_overflow(out: np.ndarray, what: str, names: str) -> np.ndarray:
+    """``out`` if finite; raise ``ValueError`` if it (computed from finite inputs) overflowed its
+    dtype, naming ``what`` and the inputs ``names`` to rescale."""
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{what} overflows {out.dtype}; rescale {names}, or compute in float64")
+    return out
+
+
+def cast_grad(grad: np.ndarray, like: np.ndarray, name: str, inputs: str) -> np.ndarray:
+    """``grad`` in ``like``'s floating dtype, or raise naming ``name`` where it overflowed it
+    (``inputs``: the forward's inputs it was computed from, besides ``dout``)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        grad = grad.astype(like.dtype, copy=False)
+    return check_overflow(grad, f"the gradient of {name}", f"{inputs} or dout")
+
+
+def cast_grads(inputs: str, **grads) -> tuple:
+    """``cast_grad`` of each gradient ``name=(grad, input)``, in order."""
+    return tuple(cast_grad(grad, like, name, inputs) for name, (grad, like) in grads.items())

@@ -29,6 +29,8 @@ Conventions and pitfalls
   0.5 here); BLOOM computes in float32.
 
 Shapes: slopes ``(H,)``; positions ``(T,)`` / ``(S,)``; biases ``(H, T, S)``.
+
+The scheme class the layer runs, ``ALiBi``, is at the bottom of this module.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_positive_int, check_result
+from .seams import Scheme
 
-__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_backward", "alibi_bias_key_only"]
+__all__ = ["alibi_slopes", "alibi_bias", "alibi_bias_backward", "alibi_bias_key_only", "ALiBi"]
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -52,7 +55,7 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     return np.exp2(-exponents)                                   # (H,)
 
 
-def _check_slopes(slopes) -> np.ndarray:
+def check_slopes(slopes) -> np.ndarray:
     slopes = as_float_array(slopes, "slopes")
     if slopes.ndim != 1:
         raise ValueError(f"slopes must have shape (H,), got shape {slopes.shape}")
@@ -68,7 +71,7 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> 
     keys, so pair it with ``causal_mask``. Computed in float64; returned in the slopes' floating
     dtype (float32 slopes give float32, int slopes give float64).
     """
-    slopes = _check_slopes(slopes)
+    slopes = check_slopes(slopes)
     symmetric = check_bool(symmetric, "symmetric")
     i = as_positions(q_positions, "q_positions")
     j = as_positions(k_positions, "k_positions")
@@ -116,9 +119,38 @@ def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:
     ``k_positions = cumsum(attention_mask) - 1`` (positions counting real tokens only). In
     low precision the shift is no longer exact: ``m_h j`` grows with ``S``.
     """
-    slopes = _check_slopes(slopes)
+    slopes = check_slopes(slopes)
     j = as_positions(k_positions, "k_positions")
     m = slopes.astype(np.float64)[:, None, None]                        # (H, 1, 1)
     with np.errstate(over="ignore"):
         bias = (m * j[None, None, :]).astype(slopes.dtype, copy=False)  # +m_h j, (H, 1, S)
     return check_result(bias, "slopes times the key positions")
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class ALiBi(Scheme):
+    """Linear biases (Press et al. 2022): ``-m_h |i - j|`` by default, ``-m_h (i - j)`` with ``symmetric=False``.
+
+    The two agree on every entry a causal mask keeps, so the default is the paper's bias under
+    ``causal=True`` and the usual bidirectional variant without it. ``symmetric=False`` gives the
+    raw ``-m_h (i - j)``, which rewards future keys unless they are masked. ``slopes`` ``(H,)`` are
+    fixed (``alibi_slopes``), not learned.
+    """
+
+    name = "alibi"
+    seams = ("bias",)
+    terms = ("content-content", "position-position")
+
+    def __init__(self, *, symmetric: bool = True):
+        self.symmetric = check_bool(symmetric, "symmetric")
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.slopes = alibi_slopes(self.num_heads)  # (H,), fixed, not learned
+
+    def bias(self, q_positions, k_positions):
+        return alibi_bias(self.slopes, q_positions, k_positions, symmetric=self.symmetric)  # (H, T, S)
+
+    def __repr__(self) -> str:
+        return f"ALiBi(symmetric={self.symmetric})"

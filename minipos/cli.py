@@ -30,9 +30,10 @@ import numpy as np
 
 from . import __version__
 from ._checks import check_int
-from .layer import (ALiBi, DeBERTa, LearnedAbsolute, MRotary, MultiHeadAttention, NoPE, NoPETemperature, Rotary,
-                    Shaw, Sinusoidal, T5Bias, TransformerXL, XPos)
+from .layer import MultiHeadAttention
 from .mla import DecoupledRotary, MultiHeadLatentAttention
+from .rope_scaling import Rotary
+from .schemes import ENTRIES
 
 SHIFT_TOL = 1e-9    # float64 round-off allowed in the shift-invariance measurement
 TOUR_LIMITS = {"d_model": 512, "heads": 16, "seq_len": 64}  # a tour in seconds, in a few hundred MB
@@ -63,20 +64,18 @@ def check_tour_args(d_model, heads, seq_len, seed, *, names=None) -> None:
 
 
 def tour_schemes(seq_len: int) -> list:
-    """One instance of every scheme, configured as its reference models use it."""
-    # Llama 4's NoPE layers: the temperature steps up every floor_scale positions (8192 there, a small
-    # share of its context); here every seq_len // 8, so the tour's lengths see it.
-    return [NoPE(), Sinusoidal(), LearnedAbsolute(max_positions=seq_len), ALiBi(), T5Bias(),
-            TransformerXL(), DeBERTa(), Rotary(layout="half"), XPos(), MRotary(),
-            Shaw(max_relative_position=16), NoPETemperature(floor_scale=max(1, seq_len // 8)),
-            DecoupledRotary()]
+    """One instance of every registered scheme (``minipos.schemes``), as its entry's ``example``
+    configures it for the training length ``seq_len``."""
+    return [entry.cls(**entry.example(seq_len)) for entry in ENTRIES.values()]
 
 
 def tour_layers(seq_len: int) -> list:
-    """Layer configurations beside the schemes: ``(label, scheme, MultiHeadAttention keywords)``."""
+    """Layer configurations beside the schemes: ``(label, scheme, MultiHeadAttention keywords)``;
+    DeepSeek's decoupled RoPE runs in its own layer (``tour_layer``)."""
     window = max(1, seq_len // 4)
     chunk = max(2, 3 * seq_len // 8)          # not a divisor of the tour's shift T/2: chunk borders move
-    return [("rope+window", Rotary(layout="half"), {"sliding_window": window}),   # Mistral, Gemma's local layers
+    return [("mla-rope", DecoupledRotary(), {}),
+            ("rope+window", Rotary(layout="half"), {"sliding_window": window}),   # Mistral, Gemma's local layers
             ("rope+chunks", Rotary(layout="interleaved"), {"attention_chunk": chunk}),   # Llama 4's RoPE layers
             ("rope+sinks", Rotary(layout="half"), {"sinks": True})]                # gpt-oss's full layers
 

@@ -79,6 +79,8 @@ under its config keys (``position_buckets``, ``max_relative_positions``,
 or ``max_position`` it turns into. ``att_span`` is at most ``2**62`` (the index ``2 att_span - 1``
 must fit int64); relative positions are int64 and never wrap; shapes that do not match name
 both arrays; scores that overflow the floating dtype raise instead of returning inf.
+
+The scheme class the layer runs, ``DeBERTa``, is at the bottom of this module.
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from ._checks import (
+    cast_grad,
     check_dout,
+    check_overflow,
     as_float_array,
     as_positions,
     check_alloc,
@@ -99,6 +103,7 @@ from ._checks import (
     check_positive_int,
     float_dtype,
 )
+from .seams import Scheme
 
 __all__ = [
     "make_log_bucket_position",
@@ -113,6 +118,7 @@ __all__ = [
     "c2p_term_backward",
     "p2c_term_backward",
     "disentangled_scores_backward",
+    "DeBERTa",
 ]
 
 _POS_ATT_TYPES = ("c2p", "p2c")
@@ -299,13 +305,6 @@ def _index_for(relative_pos, att_span: int, out_shape: tuple, source: str) -> np
                          f"= {out_shape} ({source})") from None
 
 
-def _check_finite(out: np.ndarray, what: str, names: str) -> np.ndarray:
-    """``out`` if finite; raise if it (computed from finite inputs) overflowed its dtype."""
-    if not np.all(np.isfinite(out)):
-        raise ValueError(f"{what} overflows {out.dtype}; rescale {names}, or compute in float64")
-    return out
-
-
 def _check_content(x, name: str, letters: str) -> np.ndarray:
     x = as_float_array(x, name)
     if x.ndim < 3:
@@ -313,7 +312,7 @@ def _check_content(x, name: str, letters: str) -> np.ndarray:
     return x
 
 
-def _c2p_args(q, pos_key, relative_pos, att_span):
+def c2p_args(q, pos_key, relative_pos, att_span):
     """Checked q (..., H, T, D), pos_key (H, 2K, D) and the Eq. 3 index broadcast to (..., H, T, S)."""
     q = _check_content(q, "q", "(..., H, T, D)")
     *lead, H, T, D = q.shape
@@ -330,11 +329,11 @@ def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     projection); relative_pos: ``(T, S)`` ints ``i - j``. Returns ``(..., H, T, S)``.
     Efficient form: one ``(T, D) x (D, 2K)`` product per head, then a gather along the last axis.
     """
-    q, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
+    q, pos_key, idx = c2p_args(q, pos_key, relative_pos, att_span)
     T = q.shape[-2]
     with np.errstate(over="ignore", invalid="ignore"):  # checked below
         qp = np.matmul(q, np.swapaxes(pos_key, -1, -2))  # (..., H, T, 2K)
-    _check_finite(qp, "q . pos_key", "q or pos_key")
+    check_overflow(qp, "q . pos_key", "q or pos_key")
     if idx.size == 0:
         return np.zeros(idx.shape, qp.dtype)  # (..., H, T, S) with a zero dim
     if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
@@ -343,7 +342,7 @@ def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     return np.take_along_axis(qp, idx, axis=-1)  # (..., H, T, S)
 
 
-def _p2c_args(k, pos_query, relative_pos, att_span):
+def p2c_args(k, pos_query, relative_pos, att_span):
     """Checked k (..., H, S, D), pos_query (H, 2K, D) and the Eq. 3 index broadcast to (..., H, T, S)."""
     k = _check_content(k, "k", "(..., H, S, D)")
     *lead, H, S, D = k.shape
@@ -361,11 +360,11 @@ def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
     (relative embeddings through the query projection); relative_pos: ``(T, S)`` ints ``i - j``.
     Returns ``(..., H, T, S)``. Efficient form: ``(S, D) x (D, 2K)`` per head, then a gather.
     """
-    k, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
+    k, pos_query, idx = p2c_args(k, pos_query, relative_pos, att_span)
     S = k.shape[-2]
     with np.errstate(over="ignore", invalid="ignore"):  # checked below
         kp = np.matmul(pos_query, np.swapaxes(k, -1, -2))  # (..., H, 2K, S)
-    _check_finite(kp, "pos_query . k", "k or pos_query")
+    check_overflow(kp, "pos_query . k", "k or pos_query")
     if idx.size == 0:
         return np.zeros(idx.shape, kp.dtype)  # (..., H, T, S) with a zero dim
     if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):  # one (T, S) index for all heads
@@ -428,7 +427,7 @@ def disentangled_scores(q, k, pos_key, pos_query, relative_pos, *, att_span: int
             scores += c2p_term(q, pos_key, relative_pos, att_span)
         if "p2c" in types:
             scores += p2c_term(k, pos_query, relative_pos, att_span)
-    _check_finite(scores, "the logits c2c + c2p + p2c", "q, k, pos_key or pos_query")
+    check_overflow(scores, "the logits c2c + c2p + p2c", "q, k, pos_key or pos_query")
     scale = np.sqrt(q.shape[-1] * (1 + len(types)))  # sqrt(3D) with c2p and p2c (Eq. 4)
     return scores / dtype.type(scale)
 
@@ -473,7 +472,7 @@ def disentangled_scores_definitional(q, k, pos_key, pos_query, relative_pos, *, 
     dtype = float_dtype(q, k, *_tables(pos_key, pos_query))
     with np.errstate(over="ignore", invalid="ignore"):                         # checked below
         scores = (scores / np.sqrt(D * (1 + len(types)))).astype(dtype, copy=False)  # / sqrt(3D)
-    return _check_finite(scores, "the logits (c2c + c2p + p2c) / sqrt(3D)", "q, k, pos_key or pos_query")
+    return check_overflow(scores, "the logits (c2c + c2p + p2c) / sqrt(3D)", "q, k, pos_key or pos_query")
 
 
 def _paper_p2c_index(relative_pos, att_span: int) -> np.ndarray:
@@ -492,13 +491,6 @@ def _paper_p2c_index(relative_pos, att_span: int) -> np.ndarray:
 def _batch(a: np.ndarray) -> np.ndarray:
     """(..., H, X, Y) as (N, H, X, Y), N the product of ... (1 without leading dims), for sums over ...."""
     return a.reshape(math.prod(a.shape[:-3]), *a.shape[-3:])
-
-
-def _grad(grad: np.ndarray, like: np.ndarray, name: str, inputs: str) -> np.ndarray:
-    """``grad`` in ``like``'s floating dtype, or raise naming ``name`` where it overflowed it."""
-    with np.errstate(over="ignore", invalid="ignore"):  # checked just below
-        grad = grad.astype(like.dtype, copy=False)
-    return _check_finite(grad, f"the gradient of {name}", f"{inputs} or dout")
 
 
 def _take_along_last_backward(dout: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
@@ -541,11 +533,11 @@ def c2p_term_backward(q, pos_key, relative_pos, att_span: int, dout):
         dQP[..., t, c] = sum over s with delta(t, s) = c of dout[..., t, s]   (scatter-add)
         dq = dQP pos_key,    dpos_key = sum over ... of dQP^T q
     """
-    q, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
+    q, pos_key, idx = c2p_args(q, pos_key, relative_pos, att_span)
     dout = check_dout(dout, idx.shape, f"T from q of shape {q.shape}, S from relative_pos")
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
         dq, dpos_key = _c2p_adjoint(q, pos_key, idx, dout)
-    return _grad(dq, q, "q", "q, pos_key"), _grad(dpos_key, pos_key, "pos_key", "q, pos_key")
+    return cast_grad(dq, q, "q", "q, pos_key"), cast_grad(dpos_key, pos_key, "pos_key", "q, pos_key")
 
 
 def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
@@ -558,11 +550,11 @@ def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
         dKP[..., c, s] = sum over t with delta(t, s) = c of dout[..., t, s]   (scatter-add)
         dk = dKP^T pos_query,    dpos_query = sum over ... of dKP k
     """
-    k, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
+    k, pos_query, idx = p2c_args(k, pos_query, relative_pos, att_span)
     dout = check_dout(dout, idx.shape, f"T from relative_pos, S from k of shape {k.shape}")
     with np.errstate(over="ignore", invalid="ignore"):  # checked in _grad
         dk, dpos_query = _p2c_adjoint(k, pos_query, idx, dout)
-    return _grad(dk, k, "k", "k, pos_query"), _grad(dpos_query, pos_query, "pos_query", "k, pos_query")
+    return cast_grad(dk, k, "k", "k, pos_query"), cast_grad(dpos_query, pos_query, "pos_query", "k, pos_query")
 
 
 def disentangled_scores_backward(q, k, pos_key, pos_query, relative_pos, dout, *, att_span: int,
@@ -590,13 +582,103 @@ def disentangled_scores_backward(q, k, pos_key, pos_query, relative_pos, dout, *
         dq = g @ k  # c2c: dq = g k
         dk = np.swapaxes(g, -1, -2) @ q  # c2c: dk = g^T q
         if "c2p" in types:
-            _, pos_key, idx = _c2p_args(q, pos_key, relative_pos, att_span)
+            _, pos_key, idx = c2p_args(q, pos_key, relative_pos, att_span)
             dq_c2p, dpos_key = _c2p_adjoint(q, pos_key, idx, g)
             dq = dq + dq_c2p
-            dpos_key = _grad(dpos_key, pos_key, "pos_key", "q, pos_key")
+            dpos_key = cast_grad(dpos_key, pos_key, "pos_key", "q, pos_key")
         if "p2c" in types:
-            _, pos_query, idx = _p2c_args(k, pos_query, relative_pos, att_span)
+            _, pos_query, idx = p2c_args(k, pos_query, relative_pos, att_span)
             dk_p2c, dpos_query = _p2c_adjoint(k, pos_query, idx, g)
             dk = dk + dk_p2c
-            dpos_query = _grad(dpos_query, pos_query, "pos_query", "k, pos_query")
-    return _grad(dq, q, "q", "q, k, pos_key"), _grad(dk, k, "k", "q, k, pos_query"), dpos_key, dpos_query
+            dpos_query = cast_grad(dpos_query, pos_query, "pos_query", "k, pos_query")
+    return cast_grad(dq, q, "q", "q, k, pos_key"), cast_grad(dk, k, "k", "q, k, pos_query"), dpos_key, dpos_query
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class DeBERTa(Scheme):
+    """DeBERTa-v2/v3 disentangled attention: c2c + c2p + p2c over relative positions q - k.
+
+    ``rel_embeddings`` ``(2 * att_span, d_model)`` is the encoder's (LayerNorm'd) relative
+    embedding table; it is projected by the layer's own ``wk``/``wq`` (``share_att_key=True``).
+    ``position_buckets``, ``max_relative_positions`` (``< 1`` means ``max_position_embeddings``)
+    and ``pos_att_type`` (a tuple or a config string like ``"p2c|c2p"``) are the config keys of the
+    same names (v3: 256, 512, ``"p2c|c2p"``). Logits are scaled by
+    ``1/sqrt(D * (1 + len(pos_att_type)))``.
+    """
+
+    name = "deberta"
+    seams = ("content-position",)
+    terms = ("content-content", "content-position", "position-content")
+
+    def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512,
+                 pos_att_type=("c2p", "p2c"), max_position_embeddings: int = 512):
+        self.position_buckets, self.max_relative_positions, self.att_span = spans_from_config(
+            position_buckets=position_buckets, max_relative_positions=max_relative_positions,
+            max_position_embeddings=max_position_embeddings)
+        self.pos_att_type = parse_pos_att_type(pos_att_type)
+        relative_positions([0], [0], bucket_size=self.position_buckets,
+                                   max_position=self.max_relative_positions)  # validates the buckets now
+
+    def bind(self, layer, rng):
+        if layer.num_kv_heads != layer.num_heads:
+            raise ValueError("DeBERTa projects its relative embeddings with the layer's wk and wq, so it needs "
+                             f"num_kv_heads == num_heads, got {layer.num_kv_heads} and {layer.num_heads}")
+        super().bind(layer, rng)
+        check_alloc((2 * self.att_span, self.d_model), layer.dtype, "DeBERTa's rel_embeddings (2 * att_span, d_model)")
+        self.rel_embeddings = rng.standard_normal((2 * self.att_span, self.d_model)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"rel_embeddings": self.rel_embeddings}
+
+    def _project(self, w, b):  # (2k, d_model) -> (H, 2k, D)
+        p = self.rel_embeddings @ w + (0 if b is None else b)
+        return p.reshape(2 * self.att_span, self.num_heads, self.head_dim).transpose(1, 0, 2)
+
+    def content_position(self, q, k, q_positions, k_positions, *, ops=None):
+        """``ops``: ``None`` runs this module's ``c2p_term`` and ``p2c_term`` (and, in
+        ``extra_backward``, their backwards); the fast layer passes ``minipos.fast.deberta``, which
+        has the same names."""
+        L, scale = self.layer, self.scale(self.head_dim)
+        pos_key, pos_query = self._project(L.wk, L.bk), self._project(L.wq, L.bq)  # (H, 2k, D)
+        c2p, p2c = (c2p_term, p2c_term) if ops is None else (ops.c2p_term, ops.p2c_term)
+
+        def extra(qs, ks):  # c2p + p2c for one block, scaled like c2c
+            rel = relative_positions(q_positions[qs], k_positions[ks], bucket_size=self.position_buckets,
+                                     max_position=self.max_relative_positions)  # (tq, tk), q - k
+            total = 0.0
+            if "c2p" in self.pos_att_type:
+                total = total + c2p(q[..., qs, :], pos_key, rel, self.att_span)
+            if "p2c" in self.pos_att_type:
+                total = total + p2c(k[..., ks, :], pos_query, rel, self.att_span)
+            return scale * total
+        return q, extra
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add, *, ops=None):
+        L, D2 = self.layer, 2 * self.att_span
+        c2p_back, p2c_back = ((c2p_term_backward, p2c_term_backward) if ops is None else
+                              (ops.c2p_term_backward, ops.p2c_term_backward))
+        rel = relative_positions(q_positions[qs], k_positions[ks], bucket_size=self.position_buckets,
+                                 max_position=self.max_relative_positions)
+        d = self.scale(self.head_dim) * dlogits                              # (B, H, tq, tk)
+        dq, dk = 0.0, 0.0
+        for term, w, b, name in (("c2p", L.wk, L.bk, "k"), ("p2c", L.wq, L.bq, "q")):
+            if term not in self.pos_att_type:
+                continue
+            table = self._project(w, b)                                      # (H, 2k, D)
+            if term == "c2p":
+                dq, dtable = c2p_back(q[..., qs, :], table, rel, self.att_span, d)
+            else:
+                dk, dtable = p2c_back(k[..., ks, :], table, rel, self.att_span, d)
+            dproj = dtable.transpose(1, 0, 2).reshape(D2, -1)                # (2k, H*D): table = rel_emb w + b
+            add("w" + name, self.rel_embeddings.T @ dproj)
+            if b is not None:
+                add("b" + name, dproj.sum(axis=0))
+            add("scheme.rel_embeddings", dproj @ w.T)
+        return dq, dk
+
+    def scale(self, head_dim):
+        return 1.0 / math.sqrt(head_dim * (1 + len(self.pos_att_type)))
+
+    def __repr__(self) -> str:
+        return f"DeBERTa(position_buckets={self.position_buckets}, pos_att_type={self.pos_att_type})"

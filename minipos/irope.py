@@ -22,15 +22,16 @@ computes it in float64.
 
 Chunked attention. On Llama 4's RoPE layers (``attention_chunk_size`` C, 8192) query ``i`` sees key
 ``j`` only when ``i // C == j // C`` (and ``j <= i`` under the causal mask): the sequence is cut into
-independent chunks of C positions. ``chunk_mask`` is that rule on positions. HF counts chunks from
-the first real token of a left-padded row (``(idx - left_padding) // C``); here positions are shared
-by the batch, so give positions that start at 0 at the first real token.
+independent chunks of C positions. ``chunk_mask`` (from ``minipos.masks``) is that rule on positions.
+HF counts chunks from the first real token of a left-padded row (``(idx - left_padding) // C``); here
+positions are shared by the batch, so give positions that start at 0 at the first real token.
 
 The per-layer choice. ``no_rope_layers[i]`` is 1 where layer ``i`` *uses* RoPE (the name says the
 opposite): ``use_rope = config.no_rope_layers[layer_idx]`` in both models. Its default is
 ``int((i + 1) % no_rope_layer_interval != 0)`` with interval 4, so layers 3, 7, 11, ... are NoPE.
 ``llama4_layer`` and ``smollm3_layer`` turn a config dict and a layer index into the scheme and the
-``MultiHeadAttention`` keyword arguments of that layer.
+``MultiHeadAttention`` keyword arguments of that layer; the scheme class of the NoPE layers,
+``NoPETemperature``, is at the bottom.
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, as_positions, check_bool, check_float, check_int, check_positive_int
+from .masks import chunk_mask
+from .rope_scaling import Rotary
+from .seams import NoPE
 
 __all__ = ["attn_temperature", "apply_attn_temperature", "apply_attn_temperature_backward", "chunk_mask",
-           "use_rope", "llama4_layer", "smollm3_layer"]
+           "use_rope", "llama4_layer", "smollm3_layer", "NoPETemperature"]
 
 
 def attn_temperature(positions, *, attn_scale: float = 0.1, floor_scale: float = 8192,
@@ -93,20 +97,6 @@ def apply_attn_temperature_backward(dy, positions, *, attn_scale: float = 0.1, f
     return dy * _scales(dy, "dy", positions, dict(attn_scale=attn_scale, floor_scale=floor_scale, float32=float32))
 
 
-def chunk_mask(q_positions, k_positions, chunk: int) -> np.ndarray:
-    """Chunked attention's rule ``(T, S)`` bool: query at ``i`` may see key at ``j`` iff ``i // C == j // C``.
-
-    Not causal by itself: the layer ANDs it with the causal and padding masks, as HF's
-    ``chunked_overlay`` is ANDed with ``causal_mask_function``.
-    """
-    chunk = check_positive_int(chunk, "chunk")
-    return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
-
-
-def _chunks(q, k, chunk):  # checked positions (T,), (S,) -> (T, S); the layer's per-block form
-    return q[:, None] // chunk == k[None, :] // chunk                            # i // C == j // C
-
-
 # --------------------------------------------------------------------------- the per-layer choice
 
 def _get(config, key, default=None, *, required=False):
@@ -149,7 +139,6 @@ def _layer_kwargs(config):
 
 
 def _rotary(config, layout):
-    from .layer import Rotary                                                    # the layer imports this module
     params = dict(_get(config, "rope_parameters") or _get(config, "rope_scaling") or {})
     if "rope_theta" not in params and "rope_theta" in config:                   # transformers 4 configs
         params["rope_theta"] = config["rope_theta"]
@@ -167,7 +156,6 @@ def llama4_layer(config: dict, layer_idx: int):
     this layer: apply it between the rotate seam and attention yourself. ``MultiHeadAttention(scheme=
     scheme, **layer_kwargs)`` builds the layer; call it with ``causal=True``.
     """
-    from .layer import NoPE, NoPETemperature
     rope = use_rope(config, layer_idx)
     chunk = _get(config, "attention_chunk_size", 8192)
     types = _get(config, "layer_types")                                          # HF: chunked on RoPE layers
@@ -189,9 +177,41 @@ def smollm3_layer(config: dict, layer_idx: int):
     ``NoPE()``. No temperature, no chunks. ``use_sliding_window`` (a window on the NoPE layers) is not
     modelled and raises ``ValueError``. Call the layer with ``causal=True``.
     """
-    from .layer import NoPE
     if _get(config, "use_sliding_window", False):
         raise ValueError("config['use_sliding_window'] is true: SmolLM3's sliding window on NoPE layers is not "
                          "modelled by MultiHeadAttention")
     rope = use_rope(config, layer_idx)
     return (_rotary(config, "half") if rope else NoPE()), _layer_kwargs(config)
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class NoPETemperature(NoPE):
+    """NoPE with Llama 4's attention temperature: query i scaled by ``tau(i)`` (``attn_temperature``).
+
+    ``tau(i) = log1p(floor((i + 1) / floor_scale)) * attn_scale + 1`` multiplies the queries only, so
+    every logit of row i is scaled by ``tau(i)``; it is 1 until ``i + 1 = floor_scale``. ``attn_scale``,
+    ``floor_scale`` are the config keys of the same names (Llama 4: 0.1, 8192); ``float32=True`` rounds
+    ``tau`` as HF does. Fixed, not learned.
+    """
+
+    name = "nope-temperature"
+    seams = ("rotate",)
+
+    def __init__(self, *, attn_scale: float = 0.1, floor_scale: float = 8192, float32: bool = False):
+        self.attn_scale = check_float(attn_scale, "attn_scale", minimum=0.0)
+        self.floor_scale = check_float(floor_scale, "floor_scale", positive=True)
+        self.float32 = check_bool(float32, "float32")
+
+    def _kw(self):
+        return dict(attn_scale=self.attn_scale, floor_scale=self.floor_scale, float32=self.float32)
+
+    def rotate_q(self, q, positions, *, seq_len):  # q_i * tau(i); keys unchanged
+        return apply_attn_temperature(q, positions, **self._kw())
+
+    def rotate_q_backward(self, dq, positions, *, seq_len):
+        return apply_attn_temperature_backward(dq, positions, **self._kw())
+
+    def __repr__(self) -> str:
+        f32 = ", float32=True" if self.float32 else ""
+        return f"NoPETemperature(attn_scale={self.attn_scale}, floor_scale={self.floor_scale:g}{f32})"

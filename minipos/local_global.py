@@ -8,7 +8,8 @@ which is HF transformers' ``sliding_window_causal_mask_function(W)``
 (``masking_utils.sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``, and'ed with the
 causal mask). So ``sliding_window=1`` sees only the query itself, and ``sliding_window=W`` with a
 prompt of length ``<= W`` is plain causal attention. The window is counted in positions, not in
-cache slots. ``MultiHeadAttention(..., sliding_window=W)`` applies it (with ``causal=True``).
+cache slots. ``MultiHeadAttention(..., sliding_window=W)`` applies it (with ``causal=True``);
+``sliding_window_mask`` (from ``minipos.masks``, where the layer's masks live) is the rule on positions.
 
 A decoding step of a windowed layer needs only the last ``W - 1`` keys: a
 ``layer.new_cache(mem_len=W - 1)`` keeps exactly those (Mistral's rolling buffer cache), and every
@@ -24,28 +25,11 @@ arguments of one layer. Docs: ``docs/local-global.md``.
 
 from __future__ import annotations
 
-import numpy as np
-
-from ._checks import as_positions, check_int, check_positive_int
+from ._checks import check_int, check_positive_int
+from .masks import sliding_window_mask
+from .rope_scaling import Rotary
 
 __all__ = ["sliding_window_mask", "gemma3_attention", "gemma3_layer_types", "gemma3_rope_parameters"]
-
-
-def sliding_window_mask(q_positions, k_positions, window: int) -> np.ndarray:
-    """Boolean ``(T, S)``: query ``t`` may attend key ``s`` iff ``q_t - window < k_s <= q_t``.
-
-    q_positions: ``(T,)``, k_positions: ``(S,)`` integer positions; window: ``W >= 1``, the number
-    of positions a query sees, its own included (HF ``config.sliding_window``).
-    """
-    q = as_positions(q_positions, "q_positions")
-    k = as_positions(k_positions, "k_positions")
-    window = check_positive_int(window, "window")
-    return _window(q, k, window)
-
-
-def _window(q, k, window):  # checked positions (T,), (S,) -> (T, S)
-    gap = q[:, None] - k[None, :]                                        # i - j
-    return (gap >= 0) & (gap < window)                                  # 0 <= i - j < W
 
 
 # --------------------------------------------------------------------------- Gemma 3
@@ -96,7 +80,6 @@ def gemma3_attention(config: dict, layer_idx: int):
     identity. Keys minipos cannot honour raise: ``attn_logit_softcapping`` (Gemma 2) and
     ``use_bidirectional_attention``.
     """
-    from .layer import Rotary  # the layer imports this module
     if not isinstance(config, dict):
         raise TypeError(f"config must be a dict (config.json, or a config's to_dict()), got {type(config).__name__}")
     for key in ("attn_logit_softcapping", "use_bidirectional_attention"):

@@ -60,7 +60,8 @@ import numpy as np
 from . import rope, rope_scaling
 from ._checks import as_float_array, as_positions, check_bool, check_even_int, check_float, check_positive_int
 from .attention import attention
-from .layer import MultiHeadAttention, Rotary
+from .layer import MultiHeadAttention
+from .rope_scaling import Rotary
 
 __all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale",
            "latent_kv", "absorbed_attention"]
@@ -111,7 +112,7 @@ def rms_norm_backward(x, weight, dy, *, eps: float = 1e-6) -> tuple[np.ndarray, 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's ``0.1 * mscale * ln(scale) + 1`` for ``scale > 1``, else 1 (DeepSeek's ``yarn_get_mscale``)."""
     scale = check_float(scale, "scale", positive=True)
-    return rope_scaling._yarn_mscale(scale, check_float(mscale, "mscale", minimum=0.0))
+    return rope_scaling.yarn_mscale(scale, check_float(mscale, "mscale", minimum=0.0))
 
 
 class DecoupledRotary(Rotary):

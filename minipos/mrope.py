@@ -34,17 +34,20 @@ by ``max(h, w) // m``. The block's tokens, in (t, h, w) row-major order, get
 ``(c + floor(τ · interval), c + row, c + column)``. Decoding continues at
 ``cache_length + delta`` in all three streams, ``delta = max(positions) + 1 - T`` (``rope_deltas``):
 ``mrope_decode_positions``.
+
+The scheme class the layer runs, ``MRotary``, is at the bottom of this module.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_choice, check_float, check_int, check_ndim
-from .rope import _as_inv_freq, _check_angles, _overflow_raises, rope_inv_freq, rotate_half
+from ._checks import as_float_array, as_positions, check_bool, check_float, check_int, check_ndim
+from .rope import as_inv_freq, check_angles, overflow_raises, rope_inv_freq, rotate_half
+from .seams import Scheme
 
 __all__ = ["STREAMS", "mrope_streams", "mrope_angles", "apply_mrope", "apply_mrope_backward", "mrope_positions",
-           "mrope_decode_positions"]
+           "mrope_decode_positions", "MRotary"]
 
 STREAMS = ("temporal", "height", "width")
 TEXT, IMAGE, VIDEO = 0, 1, 2  # HF mm_token_type_ids
@@ -103,16 +106,16 @@ def mrope_angles(positions, inv_freq, mrope_section, *, interleaved: bool = Fals
     count ``len(inv_freq)`` frequencies.
     """
     pos = stream_positions(positions)                                       # (3, T)
-    inv_freq = _as_inv_freq(inv_freq)                                       # (D/2,)
+    inv_freq = as_inv_freq(inv_freq)                                       # (D/2,)
     streams = mrope_streams(mrope_section, interleaved=interleaved)         # (D/2,)
     if len(streams) != len(inv_freq):
         raise ValueError(f"mrope_section counts {len(streams)} frequencies but inv_freq has {len(inv_freq)} (D/2)")
-    _check_angles(pos, inv_freq, 1.0)
+    check_angles(pos, inv_freq, 1.0)
     own = pos[streams].T.astype(np.float64)                                 # (T, D/2): position owning pair i
     return own * inv_freq                                                   # (T, D/2): p_{s(i)} θ_i
 
 
-def _cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, name):
+def cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, name):
     """``(x, cos, sin)``: x checked ``(..., T, D)``, cos and sin ``(T, D)`` in the half layout, times the factor."""
     x = as_float_array(x, name)
     check_ndim(x, name, 2, "(..., T, D)")
@@ -123,7 +126,7 @@ def _cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention
         inv_freq = rope_inv_freq(D, base=base)
     elif base != 10000.0:
         raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
-    inv_freq = _as_inv_freq(inv_freq)
+    inv_freq = as_inv_freq(inv_freq)
     if len(inv_freq) != D // 2:
         raise ValueError(f"inv_freq must have length D/2 = {D // 2}, got length {len(inv_freq)}")
     factor = check_float(attention_factor, "attention_factor", positive=True)
@@ -142,8 +145,8 @@ def apply_mrope(x, positions, mrope_section, *, base: float = 10000.0, inv_freq=
     interleaved: Qwen3-VL's assignment (see ``mrope_streams``). inv_freq: ``(D/2,)`` replacing
     ``base^(-2i/D)``. attention_factor multiplies cos and sin. Returns ``(..., T, D)`` in x's dtype.
     """
-    x, cos, sin = _cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "x")
-    with _overflow_raises(x.dtype):
+    x, cos, sin = cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "x")
+    with overflow_raises(x.dtype):
         return x * cos + rotate_half(x) * sin                               # (..., T, D): Eq. 34
 
 
@@ -155,8 +158,8 @@ def apply_mrope_backward(dy, positions, mrope_section, *, base: float = 10000.0,
     adjoint of ``rotate_half`` being ``-rotate_half``: ``dx = dy ⊙ cos - rotate_half(dy) ⊙ sin``.
     Same arguments as ``apply_mrope``; returns ``(..., T, D)`` in dy's dtype.
     """
-    dy, cos, sin = _cos_sin(dy, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "dy")
-    with _overflow_raises(dy.dtype, "dy"):
+    dy, cos, sin = cos_sin(dy, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "dy")
+    with overflow_raises(dy.dtype, "dy"):
         return dy * cos - rotate_half(dy) * sin                             # (..., T, D): R^T dy
 
 
@@ -238,3 +241,58 @@ def mrope_decode_positions(cache_length: int, length: int, delta: int) -> np.nda
     length = check_int(length, "length", minimum=0)
     delta = check_int(delta, "delta")
     return np.broadcast_to(cache_length + delta + np.arange(length, dtype=np.int64), (3, length)).copy()
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class MRotary(Scheme):
+    """Multimodal RoPE (the functions above): half-layout RoPE whose frequencies are shared by three
+    position streams, temporal, height and width (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with ``interleaved``).
+
+    The layer's ``positions`` are then ``(3, T)`` (``mrope_positions``; a ``(T,)``
+    array means three equal streams, i.e. text) and serve the rotate seam only: the causal mask and
+    the KV cache follow the sequence order (0, 1, ... continuing the cache), as HF's mask follows
+    ``cache_position``. Decode after a cache with ``mrope_decode_positions(cache_length, T, delta)``.
+    ``mrope_section`` ``[n_t, n_h, n_w]`` adds up to head_dim/2 (HF ``rope_parameters["mrope_section"]``);
+    ``None`` scales the model's default to the head dim: Qwen2-VL's [16, 24, 24] or, interleaved,
+    Qwen3-VL's [24, 20, 20] at head_dim 128 (n_h = n_w = 3/16 resp. 5/32 of head_dim, n_t the rest).
+    """
+
+    name = "mrope"
+    seams = ("rotate",)
+    position_streams = 3
+
+    def __init__(self, *, mrope_section=None, base: float = 10000.0, interleaved: bool = False):
+        self.mrope_section = None if mrope_section is None else list(check_section(mrope_section))
+        self.base = check_float(base, "base", positive=True)
+        self.interleaved = check_bool(interleaved, "interleaved")
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        half = self.head_dim // 2
+        if self.head_dim % 2:
+            raise ValueError(f"M-RoPE needs an even head dim, got head_dim = {self.head_dim}")
+        if self.mrope_section is None:                       # the model's proportions at this head dim
+            n = 3 * half // 8 if not self.interleaved else 5 * half // 16
+            self.mrope_section = [half - 2 * n, n, n]
+        if sum(self.mrope_section) != half:
+            raise ValueError(f"mrope_section {self.mrope_section} must add up to head_dim/2 = {half}")
+        mrope_streams(self.mrope_section, interleaved=self.interleaved)   # refuses a bad interleaving
+        self.inv_freq = rope_inv_freq(self.head_dim, base=self.base)
+
+    def cache_tag(self, seq_len):
+        return self.inv_freq.tobytes(), tuple(self.mrope_section), self.interleaved
+
+    def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (3, T)
+        return apply_mrope(x, positions, self.mrope_section, inv_freq=self.inv_freq,
+                                 interleaved=self.interleaved)
+
+    def _apply_backward(self, dx, positions, *, seq_len):             # R^T
+        return apply_mrope_backward(dx, positions, self.mrope_section, inv_freq=self.inv_freq,
+                                          interleaved=self.interleaved)
+
+    rotate_q = rotate_k = _apply
+    rotate_q_backward = rotate_k_backward = _apply_backward
+
+    def __repr__(self) -> str:
+        return f"MRotary(mrope_section={self.mrope_section}, interleaved={self.interleaved})"

@@ -94,6 +94,9 @@ Conventions
 - Precision: frequencies and angles in float64; cos/sin are cast to x's floating dtype and the
   output keeps it (float32 in, float32 out; integer x becomes float64).
 - Weights are ``(d_model, H*D)`` used as ``x @ W``; a torch ``nn.Linear.weight`` is ``W.T``.
+
+The scheme class the layer runs, ``Rotary``, is at the bottom of ``minipos.rope_scaling``: it reads a
+checkpoint's scaling config, and ``rope_scaling`` builds on this module.
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ def rope_inv_freq(dim: int, *, base: float = 10000.0) -> np.ndarray:
     return inv_freq
 
 
-def _as_inv_freq(inv_freq, name: str = "inv_freq") -> np.ndarray:
+def as_inv_freq(inv_freq, name: str = "inv_freq") -> np.ndarray:
     """``inv_freq`` as a finite 1-D float64 array."""
     inv_freq = as_float_array(inv_freq, name)
     if inv_freq.ndim != 1:
@@ -173,8 +176,8 @@ def rope_angles(positions, inv_freq) -> np.ndarray:
     whatever the inputs.
     """
     pos = as_positions(positions, "positions", allow_negative=True)  # (T,)
-    inv_freq = _as_inv_freq(inv_freq)                                # (D/2,)
-    _check_angles(pos, inv_freq, 1.0)
+    inv_freq = as_inv_freq(inv_freq)                                # (D/2,)
+    check_angles(pos, inv_freq, 1.0)
     check_alloc((pos.size, inv_freq.size), np.float64, "rope_angles(positions, inv_freq)")
     return np.outer(pos.astype(np.float64), inv_freq)                # (T, D/2): m θ_i
 
@@ -199,8 +202,8 @@ def rotation_matrix(position: int, dim: int, *, base: float = 10000.0,
     m = check_int(position, "position")
     dim = check_even_int(dim, "dim")
     check_choice(layout, "layout", LAYOUTS)
-    theta = rope_inv_freq(dim, base=base) if inv_freq is None else _check_len(inv_freq, dim, "dim")
-    _check_angles(np.array([m]), theta, 1.0)
+    theta = rope_inv_freq(dim, base=base) if inv_freq is None else check_inv_freq_len(inv_freq, dim, "dim")
+    check_angles(np.array([m]), theta, 1.0)
     check_alloc((dim, dim), np.float64, "rotation_matrix(position, dim)")
     angle = m * theta                             # (D/2,)
     a, b = _pair_indices(dim, layout)
@@ -212,9 +215,9 @@ def rotation_matrix(position: int, dim: int, *, base: float = 10000.0,
     return R
 
 
-def _check_len(inv_freq, rotary_dim: int, label: str = "rotary_dim") -> np.ndarray:
+def check_inv_freq_len(inv_freq, rotary_dim: int, label: str = "rotary_dim") -> np.ndarray:
     """``inv_freq`` as float64, checked to hold one frequency per pair of ``rotary_dim``."""
-    inv_freq = _as_inv_freq(inv_freq)
+    inv_freq = as_inv_freq(inv_freq)
     if inv_freq.shape[0] != rotary_dim // 2:
         raise ValueError(
             f"inv_freq must have length {label}/2 = {rotary_dim // 2}, got length {inv_freq.shape[0]}"
@@ -247,7 +250,7 @@ def rotate_every_two(x) -> np.ndarray:
     return np.stack([-x2, x1], axis=-1).reshape(x.shape)
 
 
-def _rotary_dim(rotary_dim, D: int, name: str = "x") -> int:
+def check_rotary_dim(rotary_dim, D: int, name: str = "x") -> int:
     """The number R of rotated features: all of D by default, else an even R <= D."""
     if rotary_dim is None:
         if D % 2 or D < 2:
@@ -259,21 +262,21 @@ def _rotary_dim(rotary_dim, D: int, name: str = "x") -> int:
     return R
 
 
-def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor):
+def cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor):
     """cos(mθ_i) and sin(mθ_i) times the attention factor, float64 ``(T, R/2)``, one column per pair."""
     pos = as_positions(positions, "positions", allow_negative=True, length=T)
     if inv_freq is None:
         inv_freq = rope_inv_freq(R, base=base)
     elif base != 10000.0:
         raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
-    inv_freq = _check_len(inv_freq, R)
+    inv_freq = check_inv_freq_len(inv_freq, R)
     factor = check_float(attention_factor, "attention_factor", positive=True)
-    _check_angles(pos, inv_freq, factor)
+    check_angles(pos, inv_freq, factor)
     angles = np.outer(pos.astype(np.float64), inv_freq)           # (T, R/2): m θ_i, float64
     return factor * np.cos(angles), factor * np.sin(angles)
 
 
-def _check_angles(pos: np.ndarray, inv_freq: np.ndarray, factor: float) -> None:
+def check_angles(pos: np.ndarray, inv_freq: np.ndarray, factor: float) -> None:
     """Raise unless every angle m θ_i and the attention factor times cos, sin are finite."""
     largest = float(np.abs(pos).max(initial=0)) * float(np.abs(inv_freq).max(initial=0))
     if not (np.isfinite(largest) and np.isfinite(factor)):
@@ -298,14 +301,14 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     check_ndim(x, "x", 2, "(..., T, D)")
     check_choice(layout, "layout", LAYOUTS)
     *_, T, D = x.shape
-    R = _rotary_dim(rotary_dim, D)
-    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor)      # (T, R/2)
+    R = check_rotary_dim(rotary_dim, D)
+    cos, sin = cos_sin(positions, T, R, base, inv_freq, attention_factor)      # (T, R/2)
     if layout == "interleaved":
         cos, sin, rot = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1), rotate_every_two  # θ_0 θ_0 θ_1 θ_1 …
     else:
         cos, sin, rot = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), rotate_half  # θ_0 … θ_0 …
     x_rot = x[..., :R]                                                          # (..., T, R)
-    with _overflow_raises(x.dtype):
+    with overflow_raises(x.dtype):
         rotated = x_rot * cos.astype(x.dtype) + rot(x_rot) * sin.astype(x.dtype)  # Eq. 34
     return np.concatenate([rotated, x[..., R:]], axis=-1)                       # (..., T, D)
 
@@ -326,20 +329,20 @@ def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, 
     check_ndim(dy, "dy", 2, "(..., T, D)")
     check_choice(layout, "layout", LAYOUTS)
     *_, T, D = dy.shape
-    R = _rotary_dim(rotary_dim, D, "dy")
-    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor)       # (T, R/2)
+    R = check_rotary_dim(rotary_dim, D, "dy")
+    cos, sin = cos_sin(positions, T, R, base, inv_freq, attention_factor)       # (T, R/2)
     if layout == "interleaved":
         cos, sin, rot = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1), rotate_every_two
     else:
         cos, sin, rot = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), rotate_half
     dy_rot = dy[..., :R]                                                         # (..., T, R)
-    with _overflow_raises(dy.dtype, "dy"):
+    with overflow_raises(dy.dtype, "dy"):
         rotated = dy_rot * cos.astype(dy.dtype) - rot(dy_rot) * sin.astype(dy.dtype)   # R(m)^T dy
     return np.concatenate([rotated, dy[..., R:]], axis=-1)                       # (..., T, D)
 
 
 @contextlib.contextmanager
-def _overflow_raises(dtype, name: str = "x"):
+def overflow_raises(dtype, name: str = "x"):
     """Turn an overflow of the rotated features (|x| near the dtype's largest value) into ValueError."""
     try:
         with np.errstate(over="raise", invalid="raise"):
@@ -359,7 +362,7 @@ def layout_permutation(dim: int, *, rotary_dim: int | None = None) -> np.ndarray
     Returns int64 ``(dim,)``.
     """
     dim = check_positive_int(dim, "dim")
-    R = _rotary_dim(rotary_dim, dim) if rotary_dim is not None else check_even_int(dim, "dim")
+    R = check_rotary_dim(rotary_dim, dim) if rotary_dim is not None else check_even_int(dim, "dim")
     check_alloc((dim,), np.int64, "layout_permutation(dim)", copies=3)
     rotated = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2)])  # evens, then odds
     return np.concatenate([rotated, np.arange(R, dim)]).astype(np.int64)
@@ -508,7 +511,7 @@ def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32"
     the angle error alone (cos and sin evaluated in float64 at the rounded angle).
     """
     pos = as_positions(positions, "positions", allow_negative=True).astype(np.float64)  # (T,)
-    inv_freq = _as_inv_freq(inv_freq)                                                   # (D/2,)
+    inv_freq = as_inv_freq(inv_freq)                                                   # (D/2,)
     if pos.size == 0 or inv_freq.size == 0:
         raise ValueError("positions and inv_freq must be non-empty, "
                          f"got lengths {pos.size} and {inv_freq.size}")

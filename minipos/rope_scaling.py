@@ -75,10 +75,14 @@ Conventions and differences from HF
 - DeepSeek-V2/V3 (``mscale == mscale_all_dim``) get ``attention_factor = 1`` here, as in HF; their
   attention module separately multiplies the softmax scale by
   ``(0.1 * mscale_all_dim * ln(factor) + 1)^2``.
+
+The scheme class the layer runs for RoPE, ``Rotary``, is at the bottom of this module: it reads
+a checkpoint's scaling config into these functions (``minipos.rope`` has the rotation itself).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -87,13 +91,16 @@ from ._checks import (
     as_float_array,
     check_alloc,
     check_bool,
+    check_choice,
     check_even_int,
     check_float,
     check_int,
 )
+from . import rope
 from .rope import rope_inv_freq
+from .seams import Scheme
 
-__all__ = ["linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "REGISTRY"]
+__all__ = ["linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "REGISTRY", "Rotary"]
 
 
 _WORK = 8  # the most float64 (D/2,) vectors a scaling holds at once (yarn's ramp and blend)
@@ -229,7 +236,7 @@ def _yarn_ramp(dim: int, base: float, L: int, beta_fast: float, beta_slow: float
     return np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
 
 
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's ``sqrt(1/t) = 0.1 * mscale * ln(s) + 1`` for ``s > 1``, else 1 (HF ``get_mscale``)."""
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
@@ -246,9 +253,9 @@ def _yarn_attention_factor(factor: float, mscale, mscale_all_dim, attention_fact
     if attention_factor is not None:
         return _checked_attention_factor(attention_factor, "attention_factor")
     if mscale and mscale_all_dim:  # HF tests truthiness: 0 counts as absent
-        ratio = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+        ratio = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
         return _checked_attention_factor(ratio, "factor, mscale and mscale_all_dim")
-    return _checked_attention_factor(_yarn_mscale(factor), "factor")  # sqrt(1/t) = 0.1 ln(s) + 1
+    return _checked_attention_factor(yarn_mscale(factor), "factor")  # sqrt(1/t) = 0.1 ln(s) + 1
 
 
 def _interpolation_args(dim, base, factor, original_max_position_embeddings):
@@ -348,3 +355,135 @@ def longrope(dim: int, *, base: float = 10000.0, short_factor, long_factor,
 
 REGISTRY = {"linear": linear, "ntk": ntk, "dynamic": dynamic, "yarn": yarn, "llama3": llama3,
             "longrope": longrope}
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class Rotary(Scheme):
+    """Rotary position embedding (Su et al. 2021) applied to q and k of every head.
+
+    ``layout="half"`` for HF LLaMA / GPT-NeoX checkpoints, ``"interleaved"`` for Meta LLaMA,
+    RoFormer and GPT-J. ``rotary_dim`` rotates only the first features of each head (GPT-NeoX).
+
+    ``scaling`` is a checkpoint's ``rope_scaling`` / ``rope_parameters`` dict, e.g.
+    ``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}`` (``"type"``
+    is accepted for ``"rope_type"``; keys as in ``minipos.rope_scaling``). Every key is honoured or
+    refused by name: ``rope_theta`` is the base, ``partial_rotary_factor`` sets ``rotary_dim =
+    int(head_dim * factor)`` (GPT-NeoX's ``rotary_pct``, Phi), the rest must be parameters of the
+    ``rope_type`` (LongRoPE's ``max_position_embeddings`` lives at the top of an HF config: add it
+    to the dict). Its ``attention_factor`` multiplies cos and sin, so the rotated features' share of
+    the logits scales by its square, as in HF.
+
+    Length-dependent kinds (``dynamic``, ``longrope``) recompute the frequencies at every call
+    for ``seq_len = max(key positions) + 1``. Keys rotated with one set of frequencies must never
+    meet queries rotated with another (a known bug of caches in production code, where cached
+    keys keep their old rotation after the frequencies change). So for these kinds the KV cache
+    stores keys *unrotated* and every step rotates all keys with the step's frequencies: a cached
+    step equals the full forward pass over the same prefix. For fixed frequencies the cache
+    stores rotated keys together with the frequencies used, and a later step with different
+    frequencies raises ``ValueError`` instead of mixing them.
+    """
+
+    name = "rope"
+    seams = ("rotate",)
+    LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None,
+                 scaling: dict | None = None):
+        self.layout = check_choice(layout, "layout", set(rope.LAYOUTS))
+        self.rotary_dim = None if rotary_dim is None else check_even_int(rotary_dim, "rotary_dim")
+        self.scaling_kind, self.scaling_args = self._parse_scaling(scaling)
+        partial = self.scaling_args.pop("partial_rotary_factor", None)
+        self.partial_rotary_factor = None if partial is None else check_float(
+            partial, "scaling['partial_rotary_factor']", positive=True)
+        if self.partial_rotary_factor is not None and self.partial_rotary_factor > 1:
+            raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {partial}")
+        theta = self.scaling_args.pop("rope_theta", None)  # transformers 5 keeps it in rope_parameters
+        if theta is not None and base != 10000.0 and float(theta) != float(base):
+            raise ValueError(f"scaling['rope_theta'] ({theta}) contradicts base ({base}); give one of them")
+        self.base = (check_float(base, "base", positive=True) if theta is None else
+                     check_float(theta, "scaling['rope_theta']", positive=True))
+        self.rotates_cached_keys = self.scaling_kind in self.LENGTH_DEPENDENT
+
+    @staticmethod
+    def _parse_scaling(scaling):
+        if scaling is None:
+            return None, {}
+        if not isinstance(scaling, dict):
+            raise TypeError(f"scaling must be a dict like a checkpoint's rope_scaling, got {type(scaling).__name__}")
+        args = dict(scaling)
+        kind = args.pop("rope_type", None) or args.pop("type", None)
+        args.pop("type", None)
+        if kind != "default":
+            check_choice(kind, "scaling['rope_type']", set(REGISTRY))
+        own = {"rope_theta", "partial_rotary_factor"}                    # read by Rotary itself
+        params = {} if kind == "default" else inspect.signature(REGISTRY[kind]).parameters
+        accepted = {n for n in params if n not in ("dim", "base", "seq_len")}
+        unknown = sorted(set(args) - accepted - own)
+        if unknown:
+            raise ValueError(f"scaling[{unknown[0]!r}] is not a parameter of rope_type {kind!r}; it accepts "
+                             f"{sorted(accepted | own)}")
+        missing = sorted(n for n in accepted if params[n].default is inspect.Parameter.empty and n not in args)
+        if missing:
+            raise ValueError(f"scaling[{missing[0]!r}] is required by rope_type {kind!r}")
+        return (None if kind == "default" else kind), args
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        if self.partial_rotary_factor is not None:               # HF: int(head_dim * partial_rotary_factor)
+            rd = int(self.head_dim * self.partial_rotary_factor)
+            if self.rotary_dim is not None and self.rotary_dim != rd:
+                raise ValueError(f"rotary_dim ({self.rotary_dim}) contradicts scaling['partial_rotary_factor'] "
+                                 f"({self.partial_rotary_factor} of head_dim {self.head_dim} = {rd}); give one of them")
+            self.rotary_dim = rd
+        if self.rotary_dim is None and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dim, got head_dim = {self.head_dim}")
+        rd = self.head_dim if self.rotary_dim is None else self.rotary_dim
+        if rd > self.head_dim or rd % 2 or rd < 2:
+            raise ValueError(f"rotary_dim must be even, >= 2 and <= head_dim ({self.head_dim}), got {rd}")
+        self._dim = rd
+        self.inv_freq, self.attention_factor = self._frequencies(1)  # validates the scaling now
+
+    def _frequencies(self, seq_len: int):
+        if self.scaling_kind is None:
+            return rope.rope_inv_freq(self._dim, base=self.base), 1.0
+        extra = {"seq_len": seq_len} if self.rotates_cached_keys else {}
+        return REGISTRY[self.scaling_kind](self._dim, base=self.base, **self.scaling_args, **extra)
+
+    def frequencies(self, seq_len: int):
+        """``(inv_freq (rotary_dim/2,), attention_factor)`` at ``seq_len`` (max key position + 1).
+
+        Fixed kinds return ``inv_freq`` and ``attention_factor`` (attributes, computed once);
+        ``dynamic`` and ``longrope`` compute them for this length, without storing them.
+        """
+        if self.rotates_cached_keys:
+            return self._frequencies(seq_len)
+        return self.inv_freq, self.attention_factor
+
+    def cache_tag(self, seq_len):
+        if self.rotates_cached_keys:
+            return None
+        inv_freq, factor = self.frequencies(seq_len)
+        return np.asarray(inv_freq).tobytes(), factor
+
+    def _apply(self, x, positions, *, seq_len, ops=rope):
+        """``ops``: the module with ``apply_rope`` and ``apply_rope_backward`` (``minipos.fast.rope``
+        has the same names; the fast layer passes it)."""
+        inv_freq, factor = self.frequencies(seq_len)
+        return ops.apply_rope(x, positions, inv_freq=inv_freq, layout=self.layout, rotary_dim=self.rotary_dim,
+                               attention_factor=factor)
+
+    rotate_q = _apply
+    rotate_k = _apply
+
+    def _apply_backward(self, dx, positions, *, seq_len, ops=rope):  # R(m)^T
+        inv_freq, factor = self.frequencies(seq_len)
+        return ops.apply_rope_backward(dx, positions, inv_freq=inv_freq, layout=self.layout,
+                                        rotary_dim=self.rotary_dim, attention_factor=factor)
+
+    rotate_q_backward = _apply_backward
+    rotate_k_backward = _apply_backward
+
+    def __repr__(self) -> str:
+        kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
+        return f"Rotary(layout={self.layout!r}, rotary_dim={self.rotary_dim}{kind})"

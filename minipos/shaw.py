@@ -36,16 +36,19 @@ the gradient of a gather is a sum per bucket, and the other way round.
 
 Conventions: q ``(..., H, T, D)``, weights ``(..., H, T, S)``, tables ``(2k + 1, D)``; the logits
 returned are *unscaled* (the layer multiplies them by ``1/sqrt(D)`` with ``q . k``).
+
+The scheme class the layer runs, ``Shaw``, is at the bottom of this module.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_int
+from ._checks import as_float_array, as_positions, check_alloc, check_int
+from .seams import Scheme
 
 __all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "relative_values",
-           "relative_values_pairwise", "relative_logits_backward", "relative_values_backward"]
+           "relative_values_pairwise", "relative_logits_backward", "relative_values_backward", "Shaw"]
 
 
 def relative_buckets(q_positions, k_positions, max_relative_position: int) -> np.ndarray:
@@ -168,3 +171,62 @@ def relative_values_backward(weights, w_v, q_positions, k_positions, dout, *, ma
         raise ValueError(f"dout must have the leading shape of weights {weights.shape[:-2]}, got {dout.shape[:-2]}")
     g = _bucket_sum(weights, buckets, len(w_v))                         # (..., H, T, 2k+1)
     return _gather(dout @ w_v.T, buckets), _sum_outer(g, dout)          # (..., H, T, S), (2k+1, D)
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class Shaw(Scheme):
+    """Relative position representations on keys and values (Shaw et al. 2018, the functions above).
+
+    logits = q_i . (k_j + a^K_ij) / sqrt(D) and out_i = sum_j alpha_ij (v_j + a^V_ij), with
+    ``a_ij = w[clip(j - i, k) + k]``. Learned: ``w_k`` and ``w_v`` ``(2k + 1, D)``, shared by the
+    heads (tensor2tensor's ``relative_positions_keys/embeddings`` and
+    ``relative_positions_values/embeddings``). ``max_relative_position`` is k.
+    """
+
+    name = "shaw"
+    seams = ("content-position", "value")
+    terms = ("content-content", "content-position")
+
+    def __init__(self, max_relative_position: int = 16):
+        self.max_relative_position = check_int(max_relative_position, "max_relative_position", minimum=0)
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        rows = 2 * self.max_relative_position + 1
+        check_alloc((2, rows, self.head_dim), layer.dtype, "Shaw's tables w_k, w_v (2k + 1, D)")
+        self.w_k = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
+        self.w_v = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"w_k": self.w_k, "w_v": self.w_v}
+
+    def content_position(self, q, k, q_positions, k_positions):
+        scale, kmax = self.scale(self.head_dim), self.max_relative_position
+
+        def extra(qs, ks):  # q_i . a^K_ij / sqrt(D) for one block (Eq. 4's second term)
+            return scale * relative_logits(q[..., qs, :], self.w_k, q_positions[qs], k_positions[ks],
+                                                max_relative_position=kmax)
+        return q, extra
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add):
+        dq, dw_k = relative_logits_backward(q[..., qs, :], self.w_k, q_positions[qs], k_positions[ks],
+                                                 self.scale(self.head_dim) * dlogits,
+                                                 max_relative_position=self.max_relative_position)
+        add("scheme.w_k", dw_k)
+        return dq, 0.0
+
+    def value_position(self, q_positions, k_positions):
+        def value(qs, ks, p):  # sum_j p_ij a^V_ij for one block (Eq. 3's second term)
+            return relative_values(p, self.w_v.astype(p.dtype, copy=False), q_positions[qs], k_positions[ks],
+                                        max_relative_position=self.max_relative_position)
+        return value
+
+    def value_position_backward(self, q_positions, k_positions, qs, ks, p, dout, add):
+        dp, dw_v = relative_values_backward(p, self.w_v, q_positions[qs], k_positions[ks], dout,
+                                                 max_relative_position=self.max_relative_position)
+        add("scheme.w_v", dw_v)
+        return dp
+
+    def __repr__(self) -> str:
+        return f"Shaw(max_relative_position={self.max_relative_position})"

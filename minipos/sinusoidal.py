@@ -56,6 +56,9 @@ Errors: a ``base`` whose frequencies leave float64's normal range, positions bey
 (where float64 stops holding every integer) and angles ``pos · w_i`` that overflow raise
 ``ValueError`` naming the argument, as does a table too large for this machine's memory or a
 learned table whose ``std`` draws values that are not finite, normal numbers of its ``dtype``.
+
+The scheme classes the layer runs, ``Sinusoidal`` and ``LearnedAbsolute``, are at the bottom of this
+module.
 """
 
 from __future__ import annotations
@@ -64,10 +67,12 @@ import numbers
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_choice, check_float, check_float_dtype, check_int
+from ._checks import (as_float_array, as_positions, check_alloc, check_choice, check_float, check_float_dtype,
+                      check_int, check_positive_int)
+from .seams import TERMS, Scheme
 
 __all__ = ["sinusoidal_table", "sinusoidal_frequencies", "learned_table", "absolute_embedding",
-           "absolute_embedding_backward"]
+           "absolute_embedding_backward", "Sinusoidal", "LearnedAbsolute"]
 
 MAX_POSITION = 2 ** 53
 """Largest ``|position|`` accepted: float64 holds every integer up to here, and no further."""
@@ -231,3 +236,58 @@ def _cannot_extrapolate(P: int, largest: int):
         f"{largest}: a learned absolute table cannot extrapolate beyond the "
         "positions it was trained on"
     )
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class Sinusoidal(Scheme):
+    """Fixed sinusoidal table added to the token embeddings (Vaswani et al. 2017, §3.5)."""
+
+    name = "sinusoidal"
+    seams = ("input",)
+    terms = TERMS
+
+    def __init__(self, *, base: float = 10000.0, layout: str = "interleaved"):
+        self.base = check_float(base, "base", positive=True)
+        self.layout = check_choice(layout, "layout", {"interleaved", "split", "tensor2tensor"})
+
+    def embed(self, x, positions):
+        pe = sinusoidal_table(positions, x.shape[-1], base=self.base, layout=self.layout)
+        return x + pe.astype(x.dtype, copy=False)  # (B, T, d_model) + (T, d_model)
+
+    def __repr__(self) -> str:
+        return f"Sinusoidal(layout={self.layout!r})"
+
+
+class LearnedAbsolute(Scheme):
+    """A learned ``(max_positions, d_model)`` table added to the embeddings (BERT, GPT-2).
+
+    ``table`` is GPT-2's ``wpe.weight`` / BERT's ``position_embeddings.weight``. It has no row
+    for a position >= ``max_positions``: such input raises ``ValueError``.
+    """
+
+    name = "learned"
+    seams = ("input",)
+    terms = TERMS
+
+    def __init__(self, max_positions: int = 512, *, std: float = 0.02):
+        self.max_positions = check_positive_int(max_positions, "max_positions")
+        self.std = check_float(std, "std", minimum=0.0)
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.table = learned_table(self.max_positions, self.d_model, seed=int(rng.integers(2 ** 31)),
+                                              std=self.std, dtype=layer.dtype)  # (max_positions, d_model)
+
+    def parameters(self):
+        return {"table": self.table}
+
+    def embed(self, x, positions):
+        return x + absolute_embedding(self.table, positions).astype(x.dtype, copy=False)
+
+    def embed_backward(self, dx, positions, add):
+        add("scheme.table", absolute_embedding_backward(self.table, positions, dx.sum(axis=0)))
+        return dx
+
+    def __repr__(self) -> str:
+        return f"LearnedAbsolute(max_positions={self.max_positions})"

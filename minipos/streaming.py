@@ -26,7 +26,9 @@ import weakref
 import numpy as np
 
 from ._checks import check_int, check_positive_int
-from .layer import KVCache, MultiHeadAttention, Rotary
+from .cache import KVCache
+from .layer import MultiHeadAttention
+from .rope_scaling import Rotary
 
 __all__ = ["StreamingCache"]
 

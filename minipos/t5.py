@@ -54,6 +54,8 @@ computed once per configuration and every distance is bucketed by ``np.searchsor
 
 At the standard configurations the two tables are identical and equal to the reference; the
 configurations where they differ, and why, are on the docs page (T5 relative buckets, porting notes).
+
+The scheme class the layer runs, ``T5Bias``, is at the bottom of this module.
 """
 
 from __future__ import annotations
@@ -64,16 +66,18 @@ import math
 import numpy as np
 
 from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_int, check_result
+from .seams import Scheme
 
 __all__ = [
     "relative_position_bucket",
     "first_distance_of_bucket",
     "t5_bias",
     "t5_bias_backward",
+    "T5Bias",
 ]
 
 
-def _per_direction(bidirectional, num_buckets, max_distance) -> tuple[int, int]:
+def check_bucket_config(bidirectional, num_buckets, max_distance) -> tuple[int, int]:
     """Validate a bucket configuration; return ``(P, M)``: buckets per direction, max distance."""
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
@@ -164,7 +168,7 @@ def relative_position_bucket(relative_position, *, bidirectional: bool = True, n
     ``exact=False`` reproduces the float32 reference; ``exact=True`` gives the real-number
     buckets (module docstring). Every distance is bucketed with one ``searchsorted``.
     """
-    per_dir, max_distance = _per_direction(bidirectional, num_buckets, max_distance)
+    per_dir, max_distance = check_bucket_config(bidirectional, num_buckets, max_distance)
     exact = check_bool(exact, "exact")
     n = as_positions(np.asarray(relative_position), "relative_position", allow_negative=True, ndim=None)
     n = np.clip(n, -max_distance, max_distance)           # |n| >= M is in the last bucket anyway
@@ -183,7 +187,7 @@ def first_distance_of_bucket(*, bidirectional: bool = True, num_buckets: int = 3
     Returns int64 ``(K,)``. Bidirectional buckets ``0 … K//2 - 1`` hold ``n <= 0`` (key at or
     before the query) and ``K//2 …`` hold ``n > 0``; causal buckets hold ``n <= 0`` only.
     """
-    per_dir, max_distance = _per_direction(bidirectional, num_buckets, max_distance)
+    per_dir, max_distance = check_bucket_config(bidirectional, num_buckets, max_distance)
     first = _first_distances(per_dir, max_distance, bool(exact))          # (P,)
     used = np.append(first[:-1] < first[1:], True)                        # skipped log buckets
     out = np.full(num_buckets, -1, dtype=np.int64)
@@ -193,7 +197,7 @@ def first_distance_of_bucket(*, bidirectional: bool = True, num_buckets: int = 3
     return out
 
 
-def _check_table(table, num_buckets) -> np.ndarray:
+def check_table(table, num_buckets) -> np.ndarray:
     table = as_float_array(table, "table")
     if table.ndim != 2 or table.shape[0] != num_buckets:
         raise ValueError(
@@ -210,8 +214,8 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
     q_positions: ``(T,)`` or an int T; k_positions: ``(S,)`` or an int S (non-negative integers).
     As the reference computes it: bucket every (t, s) pair, look the buckets up, heads first.
     """
-    _per_direction(bidirectional, num_buckets, max_distance)
-    table = _check_table(table, num_buckets)
+    check_bucket_config(bidirectional, num_buckets, max_distance)
+    table = check_table(table, num_buckets)
     q = as_positions(q_positions, "q_positions")
     k = as_positions(k_positions, "k_positions")
     check_alloc((table.shape[1], q.size, k.size), table.dtype, "t5_bias(table, q_positions, k_positions)")
@@ -245,3 +249,46 @@ def t5_bias_backward(dbias, q_positions, k_positions, *, bidirectional: bool = T
     dtable = np.stack([np.bincount(buckets.ravel(), weights=g.ravel(), minlength=num_buckets)
                        for g in per_pair] or [np.zeros(num_buckets)], axis=-1)[:, :per_pair.shape[0]]  # (K, H)
     return check_result(dtable, "the table's gradient for this dbias").astype(dbias.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class T5Bias(Scheme):
+    """T5's learned per-head bias over log-spaced relative-distance buckets (Raffel et al. 2020).
+
+    ``table`` ``(num_buckets, H)`` is layer 0's ``relative_attention_bias.weight`` (T5 shares it
+    across layers). T5 does not scale ``q . k`` by ``1/sqrt(D)``: ``scale`` is 1. Use
+    ``bidirectional=True`` for the encoder, ``False`` for the decoder's self-attention.
+    """
+
+    name = "t5"
+    seams = ("bias",)
+    terms = ("content-content", "position-position")
+
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bidirectional = check_bool(bidirectional, "bidirectional")
+        relative_position_bucket(0, bidirectional=self.bidirectional, num_buckets=num_buckets,
+                                    max_distance=max_distance)  # validates the configuration now
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        self.table = rng.standard_normal((self.num_buckets, self.num_heads)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"table": self.table}
+
+    def bias(self, q_positions, k_positions):
+        return t5_bias(self.table, q_positions, k_positions, bidirectional=self.bidirectional,
+                          num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def bias_backward(self, q_positions, k_positions, dbias):
+        return {"scheme.table": t5_bias_backward(dbias, q_positions, k_positions, bidirectional=self.bidirectional,
+                                                    num_buckets=self.num_buckets, max_distance=self.max_distance)}
+
+    def scale(self, head_dim):
+        return 1.0
+
+    def __repr__(self) -> str:
+        return (f"T5Bias(num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+                f"bidirectional={self.bidirectional})")

@@ -65,6 +65,8 @@ Errors. Shapes that do not match raise ``ValueError`` naming the argument and th
 match; distances i - j must fit int64 and, after ``clamp_len``, lie within +-2**53 (where float64
 stops holding every integer); scores that overflow the floating dtype raise instead of returning
 inf; an output (or the definitional form's per-pair table) too large for memory raises first.
+
+The scheme class the layer runs, ``TransformerXL``, is at the bottom of this module.
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_dout, check_float, check_int, float_dtype
+from ._checks import (as_float_array, as_positions, cast_grads, check_alloc, check_dout, check_float, check_int,
+                      check_overflow, float_dtype)
+from .seams import TERMS, Scheme
 from .sinusoidal import MAX_POSITION, sinusoidal_table
 
 __all__ = [
@@ -92,6 +96,7 @@ __all__ = [
     "position_scores_backward",
     "xl_scores_backward",
     "xl_position_logits_backward",
+    "TransformerXL",
 ]
 
 
@@ -136,14 +141,8 @@ def relative_heads(table, w_r, num_heads: int) -> np.ndarray:
     S, D = table.shape[0], w_r.shape[1] // H
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         projected = table @ w_r  # (S, H*D)  W_{k,R} R
-    _check_finite(projected, "table @ w_r", "table or w_r")
+    check_overflow(projected, "table @ w_r", "table or w_r")
     return projected.reshape(S, H, D).transpose(1, 0, 2)  # (H, S, D)
-
-
-def _check_finite(out: np.ndarray, what: str, names: str) -> None:
-    """Raise if ``out`` (computed from finite inputs) overflowed its dtype to inf or NaN."""
-    if not np.all(np.isfinite(out)):
-        raise ValueError(f"{what} overflows {out.dtype}; rescale {names}, or compute in float64")
 
 
 def rel_shift(x) -> np.ndarray:
@@ -229,7 +228,7 @@ def position_scores(q, r, v) -> np.ndarray:
     q, r, v = _as_position_args(q, r, v)
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         bd = np.matmul(q + v[:, None, :], np.swapaxes(r, -1, -2)).astype(float_dtype(q, r, v), copy=False)
-    _check_finite(bd, "(q + v) . r", "q, r or v")  # (..., H, T, S)  BD, unshifted
+    check_overflow(bd, "(q + v) . r", "q, r or v")  # (..., H, T, S)  BD, unshifted
     return rel_shift(bd)  # BD[i, j] <- BD[i, j+T-1-i]
 
 
@@ -255,7 +254,7 @@ def xl_scores(q, k, r, u, v) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         ac = np.matmul(q + u[:, None, :], np.swapaxes(k, -1, -2))  # (..., H, T, S)  (a) + (c)
         scores = (ac + bd).astype(float_dtype(q, k, r, u, v), copy=False)
-    _check_finite(scores, "the logits (q + u) . k + (q + v) . r", "q, k, r, u or v")
+    check_overflow(scores, "the logits (q + u) . k + (q + v) . r", "q, k, r, u or v")
     return scores
 
 
@@ -267,17 +266,17 @@ def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 100
     positions of any order and sign (no causal restriction). Projects R once per distinct
     distance, then gathers: the general form of ``rel_shift``. ``clamp_len`` as in ``xl_terms``.
     """
-    q, v, w_r, table, index = _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
+    q, v, w_r, table, index = distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
     r = relative_heads(table, w_r, q.shape[-3])  # (H, U, D)  W_R R_n
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         scores = np.einsum("...htd,hud->...htu", q + v[:, None, :], r).astype(float_dtype(q, v, w_r),
                                                                               copy=False)  # (..., H, T, U)
-    _check_finite(scores, "(q + v) . W_R R", "q, v or w_r")
+    check_overflow(scores, "(q + v) . W_R R", "q, v or w_r")
     index = np.broadcast_to(index, (*q.shape[:-1], index.shape[1]))  # (..., H, T, S)
     return np.take_along_axis(scores, index, axis=-1)
 
 
-def _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len):
+def distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len):
     """The checked q, v, w_r, the table R_n (U, d_model) at the U distinct distances i - j, and
     the index (T, S) of each pair's distance among them (the sizes checked before any is built)."""
     q = _as_q(q)
@@ -371,7 +370,7 @@ def xl_terms(q, k, w_r, u, v, *, q_positions=None, k_positions=None, base: float
         terms = XLTerms(*(t.astype(dtype) for t in (a, b, c, d)))
     for name, term, inputs in zip(("(a) q . k", "(b) q . W_R R", "(c) u . k", "(d) v . W_R R"), terms,
                                   ("q or k", "q or w_r", "u or k", "v or w_r")):
-        _check_finite(term, f"the term {name}", inputs)
+        check_overflow(term, f"the term {name}", inputs)
     return terms
 
 
@@ -387,7 +386,7 @@ def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=Non
                           base=base, clamp_len=clamp_len)
     with np.errstate(over="ignore", invalid="ignore"):  # checked just below
         scores = a + b + c + d  # A^rel_{i,j}, arXiv:1901.02860 Sec. 3.3
-    _check_finite(scores, "the logits (a) + (b) + (c) + (d)", "q, k, w_r, u or v")
+    check_overflow(scores, "the logits (a) + (b) + (c) + (d)", "q, k, w_r, u or v")
     return scores
 
 
@@ -435,20 +434,9 @@ def _batch(a: np.ndarray) -> np.ndarray:
     return a.reshape(math.prod(a.shape[:-3]), *a.shape[-3:])
 
 
-def _head_sum(g: np.ndarray) -> np.ndarray:
+def head_sum(g: np.ndarray) -> np.ndarray:
     """(..., H, T, D) summed over ... and T to (H, D): the adjoint of broadcasting a per-head vector."""
     return g.sum(axis=(*range(g.ndim - 3), g.ndim - 2))
-
-
-def _grads(inputs: str, **grads) -> tuple:
-    """Each gradient ``name=(grad, input)`` cast to its input's floating dtype, raising where it overflowed."""
-    out = []
-    for name, (grad, like) in grads.items():
-        with np.errstate(over="ignore", invalid="ignore"):  # checked just below
-            grad = grad.astype(like.dtype, copy=False)
-        _check_finite(grad, f"the gradient of {name}", f"{inputs} or dout")
-        out.append(grad)
-    return tuple(out)
 
 
 def _position_adjoint(q, r, v, dout):
@@ -457,7 +445,7 @@ def _position_adjoint(q, r, v, dout):
     dbd = _rel_shift_adjoint(dout)  # (..., H, T, S)  dBD, unshifted
     dqv = dbd @ r  # d(q + v) = dBD r
     dr = np.einsum("nhts,nhtd->hsd", _batch(dbd), _batch(qv))  # dr = sum over ... of dBD^T (q + v)
-    return dqv, dr, _head_sum(dqv)  # dv = sum over ... and T of d(q + v)
+    return dqv, dr, head_sum(dqv)  # dv = sum over ... and T of d(q + v)
 
 
 def position_scores_backward(q, r, v, dout):
@@ -474,9 +462,9 @@ def position_scores_backward(q, r, v, dout):
     """
     q, r, v = _as_position_args(q, r, v)
     dout = check_dout(dout, (*q.shape[:-1], r.shape[1]), f"q of shape {q.shape}, r of shape {r.shape}")
-    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in cast_grads
         dq, dr, dv = _position_adjoint(q, r, v, dout)
-    return _grads("q, r, v", q=(dq, q), r=(dr, r), v=(dv, v))
+    return cast_grads("q, r, v", q=(dq, q), r=(dr, r), v=(dv, v))
 
 
 def xl_scores_backward(q, k, r, u, v, dout):
@@ -491,13 +479,13 @@ def xl_scores_backward(q, k, r, u, v, dout):
     """
     q, k, r, u, v = _as_xl_args(q, k, r, u, v)
     dout = check_dout(dout, (*q.shape[:-1], k.shape[-2]), f"q of shape {q.shape}, k of shape {k.shape}")
-    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in cast_grads
         dqu = dout @ k  # (..., H, T, D)  d(q + u) = dAC k
         dk = np.swapaxes(dout, -1, -2) @ (q + u[:, None, :])  # (..., H, S, D)  dk = dAC^T (q + u)
         dqv, dr, dv = _position_adjoint(q, r, v, dout)  # (b) + (d)
         dq = dqu + dqv
-        du = _head_sum(dqu)
-    return _grads("q, k, r, u, v", q=(dq, q), k=(dk, k), r=(dr, r), u=(du, u), v=(dv, v))
+        du = head_sum(dqu)
+    return cast_grads("q, k, r, u, v", q=(dq, q), k=(dk, k), r=(dr, r), u=(du, u), v=(dv, v))
 
 
 def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, base: float = 10000.0,
@@ -516,17 +504,72 @@ def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, ba
     Pairs at the same distance (clamped ones included) sum into one row of dP's last axis. The
     scatter-add runs in float64.
     """
-    q, v, w_r, table, index = _distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
+    q, v, w_r, table, index = distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
     *lead, H, T, D = q.shape
     U = table.shape[0]
     dout = check_dout(dout, (*lead, H, T, index.shape[1]), f"q of shape {q.shape} and the positions")
     check_alloc((*lead, H, T, U), np.float64, "q_positions and k_positions (dout by distance)")
     dp = np.zeros((*lead, H, T, U))  # (..., H, T, U)
     np.add.at(dp, (..., np.arange(T)[:, None], index), dout)  # dP[.., t, index[t, s]] += dout[.., t, s]
-    with np.errstate(over="ignore", invalid="ignore"):  # checked in _grads
+    with np.errstate(over="ignore", invalid="ignore"):  # checked in cast_grads
         r = relative_heads(table, w_r, H)  # (H, U, D)  W_R R_n
         dqv = dp @ r  # (..., H, T, D)  d(q + v) = dP r
         dr = np.einsum("nhtu,nhtd->hud", _batch(dp), _batch(q + v[:, None, :]))  # (H, U, D)
         dw_r = table.T @ dr.transpose(1, 0, 2).reshape(U, H * D)  # (d_model, H*D)  R_n^T dr
-        dv = _head_sum(dqv)  # (H, D)
-    return _grads("q, v, w_r", q=(dqv, q), v=(dv, v), w_r=(dw_r, w_r))
+        dv = head_sum(dqv)  # (H, D)
+    return cast_grads("q, v, w_r", q=(dqv, q), v=(dv, v), w_r=(dw_r, w_r))
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class TransformerXL(Scheme):
+    """Transformer-XL relative attention (Dai et al. 2019, §3.3).
+
+    logits = [(q_i + u) . k_j + (q_i + v) . (R_{i-j} W_R)_h] / sqrt(D), with R the fixed sinusoidal
+    table (split layout). Learned: ``u`` and ``v`` ``(H, D)`` (``r_w_bias``, ``r_r_bias``) and
+    ``w_r`` ``(d_model, H*D)`` (``r_net.weight.T``).
+    """
+
+    name = "transformer-xl"
+    seams = ("content-position",)
+    terms = TERMS
+
+    def __init__(self, *, base: float = 10000.0):
+        self.base = check_float(base, "base", positive=True)
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        H, D, d = self.num_heads, self.head_dim, self.d_model
+        self.u = (rng.standard_normal((H, D)) * 0.02).astype(layer.dtype)
+        self.v = (rng.standard_normal((H, D)) * 0.02).astype(layer.dtype)
+        self.w_r = (rng.standard_normal((d, H * D)) / np.sqrt(d)).astype(layer.dtype)
+
+    def parameters(self):
+        return {"u": self.u, "v": self.v, "w_r": self.w_r}
+
+    def content_position(self, q, k, q_positions, k_positions, *, ops=None):
+        """``ops``: ``None`` runs this module's ``xl_position_logits`` (and, in ``extra_backward``, its
+        backward); the fast layer passes ``minipos.fast.transformer_xl``, which has the same names."""
+        scale = self.scale(self.head_dim)
+        position_logits = xl_position_logits if ops is None else ops.xl_position_logits
+
+        def extra(qs, ks):  # terms (b) + (d) for one block: (q_i + v) . W_R R_{i-j}
+            return scale * position_logits(q[..., qs, :], self.v, self.w_r, q_positions[qs], k_positions[ks],
+                                           base=self.base)
+        return q + self.u[:, None, :], extra  # terms (a) + (c): (q_i + u) . k_j
+
+    def content_position_backward(self, dq_c, add):
+        add("scheme.u", dq_c.sum(axis=(0, 2)))                               # q_c = q + u: du = sum dq_c
+        return dq_c
+
+    def extra_backward(self, q, k, q_positions, k_positions, qs, ks, dlogits, add, *, ops=None):
+        scale = self.scale(self.head_dim)
+        backward = xl_position_logits_backward if ops is None else ops.xl_position_logits_backward
+        dq, dv, dw_r = backward(
+            q[..., qs, :], self.v, self.w_r, q_positions[qs], k_positions[ks], scale * dlogits, base=self.base)
+        add("scheme.v", dv)
+        add("scheme.w_r", dw_r)
+        return dq, 0.0
+
+    def __repr__(self) -> str:
+        return "TransformerXL()"

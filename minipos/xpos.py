@@ -46,6 +46,8 @@ Matching torchscale exactly
   commutes with the rotation, whose adjoint is the rotation by minus the angle.
 - The paper also uses blockwise causal attention at inference; that belongs to the attention
   mask, not to this module.
+
+The scheme class the layer runs, ``XPos``, is at the bottom of this module.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ from ._checks import (
     check_ndim,
 )
 from .rope import apply_rope, apply_rope_backward
+from .seams import Scheme
 
-__all__ = ["xpos_zeta", "xpos_scale", "apply_xpos", "apply_xpos_backward"]
+__all__ = ["xpos_zeta", "xpos_scale", "apply_xpos", "apply_xpos_backward", "XPos"]
 
 MAX_EXPONENT = 2 ** 53
 """Largest ``|n|`` of a scale exponent: float64 holds every integer up to here, and no further."""
@@ -149,10 +152,10 @@ def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, 
     Returns ``(..., T, D)`` in x's floating dtype. Raises ``ValueError`` where a scale leaves the
     normal range of x's dtype, for queries (underflow) and keys (overflow) alike.
     """
-    return _xpos(apply_rope, x, positions, base, scale_base, downscale, scale_offset)
+    return apply_xpos_with(apply_rope, x, positions, base, scale_base, downscale, scale_offset)
 
 
-def _xpos(rope, x, positions, base, scale_base, downscale, scale_offset):
+def apply_xpos_with(rope, x, positions, base, scale_base, downscale, scale_offset):
     """``apply_xpos`` with ``rope`` (``apply_rope``'s signature) as the rotation; ``minipos.fast.xpos``
     passes ``minipos.fast.rope.apply_rope``."""
     x = as_float_array(x, "x")
@@ -180,10 +183,10 @@ def apply_xpos_backward(dy, positions, *, base: float = 10000.0, scale_base: flo
     Raises ``ValueError`` naming dy where T differs from the number of positions, and where the
     scaled gradient overflows dy's dtype (keys, whose scale grows with n).
     """
-    return _xpos_backward(apply_rope_backward, dy, positions, base, scale_base, downscale, scale_offset)
+    return apply_xpos_backward_with(apply_rope_backward, dy, positions, base, scale_base, downscale, scale_offset)
 
 
-def _xpos_backward(rope_backward, dy, positions, base, scale_base, downscale, scale_offset):
+def apply_xpos_backward_with(rope_backward, dy, positions, base, scale_base, downscale, scale_offset):
     """``apply_xpos_backward`` with ``rope_backward`` (``apply_rope_backward``'s signature) as R(n)^T."""
     dy = as_float_array(dy, "dy")
     count = _count(positions)
@@ -204,3 +207,43 @@ def _count(positions) -> int | None:
     if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
         return int(positions)
     return np.shape(positions)[0] if np.ndim(positions) == 1 else None
+
+
+# --------------------------------------------------------------------------- the scheme the layer runs
+
+class XPos(Scheme):
+    """xPos (Sun et al. 2022): interleaved RoPE with the query at position i scaled by zeta^(i/g), the key
+    at position j by zeta^(-j/g).
+
+    The scales multiply to zeta^((i - j)/g) in every score, so attention depends on i - j only and
+    decays with distance for keys before the query (it grows for keys after it: xPos is causal).
+    ``scale_base`` is g (512 in torchscale).
+    """
+
+    name = "xpos"
+    seams = ("rotate",)
+
+    def __init__(self, *, base: float = 10000.0, scale_base: float = 512):
+        self.base = check_float(base, "base", positive=True)
+        self.scale_base = check_float(scale_base, "scale_base", positive=True)
+
+    def rotate_q(self, q, positions, *, seq_len, ops=None):
+        """``ops``: ``None`` runs this module's ``apply_xpos`` and ``apply_xpos_backward``; the fast
+        layer passes ``minipos.fast.xpos``, which has the same names (as for the other three)."""
+        apply = apply_xpos if ops is None else ops.apply_xpos
+        return apply(q, positions, base=self.base, scale_base=self.scale_base)
+
+    def rotate_k(self, k, positions, *, seq_len, ops=None):
+        apply = apply_xpos if ops is None else ops.apply_xpos
+        return apply(k, positions, base=self.base, scale_base=self.scale_base, downscale=True)
+
+    def rotate_q_backward(self, dq, positions, *, seq_len, ops=None):
+        backward = apply_xpos_backward if ops is None else ops.apply_xpos_backward
+        return backward(dq, positions, base=self.base, scale_base=self.scale_base)
+
+    def rotate_k_backward(self, dk, positions, *, seq_len, ops=None):
+        backward = apply_xpos_backward if ops is None else ops.apply_xpos_backward
+        return backward(dk, positions, base=self.base, scale_base=self.scale_base, downscale=True)
+
+    def __repr__(self) -> str:
+        return f"XPos(scale_base={self.scale_base})"

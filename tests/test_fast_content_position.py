@@ -126,7 +126,7 @@ def test_xl_band_of_contiguous_positions_equals_the_reference(dtype, q_positions
     rng = np.random.default_rng(len(q_positions) * 31 + len(k_positions))
     T, S = len(q_positions), len(k_positions)
     q, v, w_r = (rng.standard_normal(s).astype(dtype) for s in ((3, 2, T, 4), (2, 4), (8, 8)))
-    index = transformer_xl._distinct_distances(q, v, w_r, q_positions, k_positions, 10000.0, None)[-1]
+    index = transformer_xl.distinct_distances(q, v, w_r, q_positions, k_positions, 10000.0, None)[-1]
     assert fast_xl._is_band(index, T + S - 1)
     got = fast_xl.xl_position_logits(q, v, w_r, q_positions, k_positions)
     _close(got, transformer_xl.xl_position_logits(q, v, w_r, q_positions, k_positions), dtype)
@@ -142,7 +142,7 @@ def test_xl_band_is_only_the_contiguous_index():
     # Out of order, a clamp (shared distances) or a gap: the general gather, not the band.
     for qp, kp, clamp in ((np.array([1, 0, 2]), np.arange(3), None), (np.arange(5), np.arange(5), 2),
                           (np.arange(3), np.array([0, 1, 3]), None)):
-        *_, table, index = transformer_xl._distinct_distances(np.ones((1, len(qp), 2)), np.ones((1, 2)),
+        *_, table, index = transformer_xl.distinct_distances(np.ones((1, len(qp), 2)), np.ones((1, 2)),
                                                               np.ones((2, 2)), qp, kp, 10000.0, clamp)
         assert not fast_xl._is_band(index, table.shape[0])
 

@@ -117,7 +117,7 @@ def test_attention_factor_applied_once_fails(monkeypatch):
 
 
 def test_yarn_attention_factor_squared_fails(monkeypatch):
-    monkeypatch.setattr(rs, "_yarn_mscale", lambda scale, mscale=1.0: (0.1 * math.log(scale) + 1) ** 2)
+    monkeypatch.setattr(rs, "yarn_mscale", lambda scale, mscale=1.0: (0.1 * math.log(scale) + 1) ** 2)
     result = core.REGISTRY["rope_scaling.yarn.attention_factor"].run()
     assert result.status == "MISMATCH" and "('f = sqrt(1/t) = 0.1 ln s + 1')" in result.message
 

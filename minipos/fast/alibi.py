@@ -26,7 +26,7 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False, dty
     if dtype is None:
         return reference.alibi_bias(slopes, q_positions, k_positions, symmetric=symmetric)
     dtype = check_float_dtype(dtype)
-    slopes = reference._check_slopes(slopes)
+    slopes = reference.check_slopes(slopes)
     symmetric = check_bool(symmetric, "symmetric")
     i = as_positions(q_positions, "q_positions")
     j = as_positions(k_positions, "k_positions")
@@ -51,7 +51,7 @@ def alibi_bias_bound(slopes, q_positions, k_positions, *, symmetric: bool = Fals
     ranges overlap, a bound rather than the maximum when positions skip). This is the
     ``bias_max_fn`` of ``blockwise_attention``, which then skips heads whose far blocks underflow.
     """
-    slopes = reference._check_slopes(slopes)
+    slopes = reference.check_slopes(slopes)
     symmetric = check_bool(symmetric, "symmetric")
     i = as_positions(q_positions, "q_positions")
     j = as_positions(k_positions, "k_positions")

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .. import deberta as reference
-from .._checks import check_alloc, check_dout
+from .._checks import cast_grad, check_alloc, check_dout, check_overflow
 
 __all__ = ["c2p_term", "p2c_term", "c2p_term_backward", "p2c_term_backward", "take_along_last_backward",
            "one_hot_scatter", "take_rows", "heads_matmul", "head_gram"]
@@ -64,27 +64,27 @@ def _shared_index(idx: np.ndarray) -> np.ndarray | None:
 
 def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
     """``minipos.deberta.c2p_term`` (same arguments, equal up to rounding): ``(..., H, T, S)``."""
-    q, pos_key, idx = reference._c2p_args(q, pos_key, relative_pos, att_span)
+    q, pos_key, idx = reference.c2p_args(q, pos_key, relative_pos, att_span)
     shared = _shared_index(idx)
     if idx.size == 0 or shared is None or q.ndim < 4:
         return reference.c2p_term(q, pos_key, relative_pos, att_span)
     with np.errstate(over="ignore", invalid="ignore"):                           # checked below
         qp = heads_matmul(q, np.swapaxes(pos_key, -1, -2))                        # (..., H, T, 2K)
-    reference._check_finite(qp, "q . pos_key", "q or pos_key")
+    check_overflow(qp, "q . pos_key", "q or pos_key")
     K2 = pos_key.shape[1]
     return take_rows(qp, shared + K2 * np.arange(q.shape[-2])[:, None])           # t * 2K + delta
 
 
 def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
     """``minipos.deberta.p2c_term`` (same arguments, equal up to rounding): ``(..., H, T, S)``."""
-    k, pos_query, idx = reference._p2c_args(k, pos_query, relative_pos, att_span)
+    k, pos_query, idx = reference.p2c_args(k, pos_query, relative_pos, att_span)
     shared = _shared_index(idx)
     if idx.size == 0 or shared is None or k.ndim < 4:
         return reference.p2c_term(k, pos_query, relative_pos, att_span)
     S = k.shape[-2]
     with np.errstate(over="ignore", invalid="ignore"):                           # checked below
         kp = heads_matmul(k, np.swapaxes(pos_query, -1, -2))                      # (..., H, S, 2K)
-    reference._check_finite(kp, "pos_query . k", "k or pos_query")
+    check_overflow(kp, "pos_query . k", "k or pos_query")
     return take_rows(kp, shared + pos_query.shape[1] * np.arange(S)[None, :])     # s * 2K + delta
 
 
@@ -156,18 +156,18 @@ def _p2c_adjoint(k, pos_query, idx, dout):
 
 def c2p_term_backward(q, pos_key, relative_pos, att_span: int, dout):
     """``minipos.deberta.c2p_term_backward`` (same arguments, equal up to rounding): ``(dq, dpos_key)``."""
-    q, pos_key, idx = reference._c2p_args(q, pos_key, relative_pos, att_span)
+    q, pos_key, idx = reference.c2p_args(q, pos_key, relative_pos, att_span)
     dout = check_dout(dout, idx.shape, f"T from q of shape {q.shape}, S from relative_pos")
     with np.errstate(over="ignore", invalid="ignore"):                           # checked in _grad
         dq, dpos_key = _c2p_adjoint(q, pos_key, idx, dout)
-    return reference._grad(dq, q, "q", "q, pos_key"), reference._grad(dpos_key, pos_key, "pos_key", "q, pos_key")
+    return cast_grad(dq, q, "q", "q, pos_key"), cast_grad(dpos_key, pos_key, "pos_key", "q, pos_key")
 
 
 def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
     """``minipos.deberta.p2c_term_backward`` (same arguments, equal up to rounding): ``(dk, dpos_query)``."""
-    k, pos_query, idx = reference._p2c_args(k, pos_query, relative_pos, att_span)
+    k, pos_query, idx = reference.p2c_args(k, pos_query, relative_pos, att_span)
     dout = check_dout(dout, idx.shape, f"T from relative_pos, S from k of shape {k.shape}")
     with np.errstate(over="ignore", invalid="ignore"):                           # checked in _grad
         dk, dpos_query = _p2c_adjoint(k, pos_query, idx, dout)
-    return (reference._grad(dk, k, "k", "k, pos_query"),
-            reference._grad(dpos_query, pos_query, "pos_query", "k, pos_query"))
+    return (cast_grad(dk, k, "k", "k, pos_query"),
+            cast_grad(dpos_query, pos_query, "pos_query", "k, pos_query"))

@@ -45,9 +45,12 @@ from typing import Callable
 import numpy as np
 
 from .. import layer as reference
-from ..layer import ALiBi, DeBERTa, Rotary, T5Bias, TransformerXL, XPos
-from ..irope import _chunks
-from ..local_global import _window
+from ..alibi import ALiBi
+from ..deberta import DeBERTa
+from ..rope_scaling import Rotary
+from ..t5 import T5Bias
+from ..transformer_xl import TransformerXL
+from ..xpos import XPos
 from . import _threads
 from . import alibi as fast_alibi
 from . import deberta as fast_deberta
@@ -170,16 +173,9 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         bound = None
         if hints is not None and hints.bound is not None and extra is None:
             bound = lambda qs, ks: hints.bound(self.scheme, q_pos[qs], k_pos[ks])  # noqa: E731
-        scale, window = self.attention_scale(), self.sliding_window
-        kw = dict(bias_fn=logits, scale=scale, block_size=block or 256, bias_max_fn=bound, return_lse=True)
-        chunk = self.attention_chunk
-        if causal and T and S and is_run(q_pos) and is_run(k_pos):          # query t sees s <= t + offset
-            pad = (None if mask is None and chunk is None and window is None else
-                   _mask_fn(mask, False, q_pos, k_pos, chunk=chunk, window=window))
-            out, lse = blockwise_attention(q, k, v, mask_fn=pad, causal=True, q_offset=int(q_pos[0] - k_pos[0]), **kw)
-        else:
-            out, lse = blockwise_attention(q, k, v, mask_fn=_mask_fn(mask, causal, q_pos, k_pos, chunk=chunk,
-                                                                     window=window), **kw)
+        out, lse = blockwise_attention(q, k, v, bias_fn=logits, scale=self.attention_scale(), block_size=block or 256,
+                                       bias_max_fn=bound, return_lse=True,
+                                       **self._kernel_mask(mask, causal, q_pos, k_pos))
         return out, None, lse if return_lse else None
 
     def _attend_backward(self, ctx, dout, add):
@@ -195,20 +191,22 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         bound = None
         if hints is not None and hints.bound is not None and ctx.extra is None:
             bound = lambda qs, ks: hints.bound(sc, ctx.positions[qs], ctx.k_positions[ks])  # noqa: E731
-        kw = dict(bias_fn=logits, scale=self.attention_scale(), block_size=self.block_size or 256,
-                  bias_grad_fn=logits_grad, bias_max_fn=bound)
-        q_pos, k_pos, mask = ctx.positions, ctx.k_positions, ctx.mask
-        chunk, window = self.attention_chunk, self.sliding_window
-        if ctx.causal and is_run(q_pos) and is_run(k_pos):
-            pad = (None if mask is None and chunk is None and window is None else
-                   _mask_fn(mask, False, q_pos, k_pos, chunk=chunk, window=window))
-            grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, mask_fn=pad, causal=True,
-                                                 q_offset=int(q_pos[0] - k_pos[0]), **kw)
-        else:
-            grads = blockwise_attention_backward(ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout,
-                                                 mask_fn=_mask_fn(mask, ctx.causal, q_pos, k_pos, chunk=chunk,
-                                                                  window=window), **kw)
+        grads = blockwise_attention_backward(
+            ctx.q_c, ctx.k, ctx.v, ctx.out, ctx.lse, dout, bias_fn=logits, scale=self.attention_scale(),
+            block_size=self.block_size or 256, bias_grad_fn=logits_grad, bias_max_fn=bound,
+            **self._kernel_mask(ctx.mask, ctx.causal, ctx.positions, ctx.k_positions))
         return (*grads, dq_extra, dk_extra)
+
+    def _kernel_mask(self, mask, causal, q_pos, k_pos) -> dict:
+        """The kernel's mask arguments. A causal call over runs of consecutive positions passes
+        ``causal`` and ``q_offset`` (query t sees s <= t + offset: future blocks are skipped by index)
+        and the other rules (window, chunks, padding) as a block mask; any other call the whole
+        block mask (``minipos.masks.block_mask_fn``)."""
+        if causal and len(q_pos) and len(k_pos) and is_run(q_pos) and is_run(k_pos):
+            plain = mask is None and self.attention_chunk is None and self.sliding_window is None
+            return dict(mask_fn=None if plain else self._allowed_fn(mask, False, q_pos, k_pos), causal=True,
+                        q_offset=int(q_pos[0] - k_pos[0]))
+        return dict(mask_fn=self._allowed_fn(mask, causal, q_pos, k_pos))
 
     def _kept_extra(self, extra, size: int):
         """``extra(qs, ks)``, each block kept for the pass's backward (which calls the same ``extra``,
@@ -261,23 +259,6 @@ class MultiHeadAttention(reference.MultiHeadAttention):
             more = extra(qs, ks)                                               # (B, H, tq, tk)
             return more if bias is None else more + bias
         return fn
-
-
-def _mask_fn(mask, causal, q_pos, k_pos, *, chunk=None, window=None):
-    """``fn(q_slice, k_slice)``: the boolean mask of a block (causal by positions, the sliding
-    window, the chunks of ``attention_chunk``, and padding)."""
-    def fn(qs, ks):
-        allowed = (k_pos[ks][None, :] <= q_pos[qs][:, None])[None, None] if causal else None  # (1, 1, tq, tk)
-        if window is not None:                                                 # i - W < j <= i
-            allowed = _window(q_pos[qs], k_pos[ks], window)[None, None]
-        if chunk is not None:                                                  # i // C == j // C
-            same = _chunks(q_pos[qs], k_pos[ks], chunk)[None, None]
-            allowed = same if allowed is None else allowed & same
-        if mask is None:
-            return allowed
-        pad = mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
-        return pad if allowed is None else pad & allowed
-    return fn
 
 
 class _DistanceMemo:

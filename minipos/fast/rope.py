@@ -25,19 +25,19 @@ from . import _threads
 __all__ = ["apply_rope", "apply_rope_backward"]
 
 
-def _cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype):
+def cos_sin(positions, T: int, R: int, base, inv_freq, attention_factor, dtype):
     """cos(mθ_i) and sin(mθ_i) times the attention factor, each ``(T, R/2)``, in ``dtype``."""
     if np.dtype(dtype).itemsize > 4 or T < 4 * _SPLIT:
-        cos, sin = reference._cos_sin(positions, T, R, base, inv_freq, attention_factor)
+        cos, sin = reference.cos_sin(positions, T, R, base, inv_freq, attention_factor)
         return _cast(cos, dtype), _cast(sin, dtype)
     pos = as_positions(positions, "positions", allow_negative=True, length=T)
     if inv_freq is None:
         inv_freq = reference.rope_inv_freq(R, base=base)
     elif base != 10000.0:
         raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
-    inv_freq = reference._check_len(inv_freq, R)
+    inv_freq = reference.check_inv_freq_len(inv_freq, R)
     factor = check_float(attention_factor, "attention_factor", positive=True)
-    reference._check_angles(pos, inv_freq, factor)
+    reference.check_angles(pos, inv_freq, factor)
     cos, sin = _cos_sin_split(pos, inv_freq)
     if factor != 1.0:
         cos *= factor
@@ -125,8 +125,8 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     check_ndim(x, "x", 2, "(..., T, D)")
     check_choice(layout, "layout", reference.LAYOUTS)
     *_, T, D = x.shape
-    R = reference._rotary_dim(rotary_dim, D)
-    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor, x.dtype)  # (T, R/2)
+    R = reference.check_rotary_dim(rotary_dim, D)
+    cos, sin = cos_sin(positions, T, R, base, inv_freq, attention_factor, x.dtype)  # (T, R/2)
     return _rotated(x, cos, sin, layout, R)
 
 
@@ -138,8 +138,8 @@ def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, 
     check_ndim(dy, "dy", 2, "(..., T, D)")
     check_choice(layout, "layout", reference.LAYOUTS)
     *_, T, D = dy.shape
-    R = reference._rotary_dim(rotary_dim, D, "dy")
-    cos, sin = _cos_sin(positions, T, R, base, inv_freq, attention_factor, dy.dtype)  # (T, R/2)
+    R = reference.check_rotary_dim(rotary_dim, D, "dy")
+    cos, sin = cos_sin(positions, T, R, base, inv_freq, attention_factor, dy.dtype)  # (T, R/2)
     return _rotated(dy, cos, -sin, layout, R, "dy")
 
 
@@ -160,7 +160,7 @@ def _rotated(x, cos, sin, layout: str, R: int, name: str = "x") -> np.ndarray:
         if tmp is None:
             tmp = local.tmp = np.empty(min(T, step) * (per_position + 4 * R), x.dtype)
         out[..., ts, R:] = x[..., ts, R:]                                  # the pass-through part
-        with reference._overflow_raises(x.dtype, name):                    # errstate is per thread
+        with reference.overflow_raises(x.dtype, name):                    # errstate is per thread
             rotate(x[..., ts, :R], out[..., ts, :R], cos[ts], sin[ts], tmp)
     workers = _threads.copy_workers() if x.size >= _THREADED_ROPE else 1
     _threads.run(chunk, [(slice(t, t + step),) for t in range(0, T, step)], workers, pause_blas=False)

@@ -22,8 +22,8 @@ __all__ = ["t5_bias"]
 def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_buckets: int = 32,
             max_distance: int = 128, exact: bool = False) -> np.ndarray:
     """``minipos.t5.t5_bias``, computed per distinct distance (same arguments, result ``(H, T, S)``)."""
-    reference._per_direction(bidirectional, num_buckets, max_distance)
-    table = reference._check_table(table, num_buckets)
+    reference.check_bucket_config(bidirectional, num_buckets, max_distance)
+    table = reference.check_table(table, num_buckets)
     q = as_positions(q_positions, "q_positions")
     k = as_positions(k_positions, "k_positions")
     config = dict(bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance, exact=exact)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import transformer_xl as reference
-from .._checks import check_alloc, check_dout, float_dtype
+from .._checks import cast_grads, check_alloc, check_dout, check_overflow, float_dtype
 from .deberta import head_gram, take_along_last_backward, take_rows
 
 _as_strided = np.lib.stride_tricks.as_strided
@@ -32,13 +32,13 @@ def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 100
                        clamp_len: int | None = None) -> np.ndarray:
     """``minipos.transformer_xl.xl_position_logits`` (same arguments, equal up to rounding):
     (q_i + v) . W_R R_{i-j}, unscaled, shape (..., H, T, S)."""
-    q, v, w_r, table, index = reference._distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
+    q, v, w_r, table, index = reference.distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
     T, U = q.shape[-2], table.shape[0]
     dtype = float_dtype(q, v, w_r)
     r = reference.relative_heads(table, w_r, q.shape[-3]).astype(dtype, copy=False)   # (H, U, D)  W_R R_n
     with np.errstate(over="ignore", invalid="ignore"):                            # checked just below
         scores = (q + v[:, None, :]) @ np.swapaxes(r, -1, -2)                     # (..., H, T, U)
-    reference._check_finite(scores, "(q + v) . W_R R", "q, v or w_r")
+    check_overflow(scores, "(q + v) . W_R R", "q, v or w_r")
     if _is_band(index, U):
         return np.ascontiguousarray(_band(scores, index.shape[1]))                # (..., H, T, S)
     return take_rows(scores, index + U * np.arange(T)[:, None])                   # (..., H, T, S)
@@ -73,14 +73,14 @@ def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, ba
                                 clamp_len: int | None = None):
     """``minipos.transformer_xl.xl_position_logits_backward`` (same arguments, equal up to
     rounding): ``(dq, dv, dw_r)`` of shapes (..., H, T, D), (H, D), (d_model, H*D)."""
-    q, v, w_r, table, index = reference._distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
+    q, v, w_r, table, index = reference.distinct_distances(q, v, w_r, q_positions, k_positions, base, clamp_len)
     *lead, H, T, D = q.shape
     U = table.shape[0]
     dout = check_dout(dout, (*lead, H, T, index.shape[1]), f"q of shape {q.shape} and the positions")
     band = _is_band(index, U)
     check_alloc((*lead, H, T, U), float_dtype(q, v, w_r, dout) if band else np.float64,
                 "q_positions and k_positions (dout by distance)")
-    with np.errstate(over="ignore", invalid="ignore"):                            # checked in _grads
+    with np.errstate(over="ignore", invalid="ignore"):                            # checked in cast_grads
         r = reference.relative_heads(table, w_r, H)                               # (H, U, D)  W_R R_n
         if band:
             dqv, dr = _band_backward(q, v, r.astype(float_dtype(q, v, w_r, dout), copy=False), dout)
@@ -89,5 +89,5 @@ def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, ba
             dqv = dp @ r                                                          # (..., H, T, D)
             dr = head_gram(dp, q + v[:, None, :])                                 # (H, U, D)  sum dP^T (q + v)
         dw_r = table.T @ dr.transpose(1, 0, 2).reshape(U, H * D)                  # (d_model, H*D)
-        dv = reference._head_sum(dqv)                                             # (H, D)
-    return reference._grads("q, v, w_r", q=(dqv, q), v=(dv, v), w_r=(dw_r, w_r))
+        dv = reference.head_sum(dqv)                                             # (H, D)
+    return cast_grads("q, v, w_r", q=(dqv, q), v=(dv, v), w_r=(dw_r, w_r))

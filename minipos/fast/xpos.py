@@ -14,11 +14,11 @@ __all__ = ["apply_xpos", "apply_xpos_backward"]
 def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, downscale: bool = False,
                scale_offset: int = 0):
     """``minipos.xpos.apply_xpos`` (same arguments and result, up to rounding)."""
-    return reference._xpos(fast_rope.apply_rope, x, positions, base, scale_base, downscale, scale_offset)
+    return reference.apply_xpos_with(fast_rope.apply_rope, x, positions, base, scale_base, downscale, scale_offset)
 
 
 def apply_xpos_backward(dy, positions, *, base: float = 10000.0, scale_base: float = 512,
                         downscale: bool = False, scale_offset: int = 0):
     """``minipos.xpos.apply_xpos_backward`` (same arguments and result, up to rounding)."""
-    return reference._xpos_backward(fast_rope.apply_rope_backward, dy, positions, base, scale_base, downscale,
+    return reference.apply_xpos_backward_with(fast_rope.apply_rope_backward, dy, positions, base, scale_base, downscale,
                                     scale_offset)

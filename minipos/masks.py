@@ -1,0 +1,72 @@
+"""The masks of a layer call, by position: causal, a sliding window, chunks, and key padding.
+
+Each rule reads positions, not cache slots (``True`` = may attend):
+
+    causal          j <= i                     (under ``causal=True``)
+    sliding window  i - W < j <= i             (Mistral, Gemma, gpt-oss: ``minipos.local_global``)
+    chunks          i // C == j // C           (Llama 4's chunked layers: ``minipos.irope``)
+
+for the query at position ``i`` and the key at position ``j``. ``block_mask_fn`` combines them with
+a padding mask for one block of queries and keys at a time: the layer's mask, which the reference
+``MultiHeadAttention`` and ``minipos.fast``'s both run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_positions, check_positive_int
+
+__all__ = ["sliding_window_mask", "chunk_mask", "block_mask_fn"]
+
+
+def sliding_window_mask(q_positions, k_positions, window: int) -> np.ndarray:
+    """Boolean ``(T, S)``: query ``t`` may attend key ``s`` iff ``q_t - window < k_s <= q_t``.
+
+    q_positions: ``(T,)``, k_positions: ``(S,)`` integer positions; window: ``W >= 1``, the number
+    of positions a query sees, its own included (HF ``config.sliding_window``).
+    """
+    q = as_positions(q_positions, "q_positions")
+    k = as_positions(k_positions, "k_positions")
+    window = check_positive_int(window, "window")
+    return _window(q, k, window)
+
+
+def chunk_mask(q_positions, k_positions, chunk: int) -> np.ndarray:
+    """Chunked attention's rule ``(T, S)`` bool: query at ``i`` may see key at ``j`` iff ``i // C == j // C``.
+
+    Not causal by itself: the layer ANDs it with the causal and padding masks, as HF's
+    ``chunked_overlay`` is ANDed with ``causal_mask_function``.
+    """
+    chunk = check_positive_int(chunk, "chunk")
+    return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
+
+
+def block_mask_fn(mask, causal: bool, q_positions, k_positions, *, window=None, chunk=None):
+    """``allowed(q_slice, k_slice)``: the boolean mask of one block, ``(1, 1, tq, tk)`` or
+    ``(B, 1, tq, tk)``, or ``None`` where every key is allowed.
+
+    The layer's checked arguments: mask ``(B, 1, 1, S)`` or ``(B, 1, T, S)`` key padding (or
+    ``None``), positions ``(T,)`` and ``(S,)``; ``window`` (which implies causal) and ``chunk`` as
+    the layer's ``sliding_window`` and ``attention_chunk``.
+    """
+    def allowed(qs, ks):
+        i, j = q_positions[qs], k_positions[ks]
+        rule = (j[None, :] <= i[:, None])[None, None] if causal else None      # (1, 1, tq, tk)
+        if window is not None:                                                 # i - W < j <= i
+            rule = _window(i, j, window)[None, None]
+        if chunk is not None:                                                  # i // C == j // C
+            same = _chunks(i, j, chunk)[None, None]
+            rule = same if rule is None else rule & same
+        pad = None if mask is None else mask[..., qs if mask.shape[2] > 1 else slice(None), ks]
+        return pad if rule is None else rule if pad is None else rule & pad
+    return allowed
+
+
+def _window(q, k, window):  # checked positions (T,), (S,) -> (T, S)
+    gap = q[:, None] - k[None, :]                                        # i - j
+    return (gap >= 0) & (gap < window)                                  # 0 <= i - j < W
+
+
+def _chunks(q, k, chunk):  # checked positions (T,), (S,) -> (T, S)
+    return q[:, None] // chunk == k[None, :] // chunk                  # i // C == j // C
