@@ -78,10 +78,6 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     return s <= t + (S - T)  # (T, S)
 
 
-def _scale(scale, D: int) -> float:
-    return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
-
-
 def _check_sinks(sinks, q):
     """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``."""
     if sinks is None:
@@ -101,18 +97,11 @@ def _allowed(bias, mask):
     return open_ if mask is None else mask & open_
 
 
-def _check_bias(bias, allowed) -> None:
-    """Raise if the bias holds NaN or ``+inf`` where a query may attend (``allowed``, ``None``: everywhere)."""
-    where = True if allowed is None else allowed
-    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
-        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
-
-
 def _check_logits(logits, bias, allowed, dtype) -> None:
     """Raise unless every logit a query may attend to is finite (entries not ``allowed`` are not read):
     NaN or ``+inf`` in the bias is a ``ValueError`` naming it; any other non-finite logit is
     ``scale * q . k + bias`` overflowing (``Overflow``)."""
-    _check_bias(bias, allowed)
+    check_bias_values(bias, allowed)
     where = True if allowed is None else allowed
     if np.any(~np.isfinite(logits) & where):
         raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
@@ -144,18 +133,11 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
     sinks = _check_sinks(sinks, q)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    scale = _scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     return_weights = check_bool(return_weights, "return_weights")
     shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
     check_alloc(shape, dtype, "attention's logits (..., H, T, S)")
-    if bias is not None:
-        bias = as_float_array(bias, "bias", finite=False)                 # -inf: a masked entry
-        check_broadcast(bias, "bias", shape)
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != bool:
-            raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
-        check_broadcast(mask, "mask", shape)
+    bias, mask = check_bias_and_mask(bias, mask, shape)
 
     with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
         logits = (q * dtype.type(scale)).astype(dtype, copy=False) @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)  # (..., H, T, S)
@@ -184,25 +166,6 @@ def _value_term(value_fn, qs, ks, p, shape):
     if term.shape != tuple(shape):
         raise ValueError(f"value_fn must return the output block's shape {tuple(shape)}, got {term.shape}")
     return term.astype(p.dtype, copy=False)
-
-
-def _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale, block_size, q_offset):
-    """The checks of ``blockwise_attention`` (shared with ``minipos.fast``): returns
-    ``(q, k, v, scale, block, offset)``, the block clamped to the problem's size."""
-    q, k, v = check_qkv(q, k, v)
-    check_callable(bias_fn, "bias_fn")
-    check_callable(mask_fn, "mask_fn")
-    causal = check_bool(causal, "causal")
-    scale = _scale(scale, q.shape[-1])
-    block = check_positive_int(block_size, "block_size")
-    block = max(1, min(block, max(q.shape[-2], k.shape[-2])))            # memory follows the problem
-    if q_offset is not None and not causal:
-        raise ValueError("q_offset only applies with causal=True; pass a mask_fn for other masks")
-    T, S = q.shape[-2], k.shape[-2]
-    offset = S - T if q_offset is None else check_int(q_offset, "q_offset")
-    if abs(offset) > 2 ** 62:
-        raise ValueError(f"q_offset must have magnitude below 2**62, got {offset}")
-    return q, k, v, scale, block, offset
 
 
 def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
@@ -257,7 +220,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
       of every row start from its head's sink (``lse`` then counts the sink).
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
     """
-    q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+    q, k, v, scale, block, offset = check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     return_lse = check_bool(return_lse, "return_lse")
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
@@ -397,7 +360,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
                        value_fn=value_fn, sinks=sinks)                                # (..., H, T, S)
     q, k, v = check_qkv(q, k, v)
     dout = _check_grad(dout, out, "dout")
-    scale = _scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
         dv = np.swapaxes(p, -1, -2) @ dout                               # P^T dO      (..., H, S, Dv)
         dp = dout @ np.swapaxes(v, -1, -2)                               # dO V^T      (..., H, T, S)
@@ -453,17 +416,12 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     sinks: the forward's ``(H,)`` sink logits, or ``None``; with them the result has a fourth value,
       ``dsinks`` ``(H,)`` = ``-sum_i p_sink_i D_i`` per head, where ``p_sink_i = exp(sink - lse_i)``.
     """
-    q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+    q, k, v, scale, block, offset = check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     check_callable(bias_grad_fn, "bias_grad_fn", "(q_slice, k_slice, dS_block) -> None")
     check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    *lead, T, _ = q.shape
-    out = _check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
-    dout = _check_grad(dout, out, "dout")
-    lse = as_float_array(lse, "lse", finite=False)
-    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    out, lse, dout = check_backward_inputs(q, v, out, lse, dout, dtype)
     sinks = _check_sinks(sinks, q)
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
@@ -496,3 +454,64 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale,
                 bias_grad_fn(qs, ks, ds)
             dq[..., qs, :] += scale * (ds @ k[..., ks, :])                               # dQ_i += scale dS K_j
             dk[..., ks, :] += scale * (np.swapaxes(ds, -1, -2) @ q[..., qs, :])          # dK_j += scale dS^T Q_i
+
+
+# --------------------------------------------------------------------------- checks shared with minipos.fast
+# Public by name, as minipos.fast calls them too; not in __all__.
+
+def check_scale(scale, D: int) -> float:
+    """``scale`` as a finite float, or the default ``1/sqrt(D)`` for ``None``."""
+    return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
+
+
+def check_bias_and_mask(bias, mask, shape: tuple):
+    """``(bias, mask)`` as a float array (``-inf`` allowed: a masked entry) and a boolean one, each
+    broadcastable to the logits' ``shape`` ``(..., H, T, S)`` without enlarging it (``None`` stays)."""
+    if bias is not None:
+        bias = as_float_array(bias, "bias", finite=False)
+        check_broadcast(bias, "bias", shape)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
+        check_broadcast(mask, "mask", shape)
+    return bias, mask
+
+
+def check_bias_values(bias, mask) -> None:
+    """Raise if ``bias`` holds NaN or ``+inf`` where ``mask`` lets a query attend (``None``: everywhere)."""
+    where = True if mask is None else mask
+    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
+        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
+
+
+def check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale, block_size, q_offset):
+    """The checks of ``blockwise_attention`` and its backward: returns ``(q, k, v, scale, block,
+    offset)``, the block clamped to the problem's size."""
+    q, k, v = check_qkv(q, k, v)
+    check_callable(bias_fn, "bias_fn")
+    check_callable(mask_fn, "mask_fn")
+    causal = check_bool(causal, "causal")
+    scale = check_scale(scale, q.shape[-1])
+    block = check_positive_int(block_size, "block_size")
+    block = max(1, min(block, max(q.shape[-2], k.shape[-2])))            # memory follows the problem
+    if q_offset is not None and not causal:
+        raise ValueError("q_offset only applies with causal=True; pass a mask_fn for other masks")
+    T, S = q.shape[-2], k.shape[-2]
+    offset = S - T if q_offset is None else check_int(q_offset, "q_offset")
+    if abs(offset) > 2 ** 62:
+        raise ValueError(f"q_offset must have magnitude below 2**62, got {offset}")
+    return q, k, v, scale, block, offset
+
+
+def check_backward_inputs(q, v, out, lse, dout, dtype):
+    """The forward's ``out`` ``(..., H, T, Dv)`` and ``lse`` ``(..., H, T)`` and the output gradient
+    ``dout`` checked for ``blockwise_attention_backward``: returns ``(out, lse, dout)``, ``out`` and
+    ``dout`` in ``dtype``."""
+    *lead, T, _ = q.shape
+    out = _check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
+    dout = _check_grad(dout, out, "dout")
+    lse = as_float_array(lse, "lse", finite=False)
+    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    return out, lse, dout
