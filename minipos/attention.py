@@ -4,11 +4,13 @@ Every scheme of minipos plugs into attention through one of four seams (input, r
 content-position). This module is what they plug into; it sees only
 
     logits[..., h, t, s] = scale * q[..., h, t, :] . k[..., h, s, :] + bias[..., h, t, s]
-    weights = softmax(logits where mask else -inf, axis=-1)
+    weights = softmax(logits where mask else -inf, axis=-1)          (a -inf bias masks its key too)
     out[..., h, t, :] = sum_s weights[..., h, t, s] v[..., h, s, :]
 
 (Vaswani et al. 2017, arXiv:1706.03762, Eq. 1). The default ``scale`` is ``1/sqrt(D)``: for q, k
-with independent unit-variance entries Var(q . k) = D (proved in ``proofs``).
+with independent unit-variance entries Var(q . k) = D (proved in ``proofs``). A value seam
+(``value_fn``, Shaw et al. 2018, arXiv:1803.02155, Eq. 3) adds ``sum_s weights[..., h, t, s]
+a[t, s, :]`` to ``out``.
 
 ``blockwise_attention`` computes the same ``out`` without holding a ``(T, S)`` array: the online
 softmax (Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention-2, arXiv:2307.08691, Alg. 1)
@@ -78,6 +80,58 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     return s <= t + (S - T)  # (T, S)
 
 
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None, sinks=None):
+    """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
+
+    q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
+    bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``);
+      ``-inf`` masks that key, as in ``softmax`` and ``blockwise_attention``; NaN or ``+inf``
+      raise where the mask allows. Entries the mask forbids are not read.
+    mask: boolean, broadcastable to ``(..., H, T, S)``; ``True`` = may attend.
+    scale: multiplies ``q . k`` only (not the bias); default ``1/sqrt(D)``. T5 uses ``1.0``.
+    value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
+      that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
+      ``sum_j p_ij a^V_ij``), or ``None``.
+    sinks: ``(H,)`` per-head sink logits (gpt-oss), or ``None``: a column appended to the logits
+      before the softmax and dropped after (not scaled, not masked).
+    Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
+    ``return_weights``. Rows with no allowed key give zero weights and a zero output.
+    """
+    q, k, v, bias, mask, scale, sinks = _check_attention_args(q, k, v, bias, mask, scale, return_weights,
+                                                              value_fn, sinks)
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):                   # an overflow is checked below
+        q_scaled = (q * dtype.type(scale)).astype(dtype, copy=False)
+        logits = q_scaled @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)   # scale q . k   (..., H, T, S)
+        if bias is not None:
+            bias = bias.astype(dtype, copy=False)                         # the logits' dtype: rounding to -inf masks
+            logits = logits + bias                                        #   + bias
+    allowed = _allowed(bias, mask)                                        # the mask, and bias > -inf
+    _check_logits(logits, allowed)
+    if allowed is not None:
+        logits = np.where(allowed, logits, dtype.type(-np.inf))            # masked -> -inf
+    weights = softmax(logits) if sinks is None else _softmax_with_sinks(logits, sinks)   # (..., H, T, S)
+    out = weights @ v.astype(dtype, copy=False)                           # sum_s weights v_s   (..., H, T, Dv)
+    if value_fn is not None:                                              #   + sum_s weights a_ts (value seam)
+        out = out + _value_term(value_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), weights, out.shape)
+    return (out, weights) if return_weights else out
+
+
+def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, sinks):
+    """The checks of ``attention``: returns ``(q, k, v, bias, mask, scale, sinks)``, the arrays as
+    floating arrays (the mask boolean), ``scale`` a float."""
+    q, k, v = check_qkv(q, k, v)
+    check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
+    sinks = _check_sinks(sinks, q)
+    scale = check_scale(scale, q.shape[-1])
+    check_bool(return_weights, "return_weights")
+    shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
+    check_alloc(shape, np.result_type(q.dtype, k.dtype, v.dtype), "attention's logits (..., H, T, S)")
+    bias, mask = check_bias_and_mask(bias, mask, shape)
+    check_bias_values(bias, mask)       # as given: a bias too large for the logits' dtype is an Overflow, not this
+    return q, k, v, bias, mask, scale, sinks
+
+
 def _check_sinks(sinks, q):
     """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``."""
     if sinks is None:
@@ -97,66 +151,25 @@ def _allowed(bias, mask):
     return open_ if mask is None else mask & open_
 
 
-def _check_logits(logits, bias, allowed, dtype) -> None:
-    """Raise unless every logit a query may attend to is finite (entries not ``allowed`` are not read):
-    NaN or ``+inf`` in the bias is a ``ValueError`` naming it; any other non-finite logit is
-    ``scale * q . k + bias`` overflowing (``Overflow``)."""
-    check_bias_values(bias, allowed)
+def _check_logits(logits, allowed=None) -> None:
+    """Raise ``Overflow`` unless ``logits`` are finite wherever a query may attend (``allowed``;
+    ``None``: everywhere). NaN and ``+inf`` in a bias are refused before, so a logit that is not
+    finite is ``scale * q . k + bias`` overflowing its dtype."""
     where = True if allowed is None else allowed
     if np.any(~np.isfinite(logits) & where):
-        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+        raise Overflow(f"the logits scale * q . k + bias overflow {logits.dtype}; rescale q, k or bias, or use float64")
+
+
+def _softmax_with_sinks(logits, sinks):
+    """``softmax`` of each row of ``logits`` ``(..., H, T, S)`` with its head's sink as one more
+    column, dropped after: the weights of a row sum to ``1 - p_sink``."""
+    column = _sink_column(sinks, logits.shape, logits.dtype)              # (..., H, T, 1)
+    return softmax(np.concatenate([logits, column], axis=-1))[..., :-1]  # softmax([logits | sink]) -> (..., H, T, S)
 
 
 def _sink_column(sinks, shape, dtype):
     """The sink logits as a column ``(..., H, T, 1)`` for logits of ``shape`` ``(..., H, T, S)``."""
     return np.broadcast_to(sinks.astype(dtype, copy=False)[:, None, None], (*shape[:-1], 1))
-
-
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None, sinks=None):
-    """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
-
-    q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
-    bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``);
-      ``-inf`` masks that key, as in ``softmax`` and ``blockwise_attention``; NaN or ``+inf``
-      raise where the mask allows. Entries the mask forbids are not read.
-    mask: boolean, broadcastable to ``(..., H, T, S)``; ``True`` = may attend.
-    scale: multiplies ``q . k`` only (not the bias); default ``1/sqrt(D)``. T5 uses ``1.0``.
-    value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
-      that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
-      ``sum_j p_ij a^V_ij``), or ``None``.
-    sinks: ``(H,)`` per-head sink logits (gpt-oss), or ``None``: a column appended to the logits
-      before the softmax and dropped after (not scaled, not masked).
-    Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
-    ``return_weights``. Rows with no allowed key give zero weights and a zero output.
-    """
-    q, k, v = check_qkv(q, k, v)
-    check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
-    sinks = _check_sinks(sinks, q)
-    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    scale = check_scale(scale, q.shape[-1])
-    return_weights = check_bool(return_weights, "return_weights")
-    shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
-    check_alloc(shape, dtype, "attention's logits (..., H, T, S)")
-    bias, mask = check_bias_and_mask(bias, mask, shape)
-
-    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
-        logits = (q * dtype.type(scale)).astype(dtype, copy=False) @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)  # (..., H, T, S)
-        cast = None if bias is None else bias.astype(dtype, copy=False)  # what rounds to -inf there masks
-        if cast is not None:
-            logits = logits + cast
-    allowed = _allowed(cast, mask)                                        # mask, and bias > -inf
-    _check_logits(logits, bias, allowed, dtype)
-    if allowed is not None:
-        logits = np.where(allowed, logits, dtype.type(-np.inf))            # masked -> -inf
-    if sinks is None:
-        weights = softmax(logits, axis=-1)                                # (..., H, T, S)
-    else:                                                                 # [logits | sink], sink dropped after
-        weights = softmax(np.concatenate([logits, _sink_column(sinks, shape, dtype)], axis=-1))[..., :-1]
-    out = weights @ v.astype(dtype, copy=False)                           # (..., H, T, Dv)
-    if value_fn is not None:
-        every = (slice(0, q.shape[-2]), slice(0, k.shape[-2]))
-        out = out + _value_term(value_fn, *every, weights, out.shape)      # + sum_j p_ij a_ij
-    return (out, weights) if return_weights else out
 
 
 def _value_term(value_fn, qs, ks, p, shape):
@@ -233,8 +246,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
         for qs in blocks.query_slices():                                 # a loop over query blocks
             _attend_rows(qs, blocks, v, out, lse, value_fn, sinks)
-    if not np.isfinite(out).all():
-        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+    _check_logits(out)                                                   # an overflowing logit leaves out not finite
     return (out, lse) if return_lse else out
 
 
