@@ -381,8 +381,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
         ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))           # P * (dP - rowsum(dP * P))
         dq = scale * (ds @ k)                                            # (..., H, T, D)
         dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
-    for g in (dv, ds, dq, dk):
-        check_result(g, "the gradients of attention for these q, k, v, out and dout")
+    check_grads((dv, ds, dq, dk))
     dbias = None if bias is None else _reduce_to(ds, np.shape(bias)).astype(out.dtype, copy=False)
     grads = dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
     if sinks is None:
@@ -439,8 +438,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
         _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn)
-    for g in (dq, dk, dv):
-        check_result(g, "the gradients of attention for these q, k, v, out and dout")
+    check_grads((dq, dk, dv))
     if sinks is None:
         return dq, dk, dv
     p_sink = np.exp(sinks.astype(dtype, copy=False)[:, None] - lse)     # (..., H, T): e^{sink - lse}
@@ -527,3 +525,9 @@ def check_backward_inputs(q, v, out, lse, dout, dtype):
     if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
         raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
     return out, lse, dout
+
+
+def check_grads(grads) -> None:
+    """Raise ``Overflow`` unless every array of ``grads`` (computed with overflow warnings silenced) is finite."""
+    for g in grads:
+        check_result(g, "the gradients of attention for these q, k, v, out and dout")
