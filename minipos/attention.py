@@ -4,11 +4,13 @@ Every scheme of minipos plugs into attention through one of four seams (input, r
 content-position). This module is what they plug into; it sees only
 
     logits[..., h, t, s] = scale * q[..., h, t, :] . k[..., h, s, :] + bias[..., h, t, s]
-    weights = softmax(logits where mask else -inf, axis=-1)
+    weights = softmax(logits where mask else -inf, axis=-1)          (a -inf bias masks its key too)
     out[..., h, t, :] = sum_s weights[..., h, t, s] v[..., h, s, :]
 
 (Vaswani et al. 2017, arXiv:1706.03762, Eq. 1). The default ``scale`` is ``1/sqrt(D)``: for q, k
-with independent unit-variance entries Var(q . k) = D (proved in ``proofs``).
+with independent unit-variance entries Var(q . k) = D (proved in ``proofs``). A value seam
+(``value_fn``, Shaw et al. 2018, arXiv:1803.02155, Eq. 3) adds ``sum_s weights[..., h, t, s]
+a[t, s, :]`` to ``out``.
 
 ``blockwise_attention`` computes the same ``out`` without holding a ``(T, S)`` array: the online
 softmax (Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention-2, arXiv:2307.08691, Alg. 1)
@@ -78,8 +80,56 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     return s <= t + (S - T)  # (T, S)
 
 
-def _scale(scale, D: int) -> float:
-    return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None, sinks=None):
+    """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
+
+    q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
+    bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``);
+      ``-inf`` masks that key, as in ``softmax`` and ``blockwise_attention``; NaN or ``+inf``
+      raise where the mask allows. Entries the mask forbids are not read.
+    mask: boolean, broadcastable to ``(..., H, T, S)``; ``True`` = may attend.
+    scale: multiplies ``q . k`` only (not the bias); default ``1/sqrt(D)``. T5 uses ``1.0``.
+    value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
+      that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
+      ``sum_j p_ij a^V_ij``), or ``None``.
+    sinks: ``(H,)`` per-head sink logits (gpt-oss), or ``None``: a column appended to the logits
+      before the softmax and dropped after (not scaled, not masked).
+    Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
+    ``return_weights``. Rows with no allowed key give zero weights and a zero output.
+    """
+    q, k, v, bias, mask, scale, sinks = _check_attention_args(q, k, v, bias, mask, scale, return_weights,
+                                                              value_fn, sinks)
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):                   # an overflow is checked below
+        q_scaled = (q * dtype.type(scale)).astype(dtype, copy=False)
+        logits = q_scaled @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)   # scale q . k   (..., H, T, S)
+        if bias is not None:
+            bias = bias.astype(dtype, copy=False)                         # the logits' dtype: rounding to -inf masks
+            logits = logits + bias                                        #   + bias
+    allowed = _allowed(bias, mask)                                        # the mask, and bias > -inf
+    _check_logits(logits, allowed)
+    if allowed is not None:
+        logits = np.where(allowed, logits, dtype.type(-np.inf))            # masked -> -inf
+    weights = softmax(logits) if sinks is None else _softmax_with_sinks(logits, sinks)   # (..., H, T, S)
+    out = weights @ v.astype(dtype, copy=False)                           # sum_s weights v_s   (..., H, T, Dv)
+    if value_fn is not None:                                              #   + sum_s weights a_ts (value seam)
+        out = out + _value_term(value_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), weights, out.shape)
+    return (out, weights) if return_weights else out
+
+
+def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, sinks):
+    """The checks of ``attention``: returns ``(q, k, v, bias, mask, scale, sinks)``, the arrays as
+    floating arrays (the mask boolean), ``scale`` a float."""
+    q, k, v = check_qkv(q, k, v)
+    check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
+    sinks = _check_sinks(sinks, q)
+    scale = check_scale(scale, q.shape[-1])
+    check_bool(return_weights, "return_weights")
+    shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
+    check_alloc(shape, np.result_type(q.dtype, k.dtype, v.dtype), "attention's logits (..., H, T, S)")
+    bias, mask = check_bias_and_mask(bias, mask, shape)
+    check_bias_values(bias, mask)       # as given: a bias too large for the logits' dtype is an Overflow, not this
+    return q, k, v, bias, mask, scale, sinks
 
 
 def _check_sinks(sinks, q):
@@ -101,80 +151,25 @@ def _allowed(bias, mask):
     return open_ if mask is None else mask & open_
 
 
-def _check_bias(bias, allowed) -> None:
-    """Raise if the bias holds NaN or ``+inf`` where a query may attend (``allowed``, ``None``: everywhere)."""
-    where = True if allowed is None else allowed
-    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
-        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
-
-
-def _check_logits(logits, bias, allowed, dtype) -> None:
-    """Raise unless every logit a query may attend to is finite (entries not ``allowed`` are not read):
-    NaN or ``+inf`` in the bias is a ``ValueError`` naming it; any other non-finite logit is
-    ``scale * q . k + bias`` overflowing (``Overflow``)."""
-    _check_bias(bias, allowed)
+def _check_logits(logits, allowed=None) -> None:
+    """Raise ``Overflow`` unless ``logits`` are finite wherever a query may attend (``allowed``;
+    ``None``: everywhere). NaN and ``+inf`` in a bias are refused before, so a logit that is not
+    finite is ``scale * q . k + bias`` overflowing its dtype."""
     where = True if allowed is None else allowed
     if np.any(~np.isfinite(logits) & where):
-        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+        raise Overflow(f"the logits scale * q . k + bias overflow {logits.dtype}; rescale q, k or bias, or use float64")
+
+
+def _softmax_with_sinks(logits, sinks):
+    """``softmax`` of each row of ``logits`` ``(..., H, T, S)`` with its head's sink as one more
+    column, dropped after: the weights of a row sum to ``1 - p_sink``."""
+    column = _sink_column(sinks, logits.shape, logits.dtype)              # (..., H, T, 1)
+    return softmax(np.concatenate([logits, column], axis=-1))[..., :-1]  # softmax([logits | sink]) -> (..., H, T, S)
 
 
 def _sink_column(sinks, shape, dtype):
     """The sink logits as a column ``(..., H, T, 1)`` for logits of ``shape`` ``(..., H, T, S)``."""
     return np.broadcast_to(sinks.astype(dtype, copy=False)[:, None, None], (*shape[:-1], 1))
-
-
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None, sinks=None):
-    """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
-
-    q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
-    bias: additive logits broadcastable to ``(..., H, T, S)`` (e.g. ALiBi or T5 ``(H, T, S)``);
-      ``-inf`` masks that key, as in ``softmax`` and ``blockwise_attention``; NaN or ``+inf``
-      raise where the mask allows. Entries the mask forbids are not read.
-    mask: boolean, broadcastable to ``(..., H, T, S)``; ``True`` = may attend.
-    scale: multiplies ``q . k`` only (not the bias); default ``1/sqrt(D)``. T5 uses ``1.0``.
-    value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
-      that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
-      ``sum_j p_ij a^V_ij``), or ``None``.
-    sinks: ``(H,)`` per-head sink logits (gpt-oss), or ``None``: a column appended to the logits
-      before the softmax and dropped after (not scaled, not masked).
-    Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
-    ``return_weights``. Rows with no allowed key give zero weights and a zero output.
-    """
-    q, k, v = check_qkv(q, k, v)
-    check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
-    sinks = _check_sinks(sinks, q)
-    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    scale = _scale(scale, q.shape[-1])
-    return_weights = check_bool(return_weights, "return_weights")
-    shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
-    check_alloc(shape, dtype, "attention's logits (..., H, T, S)")
-    if bias is not None:
-        bias = as_float_array(bias, "bias", finite=False)                 # -inf: a masked entry
-        check_broadcast(bias, "bias", shape)
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != bool:
-            raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
-        check_broadcast(mask, "mask", shape)
-
-    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
-        logits = (q * dtype.type(scale)).astype(dtype, copy=False) @ np.swapaxes(k, -1, -2).astype(dtype, copy=False)  # (..., H, T, S)
-        cast = None if bias is None else bias.astype(dtype, copy=False)  # what rounds to -inf there masks
-        if cast is not None:
-            logits = logits + cast
-    allowed = _allowed(cast, mask)                                        # mask, and bias > -inf
-    _check_logits(logits, bias, allowed, dtype)
-    if allowed is not None:
-        logits = np.where(allowed, logits, dtype.type(-np.inf))            # masked -> -inf
-    if sinks is None:
-        weights = softmax(logits, axis=-1)                                # (..., H, T, S)
-    else:                                                                 # [logits | sink], sink dropped after
-        weights = softmax(np.concatenate([logits, _sink_column(sinks, shape, dtype)], axis=-1))[..., :-1]
-    out = weights @ v.astype(dtype, copy=False)                           # (..., H, T, Dv)
-    if value_fn is not None:
-        every = (slice(0, q.shape[-2]), slice(0, k.shape[-2]))
-        out = out + _value_term(value_fn, *every, weights, out.shape)      # + sum_j p_ij a_ij
-    return (out, weights) if return_weights else out
 
 
 def _value_term(value_fn, qs, ks, p, shape):
@@ -184,25 +179,6 @@ def _value_term(value_fn, qs, ks, p, shape):
     if term.shape != tuple(shape):
         raise ValueError(f"value_fn must return the output block's shape {tuple(shape)}, got {term.shape}")
     return term.astype(p.dtype, copy=False)
-
-
-def _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale, block_size, q_offset):
-    """The checks of ``blockwise_attention`` (shared with ``minipos.fast``): returns
-    ``(q, k, v, scale, block, offset)``, the block clamped to the problem's size."""
-    q, k, v = check_qkv(q, k, v)
-    check_callable(bias_fn, "bias_fn")
-    check_callable(mask_fn, "mask_fn")
-    causal = check_bool(causal, "causal")
-    scale = _scale(scale, q.shape[-1])
-    block = check_positive_int(block_size, "block_size")
-    block = max(1, min(block, max(q.shape[-2], k.shape[-2])))            # memory follows the problem
-    if q_offset is not None and not causal:
-        raise ValueError("q_offset only applies with causal=True; pass a mask_fn for other masks")
-    T, S = q.shape[-2], k.shape[-2]
-    offset = S - T if q_offset is None else check_int(q_offset, "q_offset")
-    if abs(offset) > 2 ** 62:
-        raise ValueError(f"q_offset must have magnitude below 2**62, got {offset}")
-    return q, k, v, scale, block, offset
 
 
 def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
@@ -257,7 +233,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
       of every row start from its head's sink (``lse`` then counts the sink).
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
     """
-    q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+    q, k, v, scale, block, offset = check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     return_lse = check_bool(return_lse, "return_lse")
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
@@ -270,8 +246,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
         for qs in blocks.query_slices():                                 # a loop over query blocks
             _attend_rows(qs, blocks, v, out, lse, value_fn, sinks)
-    if not np.isfinite(out).all():
-        raise Overflow(f"the logits scale * q . k + bias overflow {dtype}; rescale q, k or bias, or use float64")
+    _check_logits(out)                                                   # an overflowing logit leaves out not finite
     return (out, lse) if return_lse else out
 
 
@@ -397,7 +372,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
                        value_fn=value_fn, sinks=sinks)                                # (..., H, T, S)
     q, k, v = check_qkv(q, k, v)
     dout = _check_grad(dout, out, "dout")
-    scale = _scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
         dv = np.swapaxes(p, -1, -2) @ dout                               # P^T dO      (..., H, S, Dv)
         dp = dout @ np.swapaxes(v, -1, -2)                               # dO V^T      (..., H, T, S)
@@ -406,8 +381,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
         ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))           # P * (dP - rowsum(dP * P))
         dq = scale * (ds @ k)                                            # (..., H, T, D)
         dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
-    for g in (dv, ds, dq, dk):
-        check_result(g, "the gradients of attention for these q, k, v, out and dout")
+    check_grads((dv, ds, dq, dk))
     dbias = None if bias is None else _reduce_to(ds, np.shape(bias)).astype(out.dtype, copy=False)
     grads = dq.astype(out.dtype, copy=False), dk.astype(out.dtype, copy=False), dv.astype(out.dtype, copy=False), dbias
     if sinks is None:
@@ -453,24 +427,18 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     sinks: the forward's ``(H,)`` sink logits, or ``None``; with them the result has a fourth value,
       ``dsinks`` ``(H,)`` = ``-sum_i p_sink_i D_i`` per head, where ``p_sink_i = exp(sink - lse_i)``.
     """
-    q, k, v, scale, block, offset = _check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+    q, k, v, scale, block, offset = check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
     check_callable(bias_grad_fn, "bias_grad_fn", "(q_slice, k_slice, dS_block) -> None")
     check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    *lead, T, _ = q.shape
-    out = _check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
-    dout = _check_grad(dout, out, "dout")
-    lse = as_float_array(lse, "lse", finite=False)
-    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    out, lse, dout = check_backward_inputs(q, v, out, lse, dout, dtype)
     sinks = _check_sinks(sinks, q)
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
         _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn)
-    for g in (dq, dk, dv):
-        check_result(g, "the gradients of attention for these q, k, v, out and dout")
+    check_grads((dq, dk, dv))
     if sinks is None:
         return dq, dk, dv
     p_sink = np.exp(sinks.astype(dtype, copy=False)[:, None] - lse)     # (..., H, T): e^{sink - lse}
@@ -496,3 +464,70 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale,
                 bias_grad_fn(qs, ks, ds)
             dq[..., qs, :] += scale * (ds @ k[..., ks, :])                               # dQ_i += scale dS K_j
             dk[..., ks, :] += scale * (np.swapaxes(ds, -1, -2) @ q[..., qs, :])          # dK_j += scale dS^T Q_i
+
+
+# --------------------------------------------------------------------------- checks shared with minipos.fast
+# Public by name, as minipos.fast calls them too; not in __all__.
+
+def check_scale(scale, D: int) -> float:
+    """``scale`` as a finite float, or the default ``1/sqrt(D)`` for ``None``."""
+    return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
+
+
+def check_bias_and_mask(bias, mask, shape: tuple):
+    """``(bias, mask)`` as a float array (``-inf`` allowed: a masked entry) and a boolean one, each
+    broadcastable to the logits' ``shape`` ``(..., H, T, S)`` without enlarging it (``None`` stays)."""
+    if bias is not None:
+        bias = as_float_array(bias, "bias", finite=False)
+        check_broadcast(bias, "bias", shape)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
+        check_broadcast(mask, "mask", shape)
+    return bias, mask
+
+
+def check_bias_values(bias, mask) -> None:
+    """Raise if ``bias`` holds NaN or ``+inf`` where ``mask`` lets a query attend (``None``: everywhere)."""
+    where = True if mask is None else mask
+    if bias is not None and np.any((np.isnan(bias) | np.isposinf(bias)) & where):
+        raise ValueError("bias must not hold NaN or +inf where the mask lets a query attend (-inf is a masked entry)")
+
+
+def check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale, block_size, q_offset):
+    """The checks of ``blockwise_attention`` and its backward: returns ``(q, k, v, scale, block,
+    offset)``, the block clamped to the problem's size."""
+    q, k, v = check_qkv(q, k, v)
+    check_callable(bias_fn, "bias_fn")
+    check_callable(mask_fn, "mask_fn")
+    causal = check_bool(causal, "causal")
+    scale = check_scale(scale, q.shape[-1])
+    block = check_positive_int(block_size, "block_size")
+    block = max(1, min(block, max(q.shape[-2], k.shape[-2])))            # memory follows the problem
+    if q_offset is not None and not causal:
+        raise ValueError("q_offset only applies with causal=True; pass a mask_fn for other masks")
+    T, S = q.shape[-2], k.shape[-2]
+    offset = S - T if q_offset is None else check_int(q_offset, "q_offset")
+    if abs(offset) > 2 ** 62:
+        raise ValueError(f"q_offset must have magnitude below 2**62, got {offset}")
+    return q, k, v, scale, block, offset
+
+
+def check_backward_inputs(q, v, out, lse, dout, dtype):
+    """The forward's ``out`` ``(..., H, T, Dv)`` and ``lse`` ``(..., H, T)`` and the output gradient
+    ``dout`` checked for ``blockwise_attention_backward``: returns ``(out, lse, dout)``, ``out`` and
+    ``dout`` in ``dtype``."""
+    *lead, T, _ = q.shape
+    out = _check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
+    dout = _check_grad(dout, out, "dout")
+    lse = as_float_array(lse, "lse", finite=False)
+    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    return out, lse, dout
+
+
+def check_grads(grads) -> None:
+    """Raise ``Overflow`` unless every array of ``grads`` (computed with overflow warnings silenced) is finite."""
+    for g in grads:
+        check_result(g, "the gradients of attention for these q, k, v, out and dout")

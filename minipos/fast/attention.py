@@ -34,8 +34,7 @@ import threading
 import numpy as np
 
 from .. import attention as reference
-from .._checks import (Overflow, as_float_array, check_bool, check_broadcast, check_callable, check_finite, check_qkv,
-                       check_result)
+from .._checks import Overflow, as_float_array, check_bool, check_callable, check_finite, check_qkv, check_result
 from . import _threads
 
 __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
@@ -59,18 +58,10 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not _all_finite(a, workers):
             check_finite(a, name)                                         # the reference's error
-    scale = reference._scale(scale, q.shape[-1])
-    if bias is not None:                          # NaN or +inf where a query attends: caught by the kernel
-        bias = as_float_array(bias, "bias", finite=False)
-        check_broadcast(bias, "bias", shape)
-    causal, given = False, mask
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != bool:
-            raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
-        check_broadcast(mask, "mask", shape)
-        if _is_causal(mask, shape[-2], shape[-1]):
-            causal, mask = True, None                                     # skipped natively, block by block
+    scale = reference.check_scale(scale, q.shape[-1])
+    bias, given = reference.check_bias_and_mask(bias, mask, shape)        # NaN or +inf in bias: the kernel's catch
+    causal = given is not None and _is_causal(given, shape[-2], shape[-1])
+    mask = None if causal else given                                      # causal: skipped natively, block by block
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     if dtype not in _FLUSH:                                                # longdouble: the reference
         return reference.attention(q, k, v, bias=bias, mask=given, scale=scale)
@@ -82,8 +73,7 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
         # without the reference's dense logits), or e^x v summed before the division overflowing
         # where the reference's normalised weights do not (v near the dtype's largest value): the
         # reference decides.
-        if bias is not None:
-            reference._check_bias(bias, reference._allowed(bias, given))
+        reference.check_bias_values(bias, given)
         return reference.attention(q, k, v, bias=bias, mask=given, scale=scale)
 
 
@@ -163,8 +153,8 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     path (a group that falls back to the running max, or a BLAS that rounds differently on one
     thread than on several, can move the last bit).
     """
-    q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
-                                                                    block_size, q_offset)
+    q, k, v, scale, block, offset = reference.check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+                                                                   block_size, q_offset)
     check_callable(bias_max_fn, "bias_max_fn")
     return_lse = check_bool(return_lse, "return_lse")
     workers = _threads.check_workers(workers)
@@ -356,8 +346,8 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     summing dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
     with ``dS`` zero for the heads skipped there. With ``sinks`` it is the reference.
     """
-    q, k, v, scale, block, offset = reference._check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
-                                                                    block_size, q_offset)
+    q, k, v, scale, block, offset = reference.check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
+                                                                   block_size, q_offset)
     check_callable(bias_grad_fn, "bias_grad_fn", "(q_slice, k_slice, dS_block) -> None")
     check_callable(bias_max_fn, "bias_max_fn")
     workers = _threads.check_workers(workers)
@@ -366,12 +356,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
         return reference.blockwise_attention_backward(q, k, v, out, lse, dout, bias_fn=bias_fn, mask_fn=mask_fn,
                                                       causal=causal, scale=scale, block_size=block,
                                                       q_offset=q_offset, bias_grad_fn=bias_grad_fn, sinks=sinks)
-    *lead, T, _ = q.shape
-    out = reference._check_grad(out, np.empty((*lead, T, v.shape[-1]), dtype), "out")
-    dout = reference._check_grad(dout, out, "dout")
-    lse = as_float_array(lse, "lse", finite=False)
-    if lse.shape != (*lead, T) or np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError(f"lse must be the forward's log-sum-exp of shape {(*lead, T)}, finite or -inf")
+    out, lse, dout = reference.check_backward_inputs(q, v, out, lse, dout, dtype)
     job = _BlockwiseGrad(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
                          out, lse, dout, bias_grad_fn)
     tasks, workers = job.tasks(workers)
@@ -379,8 +364,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     with np.errstate(over="ignore", invalid="ignore"):                     # checked just below
         _threads.run(job.grad, tasks, workers)
         grads = job.result()
-    for g in grads:
-        check_result(g, "the gradients of attention for these q, k, v, out and dout")
+    reference.check_grads(grads)
     return grads
 
 
