@@ -55,7 +55,10 @@ from typing import Callable
 import numpy as np
 
 from . import __version__, alibi, deberta, mrope, rope, rope_scaling, shaw, sinusoidal, t5, transformer_xl, xpos
-from .attention import causal_mask
+from .attention import attention, attention_backward, blockwise_attention, causal_mask
+from .layer import SCHEMES, MRotary, MultiHeadAttention
+from .mla import DecoupledRotary, MultiHeadLatentAttention
+from .streaming import StreamingCache
 
 __all__ = ["SPEC_VERSION", "FAMILIES", "SCHEMA", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_TOLERANCE",
            "MAX_ARRAY_VALUES", "MAX_NDIM", "FLOAT32_TOLERANCE", "Mismatch", "FamilyCheck", "SpecError",
@@ -581,7 +584,6 @@ PADDING_NOTE = {"right": "key padding: the last two keys of batch 1 masked",
 
 
 def _scheme(name: str, config: dict):
-    from .layer import SCHEMES  # the layer imports every scheme module; load it only when needed
     config = dict(config)
     if "pos_att_type" in config:
         config["pos_att_type"] = tuple(config["pos_att_type"])
@@ -590,7 +592,6 @@ def _scheme(name: str, config: dict):
 
 def _layer_inputs(rng, scheme, with_bias: bool) -> dict:
     """x, the projections and the scheme's learned parameters, drawn at the layer's shapes."""
-    from .layer import MultiHeadAttention
     layer = MultiHeadAttention(D_MODEL, HEADS, scheme=scheme, bias=with_bias)
     inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
     for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"):
@@ -646,7 +647,6 @@ def _set_weights(layer, inputs, weights, extra=()):
 
 def _build_layer(inputs, params, extra=()):
     """The layer and scheme of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
-    from .layer import MultiHeadAttention
     scheme = _scheme(params["scheme"], params["scheme_config"])
     layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
     weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
@@ -732,7 +732,6 @@ def _attention_grad_cases():
 
 
 def _attention_grad_run(inputs, params):
-    from .attention import attention, attention_backward, blockwise_attention
     q, k, v, dout = inputs["q"], inputs["k"], inputs["v"], inputs["dout"]
     bias, mask, scale = inputs.get("bias"), inputs.get("mask"), params["scale"]
     out = attention(q, k, v, bias=bias, mask=mask, scale=scale)
@@ -1010,7 +1009,6 @@ def _mrope_positions_run(inputs, params):
 
 
 def _mrope_layer_cases(grad: bool = False):
-    from .layer import MRotary, MultiHeadAttention
     rng = np.random.default_rng(25 if grad else 26)
     pos = _mrope_streams()
     T = pos.shape[1]
@@ -1089,7 +1087,6 @@ def _irope_layer_cases():
 
 def _irope_build(inputs, params, extra=()):
     """The layer of an iRoPE case (``attention_chunk`` from the params), its weights set from ``inputs``."""
-    from .layer import MultiHeadAttention
     scheme = _scheme(params["scheme"], params["scheme_config"])
     layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"],
                                attention_chunk=params["attention_chunk"])
@@ -1129,7 +1126,8 @@ def _shaw_cases(argument: str, shape_of):
         table = "w_k" if argument == "q" else "w_v"
         inputs = {argument: _grid(rng, shape_of(len(q_pos), len(k_pos))), table: _grid(rng, (2 * k + 1, 4)),
                   "q_positions": q_pos, "k_positions": k_pos}
-        what = "q_i . w_k[clip(j - i, k) + k] (unscaled)" if argument == "q" else             "sum_j weights_ij w_v[clip(j - i, k) + k]"
+        what = ("q_i . w_k[clip(j - i, k) + k] (unscaled)" if argument == "q" else
+                "sum_j weights_ij w_v[clip(j - i, k) + k]")
         cases.append(_case(name, f"{what}; {note}", inputs, {"max_relative_position": k}))
     return cases
 
@@ -1223,7 +1221,6 @@ LOCAL_GLOBAL = (
 
 
 def _local_global_layer(params):
-    from .layer import MultiHeadAttention
     return MultiHeadAttention(params["d_model"], params["num_heads"], scheme=_scheme(params["scheme"],
                               params["scheme_config"]), bias=params["bias"], num_kv_heads=params["num_kv_heads"],
                               sliding_window=params["sliding_window"], scale=params["scale"], sinks=params["sinks"])
@@ -1290,7 +1287,6 @@ def _local_global_run(inputs, params):
     x = inputs["x"]
     cache = layer.new_cache(mem_len=params["mem_len"]) if _many(params["chunks"]) else None
     if params.get("streaming") is not None:
-        from .streaming import StreamingCache
         cache = StreamingCache(layer, **params["streaming"])
 
     def step(t):
@@ -1330,7 +1326,6 @@ def _mla_params(q_lora_rank, config, with_bias, causal):
 
 def _build_mla(inputs, params, extra=()):
     """The MLA layer of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
-    from .mla import DecoupledRotary, MultiHeadLatentAttention
     config = dict(params["scheme_config"])
     layer = MultiHeadLatentAttention(params["d_model"], params["num_heads"], bias=params["bias"],
                                      q_lora_rank=params.get("q_lora_rank"), scheme=DecoupledRotary(**config),
