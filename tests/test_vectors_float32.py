@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 from minipos import vectors
+from minipos.vectors.cases import EXACT
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LOOSE = 40      # a float32 tolerance may be at most this many times the measured error ...
@@ -187,7 +188,7 @@ def measure(family: str, case: dict) -> float:
 def _float_cases():
     for family in vectors.FAMILIES:
         for case in vectors.family_cases(family):
-            if case["tolerance"] != vectors.EXACT:
+            if case["tolerance"] != EXACT:
                 yield family, case
 
 
@@ -231,7 +232,7 @@ def test_exact_cases_are_exact_in_float32_too():
     """Integer outputs and gathers of float32-exact inputs carry 0, 0: a float32 port gets them exactly."""
     for family in vectors.FAMILIES:
         for case in vectors.family_cases(family):
-            if case["tolerance"] == vectors.EXACT:
+            if case["tolerance"] == EXACT:
                 assert measure(family, case) == 0.0, f"{family}/{case['name']}"
 
 

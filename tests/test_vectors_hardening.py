@@ -27,6 +27,7 @@ from hypothesis.extra import numpy as hnp
 
 from minipos import vectors
 from minipos.cli import main
+from minipos.vectors import cases, files
 
 # --- encode / decode --------------------------------------------------------------------------
 
@@ -484,7 +485,7 @@ def test_a_file_above_the_size_cap_is_refused_before_it_is_read(tmp_path, capsys
     with open(spec / "xpos.json", "r+b") as f:   # sparse: costs no disk
         f.truncate(vectors.MAX_FILE_BYTES + 1)
     _expect_one_failure(spec, "xpos", f"more than the {vectors.MAX_FILE_BYTES}", capsys)
-    monkeypatch.setattr(vectors, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 1000)  # the cap where the reader looks it up
     assert "more than the 1000" in str(vectors.check(spec, ["rope"])[0])
 
 
@@ -563,7 +564,7 @@ def test_validate_refuses_a_schema_keyword_it_does_not_implement():
 
 def test_build_family_refuses_a_case_that_check_would_refuse(monkeypatch):
     family = vectors.FAMILIES["alibi_slopes"]
-    loose = lambda: [dict(c, tolerance=vectors.tol(1e-3, 1e-3)) for c in family.build()]  # noqa: E731
+    loose = lambda: [dict(c, tolerance=cases.tol(1e-3, 1e-3)) for c in family.build()]  # noqa: E731
     monkeypatch.setitem(vectors.FAMILIES, "alibi_slopes", dataclasses.replace(family, build=loose))
     with pytest.raises(vectors.SpecError, match="maximum"):
         vectors.build_family("alibi_slopes")

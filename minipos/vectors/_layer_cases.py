@@ -1,0 +1,55 @@
+"""What the layer families (in ``layers``, and M-RoPE's in ``rotary``) share: the layer's shapes, a
+layer built from a case with its weights set, and a run through a KV cache in chunks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layer import SCHEMES, MultiHeadAttention
+from ._text import _short
+
+D_MODEL, HEADS, BATCH, LENGTH = 8, 2, 2, 7
+
+
+def _scheme(name: str, config: dict):
+    config = dict(config)
+    if "pos_att_type" in config:
+        config["pos_att_type"] = tuple(config["pos_att_type"])
+    return SCHEMES[name](**config)
+
+
+def _set_weights(layer, inputs, weights, extra=()):
+    """Set ``layer``'s ``weights`` (names; ``scheme.<p>`` for the scheme's) from ``inputs``; any other
+    input name than ``x`` and ``extra`` is refused, so a file cannot reach other attributes."""
+    known = set(weights) | {"x"} | set(extra)
+    if set(inputs) - known:
+        raise ValueError(f"inputs: unknown names {sorted(set(inputs) - known)}; the layer takes {sorted(known)}")
+    for name in set(weights) & set(inputs):
+        target, attr = (layer.scheme, name[7:]) if name.startswith("scheme.") else (layer, name)
+        setattr(target, attr, inputs[name])
+    return layer
+
+
+def _build_layer(inputs, params, extra=()):
+    """The layer and scheme of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
+    scheme = _scheme(params["scheme"], params["scheme_config"])
+    layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
+    weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
+    return _set_weights(layer, inputs, weights, extra)
+
+
+def _in_chunks(x, chunks, call) -> dict:
+    """``{"y": (B, T, d_model)}``: ``call(token_slice)`` on each of ``chunks`` (positive lengths adding
+    up to T, checked) of ``x`` in order, the outputs concatenated: a cached layer's prefill and decoding."""
+    if (not isinstance(chunks, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                for n in chunks) or sum(chunks) != x.shape[1]):
+        raise ValueError(f"chunks must be a list of positive lengths adding up to T = {x.shape[1]}, "
+                         f"got {_short(chunks)}")
+    ends = np.cumsum(chunks)
+    return {"y": np.concatenate([call(slice(int(e - n), int(e))) for n, e in zip(chunks, ends)], axis=1)}
+
+
+def _many(chunks) -> bool:
+    """More than one chunk: the case runs through a KV cache."""
+    return isinstance(chunks, list) and len(chunks) > 1

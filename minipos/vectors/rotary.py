@@ -1,0 +1,214 @@
+"""The cases of the rotary schemes: RoPE, its scalings, xPos, and multimodal RoPE (M-RoPE) from its
+positions to the layer (``mrope_layer``, ``mrope_layer_grad``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import mrope, rope, rope_scaling, xpos
+from ..layer import MRotary, MultiHeadAttention
+from ._layer_cases import BATCH, _build_layer, _in_chunks, _many
+from .cases import EXACT, GRID, _case, _grid, tol
+
+
+# --------------------------------------------------------------------------- RoPE
+
+def _rope_cases():
+    rng = np.random.default_rng(9)
+    pos = np.array([0, 1, 2, 7, 100, 4097, -3])
+    x = _grid(rng, (7, 8))
+    cases = [_case(f"{layout}_d8", f"layout {layout!r}, all features rotated", {"x": x, "positions": pos},
+                   {"layout": layout, "base": 10000.0, "rotary_dim": None, "attention_factor": 1.0},
+                   tol()) for layout in rope.LAYOUTS]
+    cases += [_case(f"{layout}_partial_4_of_8", "rotary_dim 4: pairs within the first 4 features, "
+                    "frequencies of a 4-dim RoPE, the rest passed through", {"x": x, "positions": pos},
+                    {"layout": layout, "base": 10000.0, "rotary_dim": 4, "attention_factor": 1.0},
+                    tol()) for layout in rope.LAYOUTS]
+    heads = _grid(rng, (2, 5, 6))
+    cases.append(_case("half_heads_base_500000", "(H, T, D) input, Llama 3 base, positions 4094..4098",
+                       {"x": heads, "positions": np.arange(4094, 4099)},
+                       {"layout": "half", "base": 500000.0, "rotary_dim": None, "attention_factor": 1.0},
+                       tol()))
+    inv_freq, factor = rope_scaling.yarn(8, factor=4.0, original_max_position_embeddings=64)
+    cases.append(_case("interleaved_inv_freq_and_factor", "frequencies and attention factor of a "
+                       "scaling (YaRN, factor 4, L = 64): cos and sin times the factor",
+                       {"x": x, "positions": pos, "inv_freq": inv_freq},
+                       {"layout": "interleaved", "base": 10000.0, "rotary_dim": None,
+                        "attention_factor": factor}, tol()))
+    inv_freq, factor = rope_scaling.yarn(4, factor=4.0, original_max_position_embeddings=64)
+    cases.append(_case("half_partial_4_of_8_attention_factor", "rotary_dim 4 with a scaling's frequencies "
+                       "and attention factor (YaRN, factor 4, L = 64): cos and sin of the 4 rotated features "
+                       "times the factor, the other 4 passed through unscaled",
+                       {"x": x, "positions": pos, "inv_freq": inv_freq},
+                       {"layout": "half", "base": 10000.0, "rotary_dim": 4, "attention_factor": factor},
+                       tol()))
+    return cases
+
+
+def _rope_run(inputs, params):
+    return {"out": rope.apply_rope(inputs["x"], inputs["positions"], inv_freq=inputs.get("inv_freq"), **params)}
+
+
+def _rope_scaling_cases():
+    rng = np.random.default_rng(10)
+    short, long = (np.round(rng.uniform(1.0, 2.0, 8) * GRID) / GRID).tolist(), \
+        (np.round(rng.uniform(1.0, 40.0, 8) * GRID) / GRID).tolist()
+    specs = [("linear", "linear", dict(dim=16, factor=4.0)),
+             ("ntk", "ntk", dict(dim=16, factor=4.0))]
+    specs += [(f"dynamic_seq_{n}", "dynamic", dict(dim=16, factor=2.0, original_max_position_embeddings=2048,
+                                                   seq_len=n)) for n in (100, 2048, 2049, 4096, 16384)]
+    specs += [("yarn", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096)),
+              ("yarn_no_truncate", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096,
+                                                truncate=False)),
+              ("yarn_betas", "yarn", dict(dim=64, factor=16.0, original_max_position_embeddings=2048,
+                                          beta_fast=16.0, beta_slow=2.0)),
+              ("yarn_deepseek_mscales", "yarn", dict(dim=64, factor=40.0, original_max_position_embeddings=4096,
+                                                     mscale=0.707, mscale_all_dim=0.707)),
+              ("yarn_mscale_ratio", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096,
+                                                 mscale=1.0, mscale_all_dim=0.5)),
+              ("yarn_attention_factor", "yarn", dict(dim=64, factor=4.0, original_max_position_embeddings=4096,
+                                                     attention_factor=1.25)),
+              ("llama3", "llama3", dict(dim=128, base=500000.0, factor=8.0, original_max_position_embeddings=8192,
+                                        low_freq_factor=1.0, high_freq_factor=4.0))]
+    specs += [(f"longrope_seq_{n}", "longrope", dict(dim=16, short_factor=short, long_factor=long,
+                                                     original_max_position_embeddings=4096,
+                                                     max_position_embeddings=131072, seq_len=n))
+              for n in (1, 4096, 4097, 100000)]
+    specs += [("yarn_ramp_clamped", "yarn", dict(dim=8, base=100.0, factor=4.0, original_max_position_embeddings=4096,
+                                                 beta_fast=1024.0, beta_slow=0.125)),
+              ("yarn_ramp_zero_width", "yarn", dict(dim=8, factor=4.0, original_max_position_embeddings=64,
+                                                    beta_fast=32.0, beta_slow=20.0))]
+    notes = {"yarn_ramp_clamped": "; the ramp's ends, floor(low) = -1 and ceil(high) = 8, clamped to 0 and "
+                                  "dim - 1 = 7 (HF's find_correction_range clamps to dim - 1, not dim/2 - 1): "
+                                  "ramp i/7 for i = 0 ... 3",
+             "yarn_ramp_zero_width": "; both ends at 0 (floor(-0.50), ceil(-0.29)): HF's guard low == high "
+                                     "-> high += 0.001, so the ramp is 0, 1, 1, 1"}
+    return [_case(name, f"{kind}: (inv_freq, attention_factor)" + notes.get(name, ""), {},
+                  {"kind": kind, "base": 10000.0, **kw}, tol(1e-12)) for name, kind, kw in specs]
+
+
+def _rope_scaling_run(inputs, params):
+    kw = dict(params)
+    inv_freq, factor = rope_scaling.REGISTRY[kw.pop("kind")](kw.pop("dim"), **kw)
+    return {"inv_freq": inv_freq, "attention_factor": np.float64(factor)}
+
+
+def _xpos_cases():
+    rng = np.random.default_rng(11)
+    x = _grid(rng, (6, 8))
+    specs = [("query", False, np.arange(6), 0), ("key", True, np.arange(6), 0),
+             ("query_torchscale_offset", False, np.arange(6), 3), ("key_far_positions", True,
+                                                                    np.array([0, 100, 1000, 2000, 3000, -50]), 0)]
+    return [_case(name, "interleaved RoPE, pair i scaled by zeta_i^(+-(n - scale_offset)/scale_base)",
+                  {"x": x, "positions": pos}, {"downscale": down, "scale_offset": off, "scale_base": 512.0,
+                                               "base": 10000.0}, tol())
+            for name, down, pos, off in specs]
+
+
+def _xpos_run(inputs, params):
+    return {"out": xpos.apply_xpos(inputs["x"], inputs["positions"], **params)}
+
+
+# --------------------------------------------------------------------------- multimodal RoPE (M-RoPE)
+
+MROPE_TYPES = [0] * 2 + [1] * 6 + [0] * 2 + [1] * 3 + [0] * 2   # text, image 1x4x6, text, image 1x6x2, text
+MROPE_IMAGES = [[1, 4, 6], [1, 6, 2]]
+MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True))
+
+
+def _mrope_streams():
+    """Positions (3, T) of ``MROPE_TYPES``, then two decoded tokens continuing at cache length + delta."""
+    pos, delta = mrope.mrope_positions(MROPE_TYPES, image_grid_thw=MROPE_IMAGES)
+    return np.concatenate([pos, mrope.mrope_decode_positions(pos.shape[1], 2, delta)], axis=1)   # (3, T + 2)
+
+
+def _mrope_cases(grad: bool = False):
+    rng = np.random.default_rng(23 if grad else 24)
+    pos = _mrope_streams()
+    name = "dy" if grad else "x"
+    specs = [("qwen2_vl_split_d16", [2, 3, 3], False, "split: frequencies 0-1 temporal, 2-4 height, 5-7 width"),
+             ("qwen3_vl_interleaved_d16", [4, 2, 2], True, "interleaved: T H W T H W T T"),
+             ("qwen2_vl_split_d128", [16, 24, 24], False, "Qwen2-VL's section at head dim 128"),
+             ("qwen3_vl_interleaved_d128", [24, 20, 20], True, "Qwen3-VL's section at head dim 128")]
+    what = "dx = R^T dy, each pair rotated back by its angle" if grad else "x rotated in the half layout"
+    return [_case(label, f"{what}; angle of pair i = positions[stream(i)] * base^(-2i/D), {note}; positions of "
+                  "text, two images, text and two decoded tokens",
+                  {name: _grid(rng, (2, pos.shape[1], 2 * sum(section))), "positions": pos},
+                  {"mrope_section": section, "interleaved": inter, "base": 10000.0})
+            for label, section, inter, note in specs]
+
+
+def _mrope_run(inputs, params):
+    return {"out": mrope.apply_mrope(inputs["x"], inputs["positions"], **params)}
+
+
+def _mrope_grad_run(inputs, params):
+    return {"dx": mrope.apply_mrope_backward(inputs["dy"], inputs["positions"], **params)}
+
+
+def _mrope_positions_cases():
+    video = [0] * 2 + [2] * 12 + [0] * 3 + [1] * 4 + [0]
+    frames = [0] * 2 + [2] * 4 + [0] * 2 + [2] * 4 + [0] * 3
+    specs = [("text_image_text", MROPE_TYPES, MROPE_IMAGES, None, None, "Qwen2-VL / 2.5-VL / 3-VL images"),
+             ("video_time_step_6", video, [[1, 4, 4]], [[3, 4, 4]], [6.0],
+              "Qwen2.5-VL video: temporal step tokens_per_second * second_per_grid_ts = 4 * 1.5"),
+             ("video_frames_qwen3_vl", frames, None, [[1, 4, 4], [1, 4, 4]], None,
+              "Qwen3-VL: each frame its own (1, h, w) grid after a timestamp"),
+             ("text_only", [0] * 5, None, None, None, "text only: arange(T) in all three streams, delta 0")]
+    cases = []
+    for label, types, images, videos, steps, note in specs:
+        inputs = {"token_types": np.array(types)}
+        if images is not None:
+            inputs["image_grid_thw"] = np.array(images)
+        if videos is not None:
+            inputs["video_grid_thw"] = np.array(videos)
+        cases.append(_case(label, f"{note}; spatial_merge_size 2; positions (3, T) and delta = max + 1 - T",
+                           inputs, {"spatial_merge_size": 2, "video_time_intervals": steps}, EXACT))
+    return cases
+
+
+def _mrope_positions_run(inputs, params):
+    pos, delta = mrope.mrope_positions(inputs["token_types"], image_grid_thw=inputs.get("image_grid_thw"),
+                                       video_grid_thw=inputs.get("video_grid_thw"), **params)
+    return {"positions": pos, "delta": np.array(delta, dtype=np.int64)}
+
+
+def _mrope_layer_cases(grad: bool = False):
+    rng = np.random.default_rng(25 if grad else 26)
+    pos = _mrope_streams()
+    T = pos.shape[1]
+    cases = []
+    for label, section, inter in MROPE_LAYERS:
+        config = {"mrope_section": section, "interleaved": inter}
+        layer = MultiHeadAttention(16, 2, scheme=MRotary(**config), bias=True)
+        inputs = {"x": _grid(rng, (BATCH, T, 16)), "positions": pos}
+        inputs.update({n: _grid(rng, getattr(layer, n).shape, 0.25) for n in ("wq", "wk", "wv", "wo", "bq", "bk",
+                                                                                "bv", "bo")})
+        params = {"d_model": 16, "num_heads": 2, "bias": True, "scheme": "mrope", "scheme_config": config,
+                  "causal": True}
+        if grad:
+            inputs["dy"] = _grid(rng, (BATCH, T, 16))
+            cases.append(_case(label, "layer.backward(ctx, dy) of MultiHeadAttention with MRotary, causal, "
+                               "positions (3, T) of text, two images, text, two decoded tokens", inputs, params))
+            continue
+        for chunks in ([T], [T - 2, 1, 1]):
+            note = ("one forward pass" if len(chunks) == 1 else f"through a KV cache in chunks {chunks}: the last "
+                    "two tokens decoded at cache length + delta, the mask in sequence order")
+            cases.append(_case(label + ("_cached" if len(chunks) > 1 else ""), f"MultiHeadAttention with MRotary "
+                               f"{config}, causal, positions (3, T); {note}", inputs, {**params, "chunks": chunks}))
+    return cases
+
+
+def _mrope_layer_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("positions",))
+    x, pos = inputs["x"], inputs["positions"]
+    cache = layer.new_cache() if _many(params["chunks"]) else None
+    return _in_chunks(x, params["chunks"], lambda t: layer(x[:, t], positions=pos[:, t], causal=True, cache=cache))
+
+
+def _mrope_layer_grad_run(inputs, params):
+    layer = _build_layer(inputs, params, extra=("positions", "dy"))
+    _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=True, return_context=True)
+    grads = layer.backward(ctx, inputs["dy"])
+    return {k: grads[k] for k in ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]}
