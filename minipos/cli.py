@@ -28,7 +28,7 @@ from importlib import resources
 
 import numpy as np
 
-from . import __version__
+from . import __version__, vectors
 from ._checks import check_int
 from .layer import MultiHeadAttention
 from .mla import DecoupledRotary, MultiHeadLatentAttention
@@ -225,7 +225,6 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     if args.command == "vectors":
-        from . import vectors
         return vectors.main(args)
     try:
         check_tour_args(args.d_model, args.heads, args.seq_len, args.seed,

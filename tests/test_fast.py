@@ -53,7 +53,7 @@ def test_attention_equals_reference(lead, T, S, D, bias_kind, mask_kind, dtype, 
         mask = np.ones((T, S), bool)
         mask[T // 2] = False
     want = attention.attention(q, k, v, bias=bias, mask=mask, scale=scale)
-    with mock.patch.object(fa, "_DENSE_LOGITS", 0 if kernel else fa._DENSE_LOGITS):
+    with mock.patch.object(fa, "DENSE_LOGITS", 0 if kernel else fa.DENSE_LOGITS):
         got = fa.attention(q, k, v, bias=bias, mask=mask, scale=scale)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, **TOL[dtype])
@@ -93,7 +93,7 @@ def test_attention_recognises_the_causal_mask_and_skips_future_blocks():
 def test_attention_errors_are_the_references(bad, error, match):
     rng = np.random.default_rng(2)
     q, k, v = _qkv(rng, (2,), 300, 300, 4, 4, np.float64)
-    assert q.shape[0] * 300 * 300 >= fa._DENSE_LOGITS / 2                  # shapes are checked before sizes
+    assert q.shape[0] * 300 * 300 >= fa.DENSE_LOGITS / 2                  # shapes are checked before sizes
     for f in (attention.attention, fa.attention):
         with pytest.raises(error, match=match):
             f(q, k, v, **bad)
@@ -102,7 +102,7 @@ def test_attention_errors_are_the_references(bad, error, match):
 def test_attention_errors_on_the_kernel_path():
     rng = np.random.default_rng(2)
     q, k, v = _qkv(rng, (4,), 300, 300, 4, 4, np.float64)                # 360,000 logits: the kernel
-    assert 4 * 300 * 300 >= fa._DENSE_LOGITS
+    assert 4 * 300 * 300 >= fa.DENSE_LOGITS
     with pytest.raises(TypeError, match="mask must be a boolean"):
         fa.attention(q, k, v, mask=np.ones((300, 300)))
     for bad in (np.nan, np.inf):                                           # one entry a query attends to
@@ -440,7 +440,7 @@ def test_logits_in_the_subnormal_band_give_the_reference_result(dtype):
     bias = (-slopes * np.abs(pos[:, None] - pos[None, :])).astype(dtype)
     mask = attention.causal_mask(T, T)
     want = attention.attention(q, k, v, bias=bias, mask=mask)
-    with mock.patch.object(fa, "_DENSE_LOGITS", 0):
+    with mock.patch.object(fa, "DENSE_LOGITS", 0):
         got = fa.attention(q, k, v, bias=bias, mask=mask)
     np.testing.assert_allclose(got, want, **TOL[dtype])
     blocked = fa.blockwise_attention(q, k, v, bias_fn=lambda qs, ks: bias[:, qs, ks], causal=True, block_size=16)

@@ -40,7 +40,7 @@ from . import _threads
 __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
 
 # Below this many logits (prod(...) H T S) the reference's dense attention is as fast.
-_DENSE_LOGITS = 1 << 18
+DENSE_LOGITS = 1 << 18
 
 
 def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, sinks=None):
@@ -52,7 +52,7 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
                                    sinks=sinks)
     q, k, v = check_qkv(q, k, v, finite=False)
     shape = (*q.shape[:-1], k.shape[-2])                                   # (..., H, T, S)
-    if math.prod(shape) < _DENSE_LOGITS or q.ndim < 3:
+    if math.prod(shape) < DENSE_LOGITS or q.ndim < 3:
         return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale)
     workers = _threads.default_workers()
     for name, a in (("q", q), ("k", k), ("v", v)):

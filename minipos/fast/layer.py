@@ -59,7 +59,7 @@ from . import t5 as fast_t5
 from . import transformer_xl as fast_xl
 from . import xpos as fast_xpos
 from ._runs import is_run
-from .attention import _DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
+from .attention import DENSE_LOGITS, blockwise_attention, blockwise_attention_backward
 
 __all__ = ["MultiHeadAttention", "HINTS", "Hints", "CONTENT_POSITION", "ROTATE"]
 
@@ -162,7 +162,7 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def _attend(self, q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse=False):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
-        small = block is None and q.shape[0] * q.shape[1] * T * S < _DENSE_LOGITS
+        small = block is None and q.shape[0] * q.shape[1] * T * S < DENSE_LOGITS
         if return_weights or small or self.sinks is not None or "value" in self.scheme.seams:
             # the kernel has no sink column and no value term
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layer import SCHEMES, MultiHeadAttention
+from ..layer import MultiHeadAttention
+from ..schemes import build
 from ._text import _short
 
 D_MODEL, HEADS, BATCH, LENGTH = 8, 2, 2, 7
@@ -16,7 +17,7 @@ def _scheme(name: str, config: dict):
     config = dict(config)
     if "pos_att_type" in config:
         config["pos_att_type"] = tuple(config["pos_att_type"])
-    return SCHEMES[name](**config)
+    return build(name, config)
 
 
 def _set_weights(layer, inputs, weights, extra=()):

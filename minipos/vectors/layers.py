@@ -6,10 +6,13 @@ grouped-query heads, sinks and StreamingLLM's cache (``local_global``), and Deep
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from ..layer import MultiHeadAttention
 from ..mla import DecoupledRotary, MultiHeadLatentAttention
+from ..schemes import ENTRIES
 from ..streaming import StreamingCache
 from ._layer_cases import BATCH, D_MODEL, HEADS, LENGTH, _build_layer, _in_chunks, _many, _scheme, _set_weights
 from .cases import _case, _grid, tol
@@ -87,6 +90,24 @@ def _layer_inputs(rng, scheme, with_bias: bool) -> dict:
     return inputs
 
 
+OWN_FAMILIES = {"mrope": "mrope_layer", "shaw": "shaw_layer", "nope-temperature": "irope_layer"}
+"""Registered schemes whose layer cases are in families of their own."""
+
+
+def _registered_examples() -> list:
+    """``(label, name, config, causal)`` of every registered scheme (``minipos.schemes``) that no
+    case above covers, configured by its entry's ``example``: a new scheme gets its ``layer`` and
+    ``layer_grad`` cases without an edit here. Each draws its inputs from a generator of its own,
+    so the cases before it keep their values."""
+    covered = {name for _, name, _, _ in LAYER_SCHEMES} | set(OWN_FAMILIES)
+    return [(f"{name.replace('-', '_')}_example", name, entry.example(LENGTH), True)
+            for name, entry in ENTRIES.items() if name not in covered]
+
+
+def _own_rng(label: str):
+    return np.random.default_rng(zlib.crc32(label.encode()))
+
+
 def _layer_cases():
     rng = np.random.default_rng(12)
     cases = []
@@ -114,6 +135,12 @@ def _layer_cases():
         params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": name,
                   "scheme_config": config, "causal": causal, "chunks": chunks}
         cases.append(_case(label, "; ".join(notes), inputs, params, tol()))
+    for label, name, config, causal in _registered_examples():
+        inputs = _layer_inputs(_own_rng(label), _scheme(name, config), False)
+        params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": False, "scheme": name, "scheme_config": config,
+                  "causal": causal, "chunks": [LENGTH]}
+        cases.append(_case(label, f"MultiHeadAttention with {name} (its registry example); one forward pass, "
+                           "causal", inputs, params, tol()))
     return cases
 
 
@@ -142,10 +169,13 @@ def _layer_grad_cases():
               "right" if causal else "left") for label, name, _, causal in LAYER_SCHEMES]
     runs += [("nope_bias", "nope", False, True, None), ("rope_half_bias_padded", "rope_half", True, True, "left"),
              ("t5_encoder_bias_padded", "t5_encoder", False, True, "right")]
+    configs = {**SCHEME_CONFIGS, **{label: (name, config) for label, name, config, _ in _registered_examples()}}
+    runs += [(label, label, causal, False, None) for label, _, _, causal in _registered_examples()]
     for label, scheme_label, causal, with_bias, padding in runs:
-        name, config = SCHEME_CONFIGS[scheme_label]
-        inputs = _layer_inputs(rng, _scheme(name, config), with_bias)
-        inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
+        name, config = configs[scheme_label]
+        own = scheme_label not in SCHEME_CONFIGS                               # a registry example
+        inputs = _layer_inputs(_own_rng(label) if own else rng, _scheme(name, config), with_bias)
+        inputs["dy"] = _grid(_own_rng(label + "/dy") if own else rng, (BATCH, LENGTH, D_MODEL))
         notes = [f"layer.backward(ctx, dy) of MultiHeadAttention with {name}", "causal" if causal else
                  "no causal mask"]
         if with_bias:
