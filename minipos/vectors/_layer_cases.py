@@ -54,3 +54,11 @@ def _in_chunks(x, chunks, call) -> dict:
 def _many(chunks) -> bool:
     """More than one chunk: the case runs through a KV cache."""
     return isinstance(chunks, list) and len(chunks) > 1
+
+
+def _causal_run(layer, inputs, params) -> dict:
+    """``{"y": ...}`` of ``layer`` on ``inputs["x"]`` fed in ``params["chunks"]`` (through a KV cache
+    when more than one), with ``params["causal"]``."""
+    x, chunks = inputs["x"], params["chunks"]
+    cache = layer.new_cache() if _many(chunks) else None
+    return _in_chunks(x, chunks, lambda t: layer(x[:, t], causal=params["causal"], cache=cache))

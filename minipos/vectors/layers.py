@@ -14,7 +14,8 @@ from ..layer import MultiHeadAttention
 from ..mla import DecoupledRotary, MultiHeadLatentAttention
 from ..schemes import ENTRIES
 from ..streaming import StreamingCache
-from ._layer_cases import BATCH, D_MODEL, HEADS, LENGTH, _build_layer, _in_chunks, _many, _scheme, _set_weights
+from ._layer_cases import (BATCH, D_MODEL, HEADS, LENGTH, _build_layer, _causal_run, _in_chunks, _many, _scheme,
+                           _set_weights)
 from .cases import _case, _grid, tol
 
 
@@ -252,10 +253,7 @@ def _irope_build(inputs, params, extra=()):
 
 
 def _irope_layer_run(inputs, params):
-    layer = _irope_build(inputs, params)
-    x, chunks = inputs["x"], params["chunks"]
-    cache = layer.new_cache() if _many(chunks) else None
-    return _in_chunks(x, chunks, lambda t: layer(x[:, t], causal=params["causal"], cache=cache))
+    return _causal_run(_irope_build(inputs, params), inputs, params)
 
 
 def _irope_grad_cases():
@@ -478,10 +476,7 @@ def _mla_cases():
 
 
 def _mla_run(inputs, params):
-    layer = _build_mla(inputs, params)
-    x, chunks = inputs["x"], params["chunks"]
-    cache = layer.new_cache() if _many(chunks) else None
-    return _in_chunks(x, chunks, lambda t: layer(x[:, t], causal=params["causal"], cache=cache))
+    return _causal_run(_build_mla(inputs, params), inputs, params)
 
 
 def _mla_grad_cases():
