@@ -371,8 +371,21 @@ def test_masks_that_compare_nothing_fail(tmp_path):
         case["where"]["out"]["data"] = [False] * len(case["where"]["out"]["data"])
     _save(spec, "rel_shift", doc)
     lines = _failures(spec, "rel_shift")
-    assert lines and all("compares no values" in line for line in lines[:-1]), lines
-    assert lines[-1] == "rel_shift/-: 0 values compared; a family must compare at least one value"
+    assert lines and "where.out masks out every value of expected.out" in lines[0], lines
+
+
+def test_an_output_masked_out_whole_fails_though_the_case_compares_others(tmp_path):
+    """xl_scores: every `where` of `scores` set false and its values zeroed; the case still compares
+    `relative_embeddings`, so only the rule on the mask itself catches the tamper."""
+    spec = _spec_copy(tmp_path)
+    doc = _load(spec, "xl_scores")
+    for case in doc["cases"]:
+        case["where"]["scores"]["data"] = [False] * len(case["where"]["scores"]["data"])
+        case["expected"]["scores"]["data"] = [0.0] * len(case["expected"]["scores"]["data"])
+        assert "relative_embeddings" in case["expected"]
+    _save(spec, "xl_scores", doc)
+    lines = _failures(spec, "xl_scores")
+    assert lines and "where.scores masks out every value of expected.scores" in lines[0], lines
 
 
 @pytest.mark.parametrize("edit, words", [

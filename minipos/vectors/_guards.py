@@ -66,6 +66,9 @@ def _decode_case(case: dict) -> dict:
         if mask.shape != out["expected"][name].shape:
             raise SpecError(f"{label}: where.{name} has shape {list(mask.shape)}, but expected.{name} has "
                             f"{list(out['expected'][name].shape)}")
+        if mask.size and not mask.any():                  # an output recorded but never compared
+            raise SpecError(f"{label}: where.{name} masks out every value of expected.{name}; an output that "
+                            "is not compared must not be recorded")
     for precision, cap in MAX_TOLERANCE.items():
         for key, value in case["tolerance"][precision].items():
             if not 0 <= value <= cap:  # the schema says so too; this holds for documents built in Python
