@@ -113,7 +113,9 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     weights = softmax(logits) if sinks is None else _softmax_with_sinks(logits, sinks)   # (..., H, T, S)
     out = weights @ v.astype(dtype, copy=False)                           # sum_s weights v_s   (..., H, T, Dv)
     if value_fn is not None:                                              #   + sum_s weights a_ts (value seam)
-        out = out + _value_term(value_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), weights, out.shape)
+        with np.errstate(over="ignore", invalid="ignore"):                # checked just below
+            out = out + _value_term(value_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), weights, out.shape)
+        _check_output(out, value_fn)
     return (out, weights) if return_weights else out
 
 
@@ -173,12 +175,41 @@ def _sink_column(sinks, shape, dtype):
 
 
 def _value_term(value_fn, qs, ks, p, shape):
-    """``value_fn(qs, ks, p)`` checked: a finite array of the output block's ``shape``."""
-    term = as_float_array(value_fn(qs, ks, p), f"value_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, "
-                          f"{ks.stop}), p)", finite=False)
+    """``value_fn(qs, ks, p)`` checked: a finite array of the output block's ``shape``, in ``p``'s dtype."""
+    where = f"value_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}), p)"
+    term = as_float_array(value_fn(qs, ks, p), where, finite=False)
     if term.shape != tuple(shape):
         raise ValueError(f"value_fn must return the output block's shape {tuple(shape)}, got {term.shape}")
-    return term.astype(p.dtype, copy=False)
+    return _finite_in(term, p.dtype, where)
+
+
+def _value_grad_term(value_grad_fn, qs, ks, p, dout):
+    """``value_grad_fn(qs, ks, p, dout)`` checked: a finite array of the weights' block shape
+    ``p.shape`` ``(..., H, tq, tk)`` (its share of ``dP``), in ``p``'s dtype."""
+    where = f"value_grad_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}), p, dout)"
+    term = as_float_array(value_grad_fn(qs, ks, p, dout), where, finite=False)
+    if term.shape != p.shape:
+        raise ValueError(f"{where} must return its share of dP, of the weights' block shape (..., H, tq, tk) = "
+                         f"{p.shape}, got shape {term.shape}")
+    return _finite_in(term, p.dtype, where)
+
+
+def _finite_in(term, dtype, where: str):
+    """``term`` in ``dtype``, or ``ValueError`` naming ``where`` if it holds NaN or inf there."""
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
+        term = term.astype(dtype, copy=False)
+    if not np.isfinite(term).all():
+        raise ValueError(f"{where} must return finite values that fit {dtype}, got NaN or inf")
+    return term
+
+
+def _check_output(out, value_fn) -> None:
+    """Raise ``Overflow`` unless ``out`` (computed with overflow warnings silenced) is finite: the
+    logits overflowed, or the output with ``value_fn``'s (finite) term did."""
+    if value_fn is not None and not np.isfinite(out).all():
+        raise Overflow(f"the output P V + value_fn's term, or the logits scale * q . k + bias, overflow {out.dtype}; "
+                       "rescale v, value_fn's term, q, k or bias, or use float64")
+    _check_logits(out)
 
 
 def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
@@ -246,7 +277,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
         for qs in blocks.query_slices():                                 # a loop over query blocks
             _attend_rows(qs, blocks, v, out, lse, value_fn, sinks)
-    _check_logits(out)                                                   # an overflowing logit leaves out not finite
+    _check_output(out, value_fn)                                         # an overflowing logit leaves out not finite
     return (out, lse) if return_lse else out
 
 
@@ -377,7 +408,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
         dv = np.swapaxes(p, -1, -2) @ dout                               # P^T dO      (..., H, S, Dv)
         dp = dout @ np.swapaxes(v, -1, -2)                               # dO V^T      (..., H, T, S)
         if value_grad_fn is not None:                                    # + dO . a_ij
-            dp = dp + value_grad_fn(slice(0, q.shape[-2]), slice(0, k.shape[-2]), p, dout)
+            dp = dp + _value_grad_term(value_grad_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), p, dout)
         ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))           # P * (dP - rowsum(dP * P))
         dq = scale * (ds @ k)                                            # (..., H, T, D)
         dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
@@ -458,7 +489,7 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale,
             dv[..., ks, :] += np.swapaxes(p, -1, -2) @ dout[..., qs, :]                  # dV_j += P^T dO_i
             dp = dout[..., qs, :] @ np.swapaxes(v[..., ks, :], -1, -2)                   # dP = dO_i V_j^T
             if value_grad_fn is not None:
-                dp = dp + value_grad_fn(qs, ks, p, dout[..., qs, :])                     # + dO_i . a_ij
+                dp = dp + _value_grad_term(value_grad_fn, qs, ks, p, dout[..., qs, :])   # + dO_i . a_ij
             ds = p * (dp - D[..., qs, :])                                                # dS = P (dP - D_i)
             if bias_grad_fn is not None:
                 bias_grad_fn(qs, ks, ds)

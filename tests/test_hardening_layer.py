@@ -1,0 +1,128 @@
+"""Bad input to the value seam, sinks, the layer's backward contexts, the streaming cache and MLA,
+reference and fast: a clear error naming the argument, or the right result (checked against an
+independent computation: a fresh pass, central differences, float64 by hand, the reference)."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import minipos.fast as fast
+from minipos import _checks, mla
+from minipos import attention as A
+from minipos import layer as L
+from minipos.mrope import MRotary
+from minipos.streaming import StreamingCache
+
+RNG = np.random.default_rng(0)
+Q, K, V = (RNG.standard_normal((2, 3, 4)) for _ in range(3))                 # (H, T, D)
+DOUT = RNG.standard_normal((2, 3, 4))
+
+
+def _const_value(fill):
+    """A value seam adding ``fill`` to every output: ``(..., H, tq, Dv)``."""
+    return lambda qs, ks, p: np.full((*p.shape[:-1], 4), fill)
+
+
+def _zero_value(qs, ks, p):
+    return np.zeros((*p.shape[:-1], 4))
+
+
+def _linear_value(w):
+    """A value seam linear in p: ``out_t += sum_s p_ts w_s`` with ``w`` ``(S, Dv)``, and its dP share."""
+    value = lambda qs, ks, p: p @ w[ks]                                      # noqa: E731
+    value_grad = lambda qs, ks, p, dout: dout @ w[ks].T                      # noqa: E731
+    return value, value_grad
+
+
+# --- the value seam's callbacks -------------------------------------------------------------------
+
+@pytest.mark.parametrize("fill", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("run", [
+    lambda vf: A.attention(Q, K, V, value_fn=vf),
+    lambda vf: A.blockwise_attention(Q, K, V, value_fn=vf, block_size=2),
+    lambda vf: fast.attention.attention(Q, K, V, value_fn=vf),
+    lambda vf: fast.attention.blockwise_attention(Q, K, V, value_fn=vf, block_size=2),
+], ids=["dense", "blockwise", "fast-dense", "fast-blockwise"])
+def test_a_value_fn_returning_nan_or_inf_is_named(run, fill):
+    with pytest.raises(ValueError, match="value_fn") as err:
+        run(_const_value(fill))
+    assert not isinstance(err.value, _checks.Overflow) or "value_fn" in str(err.value)
+
+
+@pytest.mark.parametrize("returned", [lambda p: np.arange(6.0), lambda p: np.arange(3.0), lambda p: p[..., :1],
+                                      lambda p: p[None]], ids=["arange6", "arange3", "column", "extra-dim"])
+def test_a_value_grad_fn_of_the_wrong_shape_is_named_with_the_expected_shape(returned):
+    vf, _ = _linear_value(RNG.standard_normal((3, 4)))
+    grad = lambda qs, ks, p, dout: returned(p)                               # noqa: E731
+    with pytest.raises(ValueError, match=r"value_grad_fn.*\(2, 3, 3\)"):
+        A.attention_backward(Q, K, V, DOUT, value_fn=vf, value_grad_fn=grad)
+    out, lse = A.blockwise_attention(Q, K, V, value_fn=vf, return_lse=True)
+    for backward in (A.blockwise_attention_backward, fast.attention.blockwise_attention_backward):
+        with pytest.raises(ValueError, match=r"value_grad_fn.*\(2, 3, 3\)"):
+            backward(Q, K, V, out, lse, DOUT, value_grad_fn=grad)
+
+
+@pytest.mark.parametrize("returned, exc", [(None, TypeError), ("abc", TypeError), (np.nan, ValueError),
+                                           (np.inf, ValueError)])
+def test_a_value_grad_fn_returning_none_or_nan_is_named(returned, exc):
+    vf, _ = _linear_value(RNG.standard_normal((3, 4)))
+    grad = (lambda qs, ks, p, dout: returned) if not isinstance(returned, float) else \
+        (lambda qs, ks, p, dout: np.full(p.shape, returned))
+    with pytest.raises(exc, match="value_grad_fn"):
+        A.attention_backward(Q, K, V, DOUT, value_fn=vf, value_grad_fn=grad)
+    out, lse = A.blockwise_attention(Q, K, V, value_fn=vf, return_lse=True)
+    with pytest.raises(exc, match="value_grad_fn"):
+        A.blockwise_attention_backward(Q, K, V, out, lse, DOUT, value_grad_fn=grad)
+
+
+def test_a_value_fn_returning_none_is_named():
+    with pytest.raises(TypeError, match="value_fn"):
+        A.attention(Q, K, V, value_fn=lambda qs, ks, p: None)
+    with pytest.raises(TypeError, match="value_fn"):
+        A.blockwise_attention(Q, K, V, value_fn=lambda qs, ks, p: None)
+
+
+def test_a_valid_value_seam_still_matches_central_differences():
+    w = RNG.standard_normal((3, 4))
+    vf, vg = _linear_value(w)
+    dq, *_ = A.attention_backward(Q, K, V, DOUT, value_fn=vf, value_grad_fn=vg)
+    e, h = RNG.standard_normal(Q.shape), 1e-6
+    fd = (np.sum(A.attention(Q + h * e, K, V, value_fn=vf) * DOUT)
+          - np.sum(A.attention(Q - h * e, K, V, value_fn=vf) * DOUT)) / (2 * h)
+    assert np.isclose(np.sum(dq * e), fd, rtol=1e-7)
+    out, lse = A.blockwise_attention(Q, K, V, value_fn=vf, return_lse=True, block_size=2)
+    dq_b, *_ = A.blockwise_attention_backward(Q, K, V, out, lse, DOUT, value_grad_fn=vg, block_size=2)
+    np.testing.assert_allclose(dq_b, dq, atol=1e-12)
+
+
+# --- the fast twins take every reference argument -------------------------------------------------
+
+@pytest.mark.parametrize("name", ["attention", "blockwise_attention", "blockwise_attention_backward"])
+def test_the_fast_functions_take_every_argument_of_the_reference(name):
+    ref = inspect.signature(getattr(A, name)).parameters
+    got = inspect.signature(getattr(fast.attention, name)).parameters
+    assert set(ref) <= set(got), set(ref) - set(got)
+
+
+def test_fast_equals_reference_with_a_value_seam():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 4, 40, 8)) for _ in range(3))
+    w = rng.standard_normal((40, 8))
+    vf, vg = _linear_value(w)
+    mask = A.causal_mask(40, 40)
+    np.testing.assert_allclose(fast.attention.attention(q, k, v, mask=mask, value_fn=vf),
+                               A.attention(q, k, v, mask=mask, value_fn=vf), atol=1e-12)
+    out, lse = A.blockwise_attention(q, k, v, causal=True, block_size=16, value_fn=vf, return_lse=True)
+    got, got_lse = fast.attention.blockwise_attention(q, k, v, causal=True, block_size=16, value_fn=vf,
+                                                      return_lse=True)
+    np.testing.assert_allclose(got, out, atol=1e-12)
+    np.testing.assert_allclose(got_lse, lse, atol=1e-12)
+    dout = rng.standard_normal(out.shape)
+    want = A.blockwise_attention_backward(q, k, v, out, lse, dout, causal=True, block_size=16, value_grad_fn=vg)
+    got = fast.attention.blockwise_attention_backward(q, k, v, out, lse, dout, causal=True, block_size=16,
+                                                      value_grad_fn=vg)
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, atol=1e-12)
+
+
