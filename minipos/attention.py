@@ -124,7 +124,7 @@ def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, 
     floating arrays (the mask boolean), ``scale`` a float."""
     q, k, v = check_qkv(q, k, v)
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
-    sinks = _check_sinks(sinks, q)
+    sinks = _check_sinks(sinks, q, np.result_type(q.dtype, k.dtype, v.dtype))
     scale = check_scale(scale, q.shape[-1])
     check_bool(return_weights, "return_weights")
     shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
@@ -134,14 +134,20 @@ def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, 
     return q, k, v, bias, mask, scale, sinks
 
 
-def _check_sinks(sinks, q):
-    """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``."""
+def _check_sinks(sinks, q, dtype):
+    """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``; each
+    sink must fit the logits' ``dtype`` (it is one more logit)."""
     if sinks is None:
         return None
     sinks = as_float_array(sinks, "sinks")
     if q.ndim < 3 or sinks.shape != (q.shape[-3],):
         raise ValueError(f"sinks must have shape (H,) with H = q.shape[-3] (one logit per head); got sinks "
                          f"{sinks.shape} for q {q.shape}")
+    with np.errstate(over="ignore"):                                      # checked just below
+        fits = np.isfinite(sinks.astype(dtype, copy=False)).all()
+    if not fits:
+        raise ValueError(f"sinks must fit the logits' dtype {np.dtype(dtype)} (|sink| <= {np.finfo(dtype).max:.5g}), "
+                         f"got a sink of {np.abs(sinks).max():.5g}")
     return sinks
 
 
@@ -268,8 +274,8 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
                                                          block_size, q_offset)
     return_lse = check_bool(return_lse, "return_lse")
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
-    sinks = _check_sinks(sinks, q)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    sinks = _check_sinks(sinks, q, dtype)
     *lead, T, _ = q.shape
     out = np.zeros((*lead, T, v.shape[-1]), dtype)                       # (..., H, T, Dv)
     lse = np.full((*lead, T), -np.inf, dtype)                            # (..., H, T)
@@ -464,7 +470,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     out, lse, dout = check_backward_inputs(q, v, out, lse, dout, dtype)
-    sinks = _check_sinks(sinks, q)
+    sinks = _check_sinks(sinks, q, dtype)
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end

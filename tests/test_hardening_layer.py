@@ -126,3 +126,19 @@ def test_fast_equals_reference_with_a_value_seam():
         np.testing.assert_allclose(g, w_, atol=1e-12)
 
 
+# --- sinks -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("run", [A.attention, lambda q, k, v, **kw: A.blockwise_attention(q, k, v, **kw),
+                                 fast.attention.attention, fast.attention.blockwise_attention])
+def test_a_sink_that_does_not_fit_the_logits_dtype_is_named(run):
+    q, k, v = (a.astype(np.float16) for a in (Q, K, V))
+    with pytest.raises(ValueError, match="sinks"):
+        run(q, k, v, sinks=[1e5, 0.0])
+
+
+def test_a_large_float16_sink_that_fits_still_works():
+    q, k, v = (a.astype(np.float16) for a in (Q, K, V))
+    out = A.attention(q, k, v, sinks=[6e4, 0.0])
+    assert out.dtype == np.float16 and np.all(out[0] == 0)                 # head 0 attends to its sink only
+
+
