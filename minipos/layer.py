@@ -159,6 +159,19 @@ class MultiHeadAttention:
         scheme.bind(self, rng)
         self.scheme = scheme
 
+    def configuration(self) -> tuple:
+        """What a ``Context`` records of the layer that made it, so that ``backward`` knows its own:
+        ``(name, value)`` pairs of the class name (the fast twin's is the same), the sizes, the
+        dtype, the flags and the scheme's class. Two layers of one configuration take each other's
+        contexts (and give the gradients of their own weights)."""
+        sc = self.scheme
+        return (("layer", type(self).__name__), ("d_model", self.d_model), ("num_heads", self.num_heads),
+                ("num_kv_heads", self.num_kv_heads), ("head_dim", self.head_dim), ("dtype", self.dtype.name),
+                ("bias", self.bo is not None), ("block_size", self.block_size),
+                ("attention_chunk", self.attention_chunk), ("sliding_window", self.sliding_window),
+                ("scale", self.scale), ("sinks", self.sinks is not None), ("scheme", type(sc).__name__),
+                ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys))
+
     def attention_scale(self) -> float:
         """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's."""
         return self.scheme.scale(self.head_dim) if self.scale is None else self.scale
@@ -230,7 +243,7 @@ class MultiHeadAttention:
         result = (y, weights) if return_weights else (y,)
         if return_context:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
-                               extra, out, lse, merged, rot_positions=rot_pos),)
+                               extra, out, lse, merged, rot_positions=rot_pos, configuration=self.configuration()),)
         return result if len(result) > 1 else y
 
     def _rotate(self, rotate, x, positions, seq_len):
@@ -310,6 +323,7 @@ class MultiHeadAttention:
         """
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
+        self._check_context(ctx)
         dy = as_float_array(dy, "dy")
         if dy.shape != ctx.x.shape:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
@@ -344,6 +358,17 @@ class MultiHeadAttention:
         # 1) input seam
         add("x", sc.embed_backward(dx_in, ctx.positions, add))
         return grads
+
+    def _check_context(self, ctx) -> None:
+        """Raise unless ``ctx`` comes from a layer of this configuration (``configuration()``)."""
+        ours, theirs = dict(self.configuration()), dict(ctx.configuration)
+        if ours == theirs:
+            return
+        shown = lambda c, name: repr(c[name]) if name in c else "absent"  # noqa: E731
+        differ = [f"{name}={shown(theirs, name)} (this layer: {shown(ours, name)})"
+                  for name in dict.fromkeys([*ours, *theirs]) if ours.get(name) != theirs.get(name)]
+        raise ValueError(f"ctx comes from the forward pass of a layer of another configuration: {', '.join(differ)}; "
+                         "pass the Context this layer's forward returned")
 
     def _project_backward(self, x_in, dq, dk, dv, add):
         """Step 2 reversed: the weights' gradients to ``add``; returns the gradient of ``x_in``."""
@@ -454,8 +479,10 @@ class MultiHeadAttention:
 @dataclass(frozen=True, eq=False)
 class Context:
     """What ``MultiHeadAttention.backward`` needs of a forward pass (returned with
-    ``return_context=True``): the input, positions and mask, and each step's result. It holds
-    no reference to the layer; the layer and its scheme keep no state for the backward."""
+    ``return_context=True``): the input, positions and mask, each step's result, and the
+    configuration of the layer that made it (``MultiHeadAttention.configuration()``), which
+    ``backward`` checks. It holds no reference to the layer; the layer and its scheme keep no
+    state for the backward."""
 
     x: np.ndarray              # (B, T, d_model)
     positions: np.ndarray      # (T,)
@@ -475,3 +502,4 @@ class Context:
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
     merged: np.ndarray         # (B, T, H*Dv)
     rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), or (3, T) for M-RoPE; None = positions
+    configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it

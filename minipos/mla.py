@@ -245,6 +245,12 @@ class MultiHeadLatentAttention(MultiHeadAttention):
         self.wkv_b = self._init(rng, r_kv, H * (self.qk_nope_head_dim + self.v_head_dim))
         self.wo = self._init(rng, H * self.v_head_dim, d)                              # (H D_V, d_model)
 
+    def configuration(self) -> tuple:
+        """``MultiHeadAttention.configuration()`` with the latent ranks and the head dims."""
+        return (*super().configuration(), ("kv_lora_rank", self.kv_lora_rank), ("q_lora_rank", self.q_lora_rank),
+                ("qk_nope_head_dim", self.qk_nope_head_dim), ("qk_rope_head_dim", self.qk_rope_head_dim),
+                ("v_head_dim", self.v_head_dim), ("eps", self.eps))
+
     def weights(self) -> dict:
         """Every weight the layer has, by attribute name (the names ``backward`` returns)."""
         names = ("wq", "wq_a", "bq_a", "q_a_norm", "wq_b", "wkv_a", "bkv_a", "kv_a_norm", "wkv_b", "wo", "bo")

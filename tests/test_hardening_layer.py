@@ -142,3 +142,55 @@ def test_a_large_float16_sink_that_fits_still_works():
     assert out.dtype == np.float16 and np.all(out[0] == 0)                 # head 0 attends to its sink only
 
 
+# --- the layer's backward refuses a context of another layer ------------------------------------
+
+def _mla(make, **kw):
+    args = dict(kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4)
+    cls = fast.MultiHeadLatentAttention if make is fast.MultiHeadAttention else mla.MultiHeadLatentAttention
+    return cls(16, 4, **{**args, **kw})
+
+
+@pytest.mark.parametrize("make_a, make_b", [
+    (lambda m: m(16, 4, num_kv_heads=2), lambda m: m(16, 4)),                      # GQA context into plain
+    (lambda m: m(16, 4), lambda m: m(16, 4, num_kv_heads=2)),                      # and the reverse
+    (lambda m: m(16, 2), lambda m: m(16, 4)),                                      # another head count
+    (lambda m: m(16, 4), lambda m: m(16, 4, head_dim=8)),                          # another head dim
+    (lambda m: m(8, 2), lambda m: m(16, 2)),                                       # another d_model
+    (lambda m: m(16, 4), lambda m: m(16, 4, block_size=2)),                        # dense into blockwise
+    (lambda m: m(16, 4, block_size=2), lambda m: m(16, 4)),                        # blockwise into dense
+    (lambda m: m(16, 4, scheme=MRotary()),
+     lambda m: m(16, 4, scheme=L.Rotary())),                                       # M-RoPE into RoPE
+    (lambda m: m(16, 4, scheme=L.Rotary()), lambda m: m(16, 4, scheme=L.ALiBi())),  # RoPE into ALiBi
+    (lambda m: m(16, 4), lambda m: m(16, 4, sinks=True)),                          # no sinks into sinks
+    (lambda m: m(16, 4), lambda m: m(16, 4, bias=True)),                           # no biases into biases
+    (lambda m: m(16, 4), lambda m: m(16, 4, dtype=np.float32)),                    # float64 into float32
+    (lambda m: m(16, 4), lambda m: _mla(m)),                                        # plain into MLA
+    (lambda m: _mla(m), lambda m: m(16, 4)),                                        # MLA into plain
+    (lambda m: _mla(m), lambda m: _mla(m, kv_lora_rank=6)),                            # another latent rank
+    (lambda m: _mla(m), lambda m: _mla(m, q_lora_rank=4)),
+], ids=["gqa-plain", "plain-gqa", "heads", "head_dim", "d_model", "dense-blockwise", "blockwise-dense",
+        "mrope-rope", "rope-alibi", "sinks", "bias", "dtype", "plain-mla", "mla-plain", "mla-rank",
+        "mla-q_lora"])
+@pytest.mark.parametrize("make", [L.MultiHeadAttention, fast.MultiHeadAttention], ids=["reference", "fast"])
+def test_backward_refuses_the_context_of_another_layer_configuration(make, make_a, make_b):
+    a, b = make_a(make), make_b(make)
+    x = np.random.default_rng(2).standard_normal((1, 5, a.d_model))
+    y, ctx = a(x, causal=True, return_context=True)
+    with pytest.raises(ValueError, match="ctx") as err:
+        b.backward(ctx, np.ones_like(y))
+    assert "configuration" in str(err.value)
+
+
+@pytest.mark.parametrize("block_size", [None, 2])
+def test_backward_takes_the_context_of_the_same_configuration_reference_or_fast(block_size):
+    x = np.random.default_rng(3).standard_normal((1, 5, 16))
+    a = L.MultiHeadAttention(16, 4, num_kv_heads=2, scheme=L.Rotary(), block_size=block_size, seed=4)
+    b = fast.MultiHeadAttention(16, 4, num_kv_heads=2, scheme=L.Rotary(), block_size=block_size, seed=4)
+    dy = np.random.default_rng(5).standard_normal((1, 5, 16))
+    y, ctx = a(x, causal=True, return_context=True)
+    want = a.backward(ctx, dy)
+    got = b.backward(ctx, dy)                                             # the same weights, the fast backward
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], atol=1e-12, err_msg=key)
+
+
