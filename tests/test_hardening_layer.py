@@ -194,3 +194,86 @@ def test_backward_takes_the_context_of_the_same_configuration_reference_or_fast(
         np.testing.assert_allclose(got[key], want[key], atol=1e-12, err_msg=key)
 
 
+# --- the streaming cache ------------------------------------------------------------------------------
+
+def _stream(layer_cls, scheme, num_sinks, window, chunks, seed=6):
+    """Run ``chunks`` (token counts) through a StreamingCache and check each call's output against
+    a cache-free pass over the kept tokens then the chunk, at positions 0, 1, ... (the paper's rule).
+    The tokens kept after a call are the first ``num_sinks`` of the stream and the last ``window - 1``."""
+    layer = layer_cls(16, 2, scheme=scheme(), seed=seed)
+    cache = StreamingCache(layer, num_sinks=num_sinks, window=window)
+    x = np.random.default_rng(seed).standard_normal((1, sum(chunks), 16))
+    kept, start = [], 0
+    for T in chunks:
+        got = layer(x[:, start:start + T], causal=True, cache=cache)
+        tokens = kept + list(range(start, start + T))
+        want = layer(x[:, tokens], positions=np.arange(len(tokens)), causal=True)[:, -T:]
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11, err_msg=f"chunk at {start}")
+        start += T
+        seen = list(range(start))
+        kept = seen[:num_sinks] + [t for t in seen[max(num_sinks, start - window + 1):]]
+        assert cache.length == len(kept) == cache.seen and cache.total == start
+        assert cache.positions.tolist() == list(range(len(kept)))
+
+
+@pytest.mark.parametrize("num_sinks, window", [(0, 1), (2, 1), (1, 1), (0, 2), (3, 1)])
+@pytest.mark.parametrize("scheme", [L.Rotary, L.ALiBi, L.NoPE])
+@pytest.mark.parametrize("layer_cls", [L.MultiHeadAttention, fast.MultiHeadAttention], ids=["reference", "fast"])
+def test_the_smallest_windows_stream_one_token_at_a_time(layer_cls, scheme, num_sinks, window):
+    _stream(layer_cls, scheme, num_sinks, window, [1] * 7)
+
+
+@pytest.mark.parametrize("num_sinks, window, chunks", [(2, 3, [5, 1, 4, 1]), (0, 1, [3, 1, 2]), (2, 1, [4, 3, 1]),
+                                                       (1, 2, [1, 6, 1]), (4, 2, [2, 1, 7])])
+@pytest.mark.parametrize("layer_cls", [L.MultiHeadAttention, fast.MultiHeadAttention], ids=["reference", "fast"])
+def test_a_chunk_longer_than_the_window_attends_causally_then_is_evicted(layer_cls, num_sinks, window, chunks):
+    _stream(layer_cls, L.Rotary, num_sinks, window, chunks)
+
+
+def test_a_failed_streaming_step_leaves_the_cache_as_it_was():
+    layer = L.MultiHeadAttention(16, 2, scheme=L.Rotary(), seed=7)
+    cache = StreamingCache(layer, num_sinks=1, window=2)
+    x = np.random.default_rng(8).standard_normal((1, 6, 16))
+    layer(x[:, :3], causal=True, cache=cache)
+    state = (cache.length, cache.seen, cache.total, cache.k.copy(), cache.v.copy(), cache.positions.copy())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("rotation failed")
+    layer.scheme.rotate_k_backward = broken                                # the re-rotation at eviction fails
+    with pytest.raises(RuntimeError):
+        layer(x[:, 3:4], causal=True, cache=cache)
+    del layer.scheme.rotate_k_backward
+    assert (cache.length, cache.seen, cache.total) == state[:3]
+    for got, want in zip((cache.k, cache.v, cache.positions), state[3:]):
+        np.testing.assert_array_equal(got, want)
+    got = layer(x[:, 3:4], causal=True, cache=cache)                       # and the stream goes on
+    want = layer(x[:, [0, 2, 3]], positions=np.arange(3), causal=True)[:, -1:]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+class _NoMemoryForCopies:
+    """``numpy`` as the cache module sees it, but without memory for a copy of its buffers."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def zeros_like(*args, **kwargs):
+        raise MemoryError("no memory")
+
+
+def test_a_failed_kv_cache_commit_leaves_the_cache_as_it_was(monkeypatch):
+    import minipos.cache
+    layer = L.MultiHeadAttention(16, 2, scheme=L.TransformerXL(), seed=9)
+    cache = layer.new_cache(mem_len=2)
+    x = np.random.default_rng(10).standard_normal((1, 4, 16))
+    layer(x[:, :2], causal=True, cache=cache)
+    state = (cache.length, cache.seen, cache.k.copy())
+    monkeypatch.setattr(minipos.cache, "np", _NoMemoryForCopies())
+    with pytest.raises(MemoryError):
+        layer(x[:, 2:3], causal=True, cache=cache)
+    monkeypatch.undo()
+    assert (cache.length, cache.seen) == state[:2]
+    np.testing.assert_array_equal(cache.k, state[2])
+
+
