@@ -143,13 +143,7 @@ class MultiHeadAttention:
             raise TypeError(f"scheme must be a minipos.layer.Scheme instance, got {type(scheme).__name__}")
         bias = check_bool(bias, "bias")
         rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
-        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        check_alloc((4, d, hd), self.dtype, "MultiHeadAttention's weights (d_model, num_heads * head_dim)")
-        self.wq = self._init(rng, d, hd)
-        self.wk, self.wv = self._init(rng, d, kvd), self._init(rng, d, kvd)
-        self.wo = self._init(rng, hd, d)
-        zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
-        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
+        self._init_weights(rng, bias)
         self.sliding_window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
         self.scale = None if scale is None else check_float(scale, "scale", positive=True)
         if self.scale is not None and "content-position" in scheme.seams:
@@ -175,6 +169,17 @@ class MultiHeadAttention:
     def attention_scale(self) -> float:
         """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's."""
         return self.scheme.scale(self.head_dim) if self.scale is None else self.scale
+
+    def _init_weights(self, rng, bias: bool) -> None:
+        """The projections' weights ``wq``, ``wk``, ``wv``, ``wo`` drawn from ``rng``, and the biases
+        (zeros with ``bias``, else ``None``); sizes checked against memory first."""
+        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        check_alloc((4, d, hd), self.dtype, "MultiHeadAttention's weights (d_model, num_heads * head_dim)")
+        self.wq = self._init(rng, d, hd)
+        self.wk, self.wv = self._init(rng, d, kvd), self._init(rng, d, kvd)
+        self.wo = self._init(rng, hd, d)
+        zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
+        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
 
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)

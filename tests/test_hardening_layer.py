@@ -3,6 +3,7 @@ reference and fast: a clear error naming the argument, or the right result (chec
 independent computation: a fresh pass, central differences, float64 by hand, the reference)."""
 
 import inspect
+from decimal import Decimal, getcontext
 
 import numpy as np
 import pytest
@@ -275,5 +276,62 @@ def test_a_failed_kv_cache_commit_leaves_the_cache_as_it_was(monkeypatch):
     monkeypatch.undo()
     assert (cache.length, cache.seen) == state[:2]
     np.testing.assert_array_equal(cache.k, state[2])
+
+
+# --- MLA ----------------------------------------------------------------------------------------------
+
+def _rms_by_hand(x, w, eps=1e-6):
+    """RMSNorm in 60-digit decimal arithmetic, one row at a time (an independent computation)."""
+    getcontext().prec = 60
+    out = []
+    for row in np.asarray(x, np.float64).reshape(-1, np.shape(x)[-1]):
+        row = [Decimal(float(a)) for a in row]
+        root = (sum(a * a for a in row) / len(row) + Decimal(eps)).sqrt()
+        out.append([float(Decimal(float(wi)) * a / root) for a, wi in zip(row, w)])
+    return np.array(out).reshape(np.shape(x))
+
+
+@pytest.mark.parametrize("value, dtype", [(1e300, np.float64), (1e200, np.float64), (-1e300, np.float64),
+                                          (1e20, np.float32), (300.0, np.float16), (1e-200, np.float64),
+                                          (3e38, np.float32), (6e4, np.float16)])
+def test_rms_norm_of_large_entries_is_about_one_in_their_dtype(value, dtype):
+    x = np.full((2, 4), value, dtype)
+    x[1, 0] = -x[1, 0]
+    w = np.linspace(0.5, 2.0, 4)
+    got = mla.rms_norm(x, w)
+    assert got.dtype == dtype
+    rtol = {np.float64: 1e-12, np.float32: 1e-6, np.float16: 2e-3}[dtype]
+    np.testing.assert_allclose(got.astype(np.float64), _rms_by_hand(x, w), rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_rms_norm_and_its_backward_keep_the_dtype(dtype):
+    x = np.random.default_rng(11).standard_normal((3, 4)).astype(dtype)
+    assert mla.rms_norm(x, np.ones(4)).dtype == dtype
+    dx, dw = mla.rms_norm_backward(x, np.ones(4), np.ones((3, 4), dtype))
+    assert dx.dtype == dtype and dw.dtype == np.float64                       # dweight in weight's dtype
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-150, 1.0])
+def test_rms_norm_backward_of_large_entries_matches_central_differences(scale):
+    rng = np.random.default_rng(12)
+    x, w, dy = rng.standard_normal((2, 5)) * scale, rng.standard_normal(5), rng.standard_normal((2, 5))
+    dx, dw = mla.rms_norm_backward(x, w, dy)
+    e = rng.standard_normal(x.shape) * scale
+    h = 1e-6
+    fd = np.sum((mla.rms_norm(x + h * e, w) - mla.rms_norm(x - h * e, w)) * dy) / (2 * h)
+    assert np.isclose(np.sum(dx * e), fd, rtol=1e-6, atol=1e-9)
+    e = rng.standard_normal(w.shape)
+    fd = np.sum((mla.rms_norm(x, w + h * e) - mla.rms_norm(x, w - h * e)) * dy) / (2 * h)
+    assert np.isclose(np.sum(dw * e), fd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("arg", ["kv_lora_rank", "v_head_dim", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"])
+@pytest.mark.parametrize("size", [2 ** 70, 2 ** 63, 10 ** 9])
+def test_mla_sizes_are_checked_before_allocating(arg, size):
+    args = dict(kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, q_lora_rank=4)
+    args[arg] = size
+    with pytest.raises(ValueError, match=arg):
+        mla.MultiHeadLatentAttention(16, 4, **args)
 
 
