@@ -335,3 +335,11 @@ def test_mla_sizes_are_checked_before_allocating(arg, size):
         mla.MultiHeadLatentAttention(16, 4, **args)
 
 
+# --- huge ints in the layer --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arg", ["attention_chunk", "sliding_window"])
+@pytest.mark.parametrize("size", [2 ** 63, 2 ** 70])
+def test_huge_windows_and_chunks_are_named(arg, size):
+    for make in (L.MultiHeadAttention, fast.MultiHeadAttention):
+        with pytest.raises(ValueError, match=arg):
+            make(8, 2, **{arg: size})(np.ones((1, 3, 8)), causal=True)
