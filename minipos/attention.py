@@ -73,6 +73,8 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     """
     T = check_int(q_len, "q_len", minimum=0)
     S = check_int(k_len, "k_len", minimum=0)
+    if not (T and S):
+        return np.zeros((T, S), bool)                                    # empty: no positions to build
     check_alloc((T + S, 9), np.int8, "causal_mask(q_len, k_len)")    # the positions (int64) and ...
     check_alloc((T, S), bool, "causal_mask(q_len, k_len)")           # ... the mask
     t = np.arange(T)[:, None]
@@ -507,8 +509,11 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale,
 # Public by name, as minipos.fast calls them too; not in __all__.
 
 def check_scale(scale, D: int) -> float:
-    """``scale`` as a finite float, or the default ``1/sqrt(D)`` for ``None``."""
-    return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
+    """``scale`` as a finite float, or the default ``1/sqrt(D)`` for ``None`` (1 for ``D = 0``, where
+    every ``q . k`` is 0 whatever the scale)."""
+    if scale is None:
+        return 1.0 / np.sqrt(D) if D else 1.0
+    return check_float(scale, "scale")
 
 
 def check_bias_and_mask(bias, mask, shape: tuple):
