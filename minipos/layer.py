@@ -180,6 +180,31 @@ class MultiHeadAttention:
         zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
         self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
 
+    def _weight_shapes(self) -> dict:
+        """``name -> (shape, letters, optional)``: the shape each weight attribute must have (in the
+        shape letters of the docs) and whether it may be ``None`` (a bias)."""
+        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return {"wq": ((d, hd), "(d_model, num_heads * head_dim)", False),
+                "wk": ((d, kvd), "(d_model, num_kv_heads * head_dim)", False),
+                "wv": ((d, kvd), "(d_model, num_kv_heads * head_dim)", False),
+                "wo": ((hd, d), "(num_heads * head_dim, d_model)", False),
+                "bq": ((hd,), "(num_heads * head_dim,)", True), "bk": ((kvd,), "(num_kv_heads * head_dim,)", True),
+                "bv": ((kvd,), "(num_kv_heads * head_dim,)", True), "bo": ((d,), "(d_model,)", True)}
+
+    def _check_weights(self) -> None:
+        """Raise naming the attribute unless every weight (as copied from a checkpoint, say) is a
+        floating array of its shape; a bias may be ``None``. Shapes only: no pass over the values."""
+        for name, (shape, letters, optional) in self._weight_shapes().items():
+            w = getattr(self, name)
+            if w is None and optional:
+                continue
+            if not isinstance(w, np.ndarray) or w.dtype.kind != "f":
+                got = f"dtype {w.dtype}" if isinstance(w, np.ndarray) else type(w).__name__
+                raise TypeError(f"{name} must be a floating NumPy array of shape {letters} = {shape}"
+                                f"{' or None' if optional else ''}, got {got}")
+            if w.shape != shape:
+                raise ValueError(f"{name} must have shape {letters} = {shape}, got {w.shape}")
+
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
 
@@ -217,7 +242,9 @@ class MultiHeadAttention:
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
-            check_result(a, f"x @ w{name}")
+            if not np.isfinite(a).all():                                        # x is finite: the weights or an overflow
+                raise Overflow(f"the projection {name} of x is not finite ({a.dtype}): the weights or biases of "
+                               f"step 2 (w{name}, ...) hold NaN or inf, or x @ w{name} overflows; rescale x or them")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
         k = k_p if sc.rotates_cached_keys else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
@@ -328,6 +355,7 @@ class MultiHeadAttention:
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
         self._check_context(ctx)
+        self._check_weights()
         dy = as_float_array(dy, "dy")
         if dy.shape != ctx.x.shape:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
@@ -335,10 +363,10 @@ class MultiHeadAttention:
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
         B, T, _ = dy.shape
         # 8) output projection: y = merged wo + bo
-        add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))      # merged^T dy
-        if self.bo is not None:
-            add("bo", dy.sum(axis=(0, 1)))
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):                     # every gradient is checked at the end
+            add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))  # merged^T dy
+            if self.bo is not None:
+                add("bo", dy.sum(axis=(0, 1)))
             dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
         check_result(dout, "dy @ wo^T")
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
@@ -361,6 +389,10 @@ class MultiHeadAttention:
         dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
         # 1) input seam
         add("x", sc.embed_backward(dx_in, ctx.positions, add))
+        for name, g in grads.items():                                          # a sum over B T may overflow
+            if not np.isfinite(g).all():
+                raise Overflow(f"the gradient of {name} overflows {np.asarray(g).dtype}; rescale dy (or x and the "
+                               "weights), or use float64")
         return grads
 
     def _check_context(self, ctx) -> None:
@@ -445,6 +477,7 @@ class MultiHeadAttention:
         x = as_float_array(x, "x")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {x.shape}")
+        self._check_weights()
         B, T, _ = x.shape
         causal = check_bool(causal, "causal")
         if self.sliding_window is not None and not causal:

@@ -91,8 +91,8 @@ def _normalised(x, eps: float):
         ms = np.mean(x * x, axis=-1, keepdims=True)                       # (..., 1)
     r = 1.0 / np.sqrt(ms + eps)                                           # (..., 1)
     n = x * r                                                             # (..., D)
-    big = ~np.isfinite(ms)
-    if big.any():
+    big = ~np.isfinite(ms)                                                # (D = 0: NaN, but no entry to fix)
+    if x.shape[-1] and big.any():
         wide = x.astype(np.promote_types(x.dtype, np.float64))
         s = np.max(np.abs(wide), axis=-1, keepdims=True)                  # (..., 1), > 0 where x*x overflowed
         s = np.where(big, s, 1.0)
@@ -279,6 +279,23 @@ class MultiHeadLatentAttention(MultiHeadAttention):
         self.wkv_b = self._init(rng, r_kv, H * (self.qk_nope_head_dim + self.v_head_dim))
         self.wo, self.bo = self._init(rng, H * self.v_head_dim, d), zeros(d)           # (H D_V, d_model), (d_model,)
 
+    def _weight_shapes(self) -> dict:
+        d, H, D, r_q, r_kv = self.d_model, self.num_heads, self.head_dim, self.q_lora_rank, self.kv_lora_rank
+        D_R, D_N, D_V = self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
+        shapes = {"wkv_a": ((d, r_kv + D_R), "(d_model, kv_lora_rank + qk_rope_head_dim)", False),
+                  "bkv_a": ((r_kv + D_R,), "(kv_lora_rank + qk_rope_head_dim,)", True),
+                  "kv_a_norm": ((r_kv,), "(kv_lora_rank,)", False),
+                  "wkv_b": ((r_kv, H * (D_N + D_V)), "(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))",
+                            False),
+                  "wo": ((H * D_V, d), "(num_heads * v_head_dim, d_model)", False), "bo": ((d,), "(d_model,)", True)}
+        if r_q is None:
+            shapes["wq"] = ((d, H * D), "(d_model, num_heads * (qk_nope_head_dim + qk_rope_head_dim))", False)
+        else:
+            shapes.update(wq_a=((d, r_q), "(d_model, q_lora_rank)", False), bq_a=((r_q,), "(q_lora_rank,)", True),
+                          q_a_norm=((r_q,), "(q_lora_rank,)", False),
+                          wq_b=((r_q, H * D), "(q_lora_rank, num_heads * (qk_nope_head_dim + qk_rope_head_dim))", False))
+        return shapes
+
     def _check_sizes(self) -> None:
         d, H, D, r_q, r_kv = self.d_model, self.num_heads, self.head_dim, self.q_lora_rank, self.kv_lora_rank
         shapes = [((d, r_kv + self.qk_rope_head_dim), "wkv_a (d_model, kv_lora_rank + qk_rope_head_dim)"),
@@ -429,4 +446,5 @@ def _check_decode_call(layer, x, positions):
     x = as_float_array(x, "x")
     if x.ndim != 3 or x.shape[-1] != layer.d_model:
         raise ValueError(f"x must have shape (B, T, d_model={layer.d_model}), got {x.shape}")
+    layer._check_weights()
     return x, as_positions(positions, "positions", length=x.shape[1])
