@@ -343,3 +343,69 @@ def test_huge_windows_and_chunks_are_named(arg, size):
     for make in (L.MultiHeadAttention, fast.MultiHeadAttention):
         with pytest.raises(ValueError, match=arg):
             make(8, 2, **{arg: size})(np.ones((1, 3, 8)), causal=True)
+
+
+# --- found by the campaign (tests/test_campaign_layer.py) ------------------------------------------
+
+def test_an_empty_causal_mask_builds_no_positions():
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        mask = A.causal_mask(10 ** 7, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert mask.shape == (10 ** 7, 0) and peak < 1 << 20                   # arange(10**7) alone is 80 MB
+
+
+@pytest.mark.parametrize("run", [A.attention, fast.attention.attention,
+                                 lambda q, k, v: A.blockwise_attention(q, k, v, block_size=2),
+                                 lambda q, k, v: fast.attention.blockwise_attention(
+                                     q, k, v, block_size=2, bias_fn=lambda qs, ks: 0.0, bias_max_fn=lambda qs, ks: 0.0)])
+def test_a_head_dim_of_zero_gives_the_mean_of_the_values_without_a_warning(run):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                      # 1 / sqrt(0) warned and gave scale inf
+        out = run(Q[..., :0], K[..., :0], V)
+    np.testing.assert_allclose(out, np.broadcast_to(V.mean(axis=1, keepdims=True), V.shape), atol=1e-12)
+
+
+@pytest.mark.parametrize("call", [lambda: L.MultiHeadAttention(8, 2)(np.ones((1, 3, 8)), positions=[[0, 1], [2]]),
+                                  lambda: L.MultiHeadAttention(8, 2)([[[1.0] * 8], [[1.0] * 7]]),
+                                  lambda: A.attention([[[1.0, 2.0], [3.0]]], Q, V)])
+def test_a_ragged_sequence_is_named(call):
+    with pytest.raises(ValueError, match=r"(positions|x|q) must be a rectangular array"):
+        call()
+
+
+@pytest.mark.parametrize("make", [L.MultiHeadAttention, fast.MultiHeadAttention])
+@pytest.mark.parametrize("attr, value, exc", [("wq", np.zeros((8, 4)), ValueError), ("wo", "w", TypeError),
+                                              ("wv", np.zeros((8, 8), int), TypeError), ("wk", None, TypeError)])
+def test_a_weight_copied_in_with_the_wrong_shape_or_type_is_named(make, attr, value, exc):
+    layer = make(8, 2)
+    x = np.ones((1, 3, 8))
+    y, ctx = layer(x, return_context=True)
+    setattr(layer, attr, value)
+    with pytest.raises(exc, match=attr):
+        layer(x)
+    with pytest.raises(exc, match=attr):
+        layer.backward(ctx, y)
+
+
+def test_an_mla_weight_of_the_wrong_shape_is_named_not_broadcast():
+    # wkv_a with one rope column instead of two was broadcast to both by the shared rope key.
+    layer = mla.MultiHeadLatentAttention(16, 4, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=4)
+    layer.wkv_a = np.ones((16, 5))
+    with pytest.raises(ValueError, match="wkv_a"):
+        layer(np.ones((1, 3, 16)))
+    with pytest.raises(ValueError, match="wkv_a"):
+        mla.latent_kv(layer, np.ones((1, 3, 16)), np.arange(3))
+
+
+@pytest.mark.parametrize("make", [L.MultiHeadAttention, fast.MultiHeadAttention])
+def test_a_gradient_that_overflows_is_named_not_returned(make):
+    layer = make(16, 4, bias=True)
+    layer.wo = layer.wo * 1e-12                                             # dy @ wo^T fits; merged^T dy does not
+    y, ctx = layer(np.random.default_rng(13).standard_normal((2, 5, 16)), return_context=True)
+    with pytest.raises(ValueError, match="gradient of wo"):
+        layer.backward(ctx, np.full((2, 5, 16), 1.7e308))
