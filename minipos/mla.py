@@ -88,11 +88,11 @@ def _normalised(x, eps: float):
     ``r = n / x``'s factor ``1 / (s sqrt(...))``; the other rows are computed as written above.
     """
     with np.errstate(over="ignore", invalid="ignore"):                  # an overflow is redone below
-        ms = np.mean(x * x, axis=-1, keepdims=True)                       # (..., 1)
+        ms = np.mean(x * x, axis=-1, keepdims=True) if x.shape[-1] else np.zeros((*x.shape[:-1], 1), x.dtype)
     r = 1.0 / np.sqrt(ms + eps)                                           # (..., 1)
     n = x * r                                                             # (..., D)
-    big = ~np.isfinite(ms)                                                # (D = 0: NaN, but no entry to fix)
-    if x.shape[-1] and big.any():
+    big = ~np.isfinite(ms)                                                # (..., 1)
+    if big.any():
         wide = x.astype(np.promote_types(x.dtype, np.float64))
         s = np.max(np.abs(wide), axis=-1, keepdims=True)                  # (..., 1), > 0 where x*x overflowed
         s = np.where(big, s, 1.0)
