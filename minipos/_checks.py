@@ -100,7 +100,7 @@ def as_float_array(x, name: str, *, finite: bool = True) -> np.ndarray:
     Raises ``TypeError`` for bool, complex or non-numeric input, ``ValueError`` for NaN/inf when
     ``finite`` (they would poison every output they touch).
     """
-    arr = np.asarray(x)
+    arr = _asarray(x, name)
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
     if not np.issubdtype(arr.dtype, np.floating):
@@ -108,6 +108,14 @@ def as_float_array(x, name: str, *, finite: bool = True) -> np.ndarray:
     if finite:
         check_finite(arr, name)
     return arr
+
+
+def _asarray(x, name: str) -> np.ndarray:
+    """``np.asarray(x)``, or ``ValueError`` naming ``name`` for a ragged sequence (rows of unequal length)."""
+    try:
+        return np.asarray(x)
+    except ValueError as err:
+        raise ValueError(f"{name} must be a rectangular array, got a ragged sequence ({err})") from None
 
 
 def check_finite(arr: np.ndarray, name: str) -> None:
@@ -132,7 +140,7 @@ def as_positions(positions, name: str = "positions", *, allow_negative: bool = F
             raise ValueError(f"{name} must have length {length}, got the int {n} (meaning arange({n}))")
         check_alloc((n,), np.int64, name)
         return np.arange(n, dtype=np.int64)
-    arr = np.asarray(positions)
+    arr = _asarray(positions, name)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"{name} must be an integer array or an int, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):

@@ -73,6 +73,8 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     """
     T = check_int(q_len, "q_len", minimum=0)
     S = check_int(k_len, "k_len", minimum=0)
+    if not (T and S):
+        return np.zeros((T, S), bool)                                    # empty: no positions to build
     check_alloc((T + S, 9), np.int8, "causal_mask(q_len, k_len)")    # the positions (int64) and ...
     check_alloc((T, S), bool, "causal_mask(q_len, k_len)")           # ... the mask
     t = np.arange(T)[:, None]
@@ -113,7 +115,9 @@ def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool
     weights = softmax(logits) if sinks is None else _softmax_with_sinks(logits, sinks)   # (..., H, T, S)
     out = weights @ v.astype(dtype, copy=False)                           # sum_s weights v_s   (..., H, T, Dv)
     if value_fn is not None:                                              #   + sum_s weights a_ts (value seam)
-        out = out + _value_term(value_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), weights, out.shape)
+        with np.errstate(over="ignore", invalid="ignore"):                # checked just below
+            out = out + _value_term(value_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), weights, out.shape)
+        _check_output(out, value_fn)
     return (out, weights) if return_weights else out
 
 
@@ -122,7 +126,7 @@ def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, 
     floating arrays (the mask boolean), ``scale`` a float."""
     q, k, v = check_qkv(q, k, v)
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
-    sinks = _check_sinks(sinks, q)
+    sinks = _check_sinks(sinks, q, np.result_type(q.dtype, k.dtype, v.dtype))
     scale = check_scale(scale, q.shape[-1])
     check_bool(return_weights, "return_weights")
     shape = (*q.shape[:-1], k.shape[-2])                                  # (..., H, T, S)
@@ -132,14 +136,20 @@ def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, 
     return q, k, v, bias, mask, scale, sinks
 
 
-def _check_sinks(sinks, q):
-    """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``."""
+def _check_sinks(sinks, q, dtype):
+    """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``; each
+    sink must fit the logits' ``dtype`` (it is one more logit)."""
     if sinks is None:
         return None
     sinks = as_float_array(sinks, "sinks")
     if q.ndim < 3 or sinks.shape != (q.shape[-3],):
         raise ValueError(f"sinks must have shape (H,) with H = q.shape[-3] (one logit per head); got sinks "
                          f"{sinks.shape} for q {q.shape}")
+    with np.errstate(over="ignore"):                                      # checked just below
+        fits = np.isfinite(sinks.astype(dtype, copy=False)).all()
+    if not fits:
+        raise ValueError(f"sinks must fit the logits' dtype {np.dtype(dtype)} (|sink| <= {np.finfo(dtype).max:.5g}), "
+                         f"got a sink of {np.abs(sinks).max():.5g}")
     return sinks
 
 
@@ -173,12 +183,41 @@ def _sink_column(sinks, shape, dtype):
 
 
 def _value_term(value_fn, qs, ks, p, shape):
-    """``value_fn(qs, ks, p)`` checked: a finite array of the output block's ``shape``."""
-    term = as_float_array(value_fn(qs, ks, p), f"value_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, "
-                          f"{ks.stop}), p)", finite=False)
+    """``value_fn(qs, ks, p)`` checked: a finite array of the output block's ``shape``, in ``p``'s dtype."""
+    where = f"value_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}), p)"
+    term = as_float_array(value_fn(qs, ks, p), where, finite=False)
     if term.shape != tuple(shape):
         raise ValueError(f"value_fn must return the output block's shape {tuple(shape)}, got {term.shape}")
-    return term.astype(p.dtype, copy=False)
+    return _finite_in(term, p.dtype, where)
+
+
+def _value_grad_term(value_grad_fn, qs, ks, p, dout):
+    """``value_grad_fn(qs, ks, p, dout)`` checked: a finite array of the weights' block shape
+    ``p.shape`` ``(..., H, tq, tk)`` (its share of ``dP``), in ``p``'s dtype."""
+    where = f"value_grad_fn(slice({qs.start}, {qs.stop}), slice({ks.start}, {ks.stop}), p, dout)"
+    term = as_float_array(value_grad_fn(qs, ks, p, dout), where, finite=False)
+    if term.shape != p.shape:
+        raise ValueError(f"{where} must return its share of dP, of the weights' block shape (..., H, tq, tk) = "
+                         f"{p.shape}, got shape {term.shape}")
+    return _finite_in(term, p.dtype, where)
+
+
+def _finite_in(term, dtype, where: str):
+    """``term`` in ``dtype``, or ``ValueError`` naming ``where`` if it holds NaN or inf there."""
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
+        term = term.astype(dtype, copy=False)
+    if not np.isfinite(term).all():
+        raise ValueError(f"{where} must return finite values that fit {dtype}, got NaN or inf")
+    return term
+
+
+def _check_output(out, value_fn) -> None:
+    """Raise ``Overflow`` unless ``out`` (computed with overflow warnings silenced) is finite: the
+    logits overflowed, or the output with ``value_fn``'s (finite) term did."""
+    if value_fn is not None and not np.isfinite(out).all():
+        raise Overflow(f"the output P V + value_fn's term, or the logits scale * q . k + bias, overflow {out.dtype}; "
+                       "rescale v, value_fn's term, q, k or bias, or use float64")
+    _check_logits(out)
 
 
 def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: bool):
@@ -237,8 +276,8 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
                                                          block_size, q_offset)
     return_lse = check_bool(return_lse, "return_lse")
     check_callable(value_fn, "value_fn", "(q_slice, k_slice, weights) -> array")
-    sinks = _check_sinks(sinks, q)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    sinks = _check_sinks(sinks, q, dtype)
     *lead, T, _ = q.shape
     out = np.zeros((*lead, T, v.shape[-1]), dtype)                       # (..., H, T, Dv)
     lse = np.full((*lead, T), -np.inf, dtype)                            # (..., H, T)
@@ -246,7 +285,7 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is checked below
         for qs in blocks.query_slices():                                 # a loop over query blocks
             _attend_rows(qs, blocks, v, out, lse, value_fn, sinks)
-    _check_logits(out)                                                   # an overflowing logit leaves out not finite
+    _check_output(out, value_fn)                                         # an overflowing logit leaves out not finite
     return (out, lse) if return_lse else out
 
 
@@ -377,7 +416,7 @@ def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value
         dv = np.swapaxes(p, -1, -2) @ dout                               # P^T dO      (..., H, S, Dv)
         dp = dout @ np.swapaxes(v, -1, -2)                               # dO V^T      (..., H, T, S)
         if value_grad_fn is not None:                                    # + dO . a_ij
-            dp = dp + value_grad_fn(slice(0, q.shape[-2]), slice(0, k.shape[-2]), p, dout)
+            dp = dp + _value_grad_term(value_grad_fn, slice(0, q.shape[-2]), slice(0, k.shape[-2]), p, dout)
         ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))           # P * (dP - rowsum(dP * P))
         dq = scale * (ds @ k)                                            # (..., H, T, D)
         dk = scale * (np.swapaxes(ds, -1, -2) @ q)                       # (..., H, S, D)
@@ -433,7 +472,7 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     out, lse, dout = check_backward_inputs(q, v, out, lse, dout, dtype)
-    sinks = _check_sinks(sinks, q)
+    sinks = _check_sinks(sinks, q, dtype)
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     blocks = _Blocks(q, k, bias_fn, mask_fn, causal, scale, block, offset, dtype)
     with np.errstate(over="ignore", invalid="ignore"):                   # checked at the end
@@ -458,7 +497,7 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale,
             dv[..., ks, :] += np.swapaxes(p, -1, -2) @ dout[..., qs, :]                  # dV_j += P^T dO_i
             dp = dout[..., qs, :] @ np.swapaxes(v[..., ks, :], -1, -2)                   # dP = dO_i V_j^T
             if value_grad_fn is not None:
-                dp = dp + value_grad_fn(qs, ks, p, dout[..., qs, :])                     # + dO_i . a_ij
+                dp = dp + _value_grad_term(value_grad_fn, qs, ks, p, dout[..., qs, :])   # + dO_i . a_ij
             ds = p * (dp - D[..., qs, :])                                                # dS = P (dP - D_i)
             if bias_grad_fn is not None:
                 bias_grad_fn(qs, ks, ds)
@@ -470,8 +509,11 @@ def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale,
 # Public by name, as minipos.fast calls them too; not in __all__.
 
 def check_scale(scale, D: int) -> float:
-    """``scale`` as a finite float, or the default ``1/sqrt(D)`` for ``None``."""
-    return 1.0 / np.sqrt(D) if scale is None else check_float(scale, "scale")
+    """``scale`` as a finite float, or the default ``1/sqrt(D)`` for ``None`` (1 for ``D = 0``, where
+    every ``q . k`` is 0 whatever the scale)."""
+    if scale is None:
+        return 1.0 / np.sqrt(D) if D else 1.0
+    return check_float(scale, "scale")
 
 
 def check_bias_and_mask(bias, mask, shape: tuple):

@@ -80,18 +80,20 @@ class KVCache:
 
     def commit(self, count: int, tag=None) -> None:
         """Make the ``count`` entries laid by the last ``extend`` part of the cache, then keep only
-        the last ``mem_len`` (the memory carried into the next call)."""
-        self.length += count
+        the last ``mem_len`` (the memory carried into the next call). The new buffers are made
+        before the cache changes, so a commit that fails leaves it as it was."""
+        length = self.length + count
+        if self.mem_len is not None and length > self.mem_len:
+            drop, keep = length - self.mem_len, self.mem_len
+            new_k, new_v = np.zeros_like(self._k), np.zeros_like(self._v)   # new buffers: the call's context
+            new_k[:, :, :keep] = self._k[:, :, drop:length]                 # still views the old ones
+            new_v[:, :, :keep] = self._v[:, :, drop:length]
+            self._k, self._v = new_k, new_v                                 # nothing fails from here on
+            self._pos[:keep] = self._pos[drop:length].copy()
+            length = keep
+        self.length = length
         self.seen += count
         self.tag = tag
-        if self.mem_len is not None and self.length > self.mem_len:
-            drop, keep = self.length - self.mem_len, self.mem_len
-            new_k, new_v = np.zeros_like(self._k), np.zeros_like(self._v)   # new buffers: the call's context
-            new_k[:, :, :keep] = self._k[:, :, drop:self.length]            # still views the old ones
-            new_v[:, :, :keep] = self._v[:, :, drop:self.length]
-            self._k, self._v = new_k, new_v
-            self._pos[:keep] = self._pos[drop:self.length].copy()
-            self.length = keep
 
     def append(self, k, v, positions, *, tag=None):
         """``extend`` then ``commit``: add the keys and values; return all ``(k, v, positions)``."""

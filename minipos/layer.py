@@ -135,22 +135,15 @@ class MultiHeadAttention:
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dtype = check_float_dtype(dtype)
         self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
-        self.attention_chunk = None if attention_chunk is None else check_positive_int(attention_chunk,
-                                                                                       "attention_chunk")
+        self.attention_chunk = None if attention_chunk is None else _check_span(attention_chunk, "attention_chunk")
         if scheme is None:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
             raise TypeError(f"scheme must be a minipos.layer.Scheme instance, got {type(scheme).__name__}")
         bias = check_bool(bias, "bias")
         rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
-        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        check_alloc((4, d, hd), self.dtype, "MultiHeadAttention's weights (d_model, num_heads * head_dim)")
-        self.wq = self._init(rng, d, hd)
-        self.wk, self.wv = self._init(rng, d, kvd), self._init(rng, d, kvd)
-        self.wo = self._init(rng, hd, d)
-        zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
-        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
-        self.sliding_window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
+        self._init_weights(rng, bias)
+        self.sliding_window = None if sliding_window is None else _check_span(sliding_window, "sliding_window")
         self.scale = None if scale is None else check_float(scale, "scale", positive=True)
         if self.scale is not None and "content-position" in scheme.seams:
             raise ValueError(f"scale overrides the q . k scale, but {type(scheme).__name__} scales its position "
@@ -159,9 +152,58 @@ class MultiHeadAttention:
         scheme.bind(self, rng)
         self.scheme = scheme
 
+    def configuration(self) -> tuple:
+        """What a ``Context`` records of the layer that made it, so that ``backward`` knows its own:
+        ``(name, value)`` pairs of the class name (the fast twin's is the same), the sizes, the
+        dtype, the flags and the scheme's class. Two layers of one configuration take each other's
+        contexts (and give the gradients of their own weights)."""
+        sc = self.scheme
+        return (("layer", type(self).__name__), ("d_model", self.d_model), ("num_heads", self.num_heads),
+                ("num_kv_heads", self.num_kv_heads), ("head_dim", self.head_dim), ("dtype", self.dtype.name),
+                ("bias", self.bo is not None), ("block_size", self.block_size),
+                ("attention_chunk", self.attention_chunk), ("sliding_window", self.sliding_window),
+                ("scale", self.scale), ("sinks", self.sinks is not None), ("scheme", type(sc).__name__),
+                ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys))
+
     def attention_scale(self) -> float:
         """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's."""
         return self.scheme.scale(self.head_dim) if self.scale is None else self.scale
+
+    def _init_weights(self, rng, bias: bool) -> None:
+        """The projections' weights ``wq``, ``wk``, ``wv``, ``wo`` drawn from ``rng``, and the biases
+        (zeros with ``bias``, else ``None``); sizes checked against memory first."""
+        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        check_alloc((4, d, hd), self.dtype, "MultiHeadAttention's weights (d_model, num_heads * head_dim)")
+        self.wq = self._init(rng, d, hd)
+        self.wk, self.wv = self._init(rng, d, kvd), self._init(rng, d, kvd)
+        self.wo = self._init(rng, hd, d)
+        zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
+        self.bq, self.bk, self.bv, self.bo = zeros(hd), zeros(kvd), zeros(kvd), zeros(d)
+
+    def _weight_shapes(self) -> dict:
+        """``name -> (shape, letters, optional)``: the shape each weight attribute must have (in the
+        shape letters of the docs) and whether it may be ``None`` (a bias)."""
+        d, hd, kvd = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return {"wq": ((d, hd), "(d_model, num_heads * head_dim)", False),
+                "wk": ((d, kvd), "(d_model, num_kv_heads * head_dim)", False),
+                "wv": ((d, kvd), "(d_model, num_kv_heads * head_dim)", False),
+                "wo": ((hd, d), "(num_heads * head_dim, d_model)", False),
+                "bq": ((hd,), "(num_heads * head_dim,)", True), "bk": ((kvd,), "(num_kv_heads * head_dim,)", True),
+                "bv": ((kvd,), "(num_kv_heads * head_dim,)", True), "bo": ((d,), "(d_model,)", True)}
+
+    def _check_weights(self) -> None:
+        """Raise naming the attribute unless every weight (as copied from a checkpoint, say) is a
+        floating array of its shape; a bias may be ``None``. Shapes only: no pass over the values."""
+        for name, (shape, letters, optional) in self._weight_shapes().items():
+            w = getattr(self, name)
+            if w is None and optional:
+                continue
+            if not isinstance(w, np.ndarray) or w.dtype.kind != "f":
+                got = f"dtype {w.dtype}" if isinstance(w, np.ndarray) else type(w).__name__
+                raise TypeError(f"{name} must be a floating NumPy array of shape {letters} = {shape}"
+                                f"{' or None' if optional else ''}, got {got}")
+            if w.shape != shape:
+                raise ValueError(f"{name} must have shape {letters} = {shape}, got {w.shape}")
 
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
@@ -200,7 +242,9 @@ class MultiHeadAttention:
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
-            check_result(a, f"x @ w{name}")
+            if not np.isfinite(a).all():                                        # x is finite: the weights or an overflow
+                raise Overflow(f"the projection {name} of x is not finite ({a.dtype}): the weights or biases of "
+                               f"step 2 (w{name}, ...) hold NaN or inf, or x @ w{name} overflows; rescale x or them")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
         k = k_p if sc.rotates_cached_keys else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
@@ -230,7 +274,7 @@ class MultiHeadAttention:
         result = (y, weights) if return_weights else (y,)
         if return_context:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
-                               extra, out, lse, merged, rot_positions=rot_pos),)
+                               extra, out, lse, merged, rot_positions=rot_pos, configuration=self.configuration()),)
         return result if len(result) > 1 else y
 
     def _rotate(self, rotate, x, positions, seq_len):
@@ -310,6 +354,8 @@ class MultiHeadAttention:
         """
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
+        self._check_context(ctx)
+        self._check_weights()
         dy = as_float_array(dy, "dy")
         if dy.shape != ctx.x.shape:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
@@ -317,10 +363,10 @@ class MultiHeadAttention:
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
         B, T, _ = dy.shape
         # 8) output projection: y = merged wo + bo
-        add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))      # merged^T dy
-        if self.bo is not None:
-            add("bo", dy.sum(axis=(0, 1)))
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):                     # every gradient is checked at the end
+            add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))  # merged^T dy
+            if self.bo is not None:
+                add("bo", dy.sum(axis=(0, 1)))
             dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
         check_result(dout, "dy @ wo^T")
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
@@ -343,7 +389,22 @@ class MultiHeadAttention:
         dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
         # 1) input seam
         add("x", sc.embed_backward(dx_in, ctx.positions, add))
+        for name, g in grads.items():                                          # a sum over B T may overflow
+            if not np.isfinite(g).all():
+                raise Overflow(f"the gradient of {name} overflows {np.asarray(g).dtype}; rescale dy (or x and the "
+                               "weights), or use float64")
         return grads
+
+    def _check_context(self, ctx) -> None:
+        """Raise unless ``ctx`` comes from a layer of this configuration (``configuration()``)."""
+        ours, theirs = dict(self.configuration()), dict(ctx.configuration)
+        if ours == theirs:
+            return
+        shown = lambda c, name: repr(c[name]) if name in c else "absent"  # noqa: E731
+        differ = [f"{name}={shown(theirs, name)} (this layer: {shown(ours, name)})"
+                  for name in dict.fromkeys([*ours, *theirs]) if ours.get(name) != theirs.get(name)]
+        raise ValueError(f"ctx comes from the forward pass of a layer of another configuration: {', '.join(differ)}; "
+                         "pass the Context this layer's forward returned")
 
     def _project_backward(self, x_in, dq, dk, dv, add):
         """Step 2 reversed: the weights' gradients to ``add``; returns the gradient of ``x_in``."""
@@ -416,6 +477,7 @@ class MultiHeadAttention:
         x = as_float_array(x, "x")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {x.shape}")
+        self._check_weights()
         B, T, _ = x.shape
         causal = check_bool(causal, "causal")
         if self.sliding_window is not None and not causal:
@@ -451,11 +513,22 @@ class MultiHeadAttention:
         return x, positions, mask, causal
 
 
+def _check_span(value, name: str) -> int:
+    """A window or chunk length: an int in ``[1, 2**62]`` (positions are below ``2**62``, so a longer
+    one would change nothing, and ``i - W`` or ``i // C`` must stay in int64)."""
+    value = check_positive_int(value, name)
+    if value > 2 ** 62:
+        raise ValueError(f"{name} must be at most 2**62 (positions are below 2**62), got {value}")
+    return value
+
+
 @dataclass(frozen=True, eq=False)
 class Context:
     """What ``MultiHeadAttention.backward`` needs of a forward pass (returned with
-    ``return_context=True``): the input, positions and mask, and each step's result. It holds
-    no reference to the layer; the layer and its scheme keep no state for the backward."""
+    ``return_context=True``): the input, positions and mask, each step's result, and the
+    configuration of the layer that made it (``MultiHeadAttention.configuration()``), which
+    ``backward`` checks. It holds no reference to the layer; the layer and its scheme keep no
+    state for the backward."""
 
     x: np.ndarray              # (B, T, d_model)
     positions: np.ndarray      # (T,)
@@ -475,3 +548,4 @@ class Context:
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
     merged: np.ndarray         # (B, T, H*Dv)
     rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), or (3, T) for M-RoPE; None = positions
+    configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it

@@ -58,7 +58,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import rope, rope_scaling
-from ._checks import as_float_array, as_positions, check_bool, check_even_int, check_float, check_positive_int
+from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_even_int, check_float,
+                      check_overflow, check_positive_int)
 from .attention import attention
 from .layer import MultiHeadAttention
 from .rope_scaling import Rotary
@@ -78,19 +79,46 @@ def _check_norm(x, weight, name: str):
     return x, weight
 
 
+def _normalised(x, eps: float):
+    """``(r, n)``: ``r = (mean(x^2) + eps)^(-1/2)`` ``(..., 1)`` and ``n = x r`` ``(..., D)``.
+
+    Rows whose ``x * x`` overflows x's dtype (|x| above the square root of its largest value:
+    1e154 in float64, 1.8e19 in float32, 256 in float16) are computed again in float64 (or wider),
+    scaled by their largest ``|x|`` first, ``s``: ``n = (x/s) / sqrt(mean((x/s)^2) + eps/s^2)``, and
+    ``r = n / x``'s factor ``1 / (s sqrt(...))``; the other rows are computed as written above.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):                  # an overflow is redone below
+        ms = np.mean(x * x, axis=-1, keepdims=True) if x.shape[-1] else np.zeros((*x.shape[:-1], 1), x.dtype)
+    r = 1.0 / np.sqrt(ms + eps)                                           # (..., 1)
+    n = x * r                                                             # (..., D)
+    big = ~np.isfinite(ms)                                                # (..., 1)
+    if big.any():
+        wide = x.astype(np.promote_types(x.dtype, np.float64))
+        s = np.max(np.abs(wide), axis=-1, keepdims=True)                  # (..., 1), > 0 where x*x overflowed
+        s = np.where(big, s, 1.0)
+        root = np.sqrt(np.mean((wide / s) ** 2, axis=-1, keepdims=True) + eps / s / s)   # sqrt(mean((x/s)^2) + eps/s^2)
+        r = np.where(big, (1.0 / (s * root)).astype(r.dtype), r)
+        n = np.where(big, (wide / s / root).astype(n.dtype), n)
+    return r, n
+
+
 def rms_norm(x, weight, *, eps: float = 1e-6) -> np.ndarray:
     """``weight * x / sqrt(mean(x^2) + eps)`` over the last axis (Zhang & Sennrich 2019; HF ``*RMSNorm``).
 
-    x: ``(..., D)``; weight: ``(D,)``. Returns ``(..., D)`` in x's dtype.
+    x: ``(..., D)``; weight: ``(D,)``. Returns ``(..., D)`` in x's dtype, for any finite x (a row
+    whose ``x * x`` would overflow is scaled by its largest entry first).
     """
     x, weight = _check_norm(x, weight, "x")
     eps = check_float(eps, "eps", positive=True)
-    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)       # (..., 1)
-    return weight * (x * r)                                               # (..., D)
+    _, n = _normalised(x, eps)                                            # x r, r = (mean(x^2) + eps)^(-1/2)
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
+        out = (weight * n).astype(x.dtype, copy=False)                    # (..., D)
+    return check_overflow(out, "rms_norm's output weight * x / rms(x)", "weight")
 
 
 def rms_norm_backward(x, weight, dy, *, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
-    """``(dx, dweight)`` of ``rms_norm(x, weight)`` for the output gradient ``dy`` ``(..., D)``.
+    """``(dx, dweight)`` of ``rms_norm(x, weight)`` for the output gradient ``dy`` ``(..., D)``, in
+    the dtypes of ``x`` and ``weight``.
 
     With ``r = (mean(x^2) + eps)^(-1/2)`` and ``n = x r``: ``dweight = sum(dy * n)`` over the leading
     axes, and ``dx = r (g - n mean(g * n))`` with ``g = dy * weight`` (the mean over the last axis).
@@ -100,11 +128,14 @@ def rms_norm_backward(x, weight, dy, *, eps: float = 1e-6) -> tuple[np.ndarray, 
     if dy.shape != x.shape:
         raise ValueError(f"dy must have the shape of x {x.shape}, got {dy.shape}")
     eps = check_float(eps, "eps", positive=True)
-    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)       # (..., 1)
-    n = x * r                                                             # (..., D)
-    g = dy * weight                                                       # (..., D)
-    dx = r * (g - n * np.mean(g * n, axis=-1, keepdims=True))             # (..., D)
-    return dx, (dy * n).reshape(-1, x.shape[-1]).sum(axis=0)
+    r, n = _normalised(x, eps)                                            # (..., 1), (..., D)
+    with np.errstate(over="ignore", invalid="ignore"):                   # checked just below
+        g = dy * weight                                                   # (..., D)
+        dx = (r * (g - n * np.mean(g * n, axis=-1, keepdims=True))).astype(x.dtype, copy=False)   # (..., D)
+        dn = (dy * n).astype(np.result_type(dy, n, weight), copy=False)
+        dweight = dn.reshape(-1, x.shape[-1]).sum(axis=0).astype(weight.dtype, copy=False)
+    return (check_overflow(dx, "the gradient of x", "dy or weight"),
+            check_overflow(dweight, "the gradient of weight", "dy"))
 
 
 # --------------------------------------------------------------------------- the softmax scale
@@ -225,11 +256,14 @@ class MultiHeadLatentAttention(MultiHeadAttention):
             raise TypeError(f"scheme must be a minipos.mla.DecoupledRotary, got {type(scheme).__name__}")
         super().__init__(d_model, num_heads, scheme=scheme, head_dim=qk_nope_head_dim + qk_rope_head_dim,
                          bias=bias, seed=seed, dtype=dtype, block_size=block_size)
-        self._init_latent_weights(np.random.default_rng(seed), bias)
 
-    def _init_latent_weights(self, rng, bias):
+    def _init_weights(self, rng, bias):
+        """The latent projections' weights (the module docstring's table) drawn from ``rng``, in
+        place of the layer's ``wq``, ``wk``, ``wv``; sizes checked against memory first, each
+        naming its arguments."""
         d, H = self.d_model, self.num_heads
         r_q, r_kv, D_R = self.q_lora_rank, self.kv_lora_rank, self.qk_rope_head_dim
+        self._check_sizes()
         zeros = (lambda n: np.zeros(n, self.dtype)) if bias else (lambda n: None)
         self.wk = self.wv = self.bq = self.bk = self.bv = None         # keys and values come from the latent
         if r_q is None:
@@ -243,7 +277,47 @@ class MultiHeadLatentAttention(MultiHeadAttention):
         self.wkv_a, self.bkv_a = self._init(rng, d, r_kv + D_R), zeros(r_kv + D_R)     # (d_model, r_kv + D_R)
         self.kv_a_norm = np.ones(r_kv, self.dtype)                                     # (r_kv,)
         self.wkv_b = self._init(rng, r_kv, H * (self.qk_nope_head_dim + self.v_head_dim))
-        self.wo = self._init(rng, H * self.v_head_dim, d)                              # (H D_V, d_model)
+        self.wo, self.bo = self._init(rng, H * self.v_head_dim, d), zeros(d)           # (H D_V, d_model), (d_model,)
+
+    def _weight_shapes(self) -> dict:
+        d, H, D, r_q, r_kv = self.d_model, self.num_heads, self.head_dim, self.q_lora_rank, self.kv_lora_rank
+        D_R, D_N, D_V = self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
+        shapes = {"wkv_a": ((d, r_kv + D_R), "(d_model, kv_lora_rank + qk_rope_head_dim)", False),
+                  "bkv_a": ((r_kv + D_R,), "(kv_lora_rank + qk_rope_head_dim,)", True),
+                  "kv_a_norm": ((r_kv,), "(kv_lora_rank,)", False),
+                  "wkv_b": ((r_kv, H * (D_N + D_V)), "(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))",
+                            False),
+                  "wo": ((H * D_V, d), "(num_heads * v_head_dim, d_model)", False), "bo": ((d,), "(d_model,)", True)}
+        if r_q is None:
+            shapes["wq"] = ((d, H * D), "(d_model, num_heads * (qk_nope_head_dim + qk_rope_head_dim))", False)
+        else:
+            shapes.update(wq_a=((d, r_q), "(d_model, q_lora_rank)", False), bq_a=((r_q,), "(q_lora_rank,)", True),
+                          q_a_norm=((r_q,), "(q_lora_rank,)", False),
+                          wq_b=((r_q, H * D), "(q_lora_rank, num_heads * (qk_nope_head_dim + qk_rope_head_dim))", False))
+        return shapes
+
+    def _check_sizes(self) -> None:
+        d, H, D, r_q, r_kv = self.d_model, self.num_heads, self.head_dim, self.q_lora_rank, self.kv_lora_rank
+        shapes = [((d, r_kv + self.qk_rope_head_dim), "wkv_a (d_model, kv_lora_rank + qk_rope_head_dim)"),
+                  ((r_kv, H * (self.qk_nope_head_dim + self.v_head_dim)),
+                   "wkv_b (kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))"),
+                  ((H * self.v_head_dim, d), "wo (num_heads * v_head_dim, d_model)")]
+        if r_q is None:
+            shapes.append(((d, H * D), "wq (d_model, num_heads * (qk_nope_head_dim + qk_rope_head_dim))"))
+        else:
+            shapes += [((d, r_q), "wq_a (d_model, q_lora_rank)"),
+                       ((r_q, H * D), "wq_b (q_lora_rank, num_heads * (qk_nope_head_dim + qk_rope_head_dim))")]
+        for shape, what in shapes:
+            check_alloc(shape, self.dtype, f"MultiHeadLatentAttention's {what}")
+        total = sum(a * b for (a, b), _ in shapes)
+        check_alloc((total,), self.dtype, "MultiHeadLatentAttention's weights together (kv_lora_rank, q_lora_rank, "
+                    "the head dims, num_heads and d_model)")
+
+    def configuration(self) -> tuple:
+        """``MultiHeadAttention.configuration()`` with the latent ranks and the head dims."""
+        return (*super().configuration(), ("kv_lora_rank", self.kv_lora_rank), ("q_lora_rank", self.q_lora_rank),
+                ("qk_nope_head_dim", self.qk_nope_head_dim), ("qk_rope_head_dim", self.qk_rope_head_dim),
+                ("v_head_dim", self.v_head_dim), ("eps", self.eps))
 
     def weights(self) -> dict:
         """Every weight the layer has, by attribute name (the names ``backward`` returns)."""
@@ -372,4 +446,5 @@ def _check_decode_call(layer, x, positions):
     x = as_float_array(x, "x")
     if x.ndim != 3 or x.shape[-1] != layer.d_model:
         raise ValueError(f"x must have shape (B, T, d_model={layer.d_model}), got {x.shape}")
+    layer._check_weights()
     return x, as_positions(positions, "positions", length=x.shape[1])

@@ -25,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from ._checks import check_int, check_positive_int
+from ._checks import as_positions, check_int, check_positive_int
 from .cache import KVCache
 from .layer import MultiHeadAttention
 from .rope_scaling import Rotary
@@ -38,9 +38,13 @@ class StreamingCache(KVCache):
     ``window`` tokens of the stream, positions ``0 … num_sinks + window - 1`` within the cache.
 
     A one-token step attends to at most ``num_sinks + window`` keys (its own is the last of the
-    window), so ``num_sinks + window - 1`` are kept between calls. A chunk of ``T`` tokens attends
-    to the kept keys and all of its own (under ``causal``), then the cache trims to the same
-    size. Calls must leave ``positions`` to the default (the cache length onwards).
+    window), so ``num_sinks + window - 1`` are kept between calls: the first ``num_sinks`` tokens
+    of the stream and its last ``window - 1`` (none with ``window=1``: a step then sees the sinks
+    and itself). A chunk of ``T`` tokens, longer than the window or not, attends to the kept keys
+    and all of its own (under ``causal``), as a fresh pass over the kept tokens then the chunk
+    would; then the same eviction keeps the sinks and the stream's last ``window - 1`` tokens,
+    which may all come from the chunk. The cache changes only once a call has succeeded. Calls
+    must leave ``positions`` to the default (the cache length onwards).
     ``total`` counts the tokens appended in all; ``seen`` equals ``length``, so default
     positions continue from the cache length. ``layer``'s scheme must be NoPE, a bias or
     content-position scheme, or ``Rotary`` with fixed frequencies and attention factor 1.
@@ -64,36 +68,37 @@ class StreamingCache(KVCache):
         self.total = 0
 
     def extend(self, k, v, positions, *, tag=None):
-        positions = np.asarray(positions)
+        positions = as_positions(positions, "positions", allow_negative=True)
         expected = np.arange(self.length, self.length + len(positions))
-        if positions.shape != expected.shape or not np.array_equal(positions, expected):
+        if not np.array_equal(positions, expected):
             raise ValueError(f"a StreamingCache assigns positions within the cache: call the layer without "
                              f"positions (they are {expected.tolist()} here)")
         return super().extend(k, v, positions, tag=tag)
 
     def commit(self, count: int, tag=None) -> None:
         """Take the last call's keys in, then keep the sinks and the last ``window - 1`` keys,
-        moved down to follow the sinks (re-rotated to their new positions)."""
-        self.length += count
-        self.total += count
-        self.tag = tag
-        keep = self.num_sinks + self.window - 1
-        if self.length > keep:
-            drop, s = self.length - keep, self.num_sinks
-            old = np.arange(s + drop, self.length)                          # the recent keys' positions
+        moved down to follow the sinks (re-rotated to their new positions). Everything is computed
+        before the cache changes, so a commit that fails leaves it as it was."""
+        length, keep = self.length + count, self.num_sinks + self.window - 1
+        if length > keep:
+            drop, s = length - keep, self.num_sinks
+            old = np.arange(s + drop, length)                               # the recent keys' positions
             new = old - drop                                                 # ... after the eviction
             new_k, new_v = self._k.copy(), self._v.copy()                  # the call's context views the old
-            new_k[:, :, s:keep] = self._moved(self._k[:, :, s + drop:self.length], old, new)
-            new_v[:, :, s:keep] = self._v[:, :, s + drop:self.length]
-            self._k, self._v = new_k, new_v
+            new_k[:, :, s:keep] = self._moved(self._k[:, :, s + drop:length], old, new)
+            new_v[:, :, s:keep] = self._v[:, :, s + drop:length]
+            self._k, self._v = new_k, new_v                                 # nothing fails from here on
             self._pos[:keep] = np.arange(keep)
-            self.length = keep
-        self.seen = self.length
+            length = keep
+        self.length = self.seen = length
+        self.total += count
+        self.tag = tag
 
     def _moved(self, k, old, new):
-        """Keys rotated at positions ``old`` re-rotated to ``new``: ``R(new) R(old)^T k`` (B, KV, n, D)."""
+        """Keys rotated at positions ``old`` re-rotated to ``new``: ``R(new) R(old)^T k`` (B, KV, n, D);
+        none to move with ``window=1``."""
         sc = self._owner().scheme
-        if "rotate" not in sc.seams:
+        if "rotate" not in sc.seams or not len(old):
             return k.copy()
         raw = sc.rotate_k_backward(k, old, seq_len=int(old[-1]) + 1)         # R(old)^T k: the unrotated key
         return sc.rotate_k(raw, new, seq_len=int(old[-1]) + 1)

@@ -43,13 +43,14 @@ __all__ = ["attention", "blockwise_attention", "blockwise_attention_backward"]
 DENSE_LOGITS = 1 << 18
 
 
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, sinks=None):
+def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None,
+              sinks=None):
     """``minipos.attention.attention`` (same arguments and results, up to rounding), through the
     blockwise kernel for large problems: no ``(..., H, T, S)`` logits or weights are formed.
-    With ``sinks`` it is the reference (the kernel has no sink column)."""
-    if check_bool(return_weights, "return_weights") or sinks is not None:
+    With ``value_fn`` or ``sinks`` it is the reference (the kernel has no value term and no sink column)."""
+    if check_bool(return_weights, "return_weights") or value_fn is not None or sinks is not None:
         return reference.attention(q, k, v, bias=bias, mask=mask, scale=scale, return_weights=return_weights,
-                                   sinks=sinks)
+                                   value_fn=value_fn, sinks=sinks)
     q, k, v = check_qkv(q, k, v, finite=False)
     shape = (*q.shape[:-1], k.shape[-2])                                   # (..., H, T, S)
     if math.prod(shape) < DENSE_LOGITS or q.ndim < 3:
@@ -132,9 +133,9 @@ _BLOCK = 256
 
 def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
                         block_size: int = 256, q_offset: int | None = None, return_lse: bool = False,
-                        workers: int | None = None, bias_max_fn=None, sinks=None):
+                        value_fn=None, sinks=None, workers: int | None = None, bias_max_fn=None):
     """``minipos.attention.blockwise_attention`` (same arguments and result, up to rounding), faster.
-    With ``sinks`` it is the reference (the kernel has no sink column).
+    With ``value_fn`` or ``sinks`` it is the reference (the kernel has no value term and no sink column).
 
     Two more keywords steer speed only:
 
@@ -159,9 +160,10 @@ def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = F
     return_lse = check_bool(return_lse, "return_lse")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    if dtype not in _FLUSH or sinks is not None:                            # longdouble, sinks: the reference
+    if dtype not in _FLUSH or value_fn is not None or sinks is not None:   # longdouble, value_fn, sinks: the reference
         return reference.blockwise_attention(q, k, v, bias_fn=bias_fn, mask_fn=mask_fn, causal=causal, scale=scale,
-                                             block_size=block, q_offset=q_offset, return_lse=return_lse, sinks=sinks)
+                                             block_size=block, q_offset=q_offset, return_lse=return_lse,
+                                             value_fn=value_fn, sinks=sinks)
     if q.ndim == 2:                                                        # no head axis: lend one
         bias_fn, mask_fn, bias_max_fn = (None if f is None else _heads_added(f)
                                          for f in (bias_fn, mask_fn, bias_max_fn))
@@ -338,13 +340,13 @@ def _key_slices(qs: slice, S: int, block: int, causal: bool, offset: int):
 
 def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
                                  scale=None, block_size: int = 256, q_offset: int | None = None, bias_grad_fn=None,
-                                 workers: int | None = None, bias_max_fn=None, sinks=None):
+                                 value_grad_fn=None, sinks=None, workers: int | None = None, bias_max_fn=None):
     """``minipos.attention.blockwise_attention_backward`` (same arguments and results up to
     rounding), faster: ``-lse`` rides in an extra column of the queries so one product gives
     ``S - lse`` and ``P = exp`` of it; future key blocks are skipped under ``causal``, heads whose
     block is flushed to 0 under ``bias_max_fn``; query blocks run on ``workers`` threads, each
     summing dK and dV into its own buffers. ``bias_grad_fn`` is called one block at a time (under a lock),
-    with ``dS`` zero for the heads skipped there. With ``sinks`` it is the reference.
+    with ``dS`` zero for the heads skipped there. With ``value_grad_fn`` or ``sinks`` it is the reference.
     """
     q, k, v, scale, block, offset = reference.check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                                    block_size, q_offset)
@@ -352,10 +354,12 @@ def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_
     check_callable(bias_max_fn, "bias_max_fn")
     workers = _threads.check_workers(workers)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    if dtype not in _FLUSH or q.ndim == 2 or sinks is not None:             # longdouble, no head axis, sinks
+    if dtype not in _FLUSH or q.ndim == 2 or value_grad_fn is not None or sinks is not None:
+        # longdouble, no head axis, a value term, sinks: the reference
         return reference.blockwise_attention_backward(q, k, v, out, lse, dout, bias_fn=bias_fn, mask_fn=mask_fn,
                                                       causal=causal, scale=scale, block_size=block,
-                                                      q_offset=q_offset, bias_grad_fn=bias_grad_fn, sinks=sinks)
+                                                      q_offset=q_offset, bias_grad_fn=bias_grad_fn,
+                                                      value_grad_fn=value_grad_fn, sinks=sinks)
     out, lse, dout = reference.check_backward_inputs(q, v, out, lse, dout, dtype)
     job = _BlockwiseGrad(q, k, v, dtype, dtype.type(scale), block, offset, causal, bias_fn, mask_fn, bias_max_fn,
                          out, lse, dout, bias_grad_fn)
