@@ -34,8 +34,8 @@ import math
 import os
 import platform
 import re
+import secrets
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -90,13 +90,26 @@ def write(path, record: dict) -> Path:
     return write_json(path, record)
 
 
+def _new_temp(path: Path) -> tuple[int, Path]:
+    """``(fd, name)`` of a new file ``<path>.<random>.tmp`` beside ``path``, opened for writing with
+    the mode the umask gives a new file (``0o666 & ~umask``; ``mkstemp`` would give 0600)."""
+    for _ in range(100):
+        tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def write_json(path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` through a temp file in the same directory and ``os.replace``,
-    so a reader never sees a torn file and an interrupted write leaves the old one."""
+    so a reader never sees a torn file and an interrupted write leaves the old one. The file gets the
+    umask's mode, as any new file does."""
     obj = _clean(obj)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=1)
