@@ -83,12 +83,25 @@ def settings_from(args) -> tuple[Settings, dict]:
 
 
 def verify_records(paths, progress: bool = True) -> int:
-    """``--verify``: rerun each record's command and print how its numbers compare with the record."""
-    from .verify import verify
-    status = 0
-    for path in paths:
+    """``--verify``: rerun each record's command and print how its numbers compare with the record.
+
+    A file that cannot be verified (unreadable, damaged, not a record, a command that fails) is a
+    failed check: one line naming it and what is wrong, the unreadable ones before any rerun, and the
+    other records are still verified. The status is 0 only if every record came back identical."""
+    from .verify import problem, verify
+    checked = [(path, problem(path)) for path in paths]
+    for path, what in checked:
+        if what:
+            print(f"{path}: failed: {what}", flush=True)
+    status = 1 if any(what for _, what in checked) else 0
+    for path in [path for path, what in checked if not what]:
         start = time.perf_counter()
-        result = verify(path, progress=progress)
+        try:
+            result = verify(path, progress=progress)
+        except (OSError, RuntimeError, ValueError) as error:
+            print(f"{path}: failed: {error}", flush=True)
+            status = 1
+            continue
         print(f"{path} ({time.perf_counter() - start:.0f} s): {result.report()}", flush=True)
         status = status or (0 if result.identical else 1)
     return status

@@ -122,7 +122,19 @@ def write_json(path, obj) -> Path:
 
 
 def read(path) -> dict:
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    """The record at ``path``, validated. Raises ``OSError`` if the file cannot be read and
+    ``ValueError`` saying what is wrong if it is not a record: empty, not UTF-8, not JSON (cut short
+    or damaged), or not following the schema (``validate``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text, so not a record ({error})") from None
+    if not text.strip():
+        raise ValueError("an empty file, not a record")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON, so cut short or damaged ({error})") from None
     validate(record)
     return record
 
@@ -211,6 +223,8 @@ def _length_entry(entry, where, task):
     if task == "retrieval":
         _keys(entry, ("accuracy", "offsets"), where)
         _number(entry["accuracy"], where + ".accuracy", lo=0, hi=1)
+        if not isinstance(entry["offsets"], list):
+            _fail(where + ".offsets", f"must be a list, got {type(entry['offsets']).__name__}")
         for i, cell in enumerate(entry["offsets"]):
             w = f"{where}.offsets[{i}]"
             _keys(cell, ("offset", "accuracy", "probes", "distance_min", "distance_max"), w)
@@ -225,6 +239,7 @@ def validate(record: dict) -> None:
         _fail("schema", f"must be {SCHEMA!r}, got {record['schema']!r}")
     if not isinstance(record["command"], str) or not re.match(r"^([A-Z_]+=\S+ )*python -m lab ", record["command"]):
         _fail("command", "must be 'python -m lab ...', after any VARIABLE=value settings")
+    _keys(record["settings"], ("task", "scheme", "seed"), "settings")
     _keys(record["versions"], ("python", "numpy", "minipos"), "versions")
     _keys(record["task"], ("name",), "task")
     _keys(record["scheme"], ("name",), "scheme")
@@ -235,6 +250,7 @@ def validate(record: dict) -> None:
         for k in ("entropy_rate", "unigram", "order1"):
             _number(record["floor"][k], f"floor.{k}", lo=0)
     _keys(record["train"], ("curve", "final_loss", "seconds"), "train")
+    _keys(record["train"]["curve"], ("step", "loss"), "train.curve")
     _numbers(record["train"]["curve"]["step"], "train.curve.step", lo=0)
     _numbers(record["train"]["curve"]["loss"], "train.curve.loss", lo=0)
     _number(record["train"]["final_loss"], "train.final_loss", lo=0)
@@ -244,7 +260,7 @@ def validate(record: dict) -> None:
     for name, variant in record["results"].items():
         where = f"results.{name}"
         _keys(variant, ("spec", "lengths", "seconds"), where)
-        if not variant["lengths"]:
-            _fail(where + ".lengths", "must not be empty")
+        if not isinstance(variant["lengths"], list) or not variant["lengths"]:
+            _fail(where + ".lengths", "must be a non-empty list")
         for i, entry in enumerate(variant["lengths"]):
             _length_entry(entry, f"{where}.lengths[{i}]", task)
