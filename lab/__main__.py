@@ -18,6 +18,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import fields, replace
 from pathlib import Path
@@ -130,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, one seed, then check the numbers are sane")
     p.add_argument("--out", action=_Once, type=_path, default=None,
-                   help="directory of the records (default lab/results/full, or lab/results/quick with --quick)")
+                   help="directory of the records (default lab/results/full, or lab/results/quick with --quick); "
+                        "made and checked writable before any run")
     p.add_argument("--tasks", action=_Once, type=_csv(_name(TASKS)), default=None,
                    help=f"comma list of {', '.join(TASKS)}")
     p.add_argument("--schemes", action=_Once, type=_csv(_name(scheme_specs.ORDER)), default=None,
@@ -298,6 +300,26 @@ def check_runs(base: Settings, lists: dict) -> None:
                            scheme_specs.extension_spec(kind, base.length, n / base.length))
 
 
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` the records cannot be written into: make the directory, then write and
+    remove a probe file in it."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot make the directory ({error.strerror or error})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".lab-probe-", suffix=".tmp", dir=out)
+        try:
+            os.write(fd, b"probe\n")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot write there ({error.strerror or error})") from None
+
+
 def plan(args) -> tuple[Settings, dict, Path]:
     """``(base settings, lists, out)`` of a command line that trains or summarizes, every check made
     before any work; ``UsageError`` says what is wrong."""
@@ -313,6 +335,7 @@ def plan(args) -> tuple[Settings, dict, Path]:
             raise UsageError(f"--out {out}: holds no records (<task>-<scheme>-s<seed>.json) to summarize")
     else:
         check_runs(base, lists)
+    check_out(out)
     return base, lists, out
 
 

@@ -289,6 +289,10 @@ BAD = [
     ("--text {files}/small.txt --length 8 --eval-factors 1,2 --finetune-factor 200 --batch 400 --schemes rope",
      "its train part has 864 characters, fewer than the 1601"),
     ("--out ''", "argument --out: must name a path, got ''"),
+    ("--out {files}/a-file", "--out {files}/a-file: not a directory"),
+    ("--out {files}/a-file/under", "--out {files}/a-file/under: cannot make the directory (Not a directory)"),
+    ("--out /proc/lab-out", "--out /proc/lab-out: cannot make the directory"),
+    ("--out /proc/self", "--out /proc/self: cannot write there"),
     ("--summarize --out {files}/missing", "--out {files}/missing: no such directory to summarize"),
     ("--summarize --out {files}/a-file", "--out {files}/a-file: not a directory to summarize"),
     ("--summarize --out {files}/records", "--out {files}/records: holds no records"),
@@ -345,9 +349,9 @@ def test_memory_is_counted_against_the_machine(cli, monkeypatch, tmp_path, capsy
     assert "--tasks markov --schemes nope: these settings need at least " in line
     assert "more than this machine's 0.000977 GiB" in line
     monkeypatch.setattr(cli, "_memory", lambda: None)                     # a system that does not say: no check
-    base, _, _ = cli.plan(cli.parser().parse_args(["--length", "1000000", "--schemes", "nope", "--tasks", "markov",
+    base, _, out = cli.plan(cli.parser().parse_args(["--length", "1000000", "--schemes", "nope", "--tasks", "markov",
                                                      "--out", str(tmp_path / "o")]))
-    assert base.length == 1000000
+    assert base.length == 1000000 and out.is_dir()
 
 
 def test_every_command_the_lab_recorded_passes_the_checks(cli, tmp_path):
@@ -359,6 +363,22 @@ def test_every_command_the_lab_recorded_passes_the_checks(cli, tmp_path):
         argv = argv[argv.index("python") + 3:]
         argv[argv.index("--out") + 1] = str(tmp_path / "out")
         cli.plan(cli.parser().parse_args(argv))
+
+
+def test_out_is_made_and_checked_before_the_runs_and_holds_no_probe(cli, monkeypatch, tmp_path, capsys):
+    out, seen = tmp_path / "new" / "out", []
+
+    def run_one(settings, where, verbose=True):
+        assert where == out and out.is_dir() and list(out.iterdir()) == []      # made, probe removed, before a run
+        seen.append((settings.task, settings.scheme, settings.seed))
+        return {}
+
+    monkeypatch.setattr(cli, "run_one", run_one)
+    assert cli.main(["--tasks", "markov,retrieval", "--schemes", "rope, alibi", "--seeds", "2,0", "--out", str(out),
+                     "--no-progress"]) == 0
+    assert seen == [(t, s, n) for t in ("markov", "retrieval") for s in ("rope", "alibi") for n in (2, 0)]
+    assert [p.name for p in out.iterdir()] == ["summary.json"]
+    assert "8 runs in" in capsys.readouterr().out
 
 
 def test_a_run_that_fails_or_is_interrupted_ends_in_one_line(cli, monkeypatch, tmp_path, capsys):
