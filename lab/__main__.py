@@ -10,6 +10,10 @@
 Each run writes ``<out>/<task>-<scheme>-s<seed>.json`` (see ``lab.record``), whose ``command`` field
 reproduces it; ``<out>/summary.json`` (mean and spread over seeds) is recomputed from every record in
 ``<out>`` after the runs. Set ``MINIPOS_NUM_THREADS=1`` for bit-identical reruns (see lab/README.md).
+
+A command line the lab cannot carry out is a one-line usage error (exit status 2) before any run:
+the parser holds each option's range or choices, and ``plan`` checks what the values mean together
+(the tasks and models are built, the texts and ``--out`` tried, the memory counted).
 """
 
 from __future__ import annotations
