@@ -10,43 +10,141 @@
 Each run writes ``<out>/<task>-<scheme>-s<seed>.json`` (see ``lab.record``), whose ``command`` field
 reproduces it; ``<out>/summary.json`` (mean and spread over seeds) is recomputed from every record in
 ``<out>`` after the runs. Set ``MINIPOS_NUM_THREADS=1`` for bit-identical reruns (see lab/README.md).
+
+A command line the lab cannot carry out is a one-line usage error (exit status 2) before any run:
+the parser holds each option's range or choices, and ``plan`` checks what the values mean together
+(the tasks and models are built, the texts and ``--out`` tried, the memory counted).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import tempfile
 import time
 from dataclasses import fields, replace
 from pathlib import Path
 
+import numpy as np
+
 from . import record as records
 from . import schemes as scheme_specs
+from .model import ACTIVATIONS, Model
 from .run import QUICK, Settings, record_path, run_one
 from .summary import check_sane, format_table, summarize
 
 LISTS = {"task": "tasks", "scheme": "schemes", "seed": "seeds"}
+TASKS = ("markov", "retrieval", "text")
 PROTOCOL = {"tasks": ("markov", "retrieval"), "schemes": scheme_specs.ORDER, "seeds": (0, 1, 2)}
 QUICK_PROTOCOL = {"tasks": ("markov", "retrieval"), "schemes": scheme_specs.ORDER, "seeds": (0,)}
 
+AT_LEAST = {"seeds": 0, "length": 1, "eval_factors": 1, "d_model": 1, "num_heads": 1, "num_layers": 1, "d_ff": 1,
+            "steps": 1, "batch": 1, "warmup": 0, "shards": 1, "vocab": 2, "order": 1, "source_seed": 0, "keys": 1,
+            "values": 2, "filler": 1, "pairs": 1, "eval_tokens": 1, "eval_batch_tokens": 1, "probes": 1,
+            "attention_sequences": 1, "position_bins": 1, "finetune_steps": 1, "finetune_factor": 1}
+"""The least value of each integer setting (and of each entry of ``--seeds`` and ``--eval-factors``)."""
 
-def _csv(kind):
+FLOATS = {"lr": (0, None, True), "finetune_lr": (0, None, True), "temperature": (0, None, True),
+          "min_lr_ratio": (0, 1, False), "weight_decay": (0, None, False), "clip": (0, None, False)}
+"""``(low, high or None, low excluded)`` of each float setting; every float must be finite."""
+
+CHOICES = {"norm": ("layernorm", "rmsnorm"), "activation": tuple(ACTIVATIONS), "schedule": ("cosine", "constant"),
+           "structure": ("additive", "full"), "binding": ("fused", "adjacent")}
+
+
+class UsageError(ValueError):
+    """A command line the lab refuses; ``main`` reports it as argparse does (one line, exit status 2)."""
+
+
+def _integer(least: int):
     def parse(text):
-        return tuple(kind(v) for v in text.split(",") if v.strip())
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {text!r}")
+        return value
     return parse
+
+
+def _number(low, high, low_excluded):
+    rule = f"> {low}" if low_excluded else f"in [{low}, {high}]" if high is not None else f">= {low}"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if low_excluded else value >= low)
+                and (high is None or value <= high)):
+            raise argparse.ArgumentTypeError(f"must be a finite number {rule}, got {text!r}")
+        return value
+    return parse
+
+
+def _name(allowed):
+    def parse(text):
+        if text not in allowed:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(allowed)}")
+        return text
+    return parse
+
+
+def _csv(item, *, increasing: bool = False):
+    """A comma list of ``item``s: at least one, none twice (and, if ``increasing``, each larger than the last)."""
+    def parse(text):
+        values = tuple(item(v.strip()) for v in text.split(",") if v.strip())
+        if not values:
+            raise argparse.ArgumentTypeError(f"needs at least one entry, got {text!r}")
+        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if twice:
+            raise argparse.ArgumentTypeError(f"lists {', '.join(map(str, twice))} more than once")
+        if increasing and list(values) != sorted(values):
+            raise argparse.ArgumentTypeError(f"must increase, got {text!r}")
+        return values
+    return parse
+
+
+def _path(text):
+    if not text:
+        raise argparse.ArgumentTypeError("must name a path, got ''")
+    return text
+
+
+class _Once(argparse.Action):
+    """Store an option's value, refusing it a second time (``--seeds 0 --seeds 1`` is not seed 1)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "given more than once")
+        setattr(namespace, self.dest, values)
+
+
+class _OnceBool(argparse.BooleanOptionalAction):
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "given more than once")
+        super().__call__(parser, namespace, values, option_string)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lab", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, one seed, then check the numbers are sane")
-    p.add_argument("--out", default=None, help="directory of the records (default lab/results/full, or "
-                                               "lab/results/quick with --quick)")
-    p.add_argument("--tasks", type=_csv(str), default=None, help="comma list: markov, retrieval, text")
-    p.add_argument("--schemes", type=_csv(str), default=None, help=f"comma list of {', '.join(scheme_specs.ORDER)}")
-    p.add_argument("--seeds", type=_csv(int), default=None, help="comma list of seeds")
+    p.add_argument("--out", action=_Once, type=_path, default=None,
+                   help="directory of the records (default lab/results/full, or lab/results/quick with --quick); "
+                        "made and checked writable before any run")
+    p.add_argument("--tasks", action=_Once, type=_csv(_name(TASKS)), default=None,
+                   help=f"comma list of {', '.join(TASKS)}")
+    p.add_argument("--schemes", action=_Once, type=_csv(_name(scheme_specs.ORDER)), default=None,
+                   help=f"comma list of {', '.join(scheme_specs.ORDER)}")
+    p.add_argument("--seeds", action=_Once, type=_csv(_integer(AT_LEAST["seeds"])), default=None,
+                   help="comma list of seeds (integers >= 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
-    p.add_argument("--verify", nargs="+", metavar="RECORD", default=None,
+    p.add_argument("--verify", action=_Once, type=_path, nargs="+", metavar="RECORD", default=None,
                    help="run nothing else: rerun each record's command into a temporary directory and compare "
                         "every number with the record (exit status 0 only if all are identical)")
     p.add_argument("--summarize", action="store_true", help="run nothing: recompute summary.json from the "
@@ -56,12 +154,25 @@ def parser() -> argparse.ArgumentParser:
             continue
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None)
+            p.add_argument(flag, dest=f.name, action=_OnceBool, default=None)
         elif f.name == "eval_factors":
-            p.add_argument(flag, dest=f.name, type=_csv(int), default=None)
+            p.add_argument(flag, dest=f.name, action=_Once, type=_csv(_integer(AT_LEAST[f.name]), increasing=True),
+                           default=None, help=f"comma list of increasing integers >= {AT_LEAST[f.name]}")
+        elif f.name in CHOICES:
+            p.add_argument(flag, dest=f.name, action=_Once, choices=CHOICES[f.name], default=None)
+        elif f.name in AT_LEAST:
+            p.add_argument(flag, dest=f.name, action=_Once, type=_integer(AT_LEAST[f.name]), default=None,
+                           help=f"an integer >= {AT_LEAST[f.name]}")
+        elif f.name in FLOATS:
+            low, high, excluded = FLOATS[f.name]
+            p.add_argument(flag, dest=f.name, action=_Once, type=_number(low, high, excluded), default=None,
+                           help="a number " + (f"> {low}" if excluded else f"in [{low}, {high}]" if high is not None
+                                               else f">= {low}"))
+        elif f.name == "text":
+            p.add_argument(flag, dest=f.name, action=_Once, type=_path, default=None, metavar="FILE",
+                           help="a UTF-8 text file (task text)")
         else:
-            kind = {"int": int, "float": float}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
-            p.add_argument(flag, dest=f.name, type=kind, default=None)
+            raise TypeError(f"setting {f.name} has no rule on the command line: add it to AT_LEAST, FLOATS or CHOICES")
     return p
 
 
@@ -82,38 +193,218 @@ def settings_from(args) -> tuple[Settings, dict]:
     return base, lists
 
 
+# ----------------------------------------------------------------------------- checks before any work
+
+def _given(args) -> list[str]:
+    """The options given on the command line (``--no-progress`` aside), as their flags."""
+    flags = [f"--{name}" for name in ("quick", "summarize") if getattr(args, name)]
+    for name in ["out", "tasks", "schemes", "seeds", "verify"] + [f.name for f in fields(Settings)]:
+        value = getattr(args, name, None)
+        if value is not None:
+            flags.append(("--no-" if value is False else "--") + name.replace("_", "-"))
+    return flags
+
+
+def _alone(args, option: str, allowed: tuple, what: str) -> None:
+    extra = [f for f in _given(args) if f != option and f not in allowed]
+    if extra:
+        raise UsageError(f"{option} {what}; got {', '.join(extra)}")
+
+
+def _build(what: str, make, *args, **kwargs):
+    """``make(*args, **kwargs)``, its refusal of the settings a usage error naming ``what``."""
+    try:
+        return make(*args, **kwargs)
+    except OSError as error:
+        raise UsageError(f"{what}: {error.strerror or error}: {error.filename}") from None
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise UsageError(f"{what}: {error}") from None
+
+
+def _memory() -> int | None:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _fits_memory(s: Settings, vocab: int) -> None:
+    """Refuse a run that needs more memory than the machine has, counting only arrays it certainly holds
+    (float32, 4 bytes a number): a run that fits may still need several times this."""
+    have = _memory()
+    if have is None:
+        return
+    d, f, H, N = s.d_model, s.d_ff, s.num_heads, s.num_layers
+    longest = max(s.lengths()) if s.scheme != "learned" else s.length           # learned cannot run past L
+    if s.scheme == "rope" and s.extensions:
+        longest = max(longest, s.finetune_factor * s.length)
+    parts = {"the parameters, their gradients and AdamW's moments":
+             16 * (vocab * d * (1 if s.tied else 2) + N * (4 * d * d + 2 * d * f)),
+             "a training batch's logits": 4 * s.batch * s.length * vocab,
+             f"each head's {longest} x {longest} attention weights at length {longest}": 4 * N * H * longest ** 2}
+    if s.task == "markov":
+        parts["the Markov source's tables"] = 16 * s.vocab ** (s.order + 1)
+    if s.task == "retrieval":
+        parts["the retrieval probes"] = 8 * s.probes * longest
+    else:
+        parts["the evaluation's token losses"] = 8 * max(longest, s.eval_tokens - longest)
+    need = sum(parts.values())
+    if need > have:
+        most = max(parts, key=parts.get)
+        raise UsageError(f"--tasks {s.task} --schemes {s.scheme}: these settings need at least {need / 2**30:.3g} GiB "
+                         f"of memory, more than this machine's {have / 2**30:.3g} GiB ({most}: "
+                         f"{parts[most] / 2**30:.3g} GiB)")
+
+
+def _fits_lengths(s: Settings, task, schemes) -> None:
+    """Refuse a task that cannot give sequences of every length the run trains or evaluates at."""
+    if s.task == "retrieval" and task.write_block + task.read_block > s.length + 1:
+        raise UsageError(f"--length {s.length} cannot hold the retrieval task's write block ({task.write_block} "
+                         f"tokens) and read block ({task.read_block}): --length must be at least "
+                         f"{task.write_block + task.read_block - 1}")
+    if s.task == "text":
+        train = s.length * (s.finetune_factor if "rope" in schemes and s.extensions else 1)
+        for split, length in (("train", train), ("heldout", max(s.lengths()))):
+            if not task.fits(length, split):
+                raise UsageError(f"--text {s.text}: its {split} part has {len(getattr(task, split))} characters, "
+                                 f"fewer than the {length + 1} a sequence of {length} needs: give a longer text "
+                                 f"or a smaller --length or --eval-factors")
+
+
+def check_runs(base: Settings, lists: dict) -> None:
+    """Refuse (``UsageError``) settings that no run of ``lists`` could finish, before any starts: a batch
+    that does not split into the shards, a task or model its own constructor refuses, sequences the
+    task cannot give, or more memory than the machine has. The only computing is one pass of each
+    model over two tokens (some schemes check the head size only there)."""
+    if base.batch < base.shards:
+        raise UsageError(f"--batch {base.batch} cannot be split into --shards {base.shards} (batch >= shards)")
+    if "rope" in lists["schemes"] and base.extensions and base.finetune_batch < base.shards:
+        raise UsageError(f"RoPE's fine-tune takes batches of --batch / --finetune-factor = {base.finetune_batch} "
+                         f"sequences, fewer than --shards {base.shards} (or give --no-extensions)")
+    for name in lists["tasks"]:
+        s = replace(base, task=name)
+        if name == "markov" and (s.order > 20 or s.vocab ** s.order > 1 << 20):           # before building it
+            raise UsageError(f"--vocab {s.vocab} --order {s.order}: a Markov source has vocab**order contexts, "
+                             f"at most 2**20")
+        task = None if name == "markov" else _build(f"--tasks {name}", s.make_task)
+        for scheme in lists["schemes"]:
+            _fits_memory(replace(s, scheme=scheme), s.vocab if task is None else task.vocab_size)
+        task = task or _build(f"--tasks {name}", s.make_task)
+        _fits_lengths(s, task, lists["schemes"])
+    tokens = np.zeros((1, min(base.length, 2)), np.int64)
+    for scheme in lists["schemes"]:
+        spec = scheme_specs.default_spec(scheme, base.length)
+        model = _build(f"--schemes {scheme}", Model, base.model_config(2, spec))   # the vocabulary changes nothing
+        _build(f"--schemes {scheme}", model.forward, tokens, tokens, keep=False)   # what only a pass checks
+        if scheme == "rope" and base.extensions:
+            for kind in scheme_specs.EXTENSIONS:
+                for n in base.lengths():
+                    _build(f"RoPE's {kind} extension at length {n}", scheme_specs.build,
+                           scheme_specs.extension_spec(kind, base.length, n / base.length))
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` the records cannot be written into: make the directory, then write and
+    remove a probe file in it."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot make the directory ({error.strerror or error})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".lab-probe-", suffix=".tmp", dir=out)
+        try:
+            os.write(fd, b"probe\n")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot write there ({error.strerror or error})") from None
+
+
+def plan(args) -> tuple[Settings, dict, Path]:
+    """``(base settings, lists, out)`` of a command line that trains or summarizes, every check made
+    before any work; ``UsageError`` says what is wrong."""
+    if args.summarize:
+        _alone(args, "--summarize", ("--out", "--quick"),
+               "runs nothing: it takes only --out (or --quick, for lab/results/quick) and --no-progress")
+    base, lists = settings_from(args)
+    out = Path(args.out or ("lab/results/quick" if args.quick else "lab/results/full"))
+    if args.summarize:
+        if not out.is_dir():
+            raise UsageError(f"--out {out}: {'not a' if out.exists() else 'no such'} directory to summarize")
+        if not any(out.glob("*-s*.json")):
+            raise UsageError(f"--out {out}: holds no records (<task>-<scheme>-s<seed>.json) to summarize")
+    else:
+        check_runs(base, lists)
+    check_out(out)
+    return base, lists, out
+
+
 def verify_records(paths, progress: bool = True) -> int:
-    """``--verify``: rerun each record's command and print how its numbers compare with the record."""
-    from .verify import verify
-    status = 0
-    for path in paths:
+    """``--verify``: rerun each record's command and print how its numbers compare with the record.
+
+    A file that cannot be verified (unreadable, damaged, not a record, a command that fails) is a
+    failed check: one line naming it and what is wrong, the unreadable ones before any rerun, and the
+    other records are still verified. The status is 0 only if every record came back identical."""
+    from .verify import problem, verify
+    checked = [(path, problem(path)) for path in paths]
+    for path, what in checked:
+        if what:
+            print(f"{path}: failed: {what}", flush=True)
+    status = 1 if any(what for _, what in checked) else 0
+    for path in [path for path, what in checked if not what]:
         start = time.perf_counter()
-        result = verify(path, progress=progress)
+        try:
+            result = verify(path, progress=progress)
+        except (OSError, RuntimeError, ValueError) as error:
+            print(f"{path}: failed: {error}", flush=True)
+            status = 1
+            continue
         print(f"{path} ({time.perf_counter() - start:.0f} s): {result.report()}", flush=True)
         status = status or (0 if result.identical else 1)
     return status
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        if args.verify:
+            _alone(args, "--verify", (), "reruns each record's own command: it takes no other option but --no-progress")
+            resolved = [Path(v).resolve() for v in args.verify]
+            twice = sorted({v for v, r in zip(args.verify, resolved) if resolved.count(r) > 1})
+            if twice:
+                raise UsageError(f"--verify lists {', '.join(twice)} more than once")
+        else:
+            base, lists, out = plan(args)
+    except UsageError as error:
+        p.error(str(error))
     if args.verify:
         return verify_records(args.verify, progress=not args.no_progress)
-    base, lists = settings_from(args)
-    out = Path(args.out or ("lab/results/quick" if args.quick else "lab/results/full"))
     start, problems, ran = time.perf_counter(), [], []
-    for task in ([] if args.summarize else lists["tasks"]):
-        for scheme in lists["schemes"]:
-            for seed in lists["seeds"]:
-                settings = replace(base, task=task, scheme=scheme, seed=seed)
-                rec = run_one(settings, out, verbose=not args.no_progress)
-                ran.append(record_path(out, settings))
-                if args.quick:
-                    problems += [f"{record_path(out, settings).name}: {p}" for p in check_sane(rec)]
+    try:
+        for task in ([] if args.summarize else lists["tasks"]):
+            for scheme in lists["schemes"]:
+                for seed in lists["seeds"]:
+                    settings = replace(base, task=task, scheme=scheme, seed=seed)
+                    rec = run_one(settings, out, verbose=not args.no_progress)
+                    ran.append(record_path(out, settings))
+                    if args.quick:
+                        problems += [f"{record_path(out, settings).name}: {p}" for p in check_sane(rec)]
+    except KeyboardInterrupt:
+        print(f"python -m lab: interrupted; the {len(ran)} records written stand in {out}/", file=sys.stderr)
+        return 130
+    except (ArithmeticError, ValueError) as error:                       # a training that diverged, say
+        print(f"python -m lab: {record_path(out, settings).name} stopped: {error}", file=sys.stderr)
+        return 1
     found = []
     for path in sorted(out.glob("*-s*.json")):
         try:
             found.append(records.read(path))
-        except ValueError as error:                                      # not a record of this version
+        except (OSError, ValueError) as error:                           # not a record of this version
             print(f"skipping {path}: {error}", file=sys.stderr)
     summary = summarize(found)
     records.write_json(out / "summary.json", summary)
@@ -122,7 +413,7 @@ def main(argv=None) -> int:
     if problems:
         print("insane numbers:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
-    if args.quick:
+    if args.quick and ran:
         print("quick check: every record valid, every number finite, no loss below its floor, "
               "accuracies in [0, 1], every training loss went down")
     return 0

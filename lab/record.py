@@ -34,8 +34,8 @@ import math
 import os
 import platform
 import re
+import secrets
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -90,13 +90,26 @@ def write(path, record: dict) -> Path:
     return write_json(path, record)
 
 
+def _new_temp(path: Path) -> tuple[int, Path]:
+    """``(fd, name)`` of a new file ``<path>.<random>.tmp`` beside ``path``, opened for writing with
+    the mode the umask gives a new file (``0o666 & ~umask``; ``mkstemp`` would give 0600)."""
+    for _ in range(100):
+        tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def write_json(path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` through a temp file in the same directory and ``os.replace``,
-    so a reader never sees a torn file and an interrupted write leaves the old one."""
+    so a reader never sees a torn file and an interrupted write leaves the old one. The file gets the
+    umask's mode, as any new file does."""
     obj = _clean(obj)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=1)
@@ -109,7 +122,19 @@ def write_json(path, obj) -> Path:
 
 
 def read(path) -> dict:
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    """The record at ``path``, validated. Raises ``OSError`` if the file cannot be read and
+    ``ValueError`` saying what is wrong if it is not a record: empty, not UTF-8, not JSON (cut short
+    or damaged), or not following the schema (``validate``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text, so not a record ({error})") from None
+    if not text.strip():
+        raise ValueError("an empty file, not a record")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON, so cut short or damaged ({error})") from None
     validate(record)
     return record
 
@@ -198,6 +223,8 @@ def _length_entry(entry, where, task):
     if task == "retrieval":
         _keys(entry, ("accuracy", "offsets"), where)
         _number(entry["accuracy"], where + ".accuracy", lo=0, hi=1)
+        if not isinstance(entry["offsets"], list):
+            _fail(where + ".offsets", f"must be a list, got {type(entry['offsets']).__name__}")
         for i, cell in enumerate(entry["offsets"]):
             w = f"{where}.offsets[{i}]"
             _keys(cell, ("offset", "accuracy", "probes", "distance_min", "distance_max"), w)
@@ -212,6 +239,7 @@ def validate(record: dict) -> None:
         _fail("schema", f"must be {SCHEMA!r}, got {record['schema']!r}")
     if not isinstance(record["command"], str) or not re.match(r"^([A-Z_]+=\S+ )*python -m lab ", record["command"]):
         _fail("command", "must be 'python -m lab ...', after any VARIABLE=value settings")
+    _keys(record["settings"], ("task", "scheme", "seed"), "settings")
     _keys(record["versions"], ("python", "numpy", "minipos"), "versions")
     _keys(record["task"], ("name",), "task")
     _keys(record["scheme"], ("name",), "scheme")
@@ -222,6 +250,7 @@ def validate(record: dict) -> None:
         for k in ("entropy_rate", "unigram", "order1"):
             _number(record["floor"][k], f"floor.{k}", lo=0)
     _keys(record["train"], ("curve", "final_loss", "seconds"), "train")
+    _keys(record["train"]["curve"], ("step", "loss"), "train.curve")
     _numbers(record["train"]["curve"]["step"], "train.curve.step", lo=0)
     _numbers(record["train"]["curve"]["loss"], "train.curve.loss", lo=0)
     _number(record["train"]["final_loss"], "train.final_loss", lo=0)
@@ -231,7 +260,7 @@ def validate(record: dict) -> None:
     for name, variant in record["results"].items():
         where = f"results.{name}"
         _keys(variant, ("spec", "lengths", "seconds"), where)
-        if not variant["lengths"]:
-            _fail(where + ".lengths", "must not be empty")
+        if not isinstance(variant["lengths"], list) or not variant["lengths"]:
+            _fail(where + ".lengths", "must be a non-empty list")
         for i, entry in enumerate(variant["lengths"]):
             _length_entry(entry, f"{where}.lengths[{i}]", task)

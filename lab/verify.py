@@ -1,6 +1,7 @@
 """Does a record's ``command`` give the record again? ``python -m lab --verify RECORD.json ...``
 
-``verify(path)`` reruns the command stored in a record, into a temporary directory instead of the
+``problem(path)`` says what keeps a file from being verified (it cannot be read, is damaged, is not
+a record, or its command is not one the lab reruns) before anything runs. ``verify(path)`` reruns the command stored in a record, into a temporary directory instead of the
 record's ``--out``, with the thread variables the command names (and none of the others: an unset
 variable is part of the run too), then compares the new record with the stored one, number by
 number, over ``record.comparable`` (everything but wall times and versions) and without the
@@ -27,7 +28,7 @@ from pathlib import Path
 from . import record as records
 from .run import THREAD_VARIABLES
 
-__all__ = ["Comparison", "compare", "rerun_argv", "verify", "PRINTED_DIGITS"]
+__all__ = ["Comparison", "compare", "rerun_argv", "problem", "verify", "PRINTED_DIGITS"]
 
 PRINTED_DIGITS = 3
 """Significant digits of the numbers the docs print."""
@@ -148,6 +149,18 @@ def rerun_argv(command: str, out_dir) -> tuple[dict, list]:
     return env, [sys.executable, "-m", "lab", *args]
 
 
+def problem(path) -> str | None:
+    """What keeps the record at ``path`` from being verified, in a few words, or None: it cannot be
+    read, it is not a record (``record.read``), or its command is not one ``rerun_argv`` runs."""
+    try:
+        rerun_argv(records.read(path)["command"], "OUT")
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def verify(path, *, progress: bool = True) -> Comparison:
     """Rerun the command of the record at ``path`` in a temporary directory and ``compare`` the new
     record with it. The rerun's progress goes to stderr (``progress=False``: ``--no-progress``)."""
@@ -161,5 +174,8 @@ def verify(path, *, progress: bool = True) -> Comparison:
         if done.returncode != 0:
             raise RuntimeError(f"the record's command failed (exit status {done.returncode}): {shlex.join(argv)}")
         s = stored["settings"]
-        rerun = records.read(Path(tmp) / f"{s['task']}-{s['scheme']}-s{s['seed']}.json")
+        again = Path(tmp) / f"{s['task']}-{s['scheme']}-s{s['seed']}.json"
+        if not again.is_file():
+            raise RuntimeError(f"the record's command wrote no {again.name}: {shlex.join(argv)}")
+        rerun = records.read(again)
     return compare(stored, rerun)
