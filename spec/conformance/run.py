@@ -1,0 +1,198 @@
+"""Run public implementations of the position schemes over the golden vectors.
+
+    python spec/conformance/run.py [--libraries transformers torchtune ...] [--out spec/conformance/results]
+
+Run it with the Python of the environment that ``requirements.txt`` installs (see
+``docs/conformance.md``). Each library runs in a process of its own (keras-hub twice, on its torch
+and on its jax backend, since ``KERAS_BACKEND`` is read once, at import). For every component of
+an adapter (``adapters/<library>.py``) and every case of the component's family in
+``spec/vectors``, the case's inputs go to the library and its outputs are compared with the
+rule of ``spec/check_port.py``: ``|got - expected| <= atol + rtol * |expected|`` with the case's
+tolerance for the component's precision, only where the case's ``where`` is true. A case is
+``passed``, ``failed`` (with every differing value, or the error the library raised), or
+``not_expressible`` (with the reason) when the library has no way to state it.
+
+One JSON file per (library, component, family) goes to ``OUT/<library>/``, each written to a
+temp file and renamed over the old one, so a killed run leaves every file old or new, never
+cut short. Files of components a run no longer has are removed after the run has written the
+others. ``OUT/<library>/probes.json`` holds the outputs of the minimal inputs behind each
+discrepancy that the page explains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEC = os.path.dirname(HERE)
+sys.path.insert(0, SPEC)   # check_port.py: the spec's own decoder and loader
+sys.path.insert(0, HERE)   # adapters/
+
+from check_port import decode, load_family  # noqa: E402
+
+# run id -> (adapter module, extra environment, label shown on the page)
+LIBRARIES = {
+    "transformers": ("transformers", {}, "transformers"),
+    "torchtune": ("torchtune", {}, "torchtune"),
+    "keras_hub_torch": ("keras_hub", {"KERAS_BACKEND": "torch"}, "keras-hub (torch backend)"),
+    "keras_hub_jax": ("keras_hub", {"KERAS_BACKEND": "jax"}, "keras-hub (jax backend)"),
+    "x_transformers": ("x_transformers", {}, "x-transformers"),
+    "rotary_embedding_torch": ("rotary_embedding_torch", {}, "rotary-embedding-torch"),
+}
+MAX_SHOWN = 500   # differing values recorded per output; the count is always exact
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+
+
+def write_json(path: str, doc) -> None:
+    """Write ``doc`` to ``path`` through a temp file in the same directory and a rename."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def scalar(value):
+    """A NumPy scalar as a JSON value (int for integer arrays, float otherwise)."""
+    value = np.asarray(value).item()
+    return value if isinstance(value, (bool, int)) else float(value)
+
+
+def compare(name: str, expected: np.ndarray, got, tol: dict, mask) -> tuple[list, int]:
+    """(recorded mismatches, number of values that differ) of one output."""
+    got = np.asarray(got)
+    if got.shape != expected.shape:
+        raise ValueError(f"{name}: shape {list(got.shape)}, expected {list(expected.shape)}")
+    e, g = expected.astype(np.float64), got.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        error = np.abs(g - e)
+        bad = ~(error <= tol["atol"] + tol["rtol"] * np.abs(e))   # NaN is a mismatch
+    if mask is not None:
+        bad &= mask
+    rows = [{"output": name, "index": idx, "expected": scalar(expected[tuple(idx)]),
+             "got": scalar(got[tuple(idx)]), "abs_error": float(error[tuple(idx)]),
+             "atol": tol["atol"], "rtol": tol["rtol"]}
+            for idx in np.argwhere(bad)[:MAX_SHOWN].tolist()]
+    return rows, int(bad.sum())
+
+
+def run_case(component, case: dict, NotExpressible) -> dict:
+    inputs = {k: decode(v) for k, v in case["inputs"].items()}
+    record = {"name": case["name"]}
+    try:
+        got = component.run(inputs, case["params"])
+    except NotExpressible as err:
+        return {**record, "status": "not_expressible", "reason": str(err)}
+    except Exception as err:  # the library failed on a case it can state: a failure, with its error
+        return {**record, "status": "failed", "error": f"{type(err).__name__}: {err}"[:2000], "mismatches": []}
+    masks = {k: decode(v) for k, v in case.get("where", {}).items()}
+    tol = case["tolerance"][component.precision]
+    mismatches, differing, errors = [], {}, []
+    for name, value in case["expected"].items():
+        if name not in got:
+            errors.append(f"{name}: output missing")
+            continue
+        try:
+            rows, n = compare(name, decode(value), got[name], tol, masks.get(name))
+        except Exception as err:
+            errors.append(f"{type(err).__name__}: {err}")
+            continue
+        mismatches += rows
+        if n:
+            differing[name] = n
+    status = "failed" if (mismatches or errors) else "passed"
+    record.update(status=status, mismatches=mismatches)
+    if differing:
+        record["differing_values"] = differing
+    if errors:
+        record["error"] = "; ".join(errors)
+    return record
+
+
+def versions(distributions) -> dict:
+    found = {"python": platform.python_version(), "numpy": np.__version__}
+    for dist in distributions:
+        found[dist] = importlib.metadata.version(dist)
+    return found
+
+
+def worker(run_id: str, out: str) -> None:
+    """Run one library's adapter over every family it has; write its results and probes."""
+    module_name, _, label = LIBRARIES[run_id]
+    adapter = importlib.import_module(f"adapters.{module_name}")
+    common = importlib.import_module("adapters._common")
+    directory = os.path.join(out, run_id)
+    os.makedirs(directory, exist_ok=True)
+    stamp = {"library": run_id, "label": label, "versions": versions(adapter.DISTRIBUTIONS),
+             "run_date": datetime.date.today().isoformat()}
+    written = set()
+    for component in adapter.components():
+        doc = load_family(component.family)
+        cases = [run_case(component, case, common.NotExpressible) for case in doc["cases"]]
+        counts = {s: sum(c["status"] == s for c in cases) for s in ("passed", "failed", "not_expressible")}
+        result = {"format": "minipos-conformance", **stamp, "component": component.name,
+                  "family": component.family, "precision": component.precision,
+                  "spec_version": doc["spec_version"], "vectors_minipos_version": doc["minipos_version"],
+                  "conventions": component.conventions, "summary": counts, "cases": cases}
+        filename = f"{slug(component.name)}__{component.family}.json"
+        write_json(os.path.join(directory, filename), result)
+        written.add(filename)
+        print(f"{label}: {component.name} / {component.family}: "
+              + ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items()))
+    probes = []
+    for probe in getattr(adapter, "PROBES", []):
+        try:
+            probes.append(probe())
+        except Exception as err:   # a probe that breaks is reported, not hidden
+            probes.append({"name": probe.__name__, "error": f"{type(err).__name__}: {err}"})
+    write_json(os.path.join(directory, "probes.json"), {**stamp, "probes": probes})
+    written.add("probes.json")
+    for stale in set(os.listdir(directory)) - written:
+        if stale.endswith(".json"):
+            os.unlink(os.path.join(directory, stale))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES))
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker", choices=sorted(LIBRARIES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = os.path.abspath(args.out)
+    if args.worker:
+        worker(args.worker, out)
+        return 0
+    status = 0
+    for run_id in args.libraries:
+        start = time.monotonic()
+        env = {**os.environ, **LIBRARIES[run_id][1], "PYTHONHASHSEED": "0"}
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", run_id, "--out", out],
+                              env=env)
+        print(f"== {run_id}: exit {done.returncode}, {time.monotonic() - start:.0f} s")
+        status |= done.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
