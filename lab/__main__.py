@@ -1,15 +1,17 @@
 """``python -m lab``: train small models at L and test them at L..16L, every scheme, several seeds.
 
-    python -m lab                      the full protocol (markov and retrieval, 9 schemes, seeds 0,1,2)
+    python -m lab                      the full protocol (markov, retrieval, text; every scheme; seeds 0,1,2)
     python -m lab --quick              the whole pipeline on tiny settings, then sanity checks
     python -m lab --tasks markov --schemes rope,alibi --seeds 0      a slice
     python -m lab --tasks text --text FILE                           your own text, character level
+    python -m lab --print-commands                                   one command per record, for a scheduler
     python -m lab --summarize --out DIR                              the summary of DIR's records
     python -m lab --verify lab/results/full/markov-rope-s0.json      rerun a record's command, compare
 
 Each run writes ``<out>/<task>-<scheme>-s<seed>.json`` (see ``lab.record``), whose ``command`` field
 reproduces it; ``<out>/summary.json`` (mean and spread over seeds) is recomputed from every record in
-``<out>`` after the runs. Set ``MINIPOS_NUM_THREADS=1`` for bit-identical reruns (see lab/README.md).
+``<out>`` after the runs. One run goes in this process; several go side by side, one process each
+with one thread, ``--jobs`` at a time (``lab.pool``; default: the cores).
 
 A command line the lab cannot carry out is a one-line usage error (exit status 2) before any run:
 the parser holds each option's range or choices, and ``plan`` checks what the values mean together
@@ -32,25 +34,29 @@ import numpy as np
 from . import record as records
 from . import schemes as scheme_specs
 from .model import ACTIVATIONS, Model
+from .pool import commands, default_jobs, run_all
 from .run import QUICK, Settings, record_path, run_one
 from .summary import check_sane, format_table, summarize
 
 LISTS = {"task": "tasks", "scheme": "schemes", "seed": "seeds"}
 TASKS = ("markov", "retrieval", "text")
-PROTOCOL = {"tasks": ("markov", "retrieval"), "schemes": scheme_specs.ORDER, "seeds": (0, 1, 2)}
+PROTOCOL = {"tasks": TASKS, "schemes": scheme_specs.NAMES, "seeds": (0, 1, 2)}
 QUICK_PROTOCOL = {"tasks": ("markov", "retrieval"), "schemes": scheme_specs.ORDER, "seeds": (0,)}
 
 AT_LEAST = {"seeds": 0, "length": 1, "eval_factors": 1, "d_model": 1, "num_heads": 1, "num_layers": 1, "d_ff": 1,
-            "steps": 1, "batch": 1, "warmup": 0, "shards": 1, "vocab": 2, "order": 1, "source_seed": 0, "keys": 1,
+            "steps": 1, "batch": 1, "warmup": 0, "plateau_every": 1, "plateau_sequences": 1,
+            "plateau_min_window": 1, "vocab": 2, "order": 1, "source_seed": 0, "keys": 1,
             "values": 2, "filler": 1, "pairs": 1, "eval_tokens": 1, "eval_batch_tokens": 1, "probes": 1,
             "attention_sequences": 1, "position_bins": 1, "finetune_steps": 1, "finetune_factor": 1}
 """The least value of each integer setting (and of each entry of ``--seeds`` and ``--eval-factors``)."""
 
 FLOATS = {"lr": (0, None, True), "finetune_lr": (0, None, True), "temperature": (0, None, True),
-          "min_lr_ratio": (0, 1, False), "weight_decay": (0, None, False), "clip": (0, None, False)}
+          "min_lr_ratio": (0, 1, False), "weight_decay": (0, None, False), "clip": (0, None, False),
+          "plateau_window": (0, 1, True), "plateau_relative": (0, None, False), "plateau_absolute": (0, None, False),
+          "cooldown": (0, None, False)}
 """``(low, high or None, low excluded)`` of each float setting; every float must be finite."""
 
-CHOICES = {"norm": ("layernorm", "rmsnorm"), "activation": tuple(ACTIVATIONS), "schedule": ("cosine", "constant"),
+CHOICES = {"norm": ("layernorm", "rmsnorm"), "activation": tuple(ACTIVATIONS), "schedule": ("plateau", "cosine", "constant"),
            "structure": ("additive", "full"), "binding": ("fused", "adjacent")}
 
 
@@ -70,8 +76,14 @@ def _integer(least: int):
     return parse
 
 
+def _rule(low, high, low_excluded) -> str:
+    if high is not None:
+        return f"in ({low}, {high}]" if low_excluded else f"in [{low}, {high}]"
+    return f"> {low}" if low_excluded else f">= {low}"
+
+
 def _number(low, high, low_excluded):
-    rule = f"> {low}" if low_excluded else f"in [{low}, {high}]" if high is not None else f">= {low}"
+    rule = _rule(low, high, low_excluded)
 
     def parse(text):
         try:
@@ -139,11 +151,16 @@ def parser() -> argparse.ArgumentParser:
                         "made and checked writable before any run")
     p.add_argument("--tasks", action=_Once, type=_csv(_name(TASKS)), default=None,
                    help=f"comma list of {', '.join(TASKS)}")
-    p.add_argument("--schemes", action=_Once, type=_csv(_name(scheme_specs.ORDER)), default=None,
-                   help=f"comma list of {', '.join(scheme_specs.ORDER)}")
+    p.add_argument("--schemes", action=_Once, type=_csv(_name(scheme_specs.NAMES)), default=None,
+                   help=f"comma list of {', '.join(scheme_specs.NAMES)}")
     p.add_argument("--seeds", action=_Once, type=_csv(_integer(AT_LEAST["seeds"])), default=None,
                    help="comma list of seeds (integers >= 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--no-summary", action="store_true", help="write the records only, not summary.json")
+    p.add_argument("--jobs", action=_Once, type=_integer(1), default=None,
+                   help="runs side by side, one process each (default: the cores)")
+    p.add_argument("--print-commands", action="store_true",
+                   help="run nothing: print the command of each record the other options select")
     p.add_argument("--verify", action=_Once, type=_path, nargs="+", metavar="RECORD", default=None,
                    help="run nothing else: rerun each record's command into a temporary directory and compare "
                         "every number with the record (exit status 0 only if all are identical)")
@@ -166,8 +183,7 @@ def parser() -> argparse.ArgumentParser:
         elif f.name in FLOATS:
             low, high, excluded = FLOATS[f.name]
             p.add_argument(flag, dest=f.name, action=_Once, type=_number(low, high, excluded), default=None,
-                           help="a number " + (f"> {low}" if excluded else f"in [{low}, {high}]" if high is not None
-                                               else f">= {low}"))
+                           help="a number " + _rule(low, high, excluded))
         elif f.name == "text":
             p.add_argument(flag, dest=f.name, action=_Once, type=_path, default=None, metavar="FILE",
                            help="a UTF-8 text file (task text)")
@@ -197,8 +213,9 @@ def settings_from(args) -> tuple[Settings, dict]:
 
 def _given(args) -> list[str]:
     """The options given on the command line (``--no-progress`` aside), as their flags."""
-    flags = [f"--{name}" for name in ("quick", "summarize") if getattr(args, name)]
-    for name in ["out", "tasks", "schemes", "seeds", "verify"] + [f.name for f in fields(Settings)]:
+    flags = [f"--{name.replace('_', '-')}" for name in ("quick", "summarize", "print_commands", "no_summary")
+             if getattr(args, name)]
+    for name in ["out", "tasks", "schemes", "seeds", "verify", "jobs"] + [f.name for f in fields(Settings)]:
         value = getattr(args, name, None)
         if value is not None:
             flags.append(("--no-" if value is False else "--") + name.replace("_", "-"))
@@ -273,15 +290,10 @@ def _fits_lengths(s: Settings, task, schemes) -> None:
 
 
 def check_runs(base: Settings, lists: dict) -> None:
-    """Refuse (``UsageError``) settings that no run of ``lists`` could finish, before any starts: a batch
-    that does not split into the shards, a task or model its own constructor refuses, sequences the
-    task cannot give, or more memory than the machine has. The only computing is one pass of each
-    model over two tokens (some schemes check the head size only there)."""
-    if base.batch < base.shards:
-        raise UsageError(f"--batch {base.batch} cannot be split into --shards {base.shards} (batch >= shards)")
-    if "rope" in lists["schemes"] and base.extensions and base.finetune_batch < base.shards:
-        raise UsageError(f"RoPE's fine-tune takes batches of --batch / --finetune-factor = {base.finetune_batch} "
-                         f"sequences, fewer than --shards {base.shards} (or give --no-extensions)")
+    """Refuse (``UsageError``) settings that no run of ``lists`` could finish, before any starts: a task
+    or model its own constructor refuses, sequences the task cannot give, or more memory than the
+    machine has. The only computing is one pass of each model over two tokens (some schemes check the
+    head size only there)."""
     for name in lists["tasks"]:
         s = replace(base, task=name)
         if name == "markov" and (s.order > 20 or s.vocab ** s.order > 1 << 20):           # before building it
@@ -384,22 +396,38 @@ def main(argv=None) -> int:
         p.error(str(error))
     if args.verify:
         return verify_records(args.verify, progress=not args.no_progress)
+    runs = [] if args.summarize else [replace(base, task=task, scheme=scheme, seed=seed) for task in lists["tasks"]
+                                       for scheme in lists["schemes"] for seed in lists["seeds"]]
+    if args.print_commands:
+        print("\n".join(commands(runs, out)))
+        return 0
     start, problems, ran = time.perf_counter(), [], []
     try:
-        for task in ([] if args.summarize else lists["tasks"]):
-            for scheme in lists["schemes"]:
-                for seed in lists["seeds"]:
-                    settings = replace(base, task=task, scheme=scheme, seed=seed)
-                    rec = run_one(settings, out, verbose=not args.no_progress)
+        if len(runs) == 1 or args.jobs == 1:
+            for settings in runs:
+                run_one(settings, out, verbose=not args.no_progress)
+                ran.append(record_path(out, settings))
+        elif runs:
+            jobs = min(args.jobs or default_jobs(), len(runs))
+            print(f"python -m lab: {len(runs)} runs, {jobs} side by side, records in {out}/", file=sys.stderr)
+            for settings, status, _ in run_all(runs, out, jobs=jobs, report=lambda line: print(line, file=sys.stderr)):
+                if status == 0:
                     ran.append(record_path(out, settings))
-                    if args.quick:
-                        problems += [f"{record_path(out, settings).name}: {p}" for p in check_sane(rec)]
+                else:
+                    problems.append(f"{record_path(out, settings).name}: its run failed (exit status {status})")
     except KeyboardInterrupt:
         print(f"python -m lab: interrupted; the {len(ran)} records written stand in {out}/", file=sys.stderr)
         return 130
     except (ArithmeticError, ValueError) as error:                       # a training that diverged, say
         print(f"python -m lab: {record_path(out, settings).name} stopped: {error}", file=sys.stderr)
         return 1
+    if args.quick:
+        for path in ran:
+            problems += [f"{path.name}: {p}" for p in check_sane(records.read(path))]
+    if args.no_summary:
+        if problems:
+            print("\n".join(problems), file=sys.stderr)
+        return 1 if problems else 0
     found = []
     for path in sorted(out.glob("*-s*.json")):
         try:

@@ -14,37 +14,59 @@ sides of the comparison.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
 import time
 
 import numpy as np
 
+from minipos.fast import _threads
+
 from . import schemes
 from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm
-from .shards import Shards
 
 __all__ = ["step_ratio", "step_ratios", "numpy_step_time", "torch_step_time", "torch_model", "torch_scheme",
            "load_weights", "TORCH_SCHEMES"]
 
 
-def _numpy_stepper(config: ModelConfig, batch: int, length: int, seed: int, shards: int = 2,
-                   workers: int | None = None):
-    """``(step, shards)``: one training step as ``python -m lab`` takes it (the batch in ``shards``
-    on ``workers`` processes, ``lab.shards``), and the ``Shards`` to close after."""
+def _numpy_stepper(config: ModelConfig, batch: int, length: int, seed: int):
+    """One training step as ``python -m lab`` takes it (forward, backward, clipping, AdamW)."""
     keep_freed_memory()                                              # as python -m lab does
     model = Model(config, seed=seed)
     opt = AdamW(model.params)
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, config.vocab, (batch, length + 1))
-    split = Shards(model, shards, workers=workers)
 
     def step():
-        _, grads = split.gradients(tokens[:, :-1], tokens[:, 1:])
+        out = model.forward(tokens[:, :-1], tokens[:, 1:])
+        grads = model.backward(out["context"])
         clip_by_global_norm(grads, 1.0)
         opt.step(grads, 1e-3)
-    return step, split
+    return step
+
+
+@contextlib.contextmanager
+def one_thread(torch=None):
+    """Both sides on one thread: OpenBLAS's and minipos's pools held to one, torch's intra-op threads
+    set to 1 (and each restored after)."""
+    before = None if torch is None else torch.get_num_threads()
+    previous = os.environ.get("MINIPOS_NUM_THREADS")
+    os.environ["MINIPOS_NUM_THREADS"] = "1"
+    try:
+        if torch is not None:
+            torch.set_num_threads(1)
+        with _threads.one_blas_thread():
+            yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(before)
+        if previous is None:
+            os.environ.pop("MINIPOS_NUM_THREADS", None)
+        else:
+            os.environ["MINIPOS_NUM_THREADS"] = previous
 
 
 TORCH_SCHEMES = ("rope", "transformer-xl", "deberta")
@@ -238,9 +260,6 @@ def _torch_stepper(config: ModelConfig, batch: int, length: int, seed: int):
 
 
 CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
-SETTLE = 0.3
-"""Seconds to wait before timing one side: OpenBLAS's idle threads keep spinning for a while after a
-call (about 0.1 s), and would take a core from torch's threads if its timing started at once."""
 
 
 def _time(step, repeats: int, clock: str = "wall") -> float:
@@ -257,15 +276,13 @@ def _config(vocab, d_model, num_heads, num_layers, d_ff, scheme):
 
 
 def numpy_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, batch=32, length=64,
-                    scheme=None, repeats=10, warmup=3, seed=0, shards=2, workers=None) -> float:
-    """Seconds per training step (forward, backward, clipping, AdamW) of the lab's model, the batch in
-    ``shards`` on ``workers`` processes (``lab.shards.Shards``; the protocol's 2, one per core)."""
-    step, split = _numpy_stepper(_config(vocab, d_model, num_heads, num_layers, d_ff, scheme or {"name": "rope"}),
-                                 batch, length, seed, shards, workers)
-    with split:
-        for _ in range(warmup):
-            step()
-        return _time(step, repeats)
+                    scheme=None, repeats=10, warmup=3, seed=0) -> float:
+    """Seconds per training step (forward, backward, clipping, AdamW) of the lab's model."""
+    step = _numpy_stepper(_config(vocab, d_model, num_heads, num_layers, d_ff, scheme or {"name": "rope"}),
+                          batch, length, seed)
+    for _ in range(warmup):
+        step()
+    return _time(step, repeats)
 
 
 def torch_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, batch=32, length=64,
@@ -283,27 +300,19 @@ def torch_step_time(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256
 
 
 def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, batch=32, length=64,
-               scheme=None, rounds=5, repeats=8, warmup=3, seed=0, clock: str = "wall", details: bool = False,
-               shards: int = 2):
-    """``numpy seconds / torch seconds`` for one training step of the lab's model (median of ``rounds``).
+               scheme=None, rounds=5, repeats=8, warmup=3, seed=0, details: bool = False):
+    """``numpy CPU seconds / torch CPU seconds`` for one training step of the lab's model, each on one
+    thread (``one_thread``), the median of ``rounds`` timed in alternation.
 
-    The default sizes are the protocol's (2 layers, d_model 64, 4 heads, d_ff 256, vocabulary 32,
-    batch 32 at length 64); ``scheme`` is the lab model's spec (default RoPE). The torch model
-    attends with the same scheme where it implements it (``torch_scheme``), with RoPE otherwise.
-    Returns ``None`` (with a note on stderr) when torch is not installed; with ``details=True`` a
-    dict ``{"ratio", "numpy_s", "torch_s", "torch_threads", "numpy_processes", "torch_scheme"}`` instead
-    of the ratio.
-
-    The NumPy step is the one ``python -m lab`` takes: the batch in ``shards`` (``lab.shards``), one
-    worker process per shard up to the cores, as torch uses a thread per core.
-
-    ``clock="wall"`` times latency on the threads and processes each library chooses;
-    ``clock="process"`` counts the CPU time of this process instead (every shard then runs here),
-    steadier on a loaded machine, and with one thread on both sides (``OPENBLAS_NUM_THREADS=1
-    MINIPOS_NUM_THREADS=1``, ``torch.set_num_threads(1)``) the ratio of the work each does.
+    One thread each because that is how the protocol runs: one process per record, one thread each,
+    as many side by side as there are cores (``lab.pool``); CPU time (``time.process_time``) because it
+    counts the work done whatever else the machine runs. The default sizes are the protocol's (2
+    layers, d_model 64, 4 heads, d_ff 256, vocabulary 32, batch 32 at length 64); ``scheme`` is the
+    lab model's spec (default RoPE). The torch model attends with the same scheme where it implements
+    it (``torch_scheme``), with RoPE otherwise. Returns ``None`` (with a note on stderr) when torch is
+    not installed; with ``details=True`` a dict ``{"ratio", "numpy_s", "torch_s", "threads",
+    "torch_scheme"}`` instead of the ratio.
     """
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
     try:
         import torch
     except ImportError:
@@ -312,23 +321,19 @@ def step_ratio(*, vocab=32, d_model=64, num_heads=4, num_layers=2, d_ff=256, bat
               file=sys.stderr)
         return None
     config = _config(vocab, d_model, num_heads, num_layers, d_ff, scheme or {"name": "rope"})
-    ours, split = _numpy_stepper(config, batch, length, seed, shards, 1 if clock == "process" else None)
-    with split:
+    with one_thread(torch):
+        ours = _numpy_stepper(config, batch, length, seed)
         theirs = _torch_stepper(config, batch, length, seed)
         for _ in range(warmup):
             ours()
             theirs()
         a, b = [], []
         for _ in range(rounds):                                      # alternate: the same load for both
-            time.sleep(SETTLE)
-            a.append(_time(ours, repeats, clock))
-            time.sleep(SETTLE)
-            b.append(_time(theirs, repeats, clock))
-        workers = split.workers
+            a.append(_time(ours, repeats, "process"))
+            b.append(_time(theirs, repeats, "process"))
     ratio = statistics.median(x / y for x, y in zip(a, b))
     if details:
-        return {"ratio": ratio, "numpy_s": statistics.median(a), "torch_s": statistics.median(b),
-                "torch_threads": torch.get_num_threads(), "numpy_processes": workers,
+        return {"ratio": ratio, "numpy_s": statistics.median(a), "torch_s": statistics.median(b), "threads": 1,
                 "torch_scheme": torch_scheme(config)}
     return ratio
 
@@ -337,11 +342,11 @@ def step_ratios(schemes=None, *, length: int = 64, **kwargs) -> dict | None:
     """``step_ratio(details=True)`` for each scheme of the lab (by name, default ``lab.schemes.ORDER``,
     configured as the protocol configures it for ``length``), each against its torch model (the same
     scheme, or RoPE where ``torch_model`` does not implement it, as ``"torch_scheme"`` says):
-    ``{name: {"ratio", "numpy_s", "torch_s", "torch_threads", "numpy_processes", "torch_scheme"}}``, or ``None``
+    ``{name: {"ratio", "numpy_s", "torch_s", "threads", "torch_scheme"}}``, or ``None``
     without torch."""
     from . import schemes as specs
     out = {}
-    for name in specs.ORDER if schemes is None else schemes:
+    for name in specs.NAMES if schemes is None else schemes:
         got = step_ratio(scheme=specs.default_spec(name, length), length=length, details=True, **kwargs)
         if got is None:
             return None

@@ -30,6 +30,7 @@ import numpy as np
 from minipos.fast import MultiHeadAttention
 
 from . import schemes
+from .schemes import source_init
 
 __all__ = [
     "ModelConfig", "Model", "AdamW", "learning_rate", "clip_by_global_norm",
@@ -254,6 +255,7 @@ class Model:
             p.update(self._norm_params(pre + "norm1"))
             layer = MultiHeadAttention(d, config.num_heads, scheme=schemes.build(config.scheme), dtype=self.dtype,
                                        seed=int(rng.integers(2 ** 31)))
+            source_init(layer, d)                                      # T5's bias and query as HF draws them
             self.layers.append(layer)
             for name in ("wq", "wk", "wv", "wo"):
                 p[pre + "attn." + name] = getattr(layer, name)

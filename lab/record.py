@@ -1,8 +1,8 @@
 """Results as data: one JSON record per run, written atomically, and its schema.
 
-A record (``SCHEMA = "minipos-lab/1"``) holds everything needed to read and to reproduce a run::
+A record (``SCHEMA = "minipos-lab/2"``) holds everything needed to read and to reproduce a run::
 
-    schema       "minipos-lab/1"
+    schema       "minipos-lab/2"
     command      the exact command that writes this record again (every setting explicit, after the
                  thread-count variables that were set, e.g. ``MINIPOS_NUM_THREADS=1``)
     settings     every setting of the run (what the command spells out)
@@ -10,19 +10,24 @@ A record (``SCHEMA = "minipos-lab/1"``) holds everything needed to read and to r
     seed         the run's seed (model init, training batches, evaluation sequences)
     versions     python, numpy, minipos, the cores, and the git commit of the checkout (or null)
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
-    train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "seconds"}
+    train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "steps", "seconds"}; with the
+                 plateau schedule also "converged" (the plateau came before the budget), "stopping"
+                 (the rule in words and its numbers, "plateau_step", "cooldown_steps") and
+                 "heldout" {"step", "loss"} (the held-out loss at L the rule read)
     results      {variant: {"spec", "lengths": [per-length entry, ...], "seconds", ...}}
     seconds      wall time of the whole run
 
 ``results`` has ``"base"`` (the trained model as is) and, for RoPE, the context extensions
 (``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``) and ``"pi-finetune"``. A per-length entry is
-``{"length", "status": "ok"}`` plus the metrics, or ``{"length", "status": "cannot run", "reason"}``.
+``{"length", "status": "ok", "seen_in_training"}`` (the length is at most L) plus the metrics, or ``{"length", "status": "cannot run", "reason"}``.
 Metrics of an ``ok`` entry: ``loss``, ``loss_stderr``, ``floor`` (null without one), ``excess``
 (= loss - floor), ``tokens``; ``positions`` ``{"edges", "loss", "floor"}`` (loss per bin of
 positions, ``edges`` has one more entry than ``loss``; null for retrieval); ``attention`` ``{"entropy", "distance"}``
 (per layer, per head: mean entropy of a query's weights in nats, mean distance attended) with
-``"uniform_entropy"`` (the same for uniform causal weights), or null; retrieval adds ``accuracy``
-and ``offsets`` (``[{"offset", "accuracy", "probes", "distance_min", "distance_max"}, ...]``).
+``"uniform_entropy"`` (the same for uniform causal weights), or null; retrieval adds ``accuracy``,
+``accuracy_stderr`` (binomial) and ``offsets`` (``[{"offset", "accuracy", "accuracy_stderr", "probes",
+"distance_min", "distance_max", "seen_in_training"}, ...]``; an offset is seen in training when the
+task's training sequences at L can hold it, ``KeyValueRecall.max_offset``).
 
 ``validate(record)`` checks all of that and raises ``ValueError`` naming the first field that is wrong.
 """
@@ -44,7 +49,7 @@ import minipos
 
 __all__ = ["SCHEMA", "write", "write_json", "read", "validate", "versions", "comparable"]
 
-SCHEMA = "minipos-lab/1"
+SCHEMA = "minipos-lab/2"
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
        "seconds")
 TIMING = ("seconds",)
@@ -202,7 +207,10 @@ def _length_entry(entry, where, task):
         return
     if entry["status"] != "ok":
         _fail(where + ".status", f"must be 'ok' or 'cannot run', got {entry['status']!r}")
-    _keys(entry, ("loss", "loss_stderr", "floor", "excess", "tokens", "positions", "attention"), where)
+    _keys(entry, ("seen_in_training", "loss", "loss_stderr", "floor", "excess", "tokens", "positions", "attention"),
+          where)
+    if not isinstance(entry["seen_in_training"], bool):
+        _fail(where + ".seen_in_training", f"must be true or false, got {entry['seen_in_training']!r}")
     _number(entry["loss"], where + ".loss", lo=0)
     _number(entry["loss_stderr"], where + ".loss_stderr", lo=0)
     _number(entry["floor"], where + ".floor", lo=0, allow_none=True)
@@ -221,15 +229,38 @@ def _length_entry(entry, where, task):
         _fail(where + ".positions", "must be given (only retrieval, scored on its targets, has none)")
     _attention(entry["attention"], where + ".attention")
     if task == "retrieval":
-        _keys(entry, ("accuracy", "offsets"), where)
+        _keys(entry, ("accuracy", "accuracy_stderr", "offsets"), where)
         _number(entry["accuracy"], where + ".accuracy", lo=0, hi=1)
+        _number(entry["accuracy_stderr"], where + ".accuracy_stderr", lo=0, hi=1)
         if not isinstance(entry["offsets"], list):
             _fail(where + ".offsets", f"must be a list, got {type(entry['offsets']).__name__}")
         for i, cell in enumerate(entry["offsets"]):
             w = f"{where}.offsets[{i}]"
-            _keys(cell, ("offset", "accuracy", "probes", "distance_min", "distance_max"), w)
+            _keys(cell, ("offset", "accuracy", "accuracy_stderr", "probes", "distance_min", "distance_max",
+                         "seen_in_training"), w)
             _number(cell["accuracy"], w + ".accuracy", lo=0, hi=1)
+            _number(cell["accuracy_stderr"], w + ".accuracy_stderr", lo=0, hi=1)
             _number(cell["probes"], w + ".probes", lo=1)
+
+
+def _train(train, schedule) -> None:
+    _keys(train, ("curve", "final_loss", "steps", "seconds"), "train")
+    _keys(train["curve"], ("step", "loss"), "train.curve")
+    _numbers(train["curve"]["step"], "train.curve.step", lo=0)
+    _numbers(train["curve"]["loss"], "train.curve.loss", lo=0)
+    _number(train["final_loss"], "train.final_loss", lo=0)
+    _number(train["steps"], "train.steps", lo=1)
+    if schedule != "plateau":
+        return
+    _keys(train, ("converged", "stopping", "heldout"), "train")
+    if not isinstance(train["converged"], bool):
+        _fail("train.converged", f"must be true or false, got {train['converged']!r}")
+    _keys(train["stopping"], ("rule", "budget", "plateau_step", "cooldown_steps"), "train.stopping")
+    if train["converged"] != (train["stopping"]["plateau_step"] is not None):
+        _fail("train.converged", "must say whether train.stopping.plateau_step is set")
+    _keys(train["heldout"], ("step", "loss"), "train.heldout")
+    _numbers(train["heldout"]["step"], "train.heldout.step", lo=0)
+    _numbers(train["heldout"]["loss"], "train.heldout.loss", lo=0)
 
 
 def validate(record: dict) -> None:
@@ -249,11 +280,8 @@ def validate(record: dict) -> None:
         _keys(record["floor"], ("entropy_rate", "unigram", "order1"), "floor")
         for k in ("entropy_rate", "unigram", "order1"):
             _number(record["floor"][k], f"floor.{k}", lo=0)
-    _keys(record["train"], ("curve", "final_loss", "seconds"), "train")
+    _train(record["train"], record["settings"].get("schedule"))
     _keys(record["train"]["curve"], ("step", "loss"), "train.curve")
-    _numbers(record["train"]["curve"]["step"], "train.curve.step", lo=0)
-    _numbers(record["train"]["curve"]["loss"], "train.curve.loss", lo=0)
-    _number(record["train"]["final_loss"], "train.final_loss", lo=0)
     _number(record["seconds"], "seconds", lo=0)
     if not isinstance(record["results"], dict) or "base" not in record["results"]:
         _fail("results", "must be an object with a 'base' entry")

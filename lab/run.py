@@ -6,7 +6,8 @@ One run = one (task, scheme, seed): train the model for ``steps`` AdamW steps on
 - ``markov``: loss against the source's exact floor, per length and per bin of positions;
 - ``retrieval``: accuracy of recalling a value written ``offset`` tokens before it is read, the read
   block ending the sequence, for every offset that fits the length;
-- ``text``: loss on the held-out part of the user's text (no floor);
+- ``text``: loss on the held-out part of the text (``lab.corpus``: SymPy 1.14.0's source as bytes, or
+  ``--text FILE``), no floor;
 
 and, at every length, the entropy of each head's attention weights and the mean distance it attends.
 A learned absolute table "cannot run" past its rows: recorded as such, not as an error. RoPE is
@@ -15,6 +16,14 @@ the scaled scheme, the trained weights copied in), stretched ``length / L`` time
 (``dynamic`` scales itself, and is run token by token with the KV cache, as in generation, so that
 each query uses the frequencies of its own prefix), and after a short fine-tune at 2L with linear
 interpolation by 2 (Chen et al. 2023, arXiv:2306.15595, Sec. 3: "PI" then fine-tune).
+
+**Training stops at a plateau** (``Stopping``): after warm-up the learning rate is held at ``lr``
+and the held-out loss at L is measured every ``plateau_every`` steps on ``plateau_sequences`` fixed
+sequences; the run has reached its plateau when the best loss of the last ``plateau_window`` share of the
+steps so far (at least ``plateau_min_window`` steps) is less than ``max(plateau_relative * best,
+plateau_absolute)`` nats below the best before them. Then the rate falls linearly to ``min_lr_ratio * lr``
+over ``cooldown`` times as many steps again, and training ends. A run that reaches ``steps`` (the
+budget) without a plateau is cooled down the same way and recorded with ``converged: false``.
 
 Every random draw comes from ``numpy.random.default_rng`` seeded by ``(seed, purpose)``: model
 initialisation by ``seed``, training batches by ``(seed, 0)``, the evaluation sequences at length n by
@@ -38,10 +47,9 @@ from . import record as records
 from . import schemes as scheme_specs
 from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm, copy_parameters, learning_rate
-from .shards import Shards, shard_bounds
 from .tasks import KeyValueRecall, MarkovSource, TextSource
 
-__all__ = ["Settings", "QUICK", "run_one", "train", "evaluate", "record_path", "command_for"]
+__all__ = ["Settings", "Stopping", "QUICK", "run_one", "train", "evaluate", "record_path", "command_for"]
 
 
 @dataclass(frozen=True)
@@ -63,15 +71,22 @@ class Settings:
     activation: str = "gelu"
     tied: bool = True
     # training
-    steps: int = 600
+    steps: int = 6000                    # the budget: steps before the cool-down, if no plateau comes first
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 60
-    schedule: str = "cosine"
+    schedule: str = "plateau"            # plateau (see Stopping) | cosine | constant (exactly ``steps``)
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     clip: float = 1.0
-    shards: int = 2                      # the batch in this many parts, one process each (lab.shards)
+    # the stopping rule (schedule "plateau", see Stopping)
+    plateau_every: int = 100             # steps between held-out measurements
+    plateau_sequences: int = 64          # held-out sequences of length L measured each time
+    plateau_window: float = 0.25         # the share of the steps so far that must improve ...
+    plateau_min_window: int = 400        # ... and at least this many steps
+    plateau_relative: float = 0.002      # by at least this fraction of the best loss before them
+    plateau_absolute: float = 0.002      # or this many nats, whichever is larger
+    cooldown: float = 0.2                # the cool-down's steps, as a share of the steps before it
     # markov source
     vocab: int = 32
     order: int = 2
@@ -85,9 +100,9 @@ class Settings:
     pairs: int = 4
     binding: str = "fused"               # fused | adjacent (see KeyValueRecall)
     # evaluation
-    eval_tokens: int = 16384             # tokens per length (loss), sequences = eval_tokens / length
+    eval_tokens: int = 81920             # tokens per length (loss), sequences = eval_tokens / length
     eval_batch_tokens: int = 8192        # tokens per forward pass
-    probes: int = 16                     # retrieval: sequences per (length, offset)
+    probes: int = 64                     # retrieval: sequences per (length, offset), ``pairs`` probes each
     attention_sequences: int = 4         # sequences whose attention weights are measured
     position_bins: int = 8               # bins per L in the per-position loss
     # RoPE
@@ -101,6 +116,14 @@ class Settings:
                            d_model=self.d_model, num_heads=self.num_heads, num_layers=self.num_layers, d_ff=self.d_ff,
                            norm=self.norm, activation=self.activation, tied=self.tied)
 
+    def stopping(self) -> "Stopping | None":
+        """The stopping rule of schedule ``plateau`` (None for the fixed schedules)."""
+        if self.schedule != "plateau":
+            return None
+        return Stopping(every=self.plateau_every, sequences=self.plateau_sequences, window=self.plateau_window,
+                        min_window=self.plateau_min_window, relative=self.plateau_relative,
+                        absolute=self.plateau_absolute, cooldown=self.cooldown)
+
     def make_task(self):
         if self.task == "markov":
             return MarkovSource(vocab=self.vocab, order=self.order, temperature=self.temperature, seed=self.source_seed,
@@ -109,9 +132,7 @@ class Settings:
             return KeyValueRecall(keys=self.keys, values=self.values, filler=self.filler, pairs=self.pairs,
                                   binding=self.binding)
         if self.task == "text":
-            if not self.text:
-                raise ValueError("the text task needs --text FILE")
-            return TextSource(self.text)
+            return TextSource(self.text)                                # None: the corpus (lab.corpus)
         raise ValueError(f"task must be markov, retrieval or text; got {self.task!r}")
 
     @property
@@ -124,9 +145,42 @@ class Settings:
 
 
 QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40, batch=16, lr=1e-2, warmup=4,
+             plateau_every=10, plateau_sequences=8, plateau_min_window=20,
              eval_tokens=512, eval_batch_tokens=4096, probes=4, attention_sequences=2, position_bins=2,
              finetune_steps=4, keys=8, values=8, filler=8, pairs=2, vocab=8)
 """The ``--quick`` settings: every step of the pipeline on a model too small to learn much."""
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """When training has reached its plateau (the module docstring states the rule in words)."""
+
+    every: int = 100
+    sequences: int = 64
+    window: float = 0.25
+    min_window: int = 400
+    relative: float = 0.002
+    absolute: float = 0.002
+    cooldown: float = 0.2
+
+    def rule(self) -> str:
+        return (f"held-out loss at L on {self.sequences} fixed sequences every {self.every} steps; plateau when the "
+                f"best of the last max({self.window:g} x steps, {self.min_window}) steps is less than "
+                f"max({self.relative:g} x best before, {self.absolute:g} nats) below the best before them; then a "
+                f"linear cool-down to min_lr_ratio x lr over {self.cooldown:g} x the steps so far")
+
+    def window_at(self, step: int) -> int:
+        return max(self.min_window, math.ceil(self.window * step))
+
+    def reached(self, history: list, step: int) -> bool:
+        """Whether ``history`` ``[(step, loss), ...]`` (measured up to ``step``) shows the plateau."""
+        start = step - self.window_at(step)
+        before = [h for s, h in history if s <= start]
+        recent = [h for s, h in history if start < s <= step]
+        if start < 0 or not before or not recent:
+            return False
+        best = min(before)
+        return best - min(recent) < max(self.relative * best, self.absolute)
 
 
 THREAD_VARIABLES = ("MINIPOS_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
@@ -188,36 +242,79 @@ class Progress:
 
 # ----------------------------------------------------------------------------- training
 
-def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule="cosine", min_lr_ratio=0.1,
-          weight_decay=0.1, clip=1.0, shards: int = 1, progress: Progress | None = None) -> dict:
-    """``steps`` AdamW steps on batches of ``task``; returns the loss curve (means over ~50 windows).
+def heldout_loss(model: Model, batch) -> float:
+    """The model's mean loss on the held-out ``batch`` ``(x, y, w)`` (no gradients kept)."""
+    x, y, w = batch
+    return float(model.forward(x, y, weights=w, keep=False)["loss"])
 
-    Each batch's gradient is computed in ``shards`` parts, side by side in processes where there
-    are cores for them (``lab.shards``); the count, not the cores, sets the last bits."""
-    shard_bounds(batch, shards)                                         # checks before any work
+
+def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule="cosine", min_lr_ratio=0.1,
+          weight_decay=0.1, clip=1.0, stopping: Stopping | None = None, heldout=None,
+          progress: Progress | None = None) -> dict:
+    """AdamW steps on batches of ``task``; returns the curves and how training ended.
+
+    ``schedule`` ``"cosine"`` or ``"constant"`` runs exactly ``steps`` steps. ``"plateau"`` needs
+    ``stopping`` and ``heldout`` (a fixed batch ``(x, y, w)`` at ``length``): the rate is held after the
+    warm-up until ``stopping.reached`` (or ``steps``), then falls linearly over the cool-down. The
+    curve holds the mean training loss of each ``every`` steps (``steps // 50`` for the fixed
+    schedules) and, with a stopping rule, the held-out loss measured at those steps."""
+    if schedule == "plateau" and (stopping is None or heldout is None):
+        raise ValueError("schedule 'plateau' needs a stopping rule and a held-out batch")
     opt = AdamW(model.params, weight_decay=weight_decay)
-    window = max(1, steps // 50)
-    curve_step, curve_loss, acc = [], [], []
-    start = time.perf_counter()
-    with Shards(model, shards) as split:
-        for step in range(steps):
-            x, y, w = task.sample(rng, batch, length)
-            loss, grads = split.gradients(x, y, w)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"the training loss became {loss} at step {step}")
-            clip_by_global_norm(grads, clip)
-            opt.step(grads, learning_rate(step, lr=lr, steps=steps, warmup=warmup, schedule=schedule,
-                                          min_ratio=min_lr_ratio))
-            acc.append(loss)
-            if len(acc) == window or step == steps - 1:
-                curve_step.append(step + 1)
-                curve_loss.append(float(np.mean(acc)))
-                acc = []
-            if progress is not None:
-                progress.update(step + 1, f"loss {loss:.3f}")
+    every = stopping.every if schedule == "plateau" else max(1, steps // 50)
+    curve_step, curve_loss, acc, history = [], [], [], []
+    if schedule == "plateau":
+        history.append((0, heldout_loss(model, heldout)))
+    plateau, cool_from, end, start = None, None, steps, time.perf_counter()
+    step = 0
+    while step < end:
+        if schedule == "plateau":
+            rate = _plateau_rate(step, lr=lr, warmup=warmup, cool_from=cool_from, end=end, min_ratio=min_lr_ratio)
+        else:
+            rate = learning_rate(step, lr=lr, steps=steps, warmup=warmup, schedule=schedule, min_ratio=min_lr_ratio)
+        x, y, w = task.sample(rng, batch, length)
+        out = model.forward(x, y, weights=w)
+        loss = out["loss"]
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"the training loss became {loss} at step {step}")
+        grads = model.backward(out["context"])
+        clip_by_global_norm(grads, clip)
+        opt.step(grads, rate)
+        acc.append(loss)
+        step += 1
+        if len(acc) == every or step == end:
+            curve_step.append(step)
+            curve_loss.append(float(np.mean(acc)))
+            acc = []
+        if schedule == "plateau" and cool_from is None and (step % every == 0 or step == steps):
+            history.append((step, heldout_loss(model, heldout)))
+            if stopping.reached(history, step):
+                plateau = step
+            if plateau is not None or step == steps:                    # the cool-down starts
+                cool_from, end = step, step + math.ceil(stopping.cooldown * step)
+        if progress is not None:
+            progress.update(min(step, progress.total), f"loss {loss:.3f}")
     tail = curve_loss[-max(1, len(curve_loss) // 10):]
-    return {"curve": {"step": curve_step, "loss": curve_loss}, "final_loss": float(np.mean(tail)),
-            "seconds": time.perf_counter() - start}
+    out = {"curve": {"step": curve_step, "loss": curve_loss}, "final_loss": float(np.mean(tail)),
+           "steps": step, "seconds": time.perf_counter() - start}
+    if schedule == "plateau":
+        final = heldout_loss(model, heldout)
+        out.update(converged=plateau is not None, heldout={"step": [s for s, _ in history] + [step],
+                                                             "loss": [h for _, h in history] + [final]},
+                   stopping={"rule": stopping.rule(), **asdict(stopping), "budget": steps, "plateau_step": plateau,
+                             "cooldown_steps": step - cool_from})
+    return out
+
+
+def _plateau_rate(step, *, lr, warmup, cool_from, end, min_ratio) -> float:
+    """The plateau schedule's rate at ``step``: linear warm-up, ``lr``, then (from ``cool_from``) a linear
+    fall to ``min_ratio * lr`` at ``end``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if cool_from is None:
+        return lr
+    done = (step - cool_from + 1) / max(1, end - cool_from)
+    return lr * (1 - (1 - min_ratio) * min(done, 1.0))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -251,6 +348,11 @@ def _run_tokens(model: Model, x, y, w, *, decode_from: int | None = None):
         losses.append(out["losses"])
         hits.append(out["logits"].argmax(-1) == y[:, a:b])
     return np.concatenate(losses, axis=1), np.concatenate(hits, axis=1)
+
+
+DECODE_BATCH = 8
+"""Decoding token by token (RoPE's ``dynamic``) takes ``DECODE_BATCH`` times more sequences per batch:
+its cost is in the number of calls, not their size."""
 
 
 def _in_batches(n, length, batch_tokens):
@@ -289,14 +391,15 @@ def evaluate(model: Model, task, settings: Settings, length: int, *, decode_from
     floor_pos = task.position_floor(length) if isinstance(task, MarkovSource) else None
     n = max(1, settings.eval_tokens // length)
     losses, first = [], None
-    for b in _in_batches(n, length, settings.eval_batch_tokens):
+    batch_tokens = settings.eval_batch_tokens * (1 if decode_from is None else DECODE_BATCH)
+    for b in _in_batches(n, length, batch_tokens):
         if isinstance(task, TextSource):
             x, y, w = task.sample(rng, b, length, split="heldout")
         else:
             x, y, w = task.sample(rng, b, length)
         first = x[:settings.attention_sequences] if first is None else first
         losses.append(_run_tokens(model, x, y, w, decode_from=decode_from)[0])
-    entry = {"length": length, "status": "ok",
+    entry = {"length": length, "status": "ok", "seen_in_training": length <= settings.length,
              **_loss_summary(np.concatenate(losses).astype(np.float64), None, floor_pos, settings, length)}
     entry["attention"] = None if decode_from is not None else attention_stats(
         model.forward(first, keep=False, return_weights=True)["attention"])
@@ -306,21 +409,24 @@ def evaluate(model: Model, task, settings: Settings, length: int, *, decode_from
 def _evaluate_retrieval(model, task: KeyValueRecall, settings, length, rng, decode_from):
     """Accuracy per offset (read block at the end, written ``offset`` before), loss on the targets."""
     cells, all_loss, all_w, last = [], [], [], None
-    per = max(1, settings.eval_batch_tokens // length)
+    per = max(1, settings.eval_batch_tokens * (1 if decode_from is None else DECODE_BATCH) // length)
     for offset in task.offsets(length, settings.length):
         x, y, w, dist = task.sample_at(rng, settings.probes, length, offset)
         got = [_run_tokens(model, x[s:s + per], y[s:s + per], w[s:s + per], decode_from=decode_from)
                for s in range(0, len(x), per)]
         losses, hits = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
-        cells.append({"offset": offset, "accuracy": float((hits * w).sum() / w.sum()), "probes": int(w.sum()),
-                      "distance_min": int(dist.min()), "distance_max": int(dist.max())})
+        acc, count = float((hits * w).sum() / w.sum()), int(w.sum())
+        cells.append({"offset": offset, "accuracy": acc, "accuracy_stderr": math.sqrt(acc * (1 - acc) / count),
+                      "probes": count, "distance_min": int(dist.min()), "distance_max": int(dist.max()),
+                      "seen_in_training": offset <= task.max_offset(settings.length)})
         all_loss.append(losses)
         all_w.append(w)
         last = x[:settings.attention_sequences]
     w_all = np.concatenate(all_w)
-    entry = {"length": length, "status": "ok",
+    entry = {"length": length, "status": "ok", "seen_in_training": length <= settings.length,
              **_loss_summary(np.concatenate(all_loss).astype(np.float64), w_all, None, settings, length)}
     entry["accuracy"] = float(sum(c["accuracy"] * c["probes"] for c in cells) / w_all.sum())
+    entry["accuracy_stderr"] = math.sqrt(entry["accuracy"] * (1 - entry["accuracy"]) / w_all.sum())
     entry["offsets"] = cells
     entry["attention"] = None if decode_from is not None else attention_stats(
         model.forward(last, keep=False, return_weights=True)["attention"])
@@ -355,22 +461,29 @@ def _evaluate_all(model_for, task, settings, label, *, decode_from=None, verbose
 
 # ----------------------------------------------------------------------------- one run
 
+def heldout_batch(task, settings: Settings):
+    """The stopping rule's fixed held-out batch at L, drawn from ``(seed, 3)``."""
+    rng = np.random.default_rng([settings.seed, 3])
+    if isinstance(task, TextSource):
+        return task.sample(rng, settings.plateau_sequences, settings.length, split="heldout")
+    return task.sample(rng, settings.plateau_sequences, settings.length)
+
+
 def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
     """Train and evaluate one (task, scheme, seed); write the record into ``out`` (if given); return it."""
     keep_freed_memory()
     t0 = time.perf_counter()
-    shard_bounds(settings.batch, settings.shards)                       # both batches split: checked up front
-    if settings.scheme == "rope" and settings.extensions:
-        shard_bounds(settings.finetune_batch, settings.shards)
     task = settings.make_task()
     spec = scheme_specs.default_spec(settings.scheme, settings.length)
     config = settings.model_config(task.vocab_size, spec)
     model = Model(config, seed=settings.seed)
     label = f"[{settings.task} {scheme_specs.label(spec)} s{settings.seed}]"
+    stopping = settings.stopping()
     trained = train(model, task, np.random.default_rng([settings.seed, 0]), length=settings.length,
                     batch=settings.batch, steps=settings.steps, lr=settings.lr, warmup=settings.warmup,
                     schedule=settings.schedule, min_lr_ratio=settings.min_lr_ratio,
-                    weight_decay=settings.weight_decay, clip=settings.clip, shards=settings.shards,
+                    weight_decay=settings.weight_decay, clip=settings.clip, stopping=stopping,
+                    heldout=heldout_batch(task, settings) if stopping else None,
                     progress=Progress(label + " train", settings.steps, enabled=verbose))
     results = {}
     entries, secs = _evaluate_all(lambda n: (model, spec), task, settings, label, verbose=verbose)
@@ -424,7 +537,7 @@ def _rope_extensions(model: Model, task, settings: Settings, label: str, verbose
     ft = train(tuned, task, np.random.default_rng([settings.seed, 2]), length=s * L, batch=settings.finetune_batch,
                steps=settings.finetune_steps, lr=settings.finetune_lr, warmup=max(1, settings.finetune_steps // 10),
                schedule="cosine", min_lr_ratio=settings.min_lr_ratio, weight_decay=settings.weight_decay,
-               clip=settings.clip, shards=settings.shards,
+               clip=settings.clip,
                progress=Progress(f"{label} pi-finetune", settings.finetune_steps, enabled=verbose))
     entries, secs = _evaluate_all(lambda n: (tuned, spec), task, settings, f"{label} pi-finetune", verbose=verbose)
     out["pi-finetune"] = {"spec": spec, "lengths": entries, "seconds": secs + ft["seconds"],

@@ -20,61 +20,106 @@ from pathlib import Path
 
 from . import schemes as scheme_specs
 
-__all__ = ["METRIC", "summarize", "format_table", "check_sane", "measured", "write_measured", "MEASURED_PATH"]
+__all__ = ["METRIC", "STDERR", "LEARNED", "learned", "summarize", "format_table", "check_sane", "measured", "write_measured", "MEASURED_PATH"]
 
 METRIC = {"markov": "excess", "text": "loss", "retrieval": "accuracy"}
 MEASURED_PATH = Path(__file__).resolve().parent.parent / "minipos" / "data" / "lab_measured.json"
-MEASURED_SCHEMA = "minipos-lab-measured/1"
+MEASURED_SCHEMA = "minipos-lab-measured/2"
 
 
-def _spread(values):
+STDERR = {"excess": "loss_stderr", "loss": "loss_stderr", "accuracy": "accuracy_stderr"}
+"""The field of a per-length entry (or retrieval offset cell) that holds the metric's standard error."""
+
+LEARNED = {"markov": 0.1, "retrieval": 0.5}
+"""When a run has learned its task at L (else no length conclusion is drawn from it): Markov, loss above
+the floor at most this share of the order-1 baseline's (``order1 - entropy_rate``); retrieval, accuracy
+at least this on the offsets seen in training. Text has no floor: every converged run counts."""
+
+
+def _spread(values, errors=None):
+    """Mean, sd, min, max, n over seeds, and ``se``: the standard error of the mean, the larger of the
+    seeds' spread (``sd / sqrt(n)``) and the evaluation noise (``sqrt(sum se_i^2) / n``)."""
     mean = statistics.fmean(values)
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "n": len(values)}
+    n = len(values)
+    noise = math.sqrt(sum(e * e for e in errors)) / n if errors else 0.0
+    return {"mean": mean, "sd": sd, "se": max(sd / math.sqrt(n), noise), "min": min(values), "max": max(values),
+            "n": n}
+
+
+def learned(record: dict) -> bool:
+    """Whether ``record``'s base model learned its task at L (``LEARNED``) and its training converged."""
+    train = record["train"]
+    if train.get("converged") is False:
+        return False
+    task, L = record["task"]["name"], record["settings"]["length"]
+    at_l = next(e for e in record["results"]["base"]["lengths"] if e["length"] == L)
+    if task == "markov":
+        floor = record["floor"]
+        return at_l["excess"] <= LEARNED["markov"] * (floor["order1"] - floor["entropy_rate"])
+    if task == "retrieval":
+        seen = [c for c in at_l["offsets"] if c["seen_in_training"]]
+        return bool(seen) and min(c["accuracy"] for c in seen) >= LEARNED["retrieval"]
+    return True
 
 
 def summarize(records: list) -> dict:
-    """``{task: {"metric", "rows": {row label: {"scheme", "variant", "seeds", "lengths", ...}}}}``.
+    """``{task: {"metric", "rows": {name: {"scheme", "label", "variant", "seeds", "lengths", ...}}}}``.
 
-    ``lengths`` maps each length to the spread of the metric (or "cannot run"); ``attention_entropy``
-    to the spread of the mean entropy over layers and heads; retrieval rows add ``offsets``
-    ``{length: {offset: spread of the accuracy}}``. A spread is ``{"mean", "sd", "min", "max", "n"}``.
+    A row is one ``--schemes`` name (a variant such as ``t5@source`` is its own row) and one result
+    variant (``base``, or RoPE's extensions as ``rope +yarn``). ``lengths`` maps each length to the spread
+    of the metric (or "cannot run"); ``attention_entropy`` and ``attention_distance`` to the spread of the
+    mean over layers and heads; ``converged`` and ``learned`` count the seeds whose training converged and
+    whose model learned the task (``learned``); retrieval rows add ``offsets`` ``{length: {offset:
+    spread}}`` and ``seen`` ``{length: {offset: seen in training}}``. A spread is ``_spread``'s dict.
     """
     groups = {}
-    for rec in sorted(records, key=lambda r: (r["task"]["name"], r["scheme"]["name"], r["seed"])):
-        task = rec["task"]["name"]
+    for rec in sorted(records, key=lambda r: (r["task"]["name"], r["settings"]["scheme"], r["seed"])):
+        task, name = rec["task"]["name"], rec["settings"]["scheme"]
+        metric = METRIC[task]
         for variant, res in rec["results"].items():
-            row = scheme_specs.label(rec["scheme"]) + ("" if variant == "base" else f" +{variant}")
-            g = groups.setdefault(task, {}).setdefault(row, {"scheme": rec["scheme"]["name"], "variant": variant,
-                                                             "seeds": [], "values": {}})
+            row = name + ("" if variant == "base" else f" +{variant}")
+            g = groups.setdefault(task, {}).setdefault(row, {
+                "scheme": rec["scheme"]["name"], "name": name, "label": scheme_specs.label(res["spec"]),
+                "variant": variant, "seeds": [], "values": {}, "errors": {}, "converged": 0, "learned": 0})
             g["seeds"].append(rec["seed"])
+            g["converged"] += rec["train"].get("converged", True) is True
+            g["learned"] += learned(rec)
             for entry in res["lengths"]:
                 n = str(entry["length"])
-                value = entry.get(METRIC[task]) if entry["status"] == "ok" else "cannot run"
-                g["values"].setdefault(n, []).append(value)
-                if entry["status"] != "ok":
+                ok = entry["status"] == "ok"
+                g["values"].setdefault(n, []).append(entry.get(metric) if ok else "cannot run")
+                if not ok:
                     continue
+                g["errors"].setdefault(n, []).append(entry[STDERR[metric]])
                 att = entry["attention"]
                 if att is not None:                                      # mean over layers and heads
-                    ent = [h for layer in att["entropy"] for h in layer]
-                    g.setdefault("entropy", {}).setdefault(n, []).append(sum(ent) / len(ent))
+                    for key, field in (("entropy", "entropy"), ("distance", "distance")):
+                        heads = [h for layer in att[field] for h in layer]
+                        g.setdefault(key, {}).setdefault(n, []).append(sum(heads) / len(heads))
                 for cell in entry.get("offsets", []):
-                    g.setdefault("offsets", {}).setdefault(n, {}).setdefault(str(cell["offset"]), []).append(
-                        cell["accuracy"])
+                    d = str(cell["offset"])
+                    g.setdefault("offsets", {}).setdefault(n, {}).setdefault(d, []).append(
+                        (cell["accuracy"], cell["accuracy_stderr"]))
+                    g.setdefault("seen", {}).setdefault(n, {})[d] = cell["seen_in_training"]
     out = {}
+    order = {name: i for i, name in enumerate(scheme_specs.NAMES)}
     for task, rows in groups.items():
-        order = {name: i for i, name in enumerate(scheme_specs.ORDER)}
         out[task] = {"metric": METRIC[task], "rows": {}}
-        for row, g in sorted(rows.items(), key=lambda kv: (order.get(kv[1]["scheme"], 99), kv[0])):
+        for row, g in sorted(rows.items(), key=lambda kv: (order.get(kv[1]["name"], 99), kv[0])):
             lengths = {}
             for n, values in g["values"].items():
-                lengths[n] = "cannot run" if "cannot run" in values else _spread([float(v) for v in values])
-            out[task]["rows"][row] = {"scheme": g["scheme"], "variant": g["variant"], "seeds": g["seeds"],
-                                      "lengths": lengths,
-                                      "attention_entropy": {n: _spread(v) for n, v in g.get("entropy", {}).items()}}
+                lengths[n] = ("cannot run" if "cannot run" in values
+                              else _spread([float(v) for v in values], g["errors"].get(n)))
+            entry = {"scheme": g["scheme"], "label": g["label"], "variant": g["variant"], "seeds": g["seeds"],
+                     "converged": g["converged"], "learned": g["learned"], "lengths": lengths,
+                     "attention_entropy": {n: _spread(v) for n, v in g.get("entropy", {}).items()},
+                     "attention_distance": {n: _spread(v) for n, v in g.get("distance", {}).items()}}
             if "offsets" in g:
-                out[task]["rows"][row]["offsets"] = {n: {d: _spread(v) for d, v in cells.items()}
-                                                     for n, cells in g["offsets"].items()}
+                entry["offsets"] = {n: {d: _spread([a for a, _ in v], [e for _, e in v]) for d, v in cells.items()}
+                                    for n, cells in g["offsets"].items()}
+                entry["seen"] = g["seen"]
+            out[task]["rows"][row] = entry
     return out
 
 
@@ -86,7 +131,7 @@ def format_table(summary: dict) -> str:
     for task, block in summary.items():
         rows = block["rows"]
         lengths = sorted({int(n) for r in rows.values() for n in r["lengths"]})
-        lines.append(f"{task}: {heads[block['metric']]}, mean ± sd over seeds")
+        lines.append(f"{task}: {heads[block['metric']]}, mean ± standard error over seeds")
         lines.append(f"{'':24s}" + "".join(f"{n:>16d}" for n in lengths))
         for label, r in rows.items():
             cells = []
@@ -97,8 +142,9 @@ def format_table(summary: dict) -> str:
                 elif v == "cannot run":
                     cells.append(f"{'cannot run':>16s}")
                 else:
-                    cells.append(f"{v['mean']:>9.3f} ±{v['sd']:<5.3f}"[:16].rjust(16))
-            lines.append(f"{label[:24]:24s}" + "".join(cells) + f"   (n={len(r['seeds'])})")
+                    cells.append(f"{v['mean']:>9.3f} ±{v['se']:<5.3f}"[:16].rjust(16))
+            flags = f"converged {r['converged']}/{len(r['seeds'])}, learned {r['learned']}/{len(r['seeds'])}"
+            lines.append(f"{label[:24]:24s}" + "".join(cells) + f"   ({flags})")
         lines.append("")
         if block["metric"] == "accuracy":
             lines += _offset_table(rows, lengths[-1])
@@ -150,7 +196,7 @@ def check_sane(record: dict) -> list[str]:
 
 
 def _mean_sd(spread):
-    return spread if spread == "cannot run" else {"mean": spread["mean"], "sd": spread["sd"]}
+    return spread if spread == "cannot run" else {"mean": spread["mean"], "sd": spread["sd"], "se": spread["se"]}
 
 
 def measured(summary: dict, records: list, *, source: str = "lab/results/full") -> dict:
@@ -165,12 +211,12 @@ def measured(summary: dict, records: list, *, source: str = "lab/results/full") 
     lengths = [L, 4 * L, max(factors) * L]
     longest = str(lengths[-1])
     schemes = {}
-    for row in summary["markov"]["rows"].values():
-        if row["variant"] == "base":
+    for key, row in summary["markov"]["rows"].items():
+        if row["variant"] == "base" and key == row["scheme"]:            # not a variant such as t5@source
             schemes[row["scheme"]] = {"markov_excess": {str(n): _mean_sd(row["lengths"][str(n)]) for n in lengths}}
     far = None
-    for row in summary["retrieval"]["rows"].values():
-        if row["variant"] != "base":
+    for key, row in summary["retrieval"]["rows"].items():
+        if row["variant"] != "base" or key != row["scheme"]:
             continue
         cells = row.get("offsets", {}).get(longest)
         if cells is None:
@@ -183,7 +229,7 @@ def measured(summary: dict, records: list, *, source: str = "lab/results/full") 
         "schema": MEASURED_SCHEMA,
         "source": {"records": source, "commits": sorted({r["versions"]["commit"] for r in records}),
                    "seeds": sorted({r["seed"] for r in records}), "train_length": L,
-                   "steps": first["settings"]["steps"],
+                   "steps": first["settings"]["steps"], "schedule": first["settings"]["schedule"],
                    "model": f"{model['num_layers']} layers, d_model {model['d_model']}, {model['num_heads']} heads"},
         "lengths": lengths,
         "far": {"length": lengths[-1], "offset": far},

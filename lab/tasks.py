@@ -1,11 +1,12 @@
-"""Tasks with a known optimum, generated from a seed (nothing is downloaded).
+"""The lab's tasks: two with a known optimum, generated from a seed, and real text.
 
 ``MarkovSource``  local language modelling: sequences from a random order-k Markov source. Its
                   conditional entropy is computed exactly from the source, so every loss has a
                   floor: the stationary distribution over contexts times each context's entropy.
 ``KeyValueRecall`` long-range retrieval: keys written with their values, read back later at a
                   controlled distance; scored by accuracy as a function of distance and length.
-``TextSource``    a user's own text, character level (no known floor).
+``TextSource``    real text, a symbol a token (no known floor): SymPy 1.14.0's source as bytes
+                  (``lab.corpus``, rebuilt bit for bit from the pinned package), or a user's file.
 
 Every task draws batches ``(inputs (B, T), targets (B, T), weights (B, T) or None)`` from a
 ``numpy.random.Generator`` the caller seeds, so a run is reproducible.
@@ -16,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
+from . import corpus
 
 __all__ = ["MarkovSource", "KeyValueRecall", "TextSource", "stationary_distribution", "entropy"]
 
@@ -240,6 +243,10 @@ class KeyValueRecall:
         x, weights, dist = self._fill(rng, batch, length, read_at - offset, read_at)
         return x[:, :-1], x[:, 1:], weights, dist
 
+    def max_offset(self, train_length: int) -> int:
+        """The largest offset ``sample`` gives at ``train_length``: farther ones are never seen in training."""
+        return train_length + 1 - self.read_block
+
     def offsets(self, length: int, train_length: int) -> list[int]:
         """The evaluation offsets at ``length``: ``train_length / 4`` doubling up, then the farthest."""
         w, far = self.write_block, length + 1 - self.read_block
@@ -253,40 +260,53 @@ class KeyValueRecall:
 
 
 class TextSource:
-    """Character-level text from a file: the first 90% of the characters train, the rest evaluate."""
+    """Real text, one symbol a token: the corpus of ``lab.corpus`` (``path=None``: SymPy 1.14.0's
+    source as bytes, every tenth file held out) or a UTF-8 file's characters (the first 90% train).
+    ``alphabet[i]`` is the symbol of token ``i`` (a byte of the corpus, a character of a file)."""
 
     kind = "text"
 
-    def __init__(self, path, *, holdout: float = 0.1):
-        self.path = str(path)
-        text = Path(path).read_text(encoding="utf-8")
-        if len(text) < 64:
-            raise ValueError(f"{path}: need at least 64 characters of text, got {len(text)}")
-        chars = sorted(set(text))
-        self.alphabet = "".join(chars)
-        lookup = {c: i for i, c in enumerate(chars)}
-        data = np.fromiter((lookup[c] for c in text), np.int64, len(text))
-        cut = int(len(data) * (1 - holdout))
-        self.train, self.heldout = data[:cut], data[cut:]
-        self.chars = len(text)
+    def __init__(self, path=None, *, holdout: float = 0.1):
+        self.path = None if path is None else str(path)
+        if path is None:
+            data = corpus.load()
+            symbols = np.unique(np.concatenate([data["train"], data["heldout"]]))
+            lookup = np.zeros(256, np.int32)
+            lookup[symbols] = np.arange(len(symbols), dtype=np.int32)
+            self.train, self.heldout = lookup[data["train"]], lookup[data["heldout"]]
+            self.origin = {"corpus": corpus.ORIGIN, "package": corpus.PACKAGE, "version": corpus.VERSION,
+                           "sha256": data["sha256"], "files": data["files"]}
+            self.vocab, self.alphabet = len(symbols), bytes(symbols.tolist())
+        else:
+            text = Path(path).read_text(encoding="utf-8")
+            if len(text) < 64:
+                raise ValueError(f"{path}: need at least 64 characters of text, got {len(text)}")
+            chars = sorted(set(text))
+            lookup = {c: i for i, c in enumerate(chars)}
+            ids = np.fromiter((lookup[c] for c in text), np.int32, len(text))
+            cut = int(len(ids) * (1 - holdout))
+            self.train, self.heldout = ids[:cut], ids[cut:]
+            self.origin, self.vocab, self.alphabet = None, len(chars), "".join(chars)
+        self.symbols = len(self.train) + len(self.heldout)
 
     def config(self) -> dict:
-        return {"name": self.kind, "path": self.path, "characters": self.chars, "vocab": len(self.alphabet)}
+        return {"name": self.kind, "path": self.path, "origin": self.origin, "symbols": self.symbols,
+                "vocab": self.vocab}
 
     @property
     def vocab_size(self) -> int:
-        return len(self.alphabet)
+        return self.vocab
 
     def fits(self, length: int, split: str = "heldout") -> bool:
         return len(getattr(self, split)) >= length + 1
 
     def sample(self, rng: np.random.Generator, batch: int, length: int, split: str = "train"):
-        """``(inputs, targets, None)``: ``batch`` windows of ``length + 1`` characters at random starts."""
+        """``(inputs, targets, None)``: ``batch`` windows of ``length + 1`` symbols at random starts."""
         data = getattr(self, split)
         if len(data) < length + 1:
-            raise ValueError(f"the {split} text ({len(data)} characters) is shorter than {length + 1}")
+            raise ValueError(f"the {split} text ({len(data)} symbols) is shorter than {length + 1}")
         starts = rng.integers(0, len(data) - length, batch)
-        x = data[starts[:, None] + np.arange(length + 1)[None]]
+        x = data[starts[:, None] + np.arange(length + 1)[None]].astype(np.int64)
         return x[:, :-1], x[:, 1:], None
 
 
@@ -300,6 +320,6 @@ def make_task(config: dict):
     if name == "retrieval":
         return KeyValueRecall(**config)
     if name == "text":
-        return TextSource(config["path"])
+        return TextSource(config.get("path"))
     raise ValueError(f"unknown task {name!r}")
 

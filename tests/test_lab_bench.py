@@ -6,25 +6,20 @@ import pytest
 
 from lab import bench
 from lab.memory import keep_freed_memory
-from minipos.fast._threads import cores
 
 TINY = dict(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8, rounds=1, repeats=1, warmup=1)
 
 
-def test_step_ratio_on_tiny_sizes(monkeypatch):
-    pytest.importorskip("torch")
-    monkeypatch.setattr(bench, "SETTLE", 0.0)
+def test_step_ratio_on_tiny_sizes():
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
     got = bench.step_ratio(details=True, **TINY)
-    assert got["ratio"] > 0 and got["numpy_s"] > 0 and got["torch_s"] > 0
-    assert got["numpy_processes"] == min(2, cores())                   # the protocol's 2 shards, a core each
-    assert bench.step_ratio(clock="process", **TINY) > 0
-    with pytest.raises(ValueError, match="clock"):
-        bench.step_ratio(clock="cycles", **TINY)
+    assert got["ratio"] > 0 and got["numpy_s"] > 0 and got["torch_s"] > 0 and got["threads"] == 1
+    assert torch.get_num_threads() == threads                          # one_thread restores torch's count
 
 
 def test_step_ratios_time_each_scheme_as_the_protocol_configures_it(monkeypatch):
     pytest.importorskip("torch")
-    monkeypatch.setattr(bench, "SETTLE", 0.0)
     seen = []
     real = bench._numpy_stepper
     monkeypatch.setattr(bench, "_numpy_stepper", lambda config, *a: seen.append(config.scheme) or real(config, *a))
@@ -34,8 +29,9 @@ def test_step_ratios_time_each_scheme_as_the_protocol_configures_it(monkeypatch)
                         lambda config, *a: theirs.append(config.scheme) or real_torch(config, *a))
     got = bench.step_ratios(["deberta", "transformer-xl", "alibi"], **TINY)
     assert list(got) == ["deberta", "transformer-xl", "alibi"] and all(g["ratio"] > 0 for g in got.values())
-    assert seen == theirs == [{"name": "deberta", "position_buckets": 4, "max_relative_positions": 8},   # L/2, L; L = 8
-                              {"name": "transformer-xl"}, {"name": "alibi"}]
+    # DeBERTa-v3's 256 buckets and 512 positions at 512 tokens, scaled by L / 512 (L = 8)
+    assert seen == theirs == [{"name": "deberta", "position_buckets": 4, "max_relative_positions": 8},
+                              {"name": "transformer-xl", "base": 10000.0}, {"name": "alibi"}]
     # torch implements the first two; ALiBi's model is timed against the RoPE model, and says so
     assert [g["torch_scheme"] for g in got.values()] == ["deberta", "transformer-xl", "rope"]
 
@@ -48,12 +44,9 @@ def test_step_ratio_without_torch(monkeypatch, capsys):
     assert bench.torch_step_time(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=2, length=8) is None
 
 
-def test_numpy_step_time_in_shards():
+def test_numpy_step_time():
     sizes = dict(vocab=7, d_model=8, num_heads=2, num_layers=1, d_ff=16, batch=4, length=8, repeats=1, warmup=1)
     assert bench.numpy_step_time(**sizes) > 0
-    assert bench.numpy_step_time(shards=1, **sizes) > 0
-    with pytest.raises(ValueError, match="shards"):
-        bench.numpy_step_time(shards=0, **sizes)
 
 
 def test_keep_freed_memory_is_idempotent():

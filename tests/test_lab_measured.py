@@ -14,7 +14,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FULL = ROOT / "lab" / "results" / "full"
 
-pytestmark = pytest.mark.skipif(not (FULL / "summary.json").exists(), reason="the lab's records are in a checkout only")
+def _schema():
+    first = next(iter(sorted(FULL.glob("*-s*.json"))), None)
+    return None if first is None else json.loads(first.read_text(encoding="utf-8")).get("schema")
+
+
+def _current():
+    from lab.record import SCHEMA
+    return _schema() == SCHEMA
+
+
+pytestmark = [
+    pytest.mark.skipif(not (FULL / "summary.json").exists(), reason="the lab's records are in a checkout only"),
+    pytest.mark.skipif(not _current(), reason="lab/results/full holds the records of an earlier schema until the "
+                                              "protocol of this schema has run in full (lab/README.md)"),
+]
 
 
 def _records():

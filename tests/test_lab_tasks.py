@@ -106,3 +106,21 @@ def test_text_source(tmp_path):
     text = "".join(src.alphabet[i] for i in np.concatenate([x[0], y[0, -1:]]))
     assert text in "abracadabra " * 20
     assert not src.fits(100) and src.fits(20)
+
+
+def test_text_corpus_is_sympy_source_held_out_by_file():
+    """The corpus rebuilt here: the bytes of SymPy 1.14.0's own files (read directly, not by lab.corpus),
+    every tenth file held out, each followed by a newline."""
+    import sympy
+    from pathlib import Path
+    from lab import corpus
+    src = TextSource()
+    paths = corpus.files()
+    root = Path(sympy.__file__).parent
+    assert paths[0] == root / "__init__.py" and all("tests" not in p.relative_to(root).parts for p in paths)
+    assert len(paths) == src.config()["origin"]["files"]["train"] + src.config()["origin"]["files"]["heldout"]
+    tenth = paths[9].read_bytes() + b"\n"                           # the first held-out file opens the split
+    held = bytes(src.alphabet[i] for i in src.heldout[:len(tenth)])
+    assert held == tenth
+    assert bytes(src.alphabet[i] for i in src.train[:20]) == paths[0].read_bytes()[:20]
+    assert src.config()["origin"]["sha256"] == corpus.SHA256 and src.vocab_size == len(src.alphabet)
