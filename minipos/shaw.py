@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_int
+from ._checks import POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_int
 from .seams import Scheme
 
 __all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "relative_values",
@@ -54,19 +54,33 @@ __all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "r
 def relative_buckets(q_positions, k_positions, max_relative_position: int) -> np.ndarray:
     """The table row of every pair: ``clip(j - i, k) + k`` ``(T, S)``, in ``0 ... 2k``.
 
-    q_positions ``(T,)``, k_positions ``(S,)``: integer positions (negative allowed);
-    max_relative_position: k >= 0 (k = 0 gives one row: no position at all).
+    q_positions ``(T,)``, k_positions ``(S,)``: integer positions (negative allowed, any int64:
+    ``j - i`` is clipped without overflowing); max_relative_position: k in ``[0, 2**62)`` (k = 0
+    gives one row: no position at all; the row ``2k`` must fit int64).
     """
-    k = check_int(max_relative_position, "max_relative_position", minimum=0)
+    k = check_max_relative_position(max_relative_position)
     i = as_positions(q_positions, "q_positions", allow_negative=True)
     j = as_positions(k_positions, "k_positions", allow_negative=True)
-    return np.clip(j[None, :] - i[:, None], -k, k) + k                  # (T, S)
+    ahead = j[None, :] >= i[:, None]                                      # (T, S): j - i >= 0
+    iu, ju = i.astype(np.uint64), j.astype(np.uint64)                     # two's complement: the
+    up = np.minimum(ju[None, :] - iu[:, None], np.uint64(k))              # differences mod 2**64 are
+    down = np.minimum(iu[:, None] - ju[None, :], np.uint64(k))            # exact where they are >= 0
+    return np.where(ahead, up.astype(np.int64), -down.astype(np.int64)) + k   # (T, S): clip(j - i, k) + k
+
+
+def check_max_relative_position(k) -> int:
+    """``k`` as an int in ``[0, 2**62)``, or raise naming ``max_relative_position``."""
+    k = check_int(k, "max_relative_position", minimum=0)
+    if k >= POSITION_LIMIT:
+        raise ValueError(f"max_relative_position must be below 2**62 (the table's last row 2k must fit int64; "
+                         f"positions are below 2**62), got {k}")
+    return k
 
 
 def _check(table, name, k, D=None):
     """``table`` as a float ``(2k + 1, D)`` array (``D`` given: that width)."""
     table = as_float_array(table, name)
-    rows = 2 * check_int(k, "max_relative_position", minimum=0) + 1
+    rows = 2 * check_max_relative_position(k) + 1
     if table.ndim != 2 or table.shape[0] != rows or (D is not None and table.shape[1] != D):
         want = f"(2k + 1, D) = ({rows}, {'D' if D is None else D})"
         raise ValueError(f"{name} must have shape {want} for max_relative_position = {k}, got {table.shape}")
@@ -189,12 +203,13 @@ class Shaw(Scheme):
     terms = ("content-content", "content-position")
 
     def __init__(self, max_relative_position: int = 16):
-        self.max_relative_position = check_int(max_relative_position, "max_relative_position", minimum=0)
+        self.max_relative_position = check_max_relative_position(max_relative_position)
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
         rows = 2 * self.max_relative_position + 1
-        check_alloc((2, rows, self.head_dim), layer.dtype, "Shaw's tables w_k, w_v (2k + 1, D)")
+        check_alloc((2, rows, self.head_dim), layer.dtype,
+                    f"max_relative_position = {self.max_relative_position} (Shaw's tables w_k, w_v (2k + 1, D))")
         self.w_k = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
         self.w_v = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
 
