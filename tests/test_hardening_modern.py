@@ -16,6 +16,55 @@ from minipos.seams import NoPE
 I64 = np.iinfo(np.int64)
 
 
+# --- M-RoPE positions --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("interval", [1e300, 1e19, 2.0 ** 62])
+def test_a_video_time_interval_past_int64_is_named_not_wrapped(interval):
+    # [text, 2 video tokens (grid (2, 2, 2) merged by 2: one token per frame), text]: frame 1 sits at
+    # 1 + floor(1 * interval), beyond 2**62; before, it came back as -9223372036854775807.
+    with pytest.raises(ValueError, match="video_time_intervals"):
+        mrope.mrope_positions([0, 2, 2, 0], video_grid_thw=[[2, 2, 2]], video_time_intervals=[interval])
+
+
+def test_a_large_video_time_interval_that_fits_is_exact():
+    # By hand: text at 0; frames at 1 + floor(0 * s) = 1 and 1 + floor(1 * s) = 1 + 2**40 (h = w = 1 after
+    # merging: rows and columns 1 + 0); current = 1 + max(2, 2) // 2 = 2, so the last text token is at 2.
+    pos, delta = mrope.mrope_positions([0, 2, 2, 0], video_grid_thw=[[2, 2, 2]], video_time_intervals=[2.0 ** 40])
+    assert pos.tolist() == [[0, 1, 1 + 2 ** 40, 2], [0, 1, 1, 2], [0, 1, 1, 2]]
+    assert delta == 1 + 2 ** 40 + 1 - 4
+
+
+def test_a_huge_grid_is_refused_by_its_token_count_before_any_array():
+    # 2**40 x 2**40 patches would be 2**78 positions: refused by the count (1 token here), not by NumPy.
+    with pytest.raises(ValueError, match=r"image_grid_thw\[0\].*needs"):
+        mrope.mrope_positions([1], image_grid_thw=[[1, 2 ** 40, 2 ** 40]])
+
+
+@pytest.mark.parametrize("cache_length, length, delta", [(2 ** 63 - 2, 3, 0), (2 ** 63, 3, 0), (2 ** 62 - 1, 2, 0),
+                                                         (0, 1, -2 ** 62), (5, 2 ** 63, 0)])
+def test_decode_positions_past_2_62_are_named(cache_length, length, delta):
+    with pytest.raises(ValueError, match="cache_length|length"):
+        mrope.mrope_decode_positions(cache_length, length, delta)
+
+
+def test_decode_positions_near_the_limit_are_exact():
+    # cache_length + delta + arange(2) by Python's integers.
+    got = mrope.mrope_decode_positions(2 ** 62 - 10, 2, 7)
+    assert got.tolist() == [[2 ** 62 - 3, 2 ** 62 - 2]] * 3
+    assert mrope.mrope_decode_positions(10, 3, -4).tolist() == [[6, 7, 8]] * 3
+
+
+@pytest.mark.parametrize("call", [
+    lambda: mrope.mrope_streams([2 ** 63, 0, 0]),
+    lambda: mrope.mrope_angles(np.zeros((3, 2), int), np.ones(2), [2 ** 63, 0, 0]),
+    lambda: mrope.apply_mrope(np.ones((2, 4)), np.zeros((3, 2), int), [2 ** 63, 0, 0]),
+    lambda: MultiHeadAttention(8, 2, scheme=mrope.MRotary(mrope_section=[2 ** 63, 0, 0])),
+], ids=["streams", "angles", "apply", "layer"])
+def test_a_huge_mrope_section_is_named(call):
+    with pytest.raises(ValueError, match="mrope_section"):
+        call()
+
+
 # --- Shaw ------------------------------------------------------------------------------------------
 
 def test_relative_buckets_at_the_ends_of_int64_do_not_wrap():
