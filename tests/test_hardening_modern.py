@@ -65,6 +65,122 @@ def test_a_huge_mrope_section_is_named(call):
         call()
 
 
+# --- iRoPE's temperature -------------------------------------------------------------------------
+
+def test_the_temperature_at_the_largest_int64_positions_is_finite_and_right():
+    # tau(i) = log1p(floor((i + 1) / 2)) * 0.1 + 1 with Python's integers: floor((2**63 - 4 + k) / 2) for
+    # k = 0..4, i.e. 2**62 - 2, 2**62 - 1, 2**62 - 1, 2**62, 2**62 (float64 cannot tell them apart).
+    pos = I64.max - np.arange(5)[::-1]
+    want = [math.log(1 + (int(i) + 1) // 2) * 0.1 + 1 for i in pos]
+    np.testing.assert_allclose(irope.attn_temperature(pos, floor_scale=2), want, rtol=1e-15)
+    q = np.ones((5, 2))
+    np.testing.assert_allclose(irope.apply_attn_temperature(q, pos, floor_scale=2), np.array(want)[:, None] * q,
+                               rtol=1e-15)
+
+
+@pytest.mark.parametrize("fn, name", [(irope.apply_attn_temperature, "q"),
+                                      (irope.apply_attn_temperature_backward, "dy")])
+def test_a_float16_overflow_of_the_temperature_is_named(fn, name):
+    # tau(1e6) = log1p(1e6 + 1) * 10 + 1 ~ 139; 60000 * 139 > 65504, the largest float16.
+    x = np.full((1, 3, 2), 60000, np.float16)
+    with pytest.raises(ValueError, match=f"overflows float16; rescale {name} or attn_scale"):
+        fn(x, np.arange(3) + 10 ** 6, attn_scale=10, floor_scale=1)
+
+
+def test_an_attn_scale_that_makes_tau_infinite_is_named():
+    with pytest.raises(ValueError, match="attn_scale"):
+        irope.attn_temperature([10 ** 6], attn_scale=1e308, floor_scale=1)
+    with pytest.raises(ValueError, match="attn_scale"):
+        irope.attn_temperature([10 ** 6], attn_scale=1e300, floor_scale=1, float32=True)
+
+
+# --- the Llama 4 and SmolLM3 config readers -------------------------------------------------------
+
+BASE = {"num_hidden_layers": 4, "hidden_size": 16, "num_attention_heads": 2,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}
+
+
+@pytest.mark.parametrize("change, exc, name", [
+    ({"layer_types": "chunked_attention"}, TypeError, "layer_types"),
+    ({"layer_types": ["foo"] * 4}, ValueError, "layer_types"),
+    ({"layer_types": ["chunked_attention"] * 2}, ValueError, "layer_types"),
+    ({"layer_types": ["sliding_attention"] * 4}, ValueError, "layer_types"),
+    ({"attention_bias": "no"}, TypeError, "attention_bias"),
+    ({"attention_bias": 1}, TypeError, "attention_bias"),
+    ({"attn_temperature_tuning": "false"}, TypeError, "attn_temperature_tuning"),
+    ({"attn_temperature_tuning": 0.5}, TypeError, "attn_temperature_tuning"),
+    ({"no_rope_layers": 0}, TypeError, "no_rope_layers"),
+    ({"no_rope_layers": "1110"}, TypeError, "no_rope_layers"),
+    ({"no_rope_layers": ["1", "1", "1", "0"]}, ValueError, "no_rope_layers"),
+    ({"num_key_value_heads": 0}, ValueError, "num_key_value_heads"),
+    ({"head_dim": 0}, ValueError, "head_dim"),
+    ({"num_attention_heads": 32}, ValueError, "head_dim"),
+    ({"rope_parameters": "default"}, TypeError, "rope_parameters"),
+    ({"attention_chunk_size": 2 ** 70}, ValueError, "attention_chunk_size"),
+])
+def test_llama4_config_values_it_cannot_read_are_named(change, exc, name):
+    with pytest.raises(exc, match=name):
+        irope.llama4_layer({**BASE, **change}, 3 if "temperature" in str(change) else 0)
+
+
+def test_llama4_layer_types_decide_the_chunks():
+    types = ["full_attention", "chunked_attention", "chunked_attention", "full_attention"]
+    chunks = [irope.llama4_layer({**BASE, "layer_types": types, "attention_chunk_size": 7}, i)[1]["attention_chunk"]
+              for i in range(4)]
+    assert chunks == [None, 7, 7, None]
+
+
+def test_llama4_flags_as_numpy_and_transformers_4_integers_are_read():
+    # transformers 4.51's Llama4TextConfig defaults attn_temperature_tuning=4 and Meta's Llama-4-Scout config.json
+    # holds 4; HF read it by truthiness (``if self.attn_temperature_tuning and not self.use_rope``).
+    assert isinstance(irope.llama4_layer({**BASE, "attn_temperature_tuning": 4}, 3)[0], irope.NoPETemperature)
+    assert type(irope.llama4_layer({**BASE, "attn_temperature_tuning": 0}, 3)[0]) is NoPE
+    assert type(irope.llama4_layer({**BASE, "attn_temperature_tuning": np.False_}, 3)[0]) is NoPE
+    scheme, kw = irope.llama4_layer({**BASE, "no_rope_layers": np.array([0, 1, 1, 1]), "attention_bias": np.True_}, 0)
+    assert type(scheme) is not Rotary and kw["bias"] is True
+
+
+# transformers 4 wrote rope_theta at the top of the config and rope_scaling None (no scaling) or a dict
+# without rope_theta: Llama4TextConfig(rope_theta=500000, rope_scaling=None, ...) in 4.51, and
+# SmolLM3Config(rope_theta=2000000.0, rope_scaling=None, ...) in 4.53; transformers 5 moved both into
+# rope_parameters with default_theta 500000.0 / 2000000.0 (configuration_llama4.py, configuration_smollm3.py).
+TF4 = {"num_hidden_layers": 4, "hidden_size": 16, "num_attention_heads": 2, "rope_theta": 123456.0,
+       "rope_scaling": None}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("reader", [irope.llama4_layer, irope.smollm3_layer], ids=["llama4", "smollm3"])
+@pytest.mark.parametrize("config", [TF4, {k: v for k, v in TF4.items() if k != "rope_scaling"}],
+                         ids=["rope_scaling None", "no rope_scaling"])
+def test_transformers_4_configs_are_read(reader, config):
+    scheme, kw = reader(config, 0)
+    assert isinstance(scheme, Rotary) and scheme.base == 123456.0 and scheme.scaling_kind is None
+    assert kw["head_dim"] == 8
+
+
+def test_transformers_4_scaling_dict_takes_the_top_level_theta():
+    scheme, _ = irope.llama4_layer({**TF4, "rope_scaling": dict(LLAMA3)}, 0)
+    assert scheme.base == 123456.0 and scheme.scaling_kind == "llama3"
+
+
+@pytest.mark.parametrize("reader, theta", [(irope.llama4_layer, 500000.0), (irope.smollm3_layer, 2000000.0)])
+def test_a_config_without_rope_theta_takes_the_models_default(reader, theta):
+    config = {k: v for k, v in TF4.items() if k != "rope_theta"}
+    assert reader(config, 0)[0].base == theta
+
+
+@pytest.mark.parametrize("change, exc, name", [
+    ({"use_sliding_window": "false"}, TypeError, "use_sliding_window"),
+    ({"layer_types": ["full_attention"] * 3 + ["sliding_attention"]}, ValueError, "layer_types"),
+    ({"layer_types": ["chunked_attention"] * 4}, ValueError, "layer_types"),
+    ({"attention_bias": "false"}, TypeError, "attention_bias"),
+])
+def test_smollm3_config_values_it_cannot_read_are_named(change, exc, name):
+    with pytest.raises(exc, match=name):
+        irope.smollm3_layer({**TF4, **change}, 3)
+
+
 # --- Shaw ------------------------------------------------------------------------------------------
 
 def test_relative_buckets_at_the_ends_of_int64_do_not_wrap():
