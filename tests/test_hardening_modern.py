@@ -181,6 +181,46 @@ def test_smollm3_config_values_it_cannot_read_are_named(change, exc, name):
         irope.smollm3_layer({**TF4, **change}, 3)
 
 
+# --- the Gemma 3 config readers ------------------------------------------------------------------
+
+GEMMA = {"num_hidden_layers": 6, "hidden_size": 16, "num_attention_heads": 2, "head_dim": 8}
+
+
+@pytest.mark.parametrize("call, exc, name", [
+    (lambda: lg.gemma3_rope_parameters({}, "foo"), ValueError, "layer_type"),
+    (lambda: lg.gemma3_rope_parameters({}, None), TypeError, "layer_type"),
+    (lambda: lg.gemma3_rope_parameters(None, "full_attention"), TypeError, "config"),
+    (lambda: lg.gemma3_rope_parameters({"rope_parameters": {"full_attention": {}}}, "sliding_attention"),
+     ValueError, "rope_parameters"),
+    (lambda: lg.gemma3_rope_parameters({"rope_parameters": {"full_attention": 5}}, "full_attention"),
+     TypeError, "rope_parameters"),
+    (lambda: lg.gemma3_rope_parameters({"rope_scaling": "linear"}, "full_attention"), TypeError, "rope_scaling"),
+    (lambda: lg.gemma3_attention({**GEMMA, "query_pre_attn_scalar": 0}, 0), ValueError, "query_pre_attn_scalar"),
+    (lambda: lg.gemma3_attention({**GEMMA, "query_pre_attn_scalar": "abc"}, 0), TypeError, "query_pre_attn_scalar"),
+    (lambda: lg.gemma3_attention({**GEMMA, "query_pre_attn_scalar": None}, 0), TypeError, "query_pre_attn_scalar"),
+    (lambda: lg.gemma3_attention({**GEMMA, "query_pre_attn_scalar": -4}, 0), ValueError, "query_pre_attn_scalar"),
+    (lambda: lg.gemma3_layer_types({"layer_types": [1, 2]}), ValueError, "layer_types"),
+    (lambda: lg.gemma3_layer_types({"layer_types": [1, "x"]}), ValueError, "layer_types"),
+    (lambda: lg.gemma3_layer_types({"layer_types": "sliding_attention"}), TypeError, "layer_types"),
+    (lambda: lg.gemma3_layer_types(None), TypeError, "config"),
+    (lambda: lg.gemma3_attention({**GEMMA, "layer_types": ["full_attention"] * 2}, 3), ValueError, "layer_types"),
+    (lambda: lg.gemma3_attention({**GEMMA, "head_dim": 0}, 0), ValueError, "head_dim"),
+    (lambda: lg.gemma3_attention({**GEMMA, "num_key_value_heads": 0}, 0), ValueError, "num_key_value_heads"),
+    (lambda: lg.gemma3_attention({**GEMMA, "attention_bias": "false"}, 0), TypeError, "attention_bias"),
+    (lambda: lg.gemma3_attention({**GEMMA, "sliding_window": None}, 0), TypeError, "sliding_window"),
+    (lambda: lg.gemma3_attention({**GEMMA, "sliding_window": 2 ** 70}, 0), ValueError, "sliding_window"),
+])
+def test_gemma3_config_values_it_cannot_read_are_named(call, exc, name):
+    with pytest.raises(exc, match=name):
+        call()
+
+
+def test_gemma3_layer_types_as_a_numpy_array_are_read():
+    types = np.array(["sliding_attention"] * 5 + ["full_attention"])
+    assert lg.gemma3_layer_types({**GEMMA, "layer_types": types}) == list(types)
+    assert lg.gemma3_attention({**GEMMA, "layer_types": types}, 5)[1]["sliding_window"] is None
+
+
 # --- Shaw ------------------------------------------------------------------------------------------
 
 def test_relative_buckets_at_the_ends_of_int64_do_not_wrap():
