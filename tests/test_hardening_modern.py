@@ -262,3 +262,22 @@ def test_a_chunk_of_2_62_puts_every_position_in_one_chunk():
     # i // 2**62 = 0 for every position below 2**62: all pairs may attend.
     got = masks.chunk_mask([0, 2 ** 62 - 1], [0, 5, 2 ** 62 - 1], 2 ** 62)
     assert got.tolist() == [[True, True, True], [True, True, True]]
+
+SQ, SK = np.array([0, 1, 2]), np.array([0, 1, 3, 4])
+RNG = np.random.default_rng(3)
+QS, WK, WV = RNG.standard_normal((2, 3, 4)), RNG.standard_normal((5, 4)), RNG.standard_normal((5, 4))
+WTS, DLOG, DOUT = RNG.random((2, 3, 4)), RNG.standard_normal((2, 3, 4)), RNG.standard_normal((2, 3, 4))
+
+
+@pytest.mark.parametrize("call", [
+    lambda f: shaw.relative_logits(f(QS) * 1e30, f(WK) * 1e30, SQ, SK, max_relative_position=2),
+    lambda f: shaw.relative_logits_pairwise(f(QS) * 1e30, f(WK) * 1e30, SQ, SK, max_relative_position=2),
+    lambda f: shaw.relative_values(f(WTS) * 1e20, f(WV) * 1e20, SQ, SK, max_relative_position=2),
+    lambda f: shaw.relative_values_pairwise(f(WTS) * 1e20, f(WV) * 1e20, SQ, SK, max_relative_position=2),
+    lambda f: shaw.relative_logits_backward(f(QS), f(WK) * 1e30, SQ, SK, f(DLOG) * 1e20, max_relative_position=2),
+    lambda f: shaw.relative_values_backward(f(WTS), f(WV) * 1e30, SQ, SK, f(DOUT) * 1e20, max_relative_position=2),
+], ids=["logits", "logits-pairwise", "values", "values-pairwise", "logits-backward", "values-backward"])
+def test_shaw_terms_that_overflow_float32_are_named(call):
+    # 1e30 * 1e30 > 3.4e38, the largest float32: before, inf and NaN came back.
+    with pytest.raises(ValueError, match="overflows float32; rescale"):
+        call(lambda a: a.astype(np.float32))
