@@ -259,8 +259,10 @@ def mrope_decode_positions(cache_length: int, length: int, delta: int) -> np.nda
     cache_length = check_int(cache_length, "cache_length", minimum=0)
     length = check_int(length, "length", minimum=0)
     delta = check_int(delta, "delta")
-    first, last = cache_length + delta, cache_length + delta + max(length - 1, 0)    # Python ints: exact
-    if length and max(abs(first), abs(last)) >= POSITION_LIMIT:
+    if length == 0:                                                       # no position to compute
+        return np.zeros((3, 0), np.int64)
+    first, last = cache_length + delta, cache_length + delta + length - 1  # Python ints: exact
+    if max(abs(first), abs(last)) >= POSITION_LIMIT:
         raise ValueError(f"cache_length + delta + arange(length) reaches {last if abs(last) >= abs(first) else first} "
                          f"(cache_length {cache_length}, delta {delta}, length {length}); positions must stay "
                          "below 2**62 in magnitude")

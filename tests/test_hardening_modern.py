@@ -47,6 +47,11 @@ def test_decode_positions_past_2_62_are_named(cache_length, length, delta):
         mrope.mrope_decode_positions(cache_length, length, delta)
 
 
+def test_no_decode_positions_is_empty_whatever_the_offset():
+    # length 0: no position is computed, so no offset can overflow (before: OverflowError from NumPy).
+    assert mrope.mrope_decode_positions(10, 0, 2 ** 70).shape == (3, 0)
+
+
 def test_decode_positions_near_the_limit_are_exact():
     # cache_length + delta + arange(2) by Python's integers.
     got = mrope.mrope_decode_positions(2 ** 62 - 10, 2, 7)
