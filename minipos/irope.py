@@ -247,13 +247,17 @@ def llama4_layer(config: dict, layer_idx: int):
     bools: ``attention_bias`` True or False, ``attn_temperature_tuning`` True or False or transformers
     4's integer (4 in its default and in Meta's config.json; non-zero is true); a string such as
     ``"false"`` raises ``TypeError``. ``layer_types`` must list ``"chunked_attention"`` or
-    ``"full_attention"`` for every layer.
+    ``"full_attention"`` for every layer. ``attention_chunk_size`` left out is 8192; None on a
+    chunked layer raises ``ValueError``, as HF's ``create_chunked_causal_mask`` does.
     """
     layers, layer_idx = _num_layers(config, layer_idx)
     rope = use_rope(config, layer_idx)
-    chunk = _get(config, "attention_chunk_size", 8192)
     kind = _layer_type(config, layers, layer_idx, {"chunked_attention", "full_attention"})
-    chunked = chunk is not None and (kind == "chunked_attention" if kind is not None else rope)
+    chunked = kind == "chunked_attention" if kind is not None else rope
+    chunk = config.get("attention_chunk_size", 8192)                             # absent: Llama4TextConfig's 8192
+    if chunked and chunk is None:                                                # HF's chunked mask refuses it too
+        raise ValueError(f"config['attention_chunk_size'] is None, but layer {layer_idx} is chunked "
+                         f"({'its layer_types entry' if kind is not None else 'a RoPE layer'}); give the chunk length")
     kwargs = {**_layer_kwargs(config),
               "attention_chunk": check_span(chunk, "config['attention_chunk_size']") if chunked else None}
     if rope:

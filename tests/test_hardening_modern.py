@@ -128,6 +128,15 @@ def test_llama4_config_values_it_cannot_read_are_named(change, exc, name):
         irope.llama4_layer({**BASE, **change}, 3 if "temperature" in str(change) else 0)
 
 
+def test_a_chunked_layer_without_a_chunk_length_is_named():
+    # HF's create_chunked_causal_mask raises "Could not find an `attention_chunk_size`" for None; before, the
+    # reader silently used 8192. A NoPE layer (not chunked) needs no chunk length; a key left out is 8192.
+    with pytest.raises(ValueError, match="attention_chunk_size"):
+        irope.llama4_layer({**BASE, "attention_chunk_size": None}, 0)
+    assert irope.llama4_layer({**BASE, "attention_chunk_size": None}, 3)[1]["attention_chunk"] is None
+    assert irope.llama4_layer(BASE, 0)[1]["attention_chunk"] == 8192
+
+
 def test_llama4_layer_types_decide_the_chunks():
     types = ["full_attention", "chunked_attention", "chunked_attention", "full_attention"]
     chunks = [irope.llama4_layer({**BASE, "layer_types": types, "attention_chunk_size": 7}, i)[1]["attention_chunk"]
