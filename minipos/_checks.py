@@ -22,6 +22,7 @@ __all__ = [
     "check_ndim",
     "check_choice",
     "check_bool",
+    "check_span",
     "float_dtype",
     "check_alloc",
     "check_broadcast",
@@ -53,6 +54,20 @@ def check_bool(value, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+POSITION_LIMIT = 2 ** 62
+"""Positions, and the windows, chunks and distances read against them, stay at most this (int64 keeps
+room for their differences)."""
+
+
+def check_span(value, name: str) -> int:
+    """A window or chunk length: an int in ``[1, 2**62]`` (positions are below ``2**62``, so a longer
+    one would change nothing, and ``i - W`` or ``i // C`` must stay in int64)."""
+    value = check_positive_int(value, name)
+    if value > POSITION_LIMIT:
+        raise ValueError(f"{name} must be at most 2**62 (positions are below 2**62), got {value}")
+    return value
 
 
 def check_positive_int(value, name: str) -> int:

@@ -25,7 +25,9 @@ arguments of one layer. Docs: ``docs/local-global.md``.
 
 from __future__ import annotations
 
-from ._checks import check_int, check_positive_int
+import numpy as np
+
+from ._checks import check_bool, check_choice, check_float, check_int, check_positive_int, check_span
 from .masks import sliding_window_mask
 from .rope_scaling import Rotary
 
@@ -39,33 +41,75 @@ GEMMA3_DEFAULTS = {"head_dim": 256, "query_pre_attn_scalar": 256, "sliding_windo
 """The defaults of transformers' ``Gemma3TextConfig`` for keys a config dict may leave out."""
 
 
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _check_config(config) -> dict:
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict (config.json, or a config's to_dict()), got {type(config).__name__}")
+    return config
+
+
+def _get(config, key, *, none: bool = True):
+    """``config[key]``, or the ``Gemma3TextConfig`` default where the key is absent (or None, if
+    ``none``; else None is returned for the caller's check to refuse)."""
+    if key not in config or (none and config[key] is None):
+        return GEMMA3_DEFAULTS[key]
+    return config[key]
+
+
 def gemma3_layer_types(config: dict) -> list:
     """``config["layer_types"]``, or the older ``sliding_window_pattern`` rule: layer ``i`` is
-    ``"sliding_attention"`` unless ``(i + 1) % pattern == 0`` (pattern 6: every sixth is global)."""
+    ``"sliding_attention"`` unless ``(i + 1) % pattern == 0`` (pattern 6: every sixth is global).
+
+    ``layer_types`` must be a list of ``"sliding_attention"`` / ``"full_attention"``, one per layer
+    where the config also gives ``num_hidden_layers`` (transformers 5 checks the same)."""
+    _check_config(config)
     if config.get("layer_types") is not None:
-        types = list(config["layer_types"])
-        bad = sorted({t for t in types} - {"sliding_attention", "full_attention"})
-        if bad:
-            raise ValueError(f"config['layer_types'] may hold 'sliding_attention' and 'full_attention', got {bad[0]!r}")
-        return types
+        types = config["layer_types"]
+        if isinstance(types, np.ndarray):
+            types = types.tolist()
+        if not isinstance(types, (list, tuple)):
+            raise TypeError(f"config['layer_types'] must be a list of {list(LAYER_TYPES)}, got "
+                            f"{type(types).__name__} {types!r}"[:300])
+        for t in types:
+            if not isinstance(t, str) or t not in LAYER_TYPES:
+                raise ValueError(f"config['layer_types'] may hold 'sliding_attention' and 'full_attention', got {t!r}")
+        n = config.get("num_hidden_layers")
+        if n is not None and check_positive_int(n, "config['num_hidden_layers']") != len(types):
+            raise ValueError(f"config['layer_types'] must have one entry per layer (num_hidden_layers = {n}), "
+                             f"got {len(types)}")
+        return list(types)
     n = check_positive_int(config.get("num_hidden_layers"), "config['num_hidden_layers']")
-    pattern = check_positive_int(config.get("sliding_window_pattern", GEMMA3_DEFAULTS["sliding_window_pattern"]),
-                                 "config['sliding_window_pattern']")
+    pattern = check_positive_int(_get(config, "sliding_window_pattern"), "config['sliding_window_pattern']")
     return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
 
 
+def _params(value, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict of RoPE parameters, got {type(value).__name__} {value!r}"[:300])
+    return dict(value)
+
+
 def gemma3_rope_parameters(config: dict, layer_type: str) -> dict:
-    """The RoPE parameters of one layer type, as transformers 5 stores them
-    (``config["rope_parameters"][layer_type]``), or built from the older keys: local layers
-    ``rope_local_base_freq``, global layers ``rope_theta`` plus ``rope_scaling``."""
+    """The RoPE parameters of one layer type, ``"sliding_attention"`` or ``"full_attention"``, as
+    transformers 5 stores them (``config["rope_parameters"][layer_type]``, which must then be
+    there), or built from the older keys of transformers 4: local layers ``rope_local_base_freq``,
+    global layers ``rope_theta`` plus ``rope_scaling``."""
+    _check_config(config)
+    check_choice(layer_type, "layer_type", set(LAYER_TYPES))
     params = config.get("rope_parameters")
-    if params is not None and layer_type in params:
-        return dict(params[layer_type])
+    if params is not None:
+        params = _params(params, "config['rope_parameters']")
+        if layer_type not in params:
+            raise ValueError(f"config['rope_parameters'] must map each layer type to its parameters "
+                             f"(transformers 5), but has no {layer_type!r}: its keys are {sorted(map(str, params))}"[:300])
+        return _params(params[layer_type], f"config['rope_parameters'][{layer_type!r}]")
     if layer_type == "sliding_attention":
-        return {"rope_type": "default", "rope_theta": config.get("rope_local_base_freq",
-                                                                 GEMMA3_DEFAULTS["rope_local_base_freq"])}
-    found = {"rope_type": "default", **(config.get("rope_scaling") or {})}
-    found.setdefault("rope_theta", config.get("rope_theta", GEMMA3_DEFAULTS["rope_theta"]))
+        return {"rope_type": "default", "rope_theta": _get(config, "rope_local_base_freq")}
+    scaling = config.get("rope_scaling")
+    found = {"rope_type": "default", **({} if scaling is None else _params(scaling, "config['rope_scaling']"))}
+    found.setdefault("rope_theta", _get(config, "rope_theta"))
     return found
 
 
@@ -78,10 +122,13 @@ def gemma3_attention(config: dict, layer_idx: int):
     heads, ``scale = query_pre_attn_scalar ** -0.5``. Gemma 3's per-head ``q_norm``/``k_norm``
     (RMSNorm before RoPE) are not modelled: apply them to q and k yourself or treat them as the
     identity. Keys minipos cannot honour raise: ``attn_logit_softcapping`` (Gemma 2) and
-    ``use_bidirectional_attention``.
+    ``use_bidirectional_attention``. Keys left out take ``Gemma3TextConfig``'s defaults
+    (``GEMMA3_DEFAULTS``); a key given must be of its type: ``query_pre_attn_scalar`` a number > 0
+    (None raises: it differs between checkpoints, so it is not guessed), ``head_dim`` an int >= 1
+    (None: the default), ``sliding_window`` an int >= 1 on a local layer, ``attention_bias`` True or
+    False (a string such as ``"false"`` raises ``TypeError``).
     """
-    if not isinstance(config, dict):
-        raise TypeError(f"config must be a dict (config.json, or a config's to_dict()), got {type(config).__name__}")
+    _check_config(config)
     for key in ("attn_logit_softcapping", "use_bidirectional_attention"):
         if config.get(key):
             raise ValueError(f"config[{key!r}] = {config[key]!r} is not modelled by MultiHeadAttention")
@@ -91,14 +138,18 @@ def gemma3_attention(config: dict, layer_idx: int):
         raise ValueError(f"layer_idx must be below the number of layers ({len(types)}), got {layer_idx}")
     kind = types[layer_idx]
     heads = check_positive_int(config.get("num_attention_heads"), "config['num_attention_heads']")
+    kv = config.get("num_key_value_heads")
+    scalar = check_float(_get(config, "query_pre_attn_scalar", none=False), "config['query_pre_attn_scalar']",
+                         positive=True)                                # None: HF's scaling fails too; no guess
     kwargs = {
         "d_model": check_positive_int(config.get("hidden_size"), "config['hidden_size']"),
         "num_heads": heads,
-        "num_kv_heads": config.get("num_key_value_heads") or heads,
-        "head_dim": config.get("head_dim") or GEMMA3_DEFAULTS["head_dim"],
-        "bias": bool(config.get("attention_bias", False)),
-        "scale": float(config.get("query_pre_attn_scalar", GEMMA3_DEFAULTS["query_pre_attn_scalar"])) ** -0.5,
-        "sliding_window": (config.get("sliding_window", GEMMA3_DEFAULTS["sliding_window"])
+        "num_kv_heads": heads if kv is None else check_positive_int(kv, "config['num_key_value_heads']"),
+        "head_dim": check_positive_int(_get(config, "head_dim"), "config['head_dim']"),
+        "bias": check_bool(False if config.get("attention_bias") is None else config["attention_bias"],
+                           "config['attention_bias']"),
+        "scale": check_float(scalar ** -0.5, "query_pre_attn_scalar ** -0.5 (the scale)", positive=True),
+        "sliding_window": (check_span(_get(config, "sliding_window", none=False), "config['sliding_window']")
                            if kind == "sliding_attention" else None),
     }
     return Rotary(layout="half", scaling=gemma3_rope_parameters(config, kind)), kwargs

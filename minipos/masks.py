@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_positions, check_positive_int
+from ._checks import as_positions, check_span
 
 __all__ = ["sliding_window_mask", "chunk_mask", "block_mask_fn"]
 
@@ -24,11 +24,12 @@ def sliding_window_mask(q_positions, k_positions, window: int) -> np.ndarray:
     """Boolean ``(T, S)``: query ``t`` may attend key ``s`` iff ``q_t - window < k_s <= q_t``.
 
     q_positions: ``(T,)``, k_positions: ``(S,)`` integer positions; window: ``W >= 1``, the number
-    of positions a query sees, its own included (HF ``config.sliding_window``).
+    of positions a query sees, its own included (HF ``config.sliding_window``), at most ``2**62``
+    (positions are below it; ``ValueError`` beyond, as the layer's ``sliding_window``).
     """
     q = as_positions(q_positions, "q_positions")
     k = as_positions(k_positions, "k_positions")
-    window = check_positive_int(window, "window")
+    window = check_span(window, "window")
     return _window(q, k, window)
 
 
@@ -36,9 +37,10 @@ def chunk_mask(q_positions, k_positions, chunk: int) -> np.ndarray:
     """Chunked attention's rule ``(T, S)`` bool: query at ``i`` may see key at ``j`` iff ``i // C == j // C``.
 
     Not causal by itself: the layer ANDs it with the causal and padding masks, as HF's
-    ``chunked_overlay`` is ANDed with ``causal_mask_function``.
+    ``chunked_overlay`` is ANDed with ``causal_mask_function``. chunk: ``C`` in ``[1, 2**62]``, as
+    the layer's ``attention_chunk`` (``ValueError`` beyond).
     """
-    chunk = check_positive_int(chunk, "chunk")
+    chunk = check_span(chunk, "chunk")
     return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
 
 

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_bool, check_float, check_int, check_ndim
+from ._checks import (POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_bool, check_float, check_int,
+                      check_ndim)
 from .rope import as_inv_freq, check_angles, overflow_raises, rope_inv_freq, rotate_half
 from .seams import Scheme
 
@@ -72,6 +73,7 @@ def mrope_streams(mrope_section, *, interleaved: bool = False) -> np.ndarray:
     half = n_t + n_h + n_w
     if half < 1:
         raise ValueError(f"mrope_section must count D/2 >= 1 frequencies, got {list(section)}")
+    check_alloc((half,), np.int64, f"mrope_section {list(section)} (D/2 = {half} frequencies)", copies=3)
     if not isinstance(interleaved, (bool, np.bool_)):
         raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
     if not interleaved:
@@ -107,9 +109,11 @@ def mrope_angles(positions, inv_freq, mrope_section, *, interleaved: bool = Fals
     """
     pos = stream_positions(positions)                                       # (3, T)
     inv_freq = as_inv_freq(inv_freq)                                       # (D/2,)
-    streams = mrope_streams(mrope_section, interleaved=interleaved)         # (D/2,)
-    if len(streams) != len(inv_freq):
-        raise ValueError(f"mrope_section counts {len(streams)} frequencies but inv_freq has {len(inv_freq)} (D/2)")
+    section = check_section(mrope_section)
+    if sum(section) != len(inv_freq):                                      # before building (D/2,) streams
+        raise ValueError(f"mrope_section {list(section)} counts {sum(section)} frequencies but inv_freq has "
+                         f"{len(inv_freq)} (D/2)")
+    streams = mrope_streams(section, interleaved=interleaved)              # (D/2,)
     check_angles(pos, inv_freq, 1.0)
     own = pos[streams].T.astype(np.float64)                                 # (T, D/2): position owning pair i
     return own * inv_freq                                                   # (T, D/2): p_{s(i)} θ_i
@@ -180,11 +184,26 @@ def _runs(types: np.ndarray) -> list:
 
 
 def _vision_positions(start: int, grid, merge: int, interval: float) -> np.ndarray:
-    """Positions ``(3, t h w / m²)`` of one vision block starting at ``start`` (HF ``get_vision_position_ids``)."""
+    """Positions ``(3, t h w / m²)`` of one vision block starting at ``start`` (HF ``get_vision_position_ids``);
+    the caller has checked the token count ``t h w / m²`` and that ``start`` plus the last frame's
+    ``floor((t - 1) interval)`` and ``max(h, w) / m`` stay below ``2**62``."""
     t, h, w = grid[0], grid[1] // merge, grid[2] // merge
     tt, hh, ww = np.meshgrid(np.floor(np.arange(t) * interval).astype(np.int64), np.arange(h), np.arange(w),
                              indexing="ij")                                 # (t, h, w) each
     return start + np.stack([tt, hh, ww]).reshape(3, -1)                    # (3, t h w)
+
+
+def _check_block(label, index, grid, merge, step, start, run_start, run_length):
+    """Raise unless the block's ``t h w / m²`` tokens fill its run and its positions fit below ``2**62``."""
+    t, h, w = grid[0], grid[1] // merge, grid[2] // merge
+    if t * h * w != run_length:                                             # before allocating the block
+        raise ValueError(f"{label}[{index}] = {list(grid)} with spatial_merge_size {merge} needs "
+                         f"{t * h * w} tokens, but its run in token_types (at {run_start}) has {run_length}")
+    last = start + max(float(np.floor((t - 1) * step)), h - 1, w - 1)        # the block's largest position
+    if last >= POSITION_LIMIT:
+        what = (f"video_time_intervals[{index}] = {step:g} puts frame {t - 1} of video {index}"
+                if float(np.floor((t - 1) * step)) + start >= POSITION_LIMIT else f"{label}[{index}] = {list(grid)} puts")
+        raise ValueError(f"{what} at position {last:.4g}, beyond the 2**62 positions may reach")
 
 
 def mrope_positions(token_types, *, image_grid_thw=None, video_grid_thw=None, spatial_merge_size: int = 2,
@@ -219,11 +238,8 @@ def mrope_positions(token_types, *, image_grid_thw=None, video_grid_thw=None, sp
         if used[kind] == len(grids[kind]):
             raise ValueError(f"{label} has {len(grids[kind])} grids but token_types has more {label[:5]} runs")
         grid, step = grids[kind][used[kind]], steps[kind][used[kind]]
-        block = _vision_positions(current, grid, merge, step)               # (3, t h w / m²)
-        if block.shape[1] != end - start:
-            raise ValueError(f"{label}[{used[kind]}] = {list(grid)} with spatial_merge_size {merge} needs "
-                             f"{block.shape[1]} tokens, but its run in token_types (at {start}) has {end - start}")
-        parts.append(block)
+        _check_block(label, used[kind], grid, merge, step, current, start, end - start)
+        parts.append(_vision_positions(current, grid, merge, step))         # (3, t h w / m²)
         used[kind] += 1
         current += max(grid[1], grid[2]) // merge                           # HF 5.24: not max(block) + 1
     for kind, label in ((IMAGE, "image_grid_thw"), (VIDEO, "video_grid_thw")):
@@ -236,11 +252,22 @@ def mrope_positions(token_types, *, image_grid_thw=None, video_grid_thw=None, sp
 
 def mrope_decode_positions(cache_length: int, length: int, delta: int) -> np.ndarray:
     """Positions ``(3, length)`` of tokens decoded after ``cache_length`` cached ones:
-    ``cache_length + delta + arange(length)`` in all three streams (HF ``rope_deltas``)."""
+    ``cache_length + delta + arange(length)`` in all three streams (HF ``rope_deltas``).
+
+    Every position must have magnitude below ``2**62``, as positions elsewhere (``ValueError``
+    naming the three arguments otherwise, never a position wrapped around int64)."""
     cache_length = check_int(cache_length, "cache_length", minimum=0)
     length = check_int(length, "length", minimum=0)
     delta = check_int(delta, "delta")
-    return np.broadcast_to(cache_length + delta + np.arange(length, dtype=np.int64), (3, length)).copy()
+    if length == 0:                                                       # no position to compute
+        return np.zeros((3, 0), np.int64)
+    first, last = cache_length + delta, cache_length + delta + length - 1  # Python ints: exact
+    if max(abs(first), abs(last)) >= POSITION_LIMIT:
+        raise ValueError(f"cache_length + delta + arange(length) reaches {last if abs(last) >= abs(first) else first} "
+                         f"(cache_length {cache_length}, delta {delta}, length {length}); positions must stay "
+                         "below 2**62 in magnitude")
+    check_alloc((3, length), np.int64, "length (positions (3, length))", copies=2)
+    return np.broadcast_to(first + np.arange(length, dtype=np.int64), (3, length)).copy()
 
 
 # --------------------------------------------------------------------------- the scheme the layer runs

@@ -35,7 +35,8 @@ only ``2k + 1`` distinct vectors exist:
 the gradient of a gather is a sum per bucket, and the other way round.
 
 Conventions: q ``(..., H, T, D)``, weights ``(..., H, T, S)``, tables ``(2k + 1, D)``; the logits
-returned are *unscaled* (the layer multiplies them by ``1/sqrt(D)`` with ``q . k``).
+returned are *unscaled* (the layer multiplies them by ``1/sqrt(D)`` with ``q . k``). A term or
+gradient that overflows its dtype raises ``ValueError`` naming the inputs to rescale, never inf.
 
 The scheme class the layer runs, ``Shaw``, is at the bottom of this module.
 """
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_alloc, check_int
+from ._checks import POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_int, check_overflow
 from .seams import Scheme
 
 __all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "relative_values",
@@ -54,19 +55,33 @@ __all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "r
 def relative_buckets(q_positions, k_positions, max_relative_position: int) -> np.ndarray:
     """The table row of every pair: ``clip(j - i, k) + k`` ``(T, S)``, in ``0 ... 2k``.
 
-    q_positions ``(T,)``, k_positions ``(S,)``: integer positions (negative allowed);
-    max_relative_position: k >= 0 (k = 0 gives one row: no position at all).
+    q_positions ``(T,)``, k_positions ``(S,)``: integer positions (negative allowed, any int64:
+    ``j - i`` is clipped without overflowing); max_relative_position: k in ``[0, 2**62)`` (k = 0
+    gives one row: no position at all; the row ``2k`` must fit int64).
     """
-    k = check_int(max_relative_position, "max_relative_position", minimum=0)
+    k = check_max_relative_position(max_relative_position)
     i = as_positions(q_positions, "q_positions", allow_negative=True)
     j = as_positions(k_positions, "k_positions", allow_negative=True)
-    return np.clip(j[None, :] - i[:, None], -k, k) + k                  # (T, S)
+    ahead = j[None, :] >= i[:, None]                                      # (T, S): j - i >= 0
+    iu, ju = i.astype(np.uint64), j.astype(np.uint64)                     # two's complement: the
+    up = np.minimum(ju[None, :] - iu[:, None], np.uint64(k))              # differences mod 2**64 are
+    down = np.minimum(iu[:, None] - ju[None, :], np.uint64(k))            # exact where they are >= 0
+    return np.where(ahead, up.astype(np.int64), -down.astype(np.int64)) + k   # (T, S): clip(j - i, k) + k
+
+
+def check_max_relative_position(k) -> int:
+    """``k`` as an int in ``[0, 2**62)``, or raise naming ``max_relative_position``."""
+    k = check_int(k, "max_relative_position", minimum=0)
+    if k >= POSITION_LIMIT:
+        raise ValueError(f"max_relative_position must be below 2**62 (the table's last row 2k must fit int64; "
+                         f"positions are below 2**62), got {k}")
+    return k
 
 
 def _check(table, name, k, D=None):
     """``table`` as a float ``(2k + 1, D)`` array (``D`` given: that width)."""
     table = as_float_array(table, name)
-    rows = 2 * check_int(k, "max_relative_position", minimum=0) + 1
+    rows = 2 * check_max_relative_position(k) + 1
     if table.ndim != 2 or table.shape[0] != rows or (D is not None and table.shape[1] != D):
         want = f"(2k + 1, D) = ({rows}, {'D' if D is None else D})"
         raise ValueError(f"{name} must have shape {want} for max_relative_position = {k}, got {table.shape}")
@@ -110,7 +125,9 @@ def relative_logits(q, w_k, q_positions, k_positions, *, max_relative_position: 
     buckets = relative_buckets(q_positions, k_positions, max_relative_position)
     q = _check_pairs(q, "q", buckets, "D")
     w_k = _check(w_k, "w_k", max_relative_position, q.shape[-1])
-    return _gather(q @ w_k.T, buckets)                                    # (..., H, T, 2k+1) -> (..., H, T, S)
+    with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+        per_bucket = q @ w_k.T                                            # (..., H, T, 2k+1)
+    return _gather(check_overflow(per_bucket, "q . a^K", "q or w_k"), buckets)   # (..., H, T, S)
 
 
 def relative_logits_pairwise(q, w_k, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
@@ -118,7 +135,9 @@ def relative_logits_pairwise(q, w_k, q_positions, k_positions, *, max_relative_p
     buckets = relative_buckets(q_positions, k_positions, max_relative_position)
     q = _check_pairs(q, "q", buckets, "D")
     a_k = _check(w_k, "w_k", max_relative_position, q.shape[-1])[buckets]   # (T, S, D)
-    return np.einsum("...td,tsd->...ts", q, a_k)                          # (..., H, T, S)
+    with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+        out = np.einsum("...td,tsd->...ts", q, a_k)                       # (..., H, T, S)
+    return check_overflow(out, "q . a^K", "q or w_k")
 
 
 def relative_values(weights, w_v, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
@@ -130,7 +149,9 @@ def relative_values(weights, w_v, q_positions, k_positions, *, max_relative_posi
     buckets = relative_buckets(q_positions, k_positions, max_relative_position)
     weights = _check_pairs(weights, "weights", buckets)
     w_v = _check(w_v, "w_v", max_relative_position)
-    return _bucket_sum(weights, buckets, len(w_v)) @ w_v                 # (..., H, T, 2k+1) @ (2k+1, D)
+    with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+        out = _bucket_sum(weights, buckets, len(w_v)) @ w_v              # (..., H, T, 2k+1) @ (2k+1, D)
+    return check_overflow(out, "sum_j weights_ij a^V_ij", "weights or w_v")
 
 
 def relative_values_pairwise(weights, w_v, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
@@ -138,7 +159,9 @@ def relative_values_pairwise(weights, w_v, q_positions, k_positions, *, max_rela
     buckets = relative_buckets(q_positions, k_positions, max_relative_position)
     weights = _check_pairs(weights, "weights", buckets)
     a_v = _check(w_v, "w_v", max_relative_position)[buckets]               # (T, S, D)
-    return np.einsum("...ts,tsd->...td", weights, a_v)                    # (..., H, T, D)
+    with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+        out = np.einsum("...ts,tsd->...td", weights, a_v)                 # (..., H, T, D)
+    return check_overflow(out, "sum_j weights_ij a^V_ij", "weights or w_v")
 
 
 def relative_logits_backward(q, w_k, q_positions, k_positions, dlogits, *, max_relative_position: int):
@@ -153,8 +176,11 @@ def relative_logits_backward(q, w_k, q_positions, k_positions, dlogits, *, max_r
     dlogits = _check_pairs(dlogits, "dlogits", buckets)
     if dlogits.shape[:-2] != q.shape[:-2]:
         raise ValueError(f"dlogits must have the leading shape of q {q.shape[:-2]}, got {dlogits.shape[:-2]}")
-    g = _bucket_sum(dlogits, buckets, len(w_k))                          # (..., H, T, 2k+1)
-    return g @ w_k, _sum_outer(g, q)                                     # (..., H, T, D), (2k+1, D)
+    with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+        g = _bucket_sum(dlogits, buckets, len(w_k))                      # (..., H, T, 2k+1)
+        dq, dw_k = g @ w_k, _sum_outer(g, q)                             # (..., H, T, D), (2k+1, D)
+    return (check_overflow(dq, "the gradient of q", "dlogits or w_k"),
+            check_overflow(dw_k, "the gradient of w_k", "dlogits or q"))
 
 
 def relative_values_backward(weights, w_v, q_positions, k_positions, dout, *, max_relative_position: int):
@@ -169,8 +195,11 @@ def relative_values_backward(weights, w_v, q_positions, k_positions, dout, *, ma
     dout = _check_pairs(dout, "dout", buckets, w_v.shape[1])
     if dout.shape[:-2] != weights.shape[:-2]:
         raise ValueError(f"dout must have the leading shape of weights {weights.shape[:-2]}, got {dout.shape[:-2]}")
-    g = _bucket_sum(weights, buckets, len(w_v))                         # (..., H, T, 2k+1)
-    return _gather(dout @ w_v.T, buckets), _sum_outer(g, dout)          # (..., H, T, S), (2k+1, D)
+    with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+        g = _bucket_sum(weights, buckets, len(w_v))                     # (..., H, T, 2k+1)
+        dweights, dw_v = _gather(dout @ w_v.T, buckets), _sum_outer(g, dout)   # (..., H, T, S), (2k+1, D)
+    return (check_overflow(dweights, "the gradient of weights", "dout or w_v"),
+            check_overflow(dw_v, "the gradient of w_v", "dout or weights"))
 
 
 # --------------------------------------------------------------------------- the scheme the layer runs
@@ -189,12 +218,13 @@ class Shaw(Scheme):
     terms = ("content-content", "content-position")
 
     def __init__(self, max_relative_position: int = 16):
-        self.max_relative_position = check_int(max_relative_position, "max_relative_position", minimum=0)
+        self.max_relative_position = check_max_relative_position(max_relative_position)
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
         rows = 2 * self.max_relative_position + 1
-        check_alloc((2, rows, self.head_dim), layer.dtype, "Shaw's tables w_k, w_v (2k + 1, D)")
+        check_alloc((2, rows, self.head_dim), layer.dtype,
+                    f"max_relative_position = {self.max_relative_position} (Shaw's tables w_k, w_v (2k + 1, D))")
         self.w_k = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
         self.w_v = (rng.standard_normal((rows, self.head_dim)) / np.sqrt(self.head_dim)).astype(layer.dtype)
 
