@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.skipif(not (FULL / "summary.json").exists(), reason="th
 
 spec = importlib.util.spec_from_file_location("docs_evidence", ROOT / "docs" / "hooks" / "evidence.py")
 evidence = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = evidence                      # a dataclass needs its module registered
 spec.loader.exec_module(evidence)
 
 
