@@ -69,7 +69,7 @@ def test_a_claim_the_records_do_not_bear_fails_with_its_statement():
 
 
 def test_unknown_rows_and_lengths_fail_loudly():
-    with pytest.raises(evidence.EvidenceError, match=r"no row .rope \\+ntk-by-parts."):
+    with pytest.raises(evidence.EvidenceError, match=r"no row .rope \+ntk-by-parts."):
         evidence.cell("markov", "rope +ntk-by-parts", 64)
     with pytest.raises(evidence.EvidenceError, match="no length 2048"):
         evidence.cell("markov", "rope", 2048)
