@@ -26,7 +26,7 @@ FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
 
 __all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
            "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
-           "attention_distance", "claim"]
+           "attention_distance", "position_excess", "claim"]
 
 
 class EvidenceError(AssertionError):
@@ -164,6 +164,20 @@ def attention_distance(task: str, scheme: str, length: int) -> list[list[float]]
         per_seed.append(rows[0]["attention"]["distance"])
     return [[sum(p[layer][h] for p in per_seed) / len(per_seed) for h in range(len(per_seed[0][layer]))]
             for layer in range(len(per_seed[0]))]
+
+
+def position_excess(scheme: str, length: int, variant: str = "base") -> list[tuple[int, int, float]]:
+    """Markov loss above the per-position floor of ``scheme`` at ``length``, by position bin:
+    ``[(start, end, excess)]``, the excess averaged over the seeds' records."""
+    per_seed, edges = [], None
+    for s in seeds("markov", scheme if variant == "base" else f"{scheme} +{variant}"):
+        rows = [r for r in record("markov", scheme, s)["results"][variant]["lengths"] if r["length"] == length]
+        if not rows or not rows[0].get("positions"):
+            raise EvidenceError(f"markov-{scheme}-s{s}: no per-position loss at length {length}")
+        pos = rows[0]["positions"]
+        edges = pos["edges"]
+        per_seed.append([a - b for a, b in zip(pos["loss"], pos["floor"])])
+    return [(edges[b], edges[b + 1], sum(p[b] for p in per_seed) / len(per_seed)) for b in range(len(edges) - 1)]
 
 
 def claim(holds: bool, statement: str) -> None:
