@@ -114,3 +114,16 @@ def test_tour_says_not_measured_for_a_scheme_without_a_record(capsys, monkeypatc
     assert main(["tour", "--json", "--seq-len", "8"]) == 0
     rows = {r["scheme"]: r for r in json.loads(capsys.readouterr().out)["schemes"]}
     assert rows["alibi"]["lab_measured"] is None and rows["rope"]["lab_measured"] is not None
+
+
+def test_tour_headers_say_what_the_columns_test(capsys):
+    # "relative? yes" for NoPE misled: the shift keeps the sequence start under the causal mask, from
+    # which NoPE reads absolute position (why-position.md shows 1/(t+1) recovered from the mask alone);
+    # "runs at 4T" is whether the forward pass runs, not whether a trained model works there
+    assert main(["tour", "--seq-len", "8"]) == 0
+    out = capsys.readouterr().out
+    header = next(x for x in out.splitlines() if x.startswith("scheme "))
+    assert "shift-invariant given the mask" in header and "runs at 32 (not quality)" in header
+    assert "relative" not in header
+    assert "cannot see the" in out and "absolute position a causal model reads from the mask" in out
+    assert "whether a trained model" in out

@@ -1,0 +1,186 @@
+"""The lab numbers the pages state, read from the committed records in one place.
+
+Every page that quotes a measurement of ``lab/results/full`` reads it through this module
+(``from docs.hooks.evidence import ...`` inside an ``exec`` block; the build runs from the
+repository root), and every claim a page makes about the records is a ``claim(...)`` that raises
+``EvidenceError`` when the records no longer bear it out. markdown-exec turns the exception into
+a warning and ``mkdocs build --strict`` into a failed build, so a number or a verdict that drifts
+stops the site instead of standing on it.
+
+What the records hold (``lab/results/full/summary.json`` and one ``<task>-<scheme>-s<seed>.json``
+per run): per task, rows keyed by the row name (``"rope"``, ``"rope +yarn"``, ``"learned(64)"``),
+each with ``lengths`` (loss above the floor for ``markov``, accuracy for ``retrieval``) and, for
+retrieval, ``offsets``; every cell is ``{"mean", "sd", "n", ...}`` or ``"cannot run"``. A cell's
+standard error is its ``"se"`` when the summary has one, otherwise ``sd / sqrt(n)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
+
+__all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
+           "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
+           "attention_distance", "position_excess", "claim"]
+
+
+class EvidenceError(AssertionError):
+    """A page's statement about the lab records does not hold for the committed records."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One summary cell: the mean over seeds, its standard error and the number of seeds."""
+
+    mean: float
+    se: float
+    n: int
+
+    def __format__(self, spec: str) -> str:
+        """``f"{c:.3f}"`` gives ``0.056 ± 0.004``; ``f"{c:.0%}"`` gives ``100% ± 0%``."""
+        spec = spec or ".3f"
+        return f"{format(self.mean, spec)} ± {format(self.se, spec)}"
+
+
+@functools.lru_cache(maxsize=None)
+def summary() -> dict:
+    """The lab's ``summary.json`` (raises ``EvidenceError`` if it is missing)."""
+    path = FULL / "summary.json"
+    if not path.exists():
+        raise EvidenceError(f"{path} is missing: the pages read the lab's committed records")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def record(task: str, scheme: str, seed: int = 0) -> dict:
+    """One run's record, ``<task>-<scheme>-s<seed>.json``."""
+    path = FULL / f"{task}-{scheme}-s{seed}.json"
+    if not path.exists():
+        raise EvidenceError(f"{path} is missing")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _row(task: str, row: str) -> dict:
+    rows = summary()[task]["rows"]
+    if row not in rows:
+        raise EvidenceError(f"the {task} summary has no row {row!r} (rows: {', '.join(rows)})")
+    return rows[row]
+
+
+def _cell(raw, where: str) -> Cell | None:
+    if raw == "cannot run":
+        return None
+    if not isinstance(raw, dict) or "mean" not in raw:
+        raise EvidenceError(f"{where}: expected a cell with a mean, got {raw!r}")
+    n = int(raw["n"])
+    se = raw["se"] if "se" in raw else (raw["sd"] / math.sqrt(n) if n > 1 else float("nan"))
+    return Cell(float(raw["mean"]), float(se), n)
+
+
+def cell(task: str, row: str, length: int) -> Cell | None:
+    """Loss above the floor (``markov``) or accuracy (``retrieval``) of ``row`` at ``length``;
+    ``None`` where the scheme cannot run there."""
+    cells = _row(task, row)["lengths"]
+    if str(length) not in cells:
+        raise EvidenceError(f"{task}/{row} has no length {length} (lengths: {', '.join(cells)})")
+    return _cell(cells[str(length)], f"{task}/{row}/{length}")
+
+
+def offsets(row: str, length: int) -> dict[int, Cell]:
+    """Retrieval accuracy of ``row`` at ``length`` by offset (write block to read block)."""
+    by = _row("retrieval", row).get("offsets", {}).get(str(length))
+    if by is None:
+        raise EvidenceError(f"retrieval/{row} has no offsets at length {length}")
+    return {int(o): _cell(v, f"retrieval/{row}/{length}/{o}") for o, v in by.items()}
+
+
+def offset_cell(row: str, length: int, offset: int) -> Cell:
+    """Retrieval accuracy of ``row`` at ``length`` for one ``offset``."""
+    by = offsets(row, length)
+    if offset not in by:
+        raise EvidenceError(f"retrieval/{row}/{length} has no offset {offset} (offsets: {sorted(by)})")
+    return by[offset]
+
+
+def entropy(task: str, row: str, length: int) -> Cell:
+    """Mean attention entropy (nats, over layers and heads) of ``row`` at ``length``."""
+    by = _row(task, row).get("attention_entropy", {})
+    if str(length) not in by:
+        raise EvidenceError(f"{task}/{row} has no attention entropy at {length}")
+    return _cell(by[str(length)], f"{task}/{row}/entropy/{length}")
+
+
+def seeds(task: str, row: str) -> list[int]:
+    return list(_row(task, row)["seeds"])
+
+
+def floor() -> dict:
+    """The Markov source's entropies in nats: ``entropy_rate`` (the floor), ``order1`` (predicting from
+    the previous symbol only) and ``unigram`` (from nothing)."""
+    return dict(record("markov", "rope")["floor"])
+
+
+def setting(name: str, task: str = "markov"):
+    """One training setting of the runs (``length``, ``d_model``, ``steps``, ``values``...)."""
+    s = record(task, "rope")["settings"]
+    if name not in s:
+        raise EvidenceError(f"the {task} records have no setting {name!r}")
+    return s[name]
+
+
+def train_length() -> int:
+    return int(setting("length"))
+
+
+def lengths() -> list[int]:
+    """The evaluated lengths, ``L`` first."""
+    return sorted(int(n) for n in _row("markov", "rope")["lengths"])
+
+
+def far_offset(length: int | None = None) -> int:
+    """The farthest retrieval offset at ``length`` (default the longest length)."""
+    return max(offsets("rope", length or lengths()[-1]))
+
+
+def chance() -> float:
+    """Retrieval accuracy of a guess: ``1 / values``."""
+    return 1.0 / setting("values", "retrieval")
+
+
+def attention_distance(task: str, scheme: str, length: int) -> list[list[float]]:
+    """Mean attended distance ``i - j`` (tokens) of each head of ``scheme``'s base model at ``length``,
+    ``[layer][head]``, averaged over the seeds' records. A head attending uniformly under the causal
+    mask averages ``(length - 1) / 4``."""
+    per_seed = []
+    for s in seeds(task, scheme):
+        rows = [r for r in record(task, scheme, s)["results"]["base"]["lengths"] if r["length"] == length]
+        if not rows or not (rows[0].get("attention") or {}).get("distance"):
+            raise EvidenceError(f"{task}-{scheme}-s{s}: no attention distance at length {length}")
+        per_seed.append(rows[0]["attention"]["distance"])
+    return [[sum(p[layer][h] for p in per_seed) / len(per_seed) for h in range(len(per_seed[0][layer]))]
+            for layer in range(len(per_seed[0]))]
+
+
+def position_excess(scheme: str, length: int, variant: str = "base") -> list[tuple[int, int, float]]:
+    """Markov loss above the per-position floor of ``scheme`` at ``length``, by position bin:
+    ``[(start, end, excess)]``, the excess averaged over the seeds' records."""
+    per_seed, edges = [], None
+    for s in seeds("markov", scheme if variant == "base" else f"{scheme} +{variant}"):
+        rows = [r for r in record("markov", scheme, s)["results"][variant]["lengths"] if r["length"] == length]
+        if not rows or not rows[0].get("positions"):
+            raise EvidenceError(f"markov-{scheme}-s{s}: no per-position loss at length {length}")
+        pos = rows[0]["positions"]
+        edges = pos["edges"]
+        per_seed.append([a - b for a, b in zip(pos["loss"], pos["floor"])])
+    return [(edges[b], edges[b + 1], sum(p[b] for p in per_seed) / len(per_seed)) for b in range(len(edges) - 1)]
+
+
+def claim(holds: bool, statement: str) -> None:
+    """Fail the build with ``statement`` unless the records bear it out."""
+    if not holds:
+        raise EvidenceError(f"the lab records no longer support: {statement}")
