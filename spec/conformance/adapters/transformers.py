@@ -333,4 +333,33 @@ def probe_deberta_p2c_cached_step():
                      "keys 0 1), pos_query rows 0 1 2 3, att_span 2, pos_att_type ['p2c'])", "output": out}
 
 
-PROBES = [probe_deberta_p2c_cached_step]
+def probe_deberta_p2c_three_queries():
+    """p2c with T = 3 queries and S = 7 keys, as in the cases cached_step_T3_S7 and p2c_only_T3_S7."""
+    import torch
+    module = _deberta_module(1, 1, 4, ["p2c"])
+    q, k = torch.ones(1, 3, 1, dtype=torch.float64), torch.ones(1, 7, 1, dtype=torch.float64)
+    rel = torch.arange(4, 7)[:, None] - torch.arange(7)[None]                  # queries 4 5 6, keys 0 ... 6
+    try:
+        out = list(module.disentangled_attention_bias(q, k, rel, torch.zeros(8, 2, dtype=torch.float64), 2).shape)
+    except Exception as err:
+        out = f"{type(err).__name__}: {err}"
+    return {"name": "deberta_p2c_three_queries",
+            "input": "disentangled_attention_bias(q (1, T=3, 1), k (1, S=7, 1), relative_pos of queries 4 5 6 "
+                     "and keys 0 ... 6, att_span 4, pos_att_type ['p2c'])", "output": out}
+
+
+def probe_t2t_small_dims():
+    """get_embedding at dims 2 and 3 (tensor2tensor guards the division by half_dim - 1)."""
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding as M2M
+    out = {}
+    for dim in (2, 3, 4):
+        try:
+            out[f"dim {dim}"] = M2M.get_embedding(2, dim).tolist()
+        except Exception as err:
+            out[f"dim {dim}"] = f"{type(err).__name__}: {err}"
+    return {"name": "m2m100_get_embedding_small_dims",
+            "input": "M2M100SinusoidalPositionalEmbedding.get_embedding(num_embeddings=2, embedding_dim=dim)",
+            "output": out}
+
+
+PROBES = [probe_deberta_p2c_cached_step, probe_deberta_p2c_three_queries, probe_t2t_small_dims]
