@@ -99,7 +99,10 @@ def test_the_table_has_a_row_per_result_file():
 def test_the_page_builds_its_tables_from_the_results():
     text = page()
     for call in ("report.totals()", "report.table()", "report.conventions()", "report.not_expressible()"):
-        assert re.search(r'```python exec="on"\n(?:(?!```).)*print\(' + re.escape(call) + r"\)", text, re.S), call
+        assert re.search(r'```python exec="on"[^\n]*\n(?:(?!```).)*print\(' + re.escape(call) + r"\)", text, re.S), call
+    # markdown-exec prefixes the anchors of what a block prints unless idprefix is empty: the
+    # table's links to the headings below must stay as written
+    assert re.search(r'```python exec="on" idprefix=""\n(?:(?!```).)*print\(report\.table\(\)\)', text, re.S)
 
 
 def test_every_failure_is_explained_on_the_page():
@@ -128,7 +131,7 @@ def test_a_failure_without_explanation_fails_the_table():
 
 
 def test_slug_matches_the_anchors_of_the_toc_extension():
-    # Python-Markdown's toc gives "## keras-hub: dynamic (R = 128)" the id "keras-hub-dynamic-r-128"
+    # the ids printed by Python-Markdown 3's markdown.extensions.toc.slugify(heading, "-")
     assert report.slug("keras-hub: dynamic (R = 128)") == "keras-hub-dynamic-r-128"
     assert report.slug("get_embedding at dims 2 and 3") == "get_embedding-at-dims-2-and-3"
 
