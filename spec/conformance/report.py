@@ -168,5 +168,16 @@ def probe(run_id: str, name: str, probes=None) -> str:
     p = found[0]
     if "error" in p:
         raise ValueError(f"{run_id} / {name}: the probe itself failed: {p['error']}")
-    body = {k: v for k, v in p.items() if k not in ("name", "input")}
-    return "```text\n" + f"{p['input']}\n-> " + json.dumps(body, indent=1) + "\n```"
+    lines = [p["input"]]
+    for key, value in p.items():
+        if key in ("name", "input"):
+            continue
+        if key == "output" and isinstance(value, dict):   # one line per entry of the output
+            lines += [f"  {k}: {_compact(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{'->' if key == 'output' else key + ':'} {_compact(value)}")
+    return "```text\n" + "\n".join(lines) + "\n```"
+
+
+def _compact(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

@@ -325,7 +325,9 @@ def probe_deberta_p2c_cached_step():
     rel_embeddings = torch.cat([torch.zeros(4, 1), torch.arange(4.0)[:, None]], 1).double()   # pos_query rows 0 1 2 3
     try:
         bias = module.disentangled_attention_bias(q, k, torch.tensor([[1, 0]]), rel_embeddings, 2)
-        out = {"shape": list(bias.shape), "values": bias.tolist()}
+        scores = q @ k.transpose(-1, -2)                                       # (1, T=1, S=2)
+        out = {"bias shape": list(bias.shape), "bias": bias.tolist(), "scores shape (q k^T)": list(scores.shape),
+               "scores + bias (the forward's next line)": "shape " + str(list((scores + bias).shape))}
     except Exception as err:
         out = f"{type(err).__name__}: {err}"
     return {"name": "deberta_p2c_cached_step",
@@ -339,13 +341,15 @@ def probe_deberta_p2c_three_queries():
     module = _deberta_module(1, 1, 4, ["p2c"])
     q, k = torch.ones(1, 3, 1, dtype=torch.float64), torch.ones(1, 7, 1, dtype=torch.float64)
     rel = torch.arange(4, 7)[:, None] - torch.arange(7)[None]                  # queries 4 5 6, keys 0 ... 6
-    try:
-        out = list(module.disentangled_attention_bias(q, k, rel, torch.zeros(8, 2, dtype=torch.float64), 2).shape)
+    bias = module.disentangled_attention_bias(q, k, rel, torch.zeros(8, 2, dtype=torch.float64), 2)
+    out = {"bias shape": list(bias.shape), "scores shape (q k^T)": list((q @ k.transpose(-1, -2)).shape)}
+    try:   # the forward's next line: attention_scores + rel_att
+        out["scores + bias"] = "shape " + str(list((q @ k.transpose(-1, -2) + bias).shape))
     except Exception as err:
-        out = f"{type(err).__name__}: {err}"
+        out["scores + bias"] = f"{type(err).__name__}: {err}"
     return {"name": "deberta_p2c_three_queries",
             "input": "disentangled_attention_bias(q (1, T=3, 1), k (1, S=7, 1), relative_pos of queries 4 5 6 "
-                     "and keys 0 ... 6, att_span 4, pos_att_type ['p2c'])", "output": out}
+                     "and keys 0 ... 6, att_span 4, pos_att_type ['p2c']), then added to the scores", "output": out}
 
 
 def probe_t2t_small_dims():
