@@ -34,6 +34,18 @@ the layer's dtype: their components use the float32 tolerance.
   its keys are ``0 ... S-1`` and the form is causal (the symmetric ``-m |i - j|`` is no key-only
   bias). Their slopes are not weights, so ``alibi_grad`` has nothing to differentiate.
 
+- ``T5MultiHeadAttention`` (``keras_hub.src.models.t5``): ``_relative_position_bucket`` takes
+  ``key - query`` and ``bidirectional``, as the spec; buckets from a float32 log, so
+  ``exact = true`` is not expressible. ``compute_bias(L, L)`` with the table as its
+  ``relative_attention_bias`` weight is the bias of positions ``0 ... L-1``, read at the case's
+  rows and columns; the layer fixes 32 buckets and a maximal distance of 128, so other bias cases
+  are not expressible.
+- DeBERTa-v3's ``DisentangledSelfAttention`` (``keras_hub.src.models.deberta_v3``):
+  ``_make_log_bucket_position`` with ``bucket_size`` and ``max_position_embeddings`` as the
+  spec's ``bucket_size`` and ``max_position`` (its log in float32); ``_get_rel_pos(n)`` numbers
+  ``n`` queries and ``n`` keys from 0 and always buckets, so only square, contiguous, bucketed
+  cases are expressible.
+
 Gradients are the backend's autodiff (torch autograd, ``jax.vjp``) through the same calls.
 """
 
@@ -218,6 +230,62 @@ def falcon_bias(inputs, params):
     return {"bias": key_only - inputs["slopes"][:, None, None] * q[None, :, None]}
 
 
+# --- T5 -------------------------------------------------------------------------------------------
+
+def _t5_layer(H, bidirectional):
+    from keras_hub.src.models.t5.t5_multi_head_attention import T5MultiHeadAttention
+    return T5MultiHeadAttention(is_decoder=not bidirectional, hidden_dim=4, key_value_dim=2, num_heads=H, dropout=0.0,
+                                use_relative_attention_bias=True, dtype="float64")
+
+
+def t5_bucket(inputs, params):
+    from keras import ops
+    from keras_hub.src.models.t5.t5_multi_head_attention import T5MultiHeadAttention
+    require(not params["exact"], "buckets come from a float32 log (exact = true asks for real numbers)")
+    rel = ops.convert_to_tensor(np.asarray(inputs["relative_position"], dtype=np.int64))
+    bucket = T5MultiHeadAttention._relative_position_bucket(rel, bidirectional=params["bidirectional"],
+                                                            num_buckets=params["num_buckets"],
+                                                            max_distance=params["max_distance"])
+    return {"bucket": np.asarray(ops.convert_to_numpy(bucket))}
+
+
+def t5_bias(inputs, params):
+    table, q, k = inputs["table"], inputs["q_positions"], inputs["k_positions"]
+    layer = _t5_layer(table.shape[1], params["bidirectional"])
+    require((params["num_buckets"], params["max_distance"]) == (layer.relative_attention_buckets,
+                                                                layer.relative_attention_max_distance),
+            f"the layer fixes {layer.relative_attention_buckets} buckets and max distance "
+            f"{layer.relative_attention_max_distance}")
+    layer.relative_attention_bias.assign(table)
+    L = int(max(q.max(), k.max())) + 1
+    full = _np(layer.compute_bias(L, L))[0]                                   # (H, L, L), positions 0 ... L-1
+    return {"bias": full[:, q][:, :, k]}
+
+
+# --- DeBERTa-v3 -----------------------------------------------------------------------------------
+
+def _deberta_layer(params):
+    from keras_hub.src.models.deberta_v3.disentangled_self_attention import DisentangledSelfAttention
+    return DisentangledSelfAttention(num_heads=1, hidden_dim=2, max_position_embeddings=params["max_position"],
+                                     bucket_size=params["bucket_size"], dropout=0.0, dtype="float64")
+
+
+def deberta_log_bucket(inputs, params):
+    from keras import ops
+    rel = ops.convert_to_tensor(np.asarray(inputs["relative_pos"], dtype=np.int64))
+    return {"bucket": np.asarray(ops.convert_to_numpy(_deberta_layer(params)._make_log_bucket_position(rel)))}
+
+
+def deberta_relative_position(inputs, params):
+    from keras import ops
+    q, k = inputs["q_positions"], inputs["k_positions"]
+    require(len(q) == len(k) and np.array_equal(q, np.arange(len(q))) and np.array_equal(k, q),
+            "_get_rel_pos(n) numbers n queries and n keys 0, 1, ... (it reads one length)")
+    require(params["bucket_size"] > 0, "_get_rel_pos always log-buckets (no bucket_size = -1)")
+    rel = _deberta_layer(params)._get_rel_pos(len(q))
+    return {"relative_pos": np.asarray(ops.convert_to_numpy(rel))[0, 0]}
+
+
 # --- the components -------------------------------------------------------------------------------
 
 def components():
@@ -243,6 +311,14 @@ def components():
         C("AlibiBias (BLOOM)", "alibi_bias", bloom_bias, "float64", [key_only + ": -m (i - S + 1)"]),
         C("Falcon _build_alibi_tensor", "alibi_slopes", falcon_slopes, "float64", ["_get_slopes(num_heads)"]),
         C("Falcon _build_alibi_tensor", "alibi_bias", falcon_bias, "float64", [key_only + ": -m i"]),
+        C("T5MultiHeadAttention", "t5_bucket", t5_bucket, "float64", ["relative position key - query, as the spec"]),
+        C("T5MultiHeadAttention", "t5_bias", t5_bias, "float64",
+          ["relative position key - query, as the spec", "table = relative_attention_bias weight",
+           "bias of positions 0 ... L-1, read at the case's rows and columns"]),
+        C("DeBERTa-v3 DisentangledSelfAttention", "deberta_log_bucket", deberta_log_bucket, "float64",
+          ["bucket_size, max_position_embeddings = the spec's bucket_size, max_position"]),
+        C("DeBERTa-v3 DisentangledSelfAttention", "deberta_relative_position", deberta_relative_position, "float64",
+          ["_get_rel_pos(n): query - key of positions 0 ... n-1, log-bucketed"]),
     ]
 
 
