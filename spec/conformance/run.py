@@ -1,6 +1,7 @@
 """Run public implementations of the position schemes over the golden vectors.
 
     python spec/conformance/run.py [--libraries transformers torchtune ...] [--out spec/conformance/results]
+    python spec/conformance/run.py --check      # run into a temp dir, compare with the committed results
 
 Run it with the Python of the environment that ``requirements.txt`` installs (see
 ``docs/conformance.md``). Each library runs in a process of its own (keras-hub twice, on its torch
@@ -173,13 +174,43 @@ def worker(run_id: str, out: str) -> None:
             os.unlink(os.path.join(directory, stale))
 
 
+def differences(made: str, committed: str, run_ids) -> list[str]:
+    """Files of ``run_ids`` that differ between two result trees, ``run_date`` aside."""
+    def read(path):
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc.pop("run_date", None)
+        return doc
+    out = []
+    for run_id in run_ids:
+        a, b = os.path.join(made, run_id), os.path.join(committed, run_id)
+        names = set(os.listdir(a) if os.path.isdir(a) else []) | set(os.listdir(b) if os.path.isdir(b) else [])
+        for name in sorted(n for n in names if n.endswith(".json")):
+            pa, pb = os.path.join(a, name), os.path.join(b, name)
+            if not os.path.exists(pa) or not os.path.exists(pb):
+                out.append(f"{run_id}/{name}: {'not made by this run' if os.path.exists(pb) else 'not committed'}")
+            elif read(pa) != read(pb):
+                out.append(f"{run_id}/{name}: differs")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES))
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--check", action="store_true",
+                        help="run into a temp dir and compare with --out (the committed results), run_date aside")
     parser.add_argument("--worker", choices=sorted(LIBRARIES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
+    if args.check:
+        with tempfile.TemporaryDirectory() as made:
+            status = main([*(["--libraries", *args.libraries]), "--out", made])
+            diff = differences(made, out, args.libraries)
+        for line in diff:
+            print(f"conformance: {line}")
+        print(f"conformance: {len(args.libraries)} libraries, {len(diff)} result files differ from {out}")
+        return status or int(bool(diff))
     if args.worker:
         worker(args.worker, out)
         return 0

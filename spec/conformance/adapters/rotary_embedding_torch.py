@@ -103,16 +103,26 @@ def probe_xpos_cached_step():
     """xPos scores of the last query: one full pass against one cached step."""
     import torch
     from rotary_embedding_torch import RotaryEmbedding
-    module = RotaryEmbedding(2, use_xpos=True, xpos_scale_base=1).double()
-    q = k = torch.ones(1, 4, 2, dtype=torch.float64)
+    module = RotaryEmbedding(4, use_xpos=True, xpos_scale_base=1).double()
+    q = k = torch.ones(1, 4, 4, dtype=torch.float64)
     qf, kf = module.rotate_queries_and_keys(q, k)
     qc, kc = module.rotate_queries_with_cached_keys(q[:, -1:], k)
     return {"name": "rotary_embedding_torch_xpos_cached_step",
-            "input": "RotaryEmbedding(2, use_xpos=True, xpos_scale_base=1), q = k = ones(1, 4, 2): scores of query 3 "
+            "input": "RotaryEmbedding(4, use_xpos=True, xpos_scale_base=1), q = k = ones(1, 4, 4): scores of query 3 "
                      "with keys 0 1 2 3, from rotate_queries_and_keys(q, k) and from "
                      "rotate_queries_with_cached_keys(q[:, -1:], k)",
             "output": {"full pass": (qf[0, -1] @ kf[0].T).tolist(), "cached step": (qc[0, -1] @ kc[0].T).tolist(),
                        "zeta_0 = 0.4 / 1.4": 0.4 / 1.4}}
 
 
-PROBES = [probe_xpos_cached_step]
+def probe_rotary_dim_2():
+    """A rotary width of 2 (one pair; the spec's layer/rope_interleaved_partial rotates 2 features)."""
+    from rotary_embedding_torch import RotaryEmbedding
+    try:
+        out = RotaryEmbedding(2)(_t(np.array([0, 1]))).tolist()
+    except Exception as err:
+        out = f"{type(err).__name__}: {err}"
+    return {"name": "rotary_embedding_torch_rotary_dim_2", "input": "RotaryEmbedding(2)(tensor([0, 1]))", "output": out}
+
+
+PROBES = [probe_xpos_cached_step, probe_rotary_dim_2]

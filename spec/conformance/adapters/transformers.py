@@ -325,7 +325,9 @@ def probe_deberta_p2c_cached_step():
     rel_embeddings = torch.cat([torch.zeros(4, 1), torch.arange(4.0)[:, None]], 1).double()   # pos_query rows 0 1 2 3
     try:
         bias = module.disentangled_attention_bias(q, k, torch.tensor([[1, 0]]), rel_embeddings, 2)
-        out = {"shape": list(bias.shape), "values": bias.tolist()}
+        scores = q @ k.transpose(-1, -2)                                       # (1, T=1, S=2)
+        out = {"bias shape": list(bias.shape), "bias": bias.tolist(), "scores shape (q k^T)": list(scores.shape),
+               "scores + bias (the forward's next line)": "shape " + str(list((scores + bias).shape))}
     except Exception as err:
         out = f"{type(err).__name__}: {err}"
     return {"name": "deberta_p2c_cached_step",
@@ -333,4 +335,35 @@ def probe_deberta_p2c_cached_step():
                      "keys 0 1), pos_query rows 0 1 2 3, att_span 2, pos_att_type ['p2c'])", "output": out}
 
 
-PROBES = [probe_deberta_p2c_cached_step]
+def probe_deberta_p2c_three_queries():
+    """p2c with T = 3 queries and S = 7 keys, as in the cases cached_step_T3_S7 and p2c_only_T3_S7."""
+    import torch
+    module = _deberta_module(1, 1, 4, ["p2c"])
+    q, k = torch.ones(1, 3, 1, dtype=torch.float64), torch.ones(1, 7, 1, dtype=torch.float64)
+    rel = torch.arange(4, 7)[:, None] - torch.arange(7)[None]                  # queries 4 5 6, keys 0 ... 6
+    bias = module.disentangled_attention_bias(q, k, rel, torch.zeros(8, 2, dtype=torch.float64), 2)
+    out = {"bias shape": list(bias.shape), "scores shape (q k^T)": list((q @ k.transpose(-1, -2)).shape)}
+    try:   # the forward's next line: attention_scores + rel_att
+        out["scores + bias"] = "shape " + str(list((q @ k.transpose(-1, -2) + bias).shape))
+    except Exception as err:
+        out["scores + bias"] = f"{type(err).__name__}: {err}"
+    return {"name": "deberta_p2c_three_queries",
+            "input": "disentangled_attention_bias(q (1, T=3, 1), k (1, S=7, 1), relative_pos of queries 4 5 6 "
+                     "and keys 0 ... 6, att_span 4, pos_att_type ['p2c']), then added to the scores", "output": out}
+
+
+def probe_t2t_small_dims():
+    """get_embedding at dims 2 and 3 (tensor2tensor guards the division by half_dim - 1)."""
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding as M2M
+    out = {}
+    for dim in (2, 3, 4):
+        try:
+            out[f"dim {dim}"] = M2M.get_embedding(2, dim).tolist()
+        except Exception as err:
+            out[f"dim {dim}"] = f"{type(err).__name__}: {err}"
+    return {"name": "m2m100_get_embedding_small_dims",
+            "input": "M2M100SinusoidalPositionalEmbedding.get_embedding(num_embeddings=2, embedding_dim=dim)",
+            "output": out}
+
+
+PROBES = [probe_deberta_p2c_cached_step, probe_deberta_p2c_three_queries, probe_t2t_small_dims]

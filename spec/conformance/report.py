@@ -1,0 +1,183 @@
+"""The conformance results as the docs page shows them: read from the committed JSON, nothing run.
+
+Standard library only (no torch, no NumPy): ``docs/conformance.md`` calls these functions at
+build time, and ``tests/test_conformance_results.py`` checks the same files and the same table.
+A result with a failed case must have its explanation on the page: ``EXPLAINED`` maps it to the
+heading that explains it, and ``table()`` refuses a failure that has none, which fails the
+strict docs build.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import unicodedata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+STATUSES = ("passed", "failed", "not_expressible")
+ORDER = ["transformers", "torchtune", "keras_hub_torch", "keras_hub_jax", "x_transformers", "rotary_embedding_torch"]
+
+# (run id, component, family) with a failed case -> the heading of docs/conformance.md that explains it
+EXPLAINED = {
+    ("transformers", "M2M100 get_embedding", "sinusoidal_table"): "get_embedding at dims 2 and 3",
+    ("transformers", "Speech2Text get_embedding", "sinusoidal_table"): "get_embedding at dims 2 and 3",
+    ("transformers", "DeBERTa-v2 DisentangledSelfAttention", "deberta_scores"): "DeBERTa-v2 p2c with fewer queries than keys",
+    ("transformers", "DeBERTa-v2 DisentangledSelfAttention", "deberta_grad"): "DeBERTa-v2 p2c with fewer queries than keys",
+    ("keras_hub_torch", "RotaryEmbedding and subclasses", "rope_scaling"): "keras-hub dynamic is linear interpolation",
+    ("keras_hub_jax", "RotaryEmbedding and subclasses", "rope_scaling"): "keras-hub dynamic is linear interpolation",
+    ("keras_hub_jax", "SinePositionEncoding", "sinusoidal_table"): "Keras on jax computes sin of float64 in float32",
+}
+
+
+def slug(heading: str) -> str:
+    """The anchor Python-Markdown's ``toc`` gives a heading (its default ``slugify``)."""
+    text = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def load_results(directory: str = RESULTS) -> list[tuple[str, dict]]:
+    """``(path relative to directory, result)`` of every result file, in the page's order."""
+    found = []
+    for path in glob.glob(os.path.join(directory, "*", "*.json")):
+        if os.path.basename(path) == "probes.json":
+            continue
+        with open(path, encoding="utf-8") as f:
+            found.append((os.path.relpath(path, directory).replace(os.sep, "/"), json.load(f)))
+    rank = lambda item: (ORDER.index(item[1]["library"]) if item[1]["library"] in ORDER else len(ORDER), item[0])
+    return sorted(found, key=rank)
+
+
+def load_probes(directory: str = RESULTS) -> dict[str, dict]:
+    """``{run id: probes.json}`` of every library."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*", "probes.json"))):
+        with open(path, encoding="utf-8") as f:
+            out[os.path.basename(os.path.dirname(path))] = json.load(f)
+    return out
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def table(results=None) -> str:
+    """The markdown table: one row per result file, failures linked to their explanation."""
+    results = load_results() if results is None else results
+    rows = ["| library | component | family | passed | failed | not expressible | explained |",
+            "|---|---|---|---:|---:|---:|---|"]
+    for _, doc in results:
+        s = doc["summary"]
+        key = (doc["library"], doc["component"], doc["family"])
+        note = "–"
+        if s["failed"]:
+            if key not in EXPLAINED:
+                raise ValueError(f"{key}: {s['failed']} failed case(s) and no explanation on the page (EXPLAINED)")
+            note = f"[{EXPLAINED[key]}](#{slug(EXPLAINED[key])})"
+        rows.append(f"| {_cell(doc['label'])} | {_cell(doc['component'])} | `{doc['family']}` | {s['passed']} | "
+                    f"{s['failed']} | {s['not_expressible']} | {note} |")
+    return "\n".join(rows)
+
+
+def totals(results=None) -> str:
+    """Per library: case runs and how they ended, with the versions and the date of the run."""
+    results = load_results() if results is None else results
+    by = {}
+    for _, doc in results:
+        entry = by.setdefault(doc["library"], {"label": doc["label"], "versions": doc["versions"],
+                                               "dates": set(), "files": 0, **{s: 0 for s in STATUSES}})
+        entry["files"] += 1
+        entry["dates"].add(doc["run_date"])
+        for s in STATUSES:
+            entry[s] += doc["summary"][s]
+    rows = ["| library | versions | run on | results | case runs | passed | failed | not expressible |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
+    grand = {s: 0 for s in STATUSES}
+    for e in by.values():
+        versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
+        runs = sum(e[s] for s in STATUSES)
+        rows.append(f"| {_cell(e['label'])} | {versions} | {', '.join(sorted(e['dates']))} | {e['files']} | {runs} | "
+                    f"{e['passed']} | {e['failed']} | {e['not_expressible']} |")
+        for s in STATUSES:
+            grand[s] += e[s]
+    rows.append(f"| **all** | | | {len(results)} | {sum(grand.values())} | {grand['passed']} | {grand['failed']} | "
+                f"{grand['not_expressible']} |")
+    return "\n".join(rows)
+
+
+def conventions(results=None) -> str:
+    """Each component's conventions, as its adapter records them, one list per library."""
+    results = load_results() if results is None else results
+    lines, seen = [], set()
+    for _, doc in results:
+        key = (doc["label"], doc["component"], tuple(doc["conventions"]))
+        if key in seen or not doc["conventions"]:
+            continue
+        seen.add(key)
+        lines.append(f"- **{doc['label']}**, {doc['component']} (`{doc['family']}`, {doc['precision']} tolerance): "
+                     + "; ".join(doc["conventions"]) + ".")
+    return "\n".join(lines)
+
+
+def not_expressible(results=None) -> str:
+    """The distinct reasons a library could not state a case, with the cases that gave each."""
+    results = load_results() if results is None else results
+    rows = ["| library | component | family | cases | reason |", "|---|---|---|---|---|"]
+    for _, doc in results:
+        reasons = {}
+        for case in doc["cases"]:
+            if case["status"] == "not_expressible":
+                reasons.setdefault(case["reason"], []).append(case["name"])
+        for reason, names in reasons.items():
+            rows.append(f"| {_cell(doc['label'])} | {_cell(doc['component'])} | `{doc['family']}` | "
+                        f"{', '.join(names)} | {_cell(reason)} |")
+    return "\n".join(rows)
+
+
+def failures(run_id: str, family: str, results=None) -> str:
+    """The failed cases of one library's family: the error, or the first differing values."""
+    results = load_results() if results is None else results
+    lines = []
+    for _, doc in results:
+        if doc["library"] != run_id or doc["family"] != family:
+            continue
+        for case in doc["cases"]:
+            if case["status"] != "failed":
+                continue
+            if case.get("error"):
+                lines.append(f"{doc['component']} / {case['name']}: {case['error']}")
+            for m in case["mismatches"][:3]:
+                lines.append(f"{doc['component']} / {case['name']}: {m['output']}{m['index']} expected "
+                             f"{m['expected']:.9g}, got {m['got']:.9g}")
+            if case.get("differing_values"):
+                lines.append(f"{doc['component']} / {case['name']}: differing values {case['differing_values']}")
+    if not lines:
+        raise ValueError(f"{run_id} / {family}: no failed case to show")
+    return "```text\n" + "\n".join(lines) + "\n```"
+
+
+def probe(run_id: str, name: str, probes=None) -> str:
+    """One recorded probe: its input and what the library returned, as a text block."""
+    probes = load_probes() if probes is None else probes
+    found = [p for p in probes[run_id]["probes"] if p["name"] == name]
+    if len(found) != 1:
+        raise KeyError(f"{run_id}: no probe {name!r}")
+    p = found[0]
+    if "error" in p:
+        raise ValueError(f"{run_id} / {name}: the probe itself failed: {p['error']}")
+    lines = [p["input"]]
+    for key, value in p.items():
+        if key in ("name", "input"):
+            continue
+        if key == "output" and isinstance(value, dict):   # one line per entry of the output
+            lines += [f"  {k}: {_compact(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{'->' if key == 'output' else key + ':'} {_compact(value)}")
+    return "```text\n" + "\n".join(lines) + "\n```"
+
+
+def _compact(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
