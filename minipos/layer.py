@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_float, check_float_dtype,
-                      check_int, check_positive_int, check_result)
+                      check_int, check_positive_int, check_result, check_span)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 from .cache import KVCache
 from .masks import block_mask_fn
@@ -135,7 +135,7 @@ class MultiHeadAttention:
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dtype = check_float_dtype(dtype)
         self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
-        self.attention_chunk = None if attention_chunk is None else _check_span(attention_chunk, "attention_chunk")
+        self.attention_chunk = None if attention_chunk is None else check_span(attention_chunk, "attention_chunk")
         if scheme is None:
             scheme = NoPE()
         if not isinstance(scheme, Scheme):
@@ -143,7 +143,7 @@ class MultiHeadAttention:
         bias = check_bool(bias, "bias")
         rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
         self._init_weights(rng, bias)
-        self.sliding_window = None if sliding_window is None else _check_span(sliding_window, "sliding_window")
+        self.sliding_window = None if sliding_window is None else check_span(sliding_window, "sliding_window")
         self.scale = None if scale is None else check_float(scale, "scale", positive=True)
         if self.scale is not None and "content-position" in scheme.seams:
             raise ValueError(f"scale overrides the q . k scale, but {type(scheme).__name__} scales its position "
@@ -511,15 +511,6 @@ class MultiHeadAttention:
                 raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, "
                                  f"got {mask.shape}")
         return x, positions, mask, causal
-
-
-def _check_span(value, name: str) -> int:
-    """A window or chunk length: an int in ``[1, 2**62]`` (positions are below ``2**62``, so a longer
-    one would change nothing, and ``i - W`` or ``i // C`` must stay in int64)."""
-    value = check_positive_int(value, name)
-    if value > 2 ** 62:
-        raise ValueError(f"{name} must be at most 2**62 (positions are below 2**62), got {value}")
-    return value
 
 
 @dataclass(frozen=True, eq=False)
