@@ -17,10 +17,10 @@ from __future__ import annotations
 import copy
 import math
 from decimal import Decimal, getcontext
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from _campaign import Named, Ok, arrays
 import pytest
 
 import minipos.fast as fast
@@ -32,32 +32,11 @@ from minipos.mrope import MRotary
 from minipos.streaming import StreamingCache
 
 
-@dataclass
-class Ok:
-    """The call returns; every array in the result is finite and ``check(result)`` passes."""
-    check: Callable | None = None
-
-
-@dataclass
-class Named:
-    """The call raises ``ValueError`` or ``TypeError`` (``exc``) naming ``name``."""
-    name: str
-    exc: tuple = (ValueError, TypeError)
-
-
 CASES: list = []
 
 
 def case(label: str, call: Callable, expect) -> None:
     CASES.append((label, call, expect))
-
-
-def _arrays(result):
-    if isinstance(result, dict):
-        return [a for v in result.values() for a in _arrays(v)]
-    if isinstance(result, (tuple, list)):
-        return [a for v in result for a in _arrays(v)]
-    return [result] if isinstance(result, np.ndarray) else []
 
 
 def _run(call, expect):
@@ -71,7 +50,7 @@ def _run(call, expect):
         return
     if isinstance(expect, Named):
         pytest.fail(f"expected an error naming {expect.name!r}, got a result")
-    for a in _arrays(result):
+    for a in arrays(result):
         if a.dtype.kind == "f":
             assert np.isfinite(a).all(), "a result holds NaN or inf"
     if expect.check is not None:

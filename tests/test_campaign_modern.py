@@ -19,10 +19,10 @@ sections that do not add up, head counts that do not divide, windows without cau
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from _campaign import Named, Ok, arrays
 import pytest
 
 import minipos.fast as fast
@@ -34,32 +34,11 @@ from minipos.rope_scaling import Rotary
 from minipos.seams import NoPE
 
 
-@dataclass
-class Ok:
-    """The call returns; every float array in the result is finite and ``check(result)`` passes."""
-    check: Callable | None = None
-
-
-@dataclass
-class Named:
-    """The call raises ``ValueError`` or ``TypeError`` (``exc``) naming ``name``."""
-    name: str
-    exc: tuple = (ValueError, TypeError)
-
-
 CASES: list = []
 
 
 def case(label: str, call: Callable, expect) -> None:
     CASES.append((label, call, expect))
-
-
-def _arrays(result):
-    if isinstance(result, dict):
-        return [a for v in result.values() for a in _arrays(v)]
-    if isinstance(result, (tuple, list)):
-        return [a for v in result for a in _arrays(v)]
-    return [result] if isinstance(result, np.ndarray) else []
 
 
 def classify(call, expect) -> tuple[str, str]:
@@ -77,7 +56,7 @@ def classify(call, expect) -> tuple[str, str]:
         return "clear error", str(err)
     if isinstance(expect, Named):
         return "silent", f"expected an error naming {expect.name!r}, got {str(result)[:200]}"
-    for a in _arrays(result):
+    for a in arrays(result):
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             return "silent", "a result holds NaN or inf"
     if expect.check is not None:
