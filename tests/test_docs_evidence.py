@@ -73,3 +73,34 @@ def test_unknown_rows_and_lengths_fail_loudly():
         evidence.cell("markov", "rope +ntk-by-parts", 64)
     with pytest.raises(evidence.EvidenceError, match="no length 2048"):
         evidence.cell("markov", "rope", 2048)
+
+
+def _c(mean, se, usable=True):
+    return evidence.Cell(mean, se, 3, usable, "markov/x/64")
+
+
+def test_ordered_needs_the_difference_beyond_twice_its_standard_error():
+    # hand-worked: 2 * sqrt(0.01**2 + 0.01**2) = 0.0283; a difference of 0.05 is resolved, 0.02 is not
+    evidence.ordered(_c(0.10, 0.01), _c(0.15, 0.01), "x below y")
+    assert evidence.resolved(_c(0.10, 0.01), _c(0.15, 0.01))
+    assert not evidence.resolved(_c(0.10, 0.01), _c(0.12, 0.01))
+    with pytest.raises(evidence.EvidenceError, match="not resolved .*x below y"):
+        evidence.ordered(_c(0.10, 0.01), _c(0.12, 0.01), "x below y")
+    with pytest.raises(evidence.EvidenceError, match="not resolved"):
+        evidence.ordered(_c(0.15, 0.01), _c(0.10, 0.01), "the wrong way round")
+
+
+def test_ordered_refuses_rows_that_did_not_converge_or_learn():
+    with pytest.raises(evidence.EvidenceError, match="did not all converge"):
+        evidence.ordered(_c(0.10, 0.001, usable=False), _c(0.50, 0.001), "x below y")
+    with pytest.raises(evidence.EvidenceError, match="cannot run"):
+        evidence.ordered(None, _c(0.50, 0.001), "x below y")
+
+
+def test_a_row_is_usable_only_when_every_seed_converged_and_learned(monkeypatch):
+    rows = {"a": {"seeds": [0, 1, 2], "converged": 3, "learned": 3},
+            "b": {"seeds": [0, 1, 2], "converged": 3, "learned": 2},
+            "c": {"seeds": [0, 1, 2], "converged": 2, "learned": 3},
+            "v1": {"seeds": [0, 1, 2]}}
+    monkeypatch.setattr(evidence, "summary", lambda: {"markov": {"rows": rows}})
+    assert [evidence.usable("markov", r) for r in rows] == [True, False, False, False]

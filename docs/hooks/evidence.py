@@ -8,10 +8,15 @@ a warning and ``mkdocs build --strict`` into a failed build, so a number or a ve
 stops the site instead of standing on it.
 
 What the records hold (``lab/results/full/summary.json`` and one ``<task>-<scheme>-s<seed>.json``
-per run): per task, rows keyed by the row name (``"rope"``, ``"rope +yarn"``, ``"learned(64)"``),
-each with ``lengths`` (loss above the floor for ``markov``, accuracy for ``retrieval``) and, for
-retrieval, ``offsets``; every cell is ``{"mean", "sd", "n", ...}`` or ``"cannot run"``. A cell's
-standard error is its ``"se"`` when the summary has one, otherwise ``sd / sqrt(n)``.
+per run): per task, rows keyed by the row name (``"rope"``, ``"rope +yarn"``, ``"t5@source"``),
+each with ``lengths`` (loss above the floor for ``markov``, accuracy for ``retrieval``, loss for
+``text``) and, for retrieval, ``offsets``; every cell is ``{"mean", "sd", "n", ...}`` or
+``"cannot run"``. A cell's standard error is its ``"se"`` when the summary has one, otherwise
+``sd / sqrt(n)``. Records of schema ``minipos-lab/2`` also say, per row, on how many seeds the
+training ``converged`` and the model ``learned`` its task at L; a row whose every seed did both is
+*usable*, and only usable rows can be ordered (``ordered``): a run that did not converge, or a
+model that did not learn the task, says nothing about length. Older records (schema 1) do not say,
+and their rows are not usable.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
 
 __all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
            "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
-           "attention_distance", "position_excess", "claim"]
+           "attention_distance", "position_excess", "claim", "usable", "resolved", "ordered", "seen",
+           "spread"]
 
 
 class EvidenceError(AssertionError):
@@ -40,6 +46,9 @@ class Cell:
     mean: float
     se: float
     n: int
+    usable: bool = False
+    """Whether every seed of the row converged and learned its task (schema 2); see ``usable``."""
+    where: str = ""
 
     def __format__(self, spec: str) -> str:
         """``f"{c:.3f}"`` gives ``0.056 ± 0.004``; ``f"{c:.0%}"`` gives ``100% ± 0%``."""
@@ -72,14 +81,24 @@ def _row(task: str, row: str) -> dict:
     return rows[row]
 
 
-def _cell(raw, where: str) -> Cell | None:
+def usable(task: str, row: str) -> bool:
+    """Whether every seed of ``row`` converged and learned ``task`` at L (schema-2 records say; older
+    records do not, and their rows are not usable)."""
+    r = _row(task, row)
+    if "converged" not in r or "learned" not in r:
+        return False
+    n = len(r["seeds"])
+    return n > 0 and r["converged"] == n and r["learned"] == n
+
+
+def _cell(raw, where: str, ok: bool = False) -> Cell | None:
     if raw == "cannot run":
         return None
     if not isinstance(raw, dict) or "mean" not in raw:
         raise EvidenceError(f"{where}: expected a cell with a mean, got {raw!r}")
     n = int(raw["n"])
     se = raw["se"] if "se" in raw else (raw["sd"] / math.sqrt(n) if n > 1 else float("nan"))
-    return Cell(float(raw["mean"]), float(se), n)
+    return Cell(float(raw["mean"]), float(se), n, ok, where)
 
 
 def cell(task: str, row: str, length: int) -> Cell | None:
@@ -88,7 +107,7 @@ def cell(task: str, row: str, length: int) -> Cell | None:
     cells = _row(task, row)["lengths"]
     if str(length) not in cells:
         raise EvidenceError(f"{task}/{row} has no length {length} (lengths: {', '.join(cells)})")
-    return _cell(cells[str(length)], f"{task}/{row}/{length}")
+    return _cell(cells[str(length)], f"{task}/{row}/{length}", usable(task, row))
 
 
 def offsets(row: str, length: int) -> dict[int, Cell]:
@@ -96,7 +115,8 @@ def offsets(row: str, length: int) -> dict[int, Cell]:
     by = _row("retrieval", row).get("offsets", {}).get(str(length))
     if by is None:
         raise EvidenceError(f"retrieval/{row} has no offsets at length {length}")
-    return {int(o): _cell(v, f"retrieval/{row}/{length}/{o}") for o, v in by.items()}
+    ok = usable("retrieval", row)
+    return {int(o): _cell(v, f"retrieval/{row}/{length}/{o}", ok) for o, v in by.items()}
 
 
 def offset_cell(row: str, length: int, offset: int) -> Cell:
@@ -112,7 +132,26 @@ def entropy(task: str, row: str, length: int) -> Cell:
     by = _row(task, row).get("attention_entropy", {})
     if str(length) not in by:
         raise EvidenceError(f"{task}/{row} has no attention entropy at {length}")
-    return _cell(by[str(length)], f"{task}/{row}/entropy/{length}")
+    return _cell(by[str(length)], f"{task}/{row}/entropy/{length}", usable(task, row))
+
+
+def spread(task: str, row: str, length: int) -> Cell:
+    """Mean attended distance ``i - j`` (tokens, over layers, heads and seeds) of ``row`` at ``length``."""
+    by = _row(task, row).get("attention_distance", {})
+    if str(length) not in by:
+        raise EvidenceError(f"{task}/{row} has no attention distance at {length}")
+    return _cell(by[str(length)], f"{task}/{row}/distance/{length}", usable(task, row))
+
+
+def seen(length: int, offset: int | None = None, row: str = "rope") -> bool:
+    """Whether evaluation ``length`` (or retrieval ``offset`` at ``length``) was within what training
+    showed: lengths up to L; offsets as the records mark them (``seen_in_training``)."""
+    if offset is None:
+        return length <= train_length()
+    by = _row("retrieval", row).get("seen", {}).get(str(length))
+    if by is None or str(offset) not in by:
+        raise EvidenceError(f"retrieval/{row} does not mark offset {offset} at length {length} as seen or not")
+    return bool(by[str(offset)])
 
 
 def seeds(task: str, row: str) -> list[int]:
@@ -178,6 +217,29 @@ def position_excess(scheme: str, length: int, variant: str = "base") -> list[tup
         edges = pos["edges"]
         per_seed.append([a - b for a, b in zip(pos["loss"], pos["floor"])])
     return [(edges[b], edges[b + 1], sum(p[b] for p in per_seed) / len(per_seed)) for b in range(len(edges) - 1)]
+
+
+def resolved(smaller: Cell, larger: Cell) -> bool:
+    """Whether ``smaller.mean < larger.mean`` by more than twice the difference's standard error,
+    ``2 * sqrt(se_a**2 + se_b**2)``."""
+    return larger.mean - smaller.mean > 2.0 * math.hypot(smaller.se, larger.se)
+
+
+def ordered(smaller: Cell, larger: Cell, statement: str) -> None:
+    """Fail the build unless ``smaller`` is below ``larger`` by more than twice the standard error of
+    the difference, and both come from usable rows (every seed converged and learned its task).
+
+    Every "lower than", "better than" or ranking on a page goes through here: an ordering the
+    records cannot resolve, or one drawn from a run that did not converge, stops the site."""
+    for c in (smaller, larger):
+        if c is None:
+            raise EvidenceError(f"cannot order a scheme that cannot run: {statement}")
+        if not c.usable:
+            raise EvidenceError(f"{c.where or 'a cell'} comes from runs that did not all converge and learn "
+                                f"the task; no ordering is drawn from it: {statement}")
+    if not resolved(smaller, larger):
+        raise EvidenceError(f"not resolved ({smaller:.4f} against {larger:.4f}; the difference must exceed "
+                            f"twice its standard error): {statement}")
 
 
 def claim(holds: bool, statement: str) -> None:
