@@ -199,11 +199,18 @@ def _mean_sd(spread):
     return spread if spread == "cannot run" else {"mean": spread["mean"], "sd": spread["sd"], "se": spread["se"]}
 
 
+def _all_learned(row) -> bool:
+    """Whether every seed of a summary row converged and learned its task."""
+    n = len(row["seeds"])
+    return n > 0 and row.get("converged") == n and row.get("learned") == n
+
+
 def measured(summary: dict, records: list, *, source: str = "lab/results/full") -> dict:
     """The numbers the tour ships: each scheme's base model, no extension, straight from ``summary``.
 
     Markov loss above the floor at L, 4L and 16L, and retrieval accuracy at the farthest offset at 16L
-    (mean and sd over seeds, or ``"cannot run"``); ``source`` names the record set, the minipos commits
+    (mean, sd and standard error over seeds, or ``"cannot run"``), and whether every seed's run converged
+    and learned the task (``markov_learned``, ``retrieval_learned``); ``source`` names the record set, the minipos commits
     the records were made at, the seeds and the model, so the tour can say where its numbers come from.
     """
     first = records[0]
@@ -213,7 +220,8 @@ def measured(summary: dict, records: list, *, source: str = "lab/results/full") 
     schemes = {}
     for key, row in summary["markov"]["rows"].items():
         if row["variant"] == "base" and key == row["scheme"]:            # not a variant such as t5@source
-            schemes[row["scheme"]] = {"markov_excess": {str(n): _mean_sd(row["lengths"][str(n)]) for n in lengths}}
+            schemes[row["scheme"]] = {"markov_excess": {str(n): _mean_sd(row["lengths"][str(n)]) for n in lengths},
+                                      "markov_learned": _all_learned(row)}
     far = None
     for key, row in summary["retrieval"]["rows"].items():
         if row["variant"] != "base" or key != row["scheme"]:
@@ -224,12 +232,14 @@ def measured(summary: dict, records: list, *, source: str = "lab/results/full") 
             continue
         far = max(int(d) for d in cells)
         schemes[row["scheme"]]["retrieval_far"] = _mean_sd(cells[str(far)])
+        schemes[row["scheme"]]["retrieval_learned"] = _all_learned(row)
     model = first["model"]
     return {
         "schema": MEASURED_SCHEMA,
         "source": {"records": source, "commits": sorted({r["versions"]["commit"] for r in records}),
                    "seeds": sorted({r["seed"] for r in records}), "train_length": L,
                    "steps": first["settings"]["steps"], "schedule": first["settings"]["schedule"],
+                   "steps_taken": [min(r["train"]["steps"] for r in records), max(r["train"]["steps"] for r in records)],
                    "model": f"{model['num_layers']} layers, d_model {model['d_model']}, {model['num_heads']} heads"},
         "lengths": lengths,
         "far": {"length": lengths[-1], "offset": far},

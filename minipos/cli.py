@@ -160,8 +160,17 @@ def _measured_cells(m) -> tuple[str, str]:
         return "not measured", "not measured"
 
     def show(v, fmt):
-        return "n/a" if v == "cannot run" else format(v["mean"], fmt)
-    return " / ".join(show(v, ".3f") for v in m["markov_excess"].values()), show(m["retrieval_far"], ".2f")
+        return "n/a" if v == "cannot run" else f"{format(v['mean'], fmt)}±{format(v['se'], fmt)}"
+
+    def flag(key):
+        return "" if m.get(key, True) else " (not learned)"
+    return (" / ".join(show(v, ".3f") for v in m["markov_excess"].values()) + flag("markov_learned"),
+            show(m["retrieval_far"], ".2f") + flag("retrieval_learned"))
+
+
+def _steps(src) -> str:
+    taken = src.get("steps_taken")
+    return f"{src['steps']} steps" if taken is None else f"{taken[0]} to {taken[1]} steps with the cool-down, a budget of {src['steps']} before it"
 
 
 def _format(rows, d_model, heads, seq_len) -> str:
@@ -195,9 +204,10 @@ def _format(rows, d_model, heads, seq_len) -> str:
               f"runs at {4 * seq_len} (not quality): the forward pass runs at 4x the training length; whether a "
               "trained model",
               "  still works there is what the lab columns measure",
-              f"lab columns: recorded, not run now: models of {src['model']} trained {src['steps']} steps at "
-              f"L = {src['train_length']},",
-              f"  mean over seeds {', '.join(map(str, src['seeds']))};",
+              f"lab columns: recorded, not run now: models of {src['model']} trained at L = {src['train_length']} "
+              f"until the held-out loss plateaued ({_steps(src)}),",
+              f"  mean±standard error over seeds {', '.join(map(str, src['seeds']))}; (not learned): a run that "
+              "did not reach its plateau or its task, from which no length conclusion is drawn;",
               f"  loss above the exact floor of an order-2 Markov source (nats) at {', '.join(map(str, lengths))} "
               "tokens, n/a where the scheme cannot run;",
               f"  accuracy of reading a value written {far['offset']} tokens back in {far['length']} (chance 1/8).",

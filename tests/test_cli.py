@@ -74,9 +74,9 @@ def test_tour_json_carries_the_lab_numbers_of_the_committed_summary(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["lab_measured"]["lengths"] == [64, 256, 1024]          # L = 64, 4L, 16L of the protocol
     assert data["lab_measured"]["far"] == {"length": 1024, "offset": 1017}
-    recorded = {name for name in summary["markov"]["rows"] if "+" not in name}
+    recorded = {name for name in summary["markov"]["rows"] if "+" not in name and "@" not in name}
     for r in data["schemes"]:
-        key = r["scheme"] if r["scheme"] != "learned" else "learned(64)"
+        key = r["scheme"]
         if key not in recorded:                                         # a scheme the lab did not train
             assert r["lab_measured"] is None
             continue
@@ -85,7 +85,9 @@ def test_tour_json_carries_the_lab_numbers_of_the_committed_summary(capsys):
         for n in ("64", "256", "1024"):
             want = markov["lengths"][n]
             got = r["lab_measured"]["markov_excess"][n]
-            assert got == want if want == "cannot run" else (got["mean"], got["sd"]) == (want["mean"], want["sd"])
+            assert got == want if want == "cannot run" else (got["mean"], got["se"]) == (want["mean"], want["se"])
+        n_seeds = len(markov["seeds"])
+        assert r["lab_measured"]["markov_learned"] == (markov["converged"] == markov["learned"] == n_seeds)
         far = retrieval.get("offsets", {}).get("1024", {}).get("1017", "cannot run")
         got = r["lab_measured"]["retrieval_far"]
         assert got == far if far == "cannot run" else got["mean"] == far["mean"]
@@ -99,7 +101,10 @@ def test_tour_table_shows_recorded_numbers_and_their_source(capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("rope "))
     rope = summary["markov"]["rows"]["rope"]["lengths"]
-    assert " / ".join(f"{rope[n]['mean']:.3f}" for n in ("64", "256", "1024")) in line
+    assert " / ".join(f"{rope[n]['mean']:.3f}±{rope[n]['se']:.3f}" for n in ("64", "256", "1024")) in line
+    nope = next(x for x in out.splitlines() if x.startswith("nope "))
+    markov_nope = summary["markov"]["rows"]["nope"]
+    assert ("(not learned)" in nope) == (markov_nope["converged"] < len(markov_nope["seeds"]))
     assert f"{summary['retrieval']['rows']['rope']['offsets']['1024']['1017']['mean']:.2f}" in line.split()[-1]
     assert "lab/results/full" in out and "not run now" in out
 

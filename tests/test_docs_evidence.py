@@ -54,7 +54,7 @@ def test_a_summary_se_is_used_when_present():
 
 
 def test_a_scheme_that_cannot_run_gives_none():
-    assert evidence.cell("markov", "learned(64)", 128) is None
+    assert evidence.cell("markov", "learned", 128) is None
 
 
 def test_attention_distance_is_the_seed_mean_per_head():
