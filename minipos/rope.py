@@ -343,9 +343,12 @@ def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, 
 
 @contextlib.contextmanager
 def overflow_raises(dtype, name: str = "x"):
-    """Turn an overflow of the rotated features (|x| near the dtype's largest value) into ValueError."""
+    """Turn an overflow of the rotated features (|x| near the dtype's largest value) into ValueError.
+
+    Underflow is left alone whatever the caller's ``np.errstate``: a rotated feature that rounds to a
+    subnormal or to zero is the right answer for a tiny input, not an overflow."""
     try:
-        with np.errstate(over="raise", invalid="raise"):
+        with np.errstate(over="raise", invalid="raise", under="ignore"):
             yield
     except FloatingPointError:
         raise ValueError(f"the rotated {name} overflows {np.dtype(dtype)}: |{name}| times the attention factor is "

@@ -295,3 +295,15 @@ def test_shaw_terms_that_overflow_float32_are_named(call):
     # 1e30 * 1e30 > 3.4e38, the largest float32: before, inf and NaN came back.
     with pytest.raises(ValueError, match="overflows float32; rescale"):
         call(lambda a: a.astype(np.float32))
+
+
+def test_rope_underflow_under_a_strict_errstate_is_not_reported_as_overflow():
+    # a tiny input rotates to tiny (or subnormal) values: the answer computed without errstate
+    from minipos import rope
+    x = np.full((3, 4), 1e-310)
+    want = rope.apply_rope(x, np.arange(3))
+    with np.errstate(all="raise"):
+        got = rope.apply_rope(x, np.arange(3))
+        with pytest.raises(ValueError, match="overflows"):
+            rope.apply_rope(np.full((3, 4), np.finfo(np.float64).max), np.arange(3))
+    np.testing.assert_array_equal(got, want)
