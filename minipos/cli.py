@@ -170,7 +170,9 @@ def _measured_cells(m) -> tuple[str, str]:
 
 def _steps(src) -> str:
     taken = src.get("steps_taken")
-    return f"{src['steps']} steps" if taken is None else f"{taken[0]} to {taken[1]} steps with the cool-down, a budget of {src['steps']} before it"
+    if taken is None:
+        return f"{src['steps']} steps"
+    return f"{taken[0]} to {taken[1]} steps with the cool-down, a budget of {src['steps']} before it"
 
 
 def _format(rows, d_model, heads, seq_len) -> str:

@@ -104,7 +104,8 @@ def test_tour_table_shows_recorded_numbers_and_their_source(capsys):
     assert " / ".join(f"{rope[n]['mean']:.3f}±{rope[n]['se']:.3f}" for n in ("64", "256", "1024")) in line
     nope = next(x for x in out.splitlines() if x.startswith("nope "))
     markov_nope = summary["markov"]["rows"]["nope"]
-    assert ("(not learned)" in nope) == (markov_nope["converged"] < len(markov_nope["seeds"]))
+    n_seeds = len(markov_nope["seeds"])
+    assert ("(not learned)" in nope) == (not markov_nope["converged"] == markov_nope["learned"] == n_seeds)
     assert f"{summary['retrieval']['rows']['rope']['offsets']['1024']['1017']['mean']:.2f}" in line.split()[-1]
     assert "lab/results/full" in out and "not run now" in out
 
