@@ -140,7 +140,8 @@ XPOS_SPECS = (  # (name, downscale, positions, scale_offset, note)
      "torchscale ceil(S/2), x-transformers (max t + 1) // 2, rotary-embedding-torch len(t) // 2"),
     ("key_far_positions", True, np.array([0, 100, 1000, 2000, 3000, -50]), 0, "far and negative positions"),
     ("query_step_torchscale", False, np.array([6]), 4, "torchscale's cached step: one query at 6 after 6 keys, "
-     "centre ceil(S/2) = ceil(7/2) = 4 (x-transformers would take (6 + 1) // 2 = 3, rotary-embedding-torch 1 // 2 = 0)"),
+     "centre ceil(S/2) = ceil(7/2) = 4 (x-transformers would take (6 + 1) // 2 = 3, rotary-embedding-torch "
+     "1 // 2 = 0)"),
     ("key_centre_torchscale_odd", True, np.arange(7), 4, "torchscale's keys 0 ... 6: centre ceil(S/2) = 4 "
      "(x-transformers and rotary-embedding-torch take 3)"),
     ("query_centre_x_transformers", False, np.arange(3, 9), 4, "x-transformers' centre (max t + 1) // 2 = "
