@@ -5,7 +5,7 @@ point ``directory`` at them) and, from your test suite::
 
     from check_port import run_family, assert_family
 
-    def my_apply_rope(x, positions, layout, base, rotary_dim, attention_factor, inv_freq=None):
+    def my_apply_rope(x, positions, layout, base, rotary_dim, attention_factor, inv_freq=None, scaling=None):
         ...                                   # your implementation, returning an array
 
     assert_family("rope", my_apply_rope)                          # raises listing every failed case
