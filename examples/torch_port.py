@@ -34,8 +34,11 @@ def _rotate(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def apply_rope(x, positions, *, layout="interleaved", base=10000.0, rotary_dim=None, attention_factor=1.0,
-               inv_freq=None):
-    """RoPE on x ``(..., T, D)`` at integer ``positions`` ``(T,)``; the first ``rotary_dim`` features rotate."""
+               inv_freq=None, scaling=None):
+    """RoPE on x ``(..., T, D)`` at integer ``positions`` ``(T,)``; the first ``rotary_dim`` features rotate.
+
+    ``scaling`` (the ``rope_scaling`` params a given ``inv_freq`` came from) is not needed: the
+    frequencies are given."""
     x, positions = torch.as_tensor(x), torch.as_tensor(positions)
     R = x.shape[-1] if rotary_dim is None else rotary_dim
     if inv_freq is None:

@@ -3,6 +3,6 @@
 Run from a checkout with ``python -m lab`` (see ``lab/README.md``); not part of the minipos wheel.
 ``lab.model`` is the model and its optimiser, ``lab.tasks`` the tasks with a known optimum,
 ``lab.schemes`` the schemes under test, ``lab.run`` the protocol, ``lab.record`` the JSON records,
-``lab.shards`` a training step's batch in shards, side by side in processes, ``lab.summary`` the
-mean and spread over seeds, ``lab.bench`` the timing against torch.
+``lab.pool`` the runs side by side (one process per record), ``lab.corpus`` the text task's corpus,
+``lab.summary`` the mean and spread over seeds, ``lab.bench`` the timing against torch.
 """

@@ -5,21 +5,36 @@ point ``directory`` at them) and, from your test suite::
 
     from check_port import run_family, assert_family
 
-    def my_apply_rope(x, positions, layout, base, rotary_dim, attention_factor, inv_freq=None):
+    def my_apply_rope(x, positions, layout, base, rotary_dim, attention_factor, inv_freq=None, scaling=None):
         ...                                   # your implementation, returning an array
 
     assert_family("rope", my_apply_rope)                          # raises listing every failed case
-    report = run_family("rope", my_apply_rope, precision="float32")   # or inspect the report
+    report = run_family("rope", my_apply_rope, precision="float32", cast=True)   # or inspect the report
 
 Each case calls ``fn(**inputs, **params)``: the case's input arrays (as NumPy arrays of the
-recorded dtype) and its parameters (JSON values) as keyword arguments. ``fn`` returns the
-outputs: a dict ``{output name: array}``, a tuple in the order of the case's ``expected``, or a
-single array when the case has one output. Anything with ``__array__`` (a torch tensor on the
-CPU, say) is accepted. Raise ``NotImplementedError`` to skip a case your port does not support;
-any other exception fails that case (reported with the error) and the family goes on.
-``adapt`` (optional) maps ``(inputs, params)`` to the keyword arguments of ``fn``, for ports
-whose signature differs from minipos. The comparison is
-``|got - expected| <= atol + rtol * |expected|`` with the case's tolerance for ``precision``
+recorded dtype) and its parameters (JSON values) as keyword arguments, bound this way:
+
+- an input whose name is not a Python identifier is passed under one that is, each character
+  other than a letter, digit or ``_`` replaced by ``_``: ``scheme.table`` -> ``scheme_table``,
+  ``scheme.w_k`` -> ``scheme_w_k`` (a layer's learned scheme parameters);
+- a parameter of the same name as an input gives way to the input: ``local_global``'s ``sinks``
+  is a flag in ``params`` and, when true, the ``(H,)`` sink logits in ``inputs``, so ``fn`` gets
+  the array, or ``False`` in a case without sinks;
+- ``output_gradient="g"`` passes the output gradient of a gradient family (``dout``, ``dy`` or
+  ``dbias``, by family: ``OUTPUT_GRADIENT``) as ``g``, so one backward signature serves every
+  family; families not in ``OUTPUT_GRADIENT`` are bound as they are;
+- ``cast=True`` converts the floating-point inputs to the dtype of ``precision`` first (a
+  ``"float32"`` run then hands ``fn`` float32 arrays; integers and booleans are left alone).
+
+``fn`` returns the outputs: a dict ``{output name: array}`` (a dotted name such as
+``scheme.w_k`` may be given as the identifier ``scheme_w_k``), a tuple in the order of the
+case's ``expected``, or a single array when the case has one output. Anything with ``__array__``
+(a torch tensor on the CPU, say) is accepted. Raise ``NotImplementedError`` to skip a case your
+port does not support; any other exception fails that case (reported with the error) and the
+family goes on. ``adapt`` (optional) maps ``(inputs, params)`` to the keyword arguments of
+``fn``, for ports whose signature differs from minipos; it gets the inputs under their recorded
+names (after ``cast`` and ``output_gradient``) and its result is passed as it is. The comparison
+is ``|got - expected| <= atol + rtol * |expected|`` with the case's tolerance for ``precision``
 (``"float64"`` or ``"float32"``), only where the case's ``where`` mask is true.
 
 A failed output is one line: how many values differ, the largest ``|got - expected|``, the
@@ -28,13 +43,13 @@ tolerance, and the first few differing values by their meaning (``n = -206`` for
 the output's axes are not named here. A file of another major ``spec_version`` is refused.
 
 The same logic in any language: read the JSON, build arrays from ``dtype``/``shape``/``data``
-(row-major), call your function, compare as above (see README.md).
-"""
+(row-major), call your function, compare as above (see README.md)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +65,7 @@ AXES = {
     "sinusoidal_table": {"table": "td"},
     "alibi_slopes": {"slopes": "h"},
     "alibi_bias": {"bias": "hts"},
+    "alibi_bias_key_only": {"bias": "hts"},
     "t5_bucket": {"bucket": "n"},
     "t5_bias": {"bias": "hts"},
     "rel_shift": {"out": "ts"},
@@ -60,6 +76,8 @@ AXES = {
     "rope": {"out": "td"},
     "rope_scaling": {"inv_freq": "i"},
     "xpos": {"out": "td"},
+    "rope_scores": {"scores": "hts"},
+    "xpos_scores": {"scores": "hts"},
     "layer": {"y": "btd"},
     "attention_grad": {"out": "htd", "lse": "ht", "dq": "htd", "dk": "hsd", "dv": "hsd", "dbias": "hts"},
     "rope_grad": {"dx": "td"},
@@ -89,6 +107,28 @@ AXES = {
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value
+
+# The input that carries the gradient of the output, by gradient family (``output_gradient=``
+# binds it under one name): ``dout`` of a kernel's output or of scores, ``dy`` of a rotated input or
+# of a layer's output, ``dbias`` of an additive bias.
+OUTPUT_GRADIENT = {
+    "attention_grad": "dout",
+    "rope_grad": "dy",
+    "t5_grad": "dbias",
+    "alibi_grad": "dbias",
+    "rel_shift_grad": "dy",
+    "xl_grad": "dout",
+    "deberta_grad": "dout",
+    "xpos_grad": "dy",
+    "learned_grad": "dout",
+    "layer_grad": "dy",
+    "mrope_grad": "dy",
+    "mrope_layer_grad": "dy",
+    "shaw_layer_grad": "dy",
+    "irope_layer_grad": "dy",
+    "local_global_grad": "dy",
+    "mla_grad": "dy",
+}
 
 
 def decode(d: dict) -> np.ndarray:
@@ -133,7 +173,11 @@ class Report:
 def _outputs(result, names: list) -> dict:
     """The port's result as ``{output name: array}``."""
     if isinstance(result, dict):
-        return {k: np.asarray(v) for k, v in result.items()}
+        got = {k: np.asarray(v) for k, v in result.items()}
+        for name in names:   # a dotted output given under its identifier
+            if name not in got and identifier(name) in got:
+                got[name] = got[identifier(name)]
+        return got
     if isinstance(result, tuple):
         return {k: np.asarray(v) for k, v in zip(names, result)}
     return {names[0]: np.asarray(result)}
@@ -182,16 +226,66 @@ def _compare(family: str, label: str, output: str, expected: np.ndarray, got: np
             f"(tolerance atol {tol['atol']:g} + rtol {tol['rtol']:g} |expected|); " + "; ".join(shown) + more]
 
 
-def run_case(family: str, case: dict, fn, *, precision: str = "float64", adapt=None) -> list | None:
+def identifier(name: str) -> str:
+    """The keyword an input ``name`` is bound as: ``scheme.table`` -> ``scheme_table``.
+
+    Each character other than an ASCII letter, digit or ``_`` becomes ``_``; an identifier is
+    left as it is.
+    """
+    return re.sub(r"[^0-9A-Za-z_]", "_", name)
+
+
+def bind(inputs: dict, params: dict) -> dict:
+    """The keyword arguments of ``fn`` for a case: ``params``, then each input under its
+    ``identifier`` (an input wins over a parameter of the same name).
+
+    Raises ``ValueError`` when two inputs would be bound under one name.
+    """
+    kwargs = dict(params)
+    for name, value in inputs.items():
+        key = identifier(name)
+        if key != name and key in inputs:
+            raise ValueError(f"inputs {name!r} and {key!r} would both be bound as {key!r}")
+        kwargs[key] = value
+    return kwargs
+
+
+def _prepare(family: str, inputs: dict, precision: str, cast: bool, output_gradient) -> dict:
+    """The case's inputs after ``cast`` (floats to ``precision``) and ``output_gradient`` (the
+    family's ``OUTPUT_GRADIENT`` input renamed), under their recorded names otherwise."""
+    if cast:
+        inputs = {k: v.astype(precision) if np.issubdtype(v.dtype, np.floating) else v for k, v in inputs.items()}
+    source = OUTPUT_GRADIENT.get(family)
+    if output_gradient is not None and source in inputs and output_gradient != source:
+        if output_gradient in inputs:
+            raise ValueError(f"output_gradient {output_gradient!r} is already an input of this case")
+        inputs = {(output_gradient if k == source else k): v for k, v in inputs.items()}
+    return inputs
+
+
+def _check_options(precision, cast, output_gradient) -> None:
+    if precision not in ("float64", "float32"):
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
+    if not isinstance(cast, bool):
+        raise TypeError(f"cast must be True or False, got {cast!r}")
+    if output_gradient is not None and not (isinstance(output_gradient, str) and output_gradient.isidentifier()):
+        raise ValueError(f"output_gradient must be None or a Python identifier, got {output_gradient!r}")
+
+
+def run_case(family: str, case: dict, fn, *, precision: str = "float64", adapt=None, cast: bool = False,
+             output_gradient: str | None = None) -> list | None:
     """Failure lines of one case (empty: it passes), or None when ``fn`` skips it.
 
-    An exception other than ``NotImplementedError`` (from ``adapt``, ``fn`` or its result) is the
-    case's failure, reported as one line.
+    ``cast`` and ``output_gradient``: see the module docstring. An exception other than
+    ``NotImplementedError`` (from the binding, ``adapt``, ``fn`` or its result) is the case's
+    failure, reported as one line.
     """
+    _check_options(precision, cast, output_gradient)
     inputs = {k: decode(v) for k, v in case["inputs"].items()}
     label = f"{family}/{case['name']}"
     try:
-        kwargs = adapt(inputs, case["params"]) if adapt else {**inputs, **case["params"]}
+        given = _prepare(family, inputs, precision, cast, output_gradient)
+        kwargs = adapt(given, case["params"]) if adapt else bind(given, case["params"])
         got = _outputs(fn(**kwargs), list(case["expected"]))
     except NotImplementedError:
         return None
@@ -212,13 +306,17 @@ def run_case(family: str, case: dict, fn, *, precision: str = "float64", adapt=N
 
 
 def run_family(family: str, fn, *, precision: str = "float64", directory: str | None = None,
-               adapt=None) -> Report:
-    """Run ``fn`` over every case of ``family``; return a ``Report`` of passes, skips and failures."""
-    if precision not in ("float64", "float32"):
-        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
+               adapt=None, cast: bool = False, output_gradient: str | None = None) -> Report:
+    """Run ``fn`` over every case of ``family``; return a ``Report`` of passes, skips and failures.
+
+    ``cast=True``: floating-point inputs converted to ``precision`` first. ``output_gradient``:
+    the name ``fn`` gets the family's output gradient under (``OUTPUT_GRADIENT``).
+    """
+    _check_options(precision, cast, output_gradient)
     report = Report(family)
     for case in load_family(family, directory)["cases"]:
-        lines = run_case(family, case, fn, precision=precision, adapt=adapt)
+        lines = run_case(family, case, fn, precision=precision, adapt=adapt, cast=cast,
+                         output_gradient=output_gradient)
         if lines is None:
             report.skipped.append(case["name"])
         elif lines:

@@ -169,3 +169,124 @@ def test_every_family_and_output_of_the_spec_has_named_axes():
                                              doc["family"] == "local_global_grad" and name[0] in "wb"):
                     # a layer's weight gradients: flat
                     pytest.fail(f"{doc['family']}/{case['name']}: {name} has no named axes")
+
+
+def _toy_family(tmp_path, family="toy"):
+    """A one-case family written by hand: y = x * scheme.table, and dscheme.table the same product
+    (so a port can return it under the identifier), with a parameter ``x`` that the input shadows."""
+    doc = {"format": "minipos-vectors", "spec_version": "1.0.0", "family": family, "cases": [{
+        "name": "dotted", "note": "", "params": {"x": "a parameter, shadowed by the input x", "k": 2.0},
+        "inputs": {"x": {"dtype": "float64", "shape": [2], "data": [1.5, -2.0]},
+                   "scheme.table": {"dtype": "float64", "shape": [2], "data": [3.0, 0.25]}},
+        # 2 * [1.5 * 3, -2 * 0.25] = [9, -1], by hand
+        "expected": {"y": {"dtype": "float64", "shape": [2], "data": [9.0, -1.0]},
+                     "scheme.table": {"dtype": "float64", "shape": [2], "data": [9.0, -1.0]}},
+        "tolerance": {"float64": {"rtol": 0, "atol": 0}, "float32": {"rtol": 0, "atol": 0}}}]}
+    (tmp_path / f"{family}.json").write_text(json.dumps(doc))
+
+
+def test_a_dotted_input_is_bound_as_an_identifier_and_an_input_wins_over_a_parameter(tmp_path):
+    _toy_family(tmp_path)
+    seen = {}
+
+    def port(x, scheme_table, k):
+        seen.update(x=x, scheme_table=scheme_table)
+        y = k * x * scheme_table
+        return {"y": y, "scheme_table": y}   # the dotted output under its identifier too
+
+    report = check_port.run_family("toy", port, directory=tmp_path)
+    assert report.passed == ["dotted"], str(report)
+    assert seen["x"].tolist() == [1.5, -2.0] and seen["scheme_table"].tolist() == [3.0, 0.25]
+    assert check_port.identifier("scheme.w_k") == "scheme_w_k" and check_port.identifier("dy") == "dy"
+    # adapt still gets the recorded names, as before
+    report = check_port.run_family("toy", port, directory=tmp_path,
+                                   adapt=lambda i, p: {"x": i["x"], "scheme_table": i["scheme.table"], "k": p["k"]})
+    assert report.passed == ["dotted"]
+
+
+def test_two_inputs_bound_under_one_name_fail_their_case(tmp_path):
+    _toy_family(tmp_path)
+    doc = json.loads((tmp_path / "toy.json").read_text())
+    doc["cases"][0]["inputs"]["scheme_table"] = doc["cases"][0]["inputs"]["scheme.table"]
+    (tmp_path / "toy.json").write_text(json.dumps(doc))
+    report = check_port.run_family("toy", lambda **kw: kw["x"], directory=tmp_path)
+    assert report.mismatches == ["toy/dotted: raised ValueError: inputs 'scheme.table' and 'scheme_table' would "
+                                 "both be bound as 'scheme_table'"]
+
+
+def test_local_global_sinks_reach_the_port_as_the_array_of_logits():
+    got = []
+
+    def record(**kw):
+        got.append(kw["sinks"])
+        raise NotImplementedError
+
+    check_port.run_family("local_global", record)
+    doc = json.loads((VECTORS / "local_global.json").read_text())
+    for case, sinks in zip(doc["cases"], got):
+        if case["params"]["sinks"]:   # spec/README.md: sinks (H,) when sinks
+            assert np.asarray(sinks).shape == tuple(case["inputs"]["sinks"]["shape"]), case["name"]
+        else:
+            assert sinks is False, case["name"]
+
+
+def test_cast_hands_a_float32_run_float32_floats_and_leaves_integers():
+    dtypes = []
+
+    def in_float32(slopes, q_positions, k_positions, *, symmetric):
+        dtypes.append((slopes.dtype.name, q_positions.dtype.name))
+        rel = np.subtract.outer(q_positions, k_positions).astype(slopes.dtype)
+        return -slopes[:, None, None] * (np.abs(rel) if symmetric else rel)
+
+    report = check_port.assert_family("alibi_bias", in_float32, precision="float32", cast=True)
+    assert len(report.passed) == 4 and set(dtypes) == {("float32", "int64")}
+    dtypes.clear()
+    check_port.assert_family("alibi_bias", in_float32, precision="float32")   # default: as recorded
+    assert set(dtypes) == {("float64", "int64")}
+    dtypes.clear()
+    check_port.assert_family("alibi_bias", in_float32, cast=True)             # float64 run: nothing to do
+    assert set(dtypes) == {("float64", "int64")}
+    with pytest.raises(TypeError, match="cast must be True or False"):
+        check_port.run_family("alibi_bias", in_float32, cast="float32")
+
+
+def test_output_gradient_binds_every_family_s_gradient_under_one_name():
+    def learned_backward(table, positions, grad):   # spec: dtable[p] = sum of dout over the tokens at p
+        idx = np.broadcast_to(positions, grad.shape[:-1]).reshape(-1)
+        dtable = np.zeros(table.shape)
+        np.add.at(dtable, idx, grad.reshape(-1, grad.shape[-1]))
+        return dtable
+
+    report = check_port.assert_family("learned_grad", learned_backward, output_gradient="grad")
+    assert report.failed == [] and report.passed
+    # without it the recorded name (dout) is bound, as before
+    report = check_port.assert_family("learned_grad", lambda table, positions, dout:
+                                      learned_backward(table, positions, dout))
+    assert report.failed == []
+    # a family outside the table is bound as it is
+    check_port.assert_family("alibi_bias", alibi_bias, output_gradient="grad")
+    with pytest.raises(ValueError, match="output_gradient must be None or a Python identifier"):
+        check_port.run_family("learned_grad", learned_backward, output_gradient="d.out")
+    report = check_port.run_family("learned_grad", learned_backward, output_gradient="positions")
+    assert report.mismatches[0].endswith("raised ValueError: output_gradient 'positions' is already an input "
+                                         "of this case")
+
+
+def test_the_output_gradient_table_names_an_input_of_every_case_of_every_gradient_family():
+    grads = {p.stem for p in VECTORS.glob("*_grad.json")}
+    assert set(check_port.OUTPUT_GRADIENT) == grads
+    # spec/README.md's family table: each output gradient is dout, dy or dbias
+    assert set(check_port.OUTPUT_GRADIENT.values()) == {"dout", "dy", "dbias"}
+    for family, name in check_port.OUTPUT_GRADIENT.items():
+        for case in json.loads((VECTORS / f"{family}.json").read_text())["cases"]:
+            assert name in case["inputs"], (family, case["name"])
+
+
+def test_the_readme_table_of_output_gradients_is_the_checker_s():
+    readme = (ROOT / "spec" / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] in ("dout", "dy", "dbias"):
+            rows.update({f.strip().strip("`"): cells[0] for f in cells[1].split(",")})
+    assert rows == check_port.OUTPUT_GRADIENT

@@ -54,8 +54,9 @@ def _rotate(x, layout):
     return np.concatenate([-b, a], axis=-1)
 
 
-def _rope_f32(x, positions, layout, base, rotary_dim, attention_factor, inv_freq=None, sign=1):
-    """HF LLaMA's float32 rotary embedding: inv_freq, angles, cos and sin in float32."""
+def _rope_f32(x, positions, layout, base, rotary_dim, attention_factor=1.0, inv_freq=None, sign=1, scaling=None):
+    """HF LLaMA's float32 rotary embedding: inv_freq, angles, cos and sin in float32 (``scaling`` only
+    says where a given inv_freq came from)."""
     x = _f32(x)
     R = x.shape[-1] if rotary_dim is None else rotary_dim
     if inv_freq is None:
@@ -155,6 +156,10 @@ ANGLE_PORTS = {
     "xpos": lambda i, p: {"out": _xpos_f32(i["x"], i["positions"], **p)},
     "xpos_grad": lambda i, p: {"dx": _xpos_f32(i["dy"], i["positions"], grad=True, **p)},
     "xl_scores": _xl_scores_f32,
+    "rope_scores": lambda i, p: {"scores": _f32(_rope_f32(i["q"], i["q_positions"], **p)
+                                                @ np.swapaxes(_rope_f32(i["k"], i["k_positions"], **p), -1, -2))},
+    "xpos_scores": lambda i, p: {"scores": _xpos_f32(i["q"], i["q_positions"], False, **p)
+                                 @ np.swapaxes(_xpos_f32(i["k"], i["k_positions"], True, **p), -1, -2)},
 }
 
 

@@ -60,6 +60,23 @@ def _alibi_bias_run(inputs, params):
                                      symmetric=params["symmetric"])}
 
 
+def _alibi_key_only_cases():
+    padded = np.array([0, 0, 0, 1, 1, 1, 1])                  # left padding: BLOOM's attention_mask
+    bloom = (np.cumsum(padded) - 1) * padded                   # (cumsum(mask) - 1) * mask = 0 0 0 0 1 2 3
+    specs = [("prefill_h4_S6", 4, np.arange(6), "+m j for keys 0 ... 5: one row shared by every query"),
+             ("cached_step_h3_S7", 3, np.arange(7), "no padding, S = 7 keys for T = 2 queries at 5, 6 (or "
+              "any T): the row does not depend on the query"),
+             ("left_padded_h12_bloom", 12, bloom, "BLOOM's k_positions (cumsum(mask) - 1) * mask for the mask "
+              "0 0 0 1 1 1 1: padding at position 0"),
+             ("far_keys_h6", 6, np.array([0, 1, 2, 1000, 4095]), "keys up to 4095: m j grows with S")]
+    return [_case(name, note, {"slopes": alibi.alibi_slopes(h), "k_positions": k}, {}, tol(1e-12))
+            for name, h, k, note in specs]
+
+
+def _alibi_key_only_run(inputs, params):
+    return {"bias": alibi.alibi_bias_key_only(inputs["slopes"], inputs["k_positions"])}
+
+
 # --------------------------------------------------------------------------- T5
 
 T5_CONFIGS = ((True, 32, 128), (False, 32, 128), (True, 32, 256), (True, 64, 256), (False, 16, 64),

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import rope, sinusoidal
-from .absolute_relative import (_alibi_bias_cases, _alibi_bias_run, _alibi_slopes_cases, _alibi_slopes_run,
+from .absolute_relative import (_alibi_bias_cases, _alibi_bias_run, _alibi_key_only_cases, _alibi_key_only_run,
+                                _alibi_slopes_cases, _alibi_slopes_run,
                                 _deberta_bucket_cases, _deberta_bucket_run, _deberta_relative_cases,
                                 _deberta_relative_run, _deberta_scores_cases, _deberta_scores_run, _rel_shift_cases,
                                 _rel_shift_run, _shaw_cases, _shaw_logits_run, _shaw_values_run, _sinusoidal_cases,
@@ -29,9 +30,10 @@ from .layers import (_irope_grad_cases, _irope_grad_run, _irope_layer_cases, _ir
                      _local_global_run, _mla_cases, _mla_grad_cases, _mla_grad_run, _mla_run, _shaw_layer_cases)
 from .rotary import (_mrope_cases, _mrope_grad_run, _mrope_layer_cases, _mrope_layer_grad_run, _mrope_layer_run,
                      _mrope_positions_cases, _mrope_positions_run, _mrope_run, _rope_cases, _rope_run,
-                     _rope_scaling_cases, _rope_scaling_run, _xpos_cases, _xpos_run)
+                     _rope_scaling_cases, _rope_scaling_run, _rope_scores_cases, _rope_scores_run, _xpos_cases,
+                     _xpos_run, _xpos_scores_cases, _xpos_scores_run)
 
-SPEC_VERSION = "1.0.0"
+SPEC_VERSION = "1.1.0"
 
 # The float32 tolerance of each family, and of the cases whose error is of another size (large
 # positions): about ten times the largest error |got - expected| / (1 + |expected|) of a float32
@@ -42,6 +44,7 @@ SPEC_VERSION = "1.0.0"
 FLOAT32_TOLERANCE = {
     "sinusoidal_table": 5e-6, "alibi_slopes": 1e-6, "alibi_bias": 1e-6, "xl_scores": 2e-6,
     "deberta_scores": 1e-6, "rope": 2e-5, "rope_scaling": 1e-6, "xpos": 5e-6, "layer": 5e-6,
+    "alibi_bias_key_only": 1e-6, "rope_scores": 5e-6, "xpos_scores": 5e-6,
     "attention_grad": 5e-6, "rope_grad": 2e-5, "t5_grad": 1e-6, "alibi_grad": 1e-6, "xl_grad": 1e-6,
     "deberta_grad": 1e-6, "xpos_grad": 5e-6, "learned_grad": 1e-6, "layer_grad": 2e-5,
     "mla": 5e-6, "mla_grad": 2e-5,
@@ -51,7 +54,7 @@ FLOAT32_TOLERANCE = {
     # up to half an ulp of m * theta_i (1.5e-5 rad at 409.7)
     **{f"sinusoidal_table/{layout}_dim8": 2e-4 for layout in sinusoidal.LAYOUTS},
     **{f"{family}/{layout}_d8": 2e-4 for family in ("rope", "rope_grad") for layout in rope.LAYOUTS},
-    "rope/half_heads_base_500000": 2e-4,
+    "rope/half_heads_base_500000": 2e-4, "rope/half_inv_freq_llama3_factor_1": 1e-4,
     "irope_layer": 2e-6, "irope_layer_grad": 1e-5,
     "local_global": 2e-6, "local_global_grad": 1e-5,
 }
@@ -74,6 +77,9 @@ FAMILIES = {
                            "head counts", _alibi_slopes_cases, _alibi_slopes_run),
     "alibi_bias": Family("minipos.alibi.alibi_bias", "ALiBi biases (H, T, S): -m (i - j), or -m |i - j| "
                          "when symmetric", _alibi_bias_cases, _alibi_bias_run),
+    "alibi_bias_key_only": Family("minipos.alibi.alibi_bias_key_only", "ALiBi's key-only form (BLOOM, Falcon): "
+                                  "bias (H, 1, S) = +m_h j, -m_h (i - j) up to a per-row constant",
+                                  _alibi_key_only_cases, _alibi_key_only_run),
     "t5_bucket": Family("minipos.t5.relative_position_bucket", "T5 buckets of n = key - query",
                         _t5_bucket_cases, _t5_bucket_run),
     "t5_bias": Family("minipos.t5.t5_bias", "T5 bias (H, T, S) = table[bucket(k - q), h]",
@@ -95,6 +101,10 @@ FAMILIES = {
                            "attention_factor)", _rope_scaling_cases, _rope_scaling_run),
     "xpos": Family("minipos.xpos.apply_xpos", "xPos on (T, D): queries up, keys down",
                    _xpos_cases, _xpos_run),
+    "rope_scores": Family("minipos.rope.apply_rope", "a cached decoding step at the score level: R(i) q . R(j) k "
+                          "(H, T, S), queries at S - T ... S - 1", _rope_scores_cases, _rope_scores_run),
+    "xpos_scores": Family("minipos.xpos.apply_xpos", "a cached decoding step at the score level: xPos queries . "
+                          "xPos keys (H, T, S), queries at S - T ... S - 1", _xpos_scores_cases, _xpos_scores_run),
     "layer": Family("minipos.layer.MultiHeadAttention", "a full attention forward pass with each scheme, "
                     "weights included, and cached decoding", _layer_cases, _layer_run),
     "attention_grad": Family("minipos.attention.attention_backward", "attention's backward with a bias and a "

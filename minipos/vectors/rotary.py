@@ -14,9 +14,18 @@ from .cases import EXACT, GRID, _case, _grid, tol
 
 # --------------------------------------------------------------------------- RoPE
 
+def _scaled(kind: str, rotary_dim: int, **kw) -> tuple:
+    """A scaling's ``(inv_freq, attention_factor)`` and its source as a ``rope_scaling`` case's params."""
+    source = {"kind": kind, "base": 10000.0, "dim": rotary_dim, **kw}
+    inv_freq, factor = rope_scaling.REGISTRY[kind](rotary_dim, **{k: v for k, v in source.items() if k not in
+                                                                   ("kind", "dim")})
+    return inv_freq, factor, source
+
+
 def _rope_cases():
     rng = np.random.default_rng(9)
-    pos = np.array([0, 1, 2, 7, 100, 4097, -3])
+    pos = np.array([0, 1, 2, 7, 100, 4097, 3])
+    negative = np.array([-3, -2, -1, 0, 1, 7, -100])
     x = _grid(rng, (7, 8))
     cases = [_case(f"{layout}_d8", f"layout {layout!r}, all features rotated", {"x": x, "positions": pos},
                    {"layout": layout, "base": 10000.0, "rotary_dim": None, "attention_factor": 1.0},
@@ -30,24 +39,54 @@ def _rope_cases():
                        {"x": heads, "positions": np.arange(4094, 4099)},
                        {"layout": "half", "base": 500000.0, "rotary_dim": None, "attention_factor": 1.0},
                        tol()))
-    inv_freq, factor = rope_scaling.yarn(8, factor=4.0, original_max_position_embeddings=64)
-    cases.append(_case("interleaved_inv_freq_and_factor", "frequencies and attention factor of a "
-                       "scaling (YaRN, factor 4, L = 64): cos and sin times the factor",
-                       {"x": x, "positions": pos, "inv_freq": inv_freq},
-                       {"layout": "interleaved", "base": 10000.0, "rotary_dim": None,
-                        "attention_factor": factor}, tol()))
-    inv_freq, factor = rope_scaling.yarn(4, factor=4.0, original_max_position_embeddings=64)
-    cases.append(_case("half_partial_4_of_8_attention_factor", "rotary_dim 4 with a scaling's frequencies "
-                       "and attention factor (YaRN, factor 4, L = 64): cos and sin of the 4 rotated features "
-                       "times the factor, the other 4 passed through unscaled",
-                       {"x": x, "positions": pos, "inv_freq": inv_freq},
-                       {"layout": "half", "base": 10000.0, "rotary_dim": 4, "attention_factor": factor},
-                       tol()))
+    given = (("interleaved_inv_freq_and_factor", "interleaved", None, "yarn",
+              dict(factor=4.0, original_max_position_embeddings=64), "cos and sin times the factor"),
+             ("half_partial_4_of_8_attention_factor", "half", 4, "yarn",
+              dict(factor=4.0, original_max_position_embeddings=64), "rotary_dim 4: cos and sin of the 4 rotated "
+              "features times the factor, the other 4 passed through unscaled"),
+             ("half_inv_freq_llama3_factor_1", "half", None, "llama3",
+              dict(factor=8.0, original_max_position_embeddings=1024, low_freq_factor=1.0, high_freq_factor=4.0),
+              "attention factor 1: the frequencies alone change (pairs 0, 1 kept, 2 smoothed, 3 divided by 8)"))
+    for name, layout, rotary_dim, kind, kw, note in given:
+        inv_freq, factor, source = _scaled(kind, rotary_dim or 8, **kw)
+        cases.append(_case(name, f"given frequencies and attention factor {factor:.6f} of a scaling, "
+                           f"params.scaling = its rope_scaling params ({kind}); {note}",
+                           {"x": x, "positions": pos, "inv_freq": inv_freq},
+                           {"layout": layout, "base": 10000.0, "rotary_dim": rotary_dim,
+                            "attention_factor": factor, "scaling": source}, tol()))
+    cases += [_case(f"{layout}{'_partial_4_of_8' if r else ''}_negative_positions", f"layout {layout!r}, rotary_dim "
+                    f"{r or 8}: negative positions "
+                    "(turned clockwise, R(-m) = R(m)^T) beside 0, 1, 7", {"x": x, "positions": negative},
+                    {"layout": layout, "base": 10000.0, "rotary_dim": r, "attention_factor": 1.0}, tol())
+              for layout, r in (("interleaved", None), ("half", 4))]
     return cases
 
 
 def _rope_run(inputs, params):
-    return {"out": rope.apply_rope(inputs["x"], inputs["positions"], inv_freq=inputs.get("inv_freq"), **params)}
+    kw = {k: v for k, v in params.items() if k != "scaling"}   # the scaling only says where inv_freq came from
+    return {"out": rope.apply_rope(inputs["x"], inputs["positions"], inv_freq=inputs.get("inv_freq"), **kw)}
+
+
+def _rope_scores_cases():
+    rng = np.random.default_rng(27)
+    specs = (("half_step_T1_S7", "half", 10000.0, None, 2, 1, 7, 8),
+             ("interleaved_step_T3_S7", "interleaved", 10000.0, None, 2, 3, 7, 8),
+             ("half_partial_4_of_8_step_T2_S9_base_500000", "half", 500000.0, 4, 3, 2, 9, 8))
+    cases = []
+    for name, layout, base, rotary_dim, H, T, S, D in specs:
+        inputs = {"q": _grid(rng, (H, T, D)), "k": _grid(rng, (H, S, D)), "q_positions": np.arange(S - T, S),
+                  "k_positions": np.arange(S)}
+        cases.append(_case(name, f"a cached step: {T} quer{'y' if T == 1 else 'ies'} at positions {S - T} ... "
+                           f"{S - 1} after a cache of {S - T}, keys 0 ... {S - 1}; scores = R(i) q_i . R(j) k_j, "
+                           "unscaled: rows S - T ... S - 1 of the full pass", inputs,
+                           {"layout": layout, "base": base, "rotary_dim": rotary_dim}))
+    return cases
+
+
+def _rope_scores_run(inputs, params):
+    q = rope.apply_rope(inputs["q"], inputs["q_positions"], **params)   # (H, T, D): R(i) q
+    k = rope.apply_rope(inputs["k"], inputs["k_positions"], **params)   # (H, S, D): R(j) k
+    return {"scores": np.einsum("htd,hsd->hts", q, k)}                  # (H, T, S)
 
 
 def _rope_scaling_cases():
@@ -94,20 +133,58 @@ def _rope_scaling_run(inputs, params):
     return {"inv_freq": inv_freq, "attention_factor": np.float64(factor)}
 
 
+XPOS_SPECS = (  # (name, downscale, positions, scale_offset, note)
+    ("query", False, np.arange(6), 0, "scale_offset 0: the plain exponent n"),
+    ("key", True, np.arange(6), 0, "scale_offset 0: the plain exponent n"),
+    ("query_torchscale_offset", False, np.arange(6), 3, "centre 3, where the libraries agree for positions 0 ... 5: "
+     "torchscale ceil(S/2), x-transformers (max t + 1) // 2, rotary-embedding-torch len(t) // 2"),
+    ("key_far_positions", True, np.array([0, 100, 1000, 2000, 3000, -50]), 0, "far and negative positions"),
+    ("query_step_torchscale", False, np.array([6]), 4, "torchscale's cached step: one query at 6 after 6 keys, "
+     "centre ceil(S/2) = ceil(7/2) = 4 (x-transformers would take (6 + 1) // 2 = 3, rotary-embedding-torch "
+     "1 // 2 = 0)"),
+    ("key_centre_torchscale_odd", True, np.arange(7), 4, "torchscale's keys 0 ... 6: centre ceil(S/2) = 4 "
+     "(x-transformers and rotary-embedding-torch take 3)"),
+    ("query_centre_x_transformers", False, np.arange(3, 9), 4, "x-transformers' centre (max t + 1) // 2 = "
+     "(8 + 1) // 2 = 4 for positions 3 ... 8 (rotary-embedding-torch len(t) // 2 = 3, torchscale "
+     "ceil((3 + 6)/2) = 5)"),
+    ("key_centre_rotary_embedding_torch", True, np.arange(3, 9), 3, "rotary-embedding-torch's centre "
+     "len(t) // 2 = 6 // 2 = 3 for positions 3 ... 8 (x-transformers 4, torchscale 5)"),
+)
+
+
 def _xpos_cases():
     rng = np.random.default_rng(11)
     x = _grid(rng, (6, 8))
-    specs = [("query", False, np.arange(6), 0), ("key", True, np.arange(6), 0),
-             ("query_torchscale_offset", False, np.arange(6), 3), ("key_far_positions", True,
-                                                                    np.array([0, 100, 1000, 2000, 3000, -50]), 0)]
-    return [_case(name, "interleaved RoPE, pair i scaled by zeta_i^(+-(n - scale_offset)/scale_base)",
-                  {"x": x, "positions": pos}, {"downscale": down, "scale_offset": off, "scale_base": 512.0,
-                                               "base": 10000.0}, tol())
-            for name, down, pos, off in specs]
+    wide = _grid(rng, (7, 8))
+    return [_case(name, "interleaved RoPE, pair i scaled by zeta_i^(+-(n - scale_offset)/scale_base); " + note,
+                  {"x": x if len(pos) == 6 else wide[:len(pos)], "positions": pos},
+                  {"downscale": down, "scale_offset": off, "scale_base": 512.0, "base": 10000.0}, tol())
+            for name, down, pos, off, note in XPOS_SPECS]
 
 
 def _xpos_run(inputs, params):
     return {"out": xpos.apply_xpos(inputs["x"], inputs["positions"], **params)}
+
+
+def _xpos_scores_cases():
+    rng = np.random.default_rng(28)
+    specs = (("step_T1_S7", 2, 1, 7, 8), ("step_T3_S7", 2, 3, 7, 8), ("step_T2_S12_d4", 3, 2, 12, 4))
+    cases = []
+    for name, H, T, S, D in specs:
+        inputs = {"q": _grid(rng, (H, T, D)), "k": _grid(rng, (H, S, D)), "q_positions": np.arange(S - T, S),
+                  "k_positions": np.arange(S)}
+        cases.append(_case(name, f"a cached step: {T} quer{'y' if T == 1 else 'ies'} at positions {S - T} ... "
+                           f"{S - 1}, keys 0 ... {S - 1}; scores = (zeta^((i - c)/g) R(i) q_i) . (zeta^(-(j - c)/g) "
+                           f"R(j) k_j), unscaled, c = scale_offset = ceil(S/2) (torchscale; c cancels): rows "
+                           "S - T ... S - 1 of the full pass", inputs,
+                           {"scale_offset": -(-S // 2), "scale_base": 512.0, "base": 10000.0}))
+    return cases
+
+
+def _xpos_scores_run(inputs, params):
+    q = xpos.apply_xpos(inputs["q"], inputs["q_positions"], **params)                  # (H, T, D)
+    k = xpos.apply_xpos(inputs["k"], inputs["k_positions"], downscale=True, **params)  # (H, S, D)
+    return {"scores": np.einsum("htd,hsd->hts", q, k)}                                # (H, T, S)
 
 
 # --------------------------------------------------------------------------- multimodal RoPE (M-RoPE)

@@ -1,0 +1,152 @@
+"""Write ``spec/catalogue.md``: every scheme a vectors case can name, and the layer's settings.
+
+Run from the repository root (``python spec/catalogue.py``; ``--check`` exits 1 when the
+committed file differs from what the code gives). It reads the scheme registry
+(``minipos.schemes.ENTRIES``: each scheme's class, its keyword arguments with their defaults
+through ``config_keys``, and where a checkpoint's config keeps them, ``config_names``) and the
+signatures of ``MultiHeadAttention``, ``MultiHeadLatentAttention``, ``KVCache`` and
+``StreamingCache``, so the catalogue cannot drift from the code: a test regenerates it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from minipos.cache import KVCache                          # noqa: E402
+from minipos.layer import MultiHeadAttention                # noqa: E402
+from minipos.mla import DecoupledRotary, MultiHeadLatentAttention   # noqa: E402
+from minipos.schemes import ENTRIES, config_keys            # noqa: E402
+from minipos.streaming import StreamingCache                # noqa: E402
+
+OUT = os.path.join(ROOT, "spec", "catalogue.md")
+
+# What each keyword of MultiHeadAttention is, and where a checkpoint keeps it (minipos.layer's
+# docstring). A keyword missing here stops the script, so a new one must be described.
+LAYER_KEYWORDS = {
+    "d_model": "model width (HF `hidden_size`); a vectors param",
+    "num_heads": "query heads H (HF `num_attention_heads`); a vectors param",
+    "scheme": "the position scheme, an instance; vectors: `scheme` (its name above) and `scheme_config`",
+    "head_dim": "D, default `d_model // num_heads` (HF `head_dim`)",
+    "bias": "biases `bq`, `bk`, `bv`, `bo` (HF `attention_bias` where a config has it); a vectors param",
+    "seed": "seed of the random initial weights (not part of a spec case: the case gives the weights)",
+    "dtype": "float dtype of weights and computation",
+    "block_size": "blockwise (online-softmax) attention over N x N blocks; same outputs, `None` is dense",
+    "num_kv_heads": "key/value heads (HF `num_key_value_heads`): grouped-query attention; `local_global`",
+    "attention_chunk": "query i sees key j only if `i // C == j // C` (Llama 4 `attention_chunk_size`); `irope_layer`",
+    "sliding_window": "query i sees keys `i - W < j <= i` (HF `sliding_window`); `local_global`",
+    "scale": "replaces the scheme's `q . k` scale (Gemma 3: `query_pre_attn_scalar ** -0.5`); `local_global`",
+    "sinks": "a learned per-head sink logit `sinks` `(H,)` (gpt-oss `GptOssAttention.sinks`); `local_global`",
+}
+
+# MultiHeadLatentAttention's own keywords (minipos.mla's docstrings).
+MLA_KEYWORDS = {
+    "kv_lora_rank": "r_kv, the key/value latent's width (HF `kv_lora_rank`)",
+    "qk_nope_head_dim": "D_N, the unrotated part of each query/key head (HF `qk_nope_head_dim`)",
+    "qk_rope_head_dim": "D_R (even), the rotated part (HF `qk_rope_head_dim`)",
+    "v_head_dim": "D_V (HF `v_head_dim`)",
+    "q_lora_rank": "r_q, the query latent's width (HF `q_lora_rank`); `None`: a full-rank `wq` (DeepSeek-V2-Lite)",
+    "eps": "the latents' RMSNorm epsilon (HF builds those norms with the default 1e-6, not `rms_norm_eps`); "
+           "not a vectors param",
+}
+
+# Settings of a layer case that are not constructor keywords.
+CALL_SETTINGS = [
+    ("causal", "`False`", "`MultiHeadAttention.__call__(x, causal=...)`: queries see keys at positions <= their own"),
+    ("chunks", "`[T]`", "vectors only: the lengths fed one after another through one `KVCache`, outputs "
+                        "concatenated (`[T]`: one pass)"),
+    ("mem_len", f"`{inspect.signature(KVCache.__init__).parameters['mem_len'].default!r}`",
+     "`layer.new_cache(mem_len)` (`KVCache`): keep at most that many earlier keys (Transformer-XL's "
+     "memory; `W - 1` is a sliding window's rolling cache); `local_global`"),
+    ("streaming", "absent", "`{\"num_sinks\", \"window\"}`: the chunks go through "
+     "`StreamingCache(layer, num_sinks=..., window=...)` (StreamingLLM; defaults " +
+     ", ".join(f"`{n}={p.default!r}`" for n, p in inspect.signature(StreamingCache.__init__).parameters.items()
+               if p.default is not inspect.Parameter.empty) + "); `local_global`"),
+]
+
+
+def _default(value) -> str:
+    if value is inspect.Parameter.empty:
+        return "(required)"
+    return f"`{value.__module__}.{value.__name__}`" if isinstance(value, type) else f"`{value!r}`"
+
+
+def _keywords(cls) -> str:
+    return "<br>".join(f"`{k}`: {_default(v)}" for k, v in config_keys(cls).items()) or "–"
+
+
+def _signature_rows(cls, skip=("self",)) -> list:
+    return [(n, _default(p.default)) for n, p in inspect.signature(cls.__init__).parameters.items()
+            if n not in skip and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def schemes() -> list:
+    lines = ["## Schemes", "",
+             "A layer case's `scheme` is the name; `scheme_config` holds keyword arguments of the class "
+             "(a key left out takes its default). \"In a checkpoint's config\" is where HF transformers "
+             "(unless said otherwise) keeps each setting.", "",
+             "| `scheme` | class | `scheme_config` keys (defaults) | in a checkpoint's config |",
+             "|---|---|---|---|"]
+    for name, entry in ENTRIES.items():
+        hf = "<br>".join(f"`{k}`: {v}" for k, v in entry.config_names.items()) or "–"
+        lines.append(f"| `{name}` | `{entry.cls.__module__}.{entry.cls.__name__}` | {_keywords(entry.cls)} | {hf} |")
+    lines += ["", f"The `mla` families take no `scheme`: their `scheme_config` holds the keyword arguments of "
+              f"`{DecoupledRotary.__module__}.DecoupledRotary` ({_keywords(DecoupledRotary).replace('<br>', ', ')}), "
+              "DeepSeek's rotary part (HF `rope_theta`; `rope_interleave`: `True` is `'interleaved'`; "
+              "`rope_scaling` / `rope_parameters`).", ""]
+    return lines
+
+
+def layer() -> list:
+    unknown = [n for n, _ in _signature_rows(MultiHeadAttention) if n not in LAYER_KEYWORDS]
+    if unknown:
+        raise SystemExit(f"spec/catalogue.py: describe MultiHeadAttention's keyword(s) {unknown} in LAYER_KEYWORDS")
+    lines = ["## The layer", "",
+             "`minipos.layer.MultiHeadAttention` keywords (the `layer`, `local_global`, `irope_layer`, "
+             "`shaw_layer` and `mrope_layer` families; a family's params are in `README.md`):", "",
+             "| keyword | default | what it does |", "|---|---|---|"]
+    lines += [f"| `{n}` | {d} | {LAYER_KEYWORDS[n]} |" for n, d in _signature_rows(MultiHeadAttention)]
+    lines += ["", "Settings of a case that are not constructor keywords:", "",
+              "| param | default | what it does |", "|---|---|---|"]
+    lines += [f"| `{n}` | {d} | {what} |" for n, d, what in CALL_SETTINGS]
+    own = [(n, d) for n, d in _signature_rows(MultiHeadLatentAttention) if n not in LAYER_KEYWORDS]
+    unknown = [n for n, _ in own if n not in MLA_KEYWORDS]
+    if unknown:
+        raise SystemExit(f"spec/catalogue.py: describe MultiHeadLatentAttention's keyword(s) {unknown} in MLA_KEYWORDS")
+    lines += ["", "`minipos.mla.MultiHeadLatentAttention` (the `mla` families) takes `d_model`, `num_heads`, "
+              "`scheme` (a `DecoupledRotary`), `bias`, `seed`, `dtype`, `block_size` as above, and its own:", "",
+              "| keyword | default | what it does |", "|---|---|---|"]
+    lines += [f"| `{n}` | {d} | {MLA_KEYWORDS[n]} |" for n, d in own]
+    return lines + [""]
+
+
+def render() -> str:
+    head = ["# Scheme catalogue", "",
+            "Generated by `python spec/catalogue.py` from `minipos/schemes.py` (the scheme registry) and "
+            "the layer's signatures; do not edit by hand. `README.md` describes the vectors that use these.", ""]
+    return "\n".join(head + schemes() + layer())
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if argv == ["--check"]:
+        with open(OUT, encoding="utf-8") as f:
+            stale = f.read() != text
+        if stale:
+            print("spec/catalogue.md is stale: run python spec/catalogue.py", file=sys.stderr)
+        return int(stale)
+    if argv:
+        raise SystemExit("usage: python spec/catalogue.py [--check]")
+    with open(OUT, "w", encoding="utf-8") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
