@@ -310,6 +310,12 @@ class MultiHeadAttention:
         group = self.num_heads // self.num_kv_heads
         return a if group == 1 else np.repeat(a, group, axis=1)
 
+    def _repeat_kv_backward(self, d):
+        """The adjoint of ``_repeat_kv``: key/value head ``j``'s gradient is the sum over its query heads
+        ``j G … j G + G - 1``. ``(B, H, S, D) -> (B, KV, S, D)``."""
+        group = self.num_heads // self.num_kv_heads
+        return d.reshape(d.shape[0], self.num_kv_heads, group, *d.shape[2:]).sum(axis=2)
+
     def _logits_fn(self, extra, q_pos, k_pos):
         """``logits(qs, ks)``: the bias seam plus the content-position seam's extra logits of the
         queries ``qs`` and keys ``ks`` (index slices), ``(H, tq, tk)`` or ``(B, H, tq, tk)``, or ``None``."""
@@ -374,8 +380,7 @@ class MultiHeadAttention:
         # 5) content-position seam: the query used against content
         dq = sc.content_position_backward(dq_c, add) + dq_extra                  # (B, H, T, D)
         dk = dk + dk_extra                                                      # (B, H, S, D)
-        group = self.num_heads // self.num_kv_heads                             # GQA: sum each group's
-        dk, dv = (d.reshape(B, self.num_kv_heads, group, *d.shape[2:]).sum(axis=2) for d in (dk, dv))
+        dk, dv = self._repeat_kv_backward(dk), self._repeat_kv_backward(dv)     # GQA: (B, KV, S, D)
         # 4) cache: the gradients of this call's keys and values (earlier ones are constants)
         if sc.rotates_cached_keys:
             dk = self._rotate(sc.rotate_k_backward, dk, ctx.k_positions, ctx.seq_len)

@@ -37,7 +37,7 @@ LAYER_KEYWORDS = {
     "seed": "seed of the random initial weights (not part of a spec case: the case gives the weights)",
     "dtype": "float dtype of weights and computation",
     "block_size": "blockwise (online-softmax) attention over N x N blocks; same outputs, `None` is dense",
-    "num_kv_heads": "key/value heads (HF `num_key_value_heads`): grouped-query attention; `local_global`",
+    "num_kv_heads": "key/value heads (HF `num_key_value_heads`): grouped-query attention; `layer`, `layer_grad`, `local_global`",
     "attention_chunk": "query i sees key j only if `i // C == j // C` (Llama 4 `attention_chunk_size`); `irope_layer`",
     "sliding_window": "query i sees keys `i - W < j <= i` (HF `sliding_window`); `local_global`",
     "scale": "replaces the scheme's `q . k` scale (Gemma 3: `query_pre_attn_scalar ** -0.5`); `local_global`",

@@ -35,7 +35,8 @@ def _set_weights(layer, inputs, weights, extra=()):
 def _build_layer(inputs, params, extra=()):
     """The layer and scheme of a case, its weights set from ``inputs`` (names beyond them: ``extra``)."""
     scheme = _scheme(params["scheme"], params["scheme_config"])
-    layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"])
+    layer = MultiHeadAttention(params["d_model"], params["num_heads"], scheme=scheme, bias=params["bias"],
+                               num_kv_heads=params.get("num_kv_heads"))      # absent or null: num_heads
     weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
     return _set_weights(layer, inputs, weights, extra)
 

@@ -63,6 +63,19 @@ LAYER_MORE = (
     ("alibi_left_padded_cached", "alibi", True, False, "left", [3, 1, 1, 2]),
 )
 
+# Grouped-query cases: 4 query heads on 2 key/value heads (head_dim 2), so the head map is neither the
+# identity (KV = H) nor constant (KV = 1): query head h reads key/value head h // 2 (HF's repeat_kv),
+# which a port tiling the heads (h % 2) gets wrong for heads 1 and 2. (label, scheme label, chunks)
+GQA_HEADS, GQA_KV = 4, 2
+LAYER_GQA = (
+    ("rope_half_gqa_h4_kv2", "rope_half", [LENGTH]),
+    ("rope_half_gqa_h4_kv2_cached", "rope_half", [3, 1, 1, 2]),
+    ("alibi_gqa_h4_kv2", "alibi", [LENGTH]),
+)
+GQA_LABELS = {label for label, _, _ in LAYER_GQA}
+GQA_NOTE = (f"num_heads={GQA_HEADS}, num_kv_heads={GQA_KV}: query head h reads key/value head "
+            f"h // {GQA_HEADS // GQA_KV} (heads 0, 1 -> 0; 2, 3 -> 1), not h % {GQA_KV}")
+
 
 def _padding(kind: str) -> np.ndarray:
     """A key padding mask ``(B, T)``: batch 0 unpadded, batch 1 with its last (``"right"``) or first
@@ -78,9 +91,10 @@ PADDING_NOTE = {"right": "key padding: the last two keys of batch 1 masked",
                         "first two queries have no key (fully masked rows: zero output)"}
 
 
-def _layer_inputs(rng, scheme, with_bias: bool) -> dict:
-    """x, the projections and the scheme's learned parameters, drawn at the layer's shapes."""
-    layer = MultiHeadAttention(D_MODEL, HEADS, scheme=scheme, bias=with_bias)
+def _layer_inputs(rng, scheme, with_bias: bool, heads: int = HEADS, kv: int | None = None) -> dict:
+    """x, the projections and the scheme's learned parameters, drawn at the shapes of a layer of ``heads``
+    query heads and ``kv`` key/value heads (None: ``heads``): wk, wv ``(D_MODEL, kv*D)``."""
+    layer = MultiHeadAttention(D_MODEL, heads, scheme=scheme, bias=with_bias, num_kv_heads=kv)
     inputs = {"x": _grid(rng, (BATCH, LENGTH, D_MODEL))}
     for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"):
         w = getattr(layer, name)
@@ -136,6 +150,14 @@ def _layer_cases():
         params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": name,
                   "scheme_config": config, "causal": causal, "chunks": chunks}
         cases.append(_case(label, "; ".join(notes), inputs, params, tol()))
+    for label, scheme_label, chunks in LAYER_GQA:
+        name, config = SCHEME_CONFIGS[scheme_label]
+        inputs = _layer_inputs(_own_rng(label), _scheme(name, config), False, GQA_HEADS, GQA_KV)
+        params = {"d_model": D_MODEL, "num_heads": GQA_HEADS, "num_kv_heads": GQA_KV, "bias": False, "scheme": name,
+                  "scheme_config": config, "causal": True, "chunks": chunks}
+        cases.append(_case(label, f"MultiHeadAttention with {name}, causal; {GQA_NOTE}" + (
+            f"; fed through a KV cache (of the {GQA_KV} key/value heads) in chunks {chunks}" if len(chunks) > 1
+            else "; one forward pass"), inputs, params, tol()))
     for label, name, config, causal in _registered_examples():
         inputs = _layer_inputs(_own_rng(label), _scheme(name, config), False)
         params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": False, "scheme": name, "scheme_config": config,
@@ -172,20 +194,25 @@ def _layer_grad_cases():
              ("t5_encoder_bias_padded", "t5_encoder", False, True, "right")]
     configs = {**SCHEME_CONFIGS, **{label: (name, config) for label, name, config, _ in _registered_examples()}}
     runs += [(label, label, causal, False, None) for label, _, _, causal in _registered_examples()]
+    runs += [(label, scheme_label, True, False, None) for label, scheme_label, chunks in LAYER_GQA
+             if len(chunks) == 1]
     for label, scheme_label, causal, with_bias, padding in runs:
         name, config = configs[scheme_label]
-        own = scheme_label not in SCHEME_CONFIGS                               # a registry example
-        inputs = _layer_inputs(_own_rng(label) if own else rng, _scheme(name, config), with_bias)
+        gqa = label in GQA_LABELS
+        own = scheme_label not in SCHEME_CONFIGS or gqa                        # a registry example, or GQA
+        heads = (GQA_HEADS, GQA_KV) if gqa else (HEADS, None)
+        inputs = _layer_inputs(_own_rng(label) if own else rng, _scheme(name, config), with_bias, *heads)
         inputs["dy"] = _grid(_own_rng(label + "/dy") if own else rng, (BATCH, LENGTH, D_MODEL))
         notes = [f"layer.backward(ctx, dy) of MultiHeadAttention with {name}", "causal" if causal else
-                 "no causal mask"]
+                 "no causal mask"] + ([GQA_NOTE + "; dk, dv sum the gradients of each key/value head's "
+                                       f"{GQA_HEADS // GQA_KV} query heads"] if gqa else [])
         if with_bias:
             notes.append("bias=True")
         if padding:
             inputs["mask"] = _padding(padding)
             notes.append(PADDING_NOTE[padding])
-        params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": name,
-                  "scheme_config": config, "causal": causal}
+        params = {"d_model": D_MODEL, "num_heads": heads[0], **({"num_kv_heads": GQA_KV} if gqa else {}),
+                  "bias": with_bias, "scheme": name, "scheme_config": config, "causal": causal}
         cases.append(_case(label, "; ".join(notes), inputs, params))
     return cases
 
