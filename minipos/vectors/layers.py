@@ -415,6 +415,16 @@ def _local_global_cases(grad: bool = False):
                 "num_sinks=1, window=3) in chunks [2, 1, 1, 1, 1, 1]: a step sees token 0 and the last 3 tokens, "
                 "its own included, at positions counted within the cache (token 6 at position 3)")
         cases.append(_case("streaming_sinks1_window3_rope_half", note, inputs, params, tol()))
+        label = "streaming_sinks1_window2_long_step_rope_half"                  # a step longer than the window
+        params = {**params, "chunks": [2, 4, 1], "streaming": {"num_sinks": 1, "window": 2}}
+        own = _own_rng(label)
+        inputs = {"x": _grid(own, (BATCH, LENGTH, D_MODEL))}
+        inputs.update({w: _grid(own, getattr(layer, w).shape, 1 / np.sqrt(D_MODEL)) for w in ("wq", "wk", "wv", "wo")})
+        note = ("MultiHeadAttention with rope, causal, through StreamingLLM's cache (num_sinks=1, window=2) in "
+                "chunks [2, 4, 1]: the step of 4 tokens, longer than the window, sees tokens 0, 1 and all of its "
+                "own (causally) at positions 0 ... 5; only then does the cache evict, keeping token 0 and token 5 "
+                "(moved to position 1), so token 6 sits at position 2 and sees tokens 0, 5 and itself")
+        cases.append(_case(label, note, inputs, params, tol()))
     return cases
 
 
