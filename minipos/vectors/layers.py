@@ -242,7 +242,14 @@ IROPE_SCHEMES = (
     ("rope_interleaved_llama3_chunked", "rope", {"layout": "interleaved", "scaling": IROPE_LLAMA3}, 3, True),
     ("nope_temperature_chunked", "nope-temperature", {"attn_scale": 0.5, "floor_scale": 2}, 4, True),
     ("nope_chunked_bidirectional", "nope", {}, 3, False),
+    # float32 arithmetic against the float64 factor rounded once: at i + 1 = 7, float64 7 / 0.28 is
+    # 24.999999999999996 (floor 24), float32 7 / 0.28f is 25.0 (floor 25), so tau(6) differs by
+    # 0.1 log(26/25) = 3.9e-3, far beyond the float32 tolerance
+    ("nope_temperature_float32_floor", "nope-temperature", {"attn_scale": 0.1, "floor_scale": 0.28, "float32": True},
+     None, True),
 )
+IROPE_NOTES = {"nope_temperature_float32_floor": "tau(i) in float32 arithmetic at each step: at i = 6, 7 / 0.28f "
+               "is 25.0 in float32 (floor 25), where the float64 quotient 24.999999999999996 floors to 24"}
 
 
 def _irope_params(name, config, chunk, causal, **more):
@@ -263,7 +270,7 @@ def _irope_layer_cases():
     for label, name, config, chunk, causal in IROPE_SCHEMES:
         for chunks in ([LENGTH],) + (([3, 1, 1, 2],) if causal else ()):
             inputs = _layer_inputs(rng, _scheme(name, config), False)
-            notes = _irope_note(name, config, chunk, causal)
+            notes = _irope_note(name, config, chunk, causal) + ([IROPE_NOTES[label]] if label in IROPE_NOTES else [])
             notes.append("one forward pass, positions 0 ... T-1" if len(chunks) == 1 else
                          f"the input fed through a KV cache in chunks {chunks}, outputs concatenated")
             cases.append(_case(label if len(chunks) == 1 else f"{label}_cached", "; ".join(notes), inputs,
@@ -289,7 +296,8 @@ def _irope_grad_cases():
     for label, name, config, chunk, causal in IROPE_SCHEMES:
         inputs = _layer_inputs(rng, _scheme(name, config), False)
         inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
-        notes = ["layer.backward(ctx, dy)"] + _irope_note(name, config, chunk, causal)
+        notes = (["layer.backward(ctx, dy)"] + _irope_note(name, config, chunk, causal)
+                 + ([IROPE_NOTES[label]] if label in IROPE_NOTES else []))
         cases.append(_case(label, "; ".join(notes), inputs, _irope_params(name, config, chunk, causal)))
     return cases
 
