@@ -221,7 +221,8 @@ def _hf_rotary(cls_name, R, D, base, inv_freq, attention_factor, scaling=None):
     if scaling is not None:
         require(scaling["kind"] not in ("ntk", "dynamic"), "the rotary module's dynamic frequencies follow the "
                                                           "positions of the call, not the case's sequence length")
-        rope, max_pos, _ = _rope_parameters(scaling)
+        rope, max_pos, seq_len = _rope_parameters(scaling)
+        require(seq_len is None, "the rotary module reads the sequence length from the positions of the call")
     if cls_name == "neox":
         config = GPTNeoXConfig(hidden_size=2 * D, num_attention_heads=2, max_position_embeddings=max_pos,
                                rope_parameters={**rope, "partial_rotary_factor": R / D})
