@@ -24,6 +24,8 @@ ORDER = ["transformers", "torchtune", "keras_hub_torch", "keras_hub_jax", "x_tra
 EXPLAINED = {
     ("transformers", "M2M100 get_embedding", "sinusoidal_table"): "get_embedding at dims 2 and 3",
     ("transformers", "Speech2Text get_embedding", "sinusoidal_table"): "get_embedding at dims 2 and 3",
+    ("transformers", "Falcon build_alibi_tensor", "alibi_bias_key_only"): "Falcon ALiBi in bfloat16",
+    ("rotary_embedding_torch", "RotaryEmbedding (use_xpos)", "xpos_scores"): "rotary-embedding-torch xPos in a cached step",
     ("transformers", "DeBERTa-v2 DisentangledSelfAttention", "deberta_scores"): "DeBERTa-v2 p2c with fewer queries than keys",
     ("transformers", "DeBERTa-v2 DisentangledSelfAttention", "deberta_grad"): "DeBERTa-v2 p2c with fewer queries than keys",
     ("keras_hub_torch", "RotaryEmbedding and subclasses", "rope_scaling"): "keras-hub dynamic is linear interpolation",

@@ -145,3 +145,49 @@ def rope_family(rotate, native: str, grad: bool = False):
             return {"dx": torch_vjp(fn, np.zeros_like(x), x)}
         return {"out": fn(tensor(x, torch.float64)).double().numpy()}
     return run
+
+
+def mask_of_positions(k_positions) -> np.ndarray:
+    """An attention mask whose ``(cumsum(mask) - 1) * mask`` is ``k_positions`` (BLOOM's and Falcon's key positions).
+
+    A key at position 0 that is not the first counted token is padding (mask 0). Positions no
+    mask gives (a jump, as ``0 1 2 1000``) are not expressible: those builders read a mask only.
+    """
+    k = np.asarray(k_positions)
+    mask, count = np.zeros(len(k), dtype=np.int64), 0
+    for s, p in enumerate(k):
+        if p == count:
+            mask[s], count = 1, count + 1
+    require(np.array_equal((np.cumsum(mask) - 1) * mask, k),
+            "the key positions are (cumsum(attention_mask) - 1) * attention_mask: no mask gives these")
+    return mask
+
+
+def cached_step(inputs) -> tuple[int, int]:
+    """``(T, S)`` of a ``rope_scores``/``xpos_scores`` case, or not expressible.
+
+    A library's cached path numbers the keys ``0 ... S-1`` and the queries ``S - T ... S - 1``.
+    """
+    q, k = inputs["q_positions"], inputs["k_positions"]
+    T, S = len(q), len(k)
+    require(contiguous_from_zero(k) and np.array_equal(q, np.arange(S - T, S)),
+            "the cached path numbers keys 0 ... S-1 and queries S-T ... S-1")
+    return T, S
+
+
+def scores_family(rotate_qk, native: str):
+    """A ``rope_scores`` runner from ``rotate_qk(q, k, inputs, params) -> (q', k')`` in ``native`` layout.
+
+    ``q``, ``k`` are float64 tensors ``(H, T, D)``, ``(H, S, D)``. The case's other layout is
+    stated by the same permutation of the features of q and of k, which leaves every dot product
+    as it is: the scores are ``q' k'^T`` of the library's rotated q and k, unscaled.
+    """
+    def run(inputs, params):
+        import torch
+        cached_step(inputs)
+        q, k = inputs["q"], inputs["k"]
+        R = params.get("rotary_dim") or q.shape[-1]
+        p = layout_permutation(params.get("layout", native), native, R, q.shape[-1])
+        qr, kr = rotate_qk(tensor(q[..., p], torch.float64), tensor(k[..., p], torch.float64), inputs, params)
+        return {"scores": (qr @ kr.transpose(-1, -2)).double().numpy()}
+    return run

@@ -10,8 +10,11 @@ the layer's dtype: their components use the float32 tolerance.
   included. It rotates every feature it is given: partial rotary is stated as keras-hub's
   GPT-NeoX attention states it, the first ``R`` features through the layer and the rest
   concatenated back. It takes no frequencies and has no attention factor outside
-  ``rope_type="yarn"``, so the two cases with given ``inv_freq`` (and factor 1.1386) are not
-  expressible: their source (YaRN, factor 4, L = 64) is stated only in the case's prose.
+  ``rope_type="yarn"``: a case with given ``inv_freq`` is rebuilt from its ``params.scaling``
+  by the same layer the ``rope_scaling`` component uses for that kind (below), the layer's
+  own scaling code; a scaling it has no form of is not expressible.
+- Cached steps (``rope_scores``): the keys through the layer at ``start_index = 0``, the queries
+  at ``start_index = S - T`` (its cached path); the scores are ``q k^T``.
 - The same layer's ``rope_type`` for ``rope_scaling``: ``linear`` (``scaling_factor``), ``yarn``
   (``beta_fast``, ``beta_slow``, ``original_max_position_embeddings``, ``truncate``; the
   attention factor ``0.1 ln s + 1`` is fixed, so cases with ``mscale``, ``mscale_all_dim`` or an
@@ -33,6 +36,10 @@ the layer's dtype: their components use the float32 tolerance.
   adapter adds that constant, and states the case only where the case's slopes are the layer's,
   its keys are ``0 ... S-1`` and the form is causal (the symmetric ``-m |i - j|`` is no key-only
   bias). Their slopes are not weights, so ``alibi_grad`` has nothing to differentiate.
+  For ``alibi_bias_key_only`` (``+m_h j``): Falcon's ``_build_alibi_tensor`` of the attention mask
+  whose ``(cumsum(mask) - 1) * mask`` are the key positions, as it is; ``AlibiBias``'s
+  ``m_h (j - (S - 1))`` plus the per-head constant ``m_h (S - 1)``, stated as a convention
+  (softmax ignores it), for keys ``0 ... S-1``.
 
 - ``T5MultiHeadAttention`` (``keras_hub.src.models.t5``): ``_relative_position_bucket`` takes
   ``key - query`` and ``bidirectional``, as the spec; buckets from a float32 log, so
@@ -56,7 +63,8 @@ import re
 
 import numpy as np
 
-from ._common import Component, angles_and_factor, in_layout, require, table_layout
+from ._common import (Component, angles_and_factor, cached_step, in_layout, layout_permutation, mask_of_positions,
+                      require, table_layout)
 
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 LIBRARY = f"keras-hub ({BACKEND} backend)"
@@ -95,12 +103,16 @@ def _rotate(x, positions, params, inv_freq):
     """The case's RoPE of a backend tensor ``(..., T, D)``, in keras-hub's half layout."""
     from keras import ops
     from keras_hub.layers import RotaryEmbedding
-    require(inv_freq is None, "RotaryEmbedding takes no frequencies (it builds base^(-2i/R), scaled by rope_type); "
-                              "the case's source parameters are stated only in its description")
-    require(params["attention_factor"] == 1.0, "RotaryEmbedding has no attention factor outside rope_type='yarn'")
     *lead, T, D = x.shape
     R = params["rotary_dim"] or D
-    layer = RotaryEmbedding(max_wavelength=params["base"], dtype="float64")
+    if inv_freq is not None:   # the layer takes no frequencies: rebuilt from their source by its own rope_type
+        require("scaling" in params, "RotaryEmbedding takes no frequencies, and the case names no scaling to "
+                                     "rebuild them from")
+        require(params["scaling"]["kind"] != "longrope", "Phi3SuScaledRotaryEmbedding takes no positions")
+        layer = _scaling_layer(params["scaling"])
+    else:
+        require(params["attention_factor"] == 1.0, "RotaryEmbedding has no attention factor outside rope_type='yarn'")
+        layer = RotaryEmbedding(max_wavelength=params["base"], dtype="float64")
     t = ops.reshape(x, (-1, T, D))                                            # (N, T, D): sequence axis 1
     out = layer(t[..., :R], positions=ops.convert_to_tensor(np.asarray(positions)))
     if R < D:   # partial rotary as keras-hub's GPT-NeoX attention does it: rotate, then concatenate
@@ -118,6 +130,26 @@ def _rope(grad=False):
             return {"dx": _vjp(fn, np.zeros_like(x), x)}
         return {"out": _np(fn(_tensor(x)))}
     return run
+
+
+def rope_scores(inputs, params):
+    """A cached step: keys from ``start_index = 0``, the queries from ``start_index = S - T``, then ``q k^T``."""
+    from keras import ops
+    from keras_hub.layers import RotaryEmbedding
+    T, S = cached_step(inputs)
+    q, k = inputs["q"], inputs["k"]
+    D = q.shape[-1]
+    R = params["rotary_dim"] or D
+    p = layout_permutation(params["layout"], "half", R, D)   # the same permutation of q and k: dots unchanged
+    layer = RotaryEmbedding(max_wavelength=params["base"], dtype="float64")
+
+    def rotate(x, start):
+        t = _tensor(x[..., p])
+        out = layer(t[..., :R], start_index=start)
+        return ops.concatenate([out, t[..., R:]], axis=-1) if R < D else out
+
+    qr, kr = rotate(q, S - T), rotate(k, 0)
+    return {"scores": _np(ops.matmul(qr, ops.transpose(kr, (0, 2, 1))))}
 
 
 # --- RoPE scaling ---------------------------------------------------------------------------------
@@ -230,6 +262,27 @@ def falcon_bias(inputs, params):
     return {"bias": key_only - inputs["slopes"][:, None, None] * q[None, :, None]}
 
 
+def bloom_key_only(inputs, params):
+    """AlibiBias's ``m_h (j - (S - 1))`` plus the per-head constant ``m_h (S - 1)``: ``m_h j``."""
+    from keras_hub.src.layers.modeling.alibi_bias import AlibiBias
+    slopes, k = inputs["slopes"], inputs["k_positions"]
+    H, S = len(slopes), len(k)
+    require(np.array_equal(k, np.arange(S)), "the layer numbers the keys 0 ... S-1 from the key length")
+    require(np.allclose(slopes, _bloom_slopes(H), rtol=1e-12, atol=0),
+            "the layer computes its slopes from the head count; the case's slopes are others")
+    bias = _np(AlibiBias(dtype="float64")(_tensor(np.zeros((1, H, 1, S)))))[0]           # (H, 1, S): m (j - S + 1)
+    return {"bias": bias + slopes[:, None, None] * (S - 1)}
+
+
+def falcon_key_only(inputs, params):
+    H = len(inputs["slopes"])
+    decoder = _falcon_decoder(H)
+    require(np.allclose(inputs["slopes"], decoder._get_slopes(H), rtol=1e-12, atol=0),
+            "the layer computes its slopes from the head count; the case's slopes are others")
+    mask = mask_of_positions(inputs["k_positions"])
+    return {"bias": _np(decoder._build_alibi_tensor(H, _tensor(mask[None])))[0]}            # (H, 1, S): m j
+
+
 # --- T5 -------------------------------------------------------------------------------------------
 
 def _t5_layer(H, bidirectional):
@@ -293,13 +346,18 @@ def components():
     f32 = "frequencies and angles built in float32: float32 tolerance"
     rope = [f32, "half layout native; interleaved by permuting each pair's features",
             "partial rotary: the first R features through the layer, the rest concatenated back (as its GPT-NeoX)",
-            "no given frequencies, no attention factor"]
+            "given inv_freq rebuilt from the case's scaling by rope_type (yarn) or LlamaRotaryEmbedding (llama3)",
+            "no attention factor outside yarn"]
     grad = f"{BACKEND} autodiff through the same calls"
     key_only = "key-only bias; the adapter adds the row constant softmax ignores"
     C = Component
     return [
         C("RotaryEmbedding", "rope", _rope(), "float32", rope),
         C("RotaryEmbedding", "rope_grad", _rope(True), "float32", rope + [grad]),
+        C("RotaryEmbedding", "rope_scores", rope_scores, "float32",
+          [f32, "keys at start_index 0, queries at start_index S - T, then q k^T",
+           "half layout native; interleaved by the same permutation of q's and k's features",
+           "partial rotary: the first R features through the layer"]),
         C("RotaryEmbedding and subclasses", "rope_scaling",
           rope_scaling, "float32",
           [f32, "ntk run as rope_type='dynamic' (static, no seq_len); dynamic not expressible",
@@ -309,6 +367,11 @@ def components():
           ["interleaved layout native; split by permuting columns", "layer dtype float64"]),
         C("AlibiBias (BLOOM)", "alibi_slopes", bloom_slopes, "float64", ["_get_slopes(num_heads)"]),
         C("AlibiBias (BLOOM)", "alibi_bias", bloom_bias, "float64", [key_only + ": -m (i - S + 1)"]),
+        C("AlibiBias (BLOOM)", "alibi_bias_key_only", bloom_key_only, "float64",
+          ["the layer adds m (j - (S - 1)); the adapter adds the per-head constant m (S - 1), which softmax ignores",
+           "keys 0 ... S-1 (the layer reads the key length only)"]),
+        C("Falcon _build_alibi_tensor", "alibi_bias_key_only", falcon_key_only, "float64",
+          ["key positions from an attention mask, (cumsum(mask) - 1) * mask"]),
         C("Falcon _build_alibi_tensor", "alibi_slopes", falcon_slopes, "float64", ["_get_slopes(num_heads)"]),
         C("Falcon _build_alibi_tensor", "alibi_bias", falcon_bias, "float64", [key_only + ": -m i"]),
         C("T5MultiHeadAttention", "t5_bucket", t5_bucket, "float64", ["relative position key - query, as the spec"]),

@@ -17,6 +17,9 @@ Components and the conventions each one needs:
   ``get_scale(t)``, keys times its inverse (as ``rotate_queries_and_keys`` does). ``get_scale``
   centres the exponent on ``len(t) // 2``: a case whose ``scale_offset`` is another number is not
   expressible.
+- Cached steps (``rope_scores``, ``xpos_scores``): ``rotate_queries_with_cached_keys(q, k)``,
+  which numbers the keys ``0 ... S-1`` and offsets the queries by ``S - T``; the scores are the
+  product of the rotated q and k.
 
 Gradients are torch autograd through the same calls.
 """
@@ -25,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import Component, angles_and_factor, require, rope_family, tensor as _t, torch_vjp
+from ._common import (Component, angles_and_factor, cached_step, require, rope_family, scores_family, tensor as _t,
+                      torch_vjp)
 
 LIBRARY = "rotary-embedding-torch"
 DISTRIBUTIONS = ["rotary-embedding-torch", "torch"]
@@ -80,6 +84,19 @@ def xpos_grad(inputs, params):
     return {"dx": torch_vjp(lambda t: _xpos(t, inputs["positions"], params), np.zeros_like(dy), dy)}
 
 
+def _cached_qk(q, k, inputs, params, **module_kw):
+    """``rotate_queries_with_cached_keys(q, k)``: keys at 0 ... S-1, queries offset by S - T."""
+    from rotary_embedding_torch import RotaryEmbedding
+    cached_step(inputs)
+    R = params.get("rotary_dim") or q.shape[-1]
+    module = RotaryEmbedding(R, theta=params["base"], **module_kw).double()
+    return module.rotate_queries_with_cached_keys(q, k)
+
+
+def _xpos_qk(q, k, inputs, params):
+    return _cached_qk(q, k, inputs, params, use_xpos=True, xpos_scale_base=params["scale_base"])
+
+
 def components():
     import rotary_embedding_torch  # noqa: F401  (an environment that cannot import it fails here, not per case)
     f32 = "default frequencies built in float32: float32 tolerance"
@@ -94,6 +111,11 @@ def components():
         Component("RotaryEmbedding", "rope_scaling", rope_scaling, "float32",
                   [f32, "linear = interpolate_factor, ntk = theta_rescale_factor",
                    "inv_freq and attention factor read off rotate_queries_or_keys at positions 0 and 1"]),
+        Component("RotaryEmbedding", "rope_scores", scores_family(_cached_qk, "interleaved"), "float32",
+                  [f32, "interleaved layout native; half by the same permutation of q's and k's features",
+                   "rotate_queries_with_cached_keys(q, k)"]),
+        Component("RotaryEmbedding (use_xpos)", "xpos_scores", scores_family(_xpos_qk, "interleaved"), "float32",
+                  [f32, "rotate_queries_with_cached_keys(q, k)"]),
         Component("RotaryEmbedding (use_xpos)", "xpos", xpos, "float32", xp),
         Component("RotaryEmbedding (use_xpos)", "xpos_grad", xpos_grad, "float32", xp + ["torch autograd"]),
     ]

@@ -6,8 +6,10 @@ Components and the conventions each one needs:
   ``x.reshape(..., -1, 2)``), inputs ``[b, s, n_h, h_d]`` with ``input_pos``. The half layout is
   stated by permuting the two features of each pair. ``max_seq_len`` is the case's largest
   position + 1, since the module reads a cache of rows ``0 ... max_seq_len - 1``. Given
-  frequencies are written to its ``theta`` buffer and the cache rebuilt with its own
-  ``build_rope_cache``. It rotates every feature it is given and has no attention factor, so
+  frequencies whose ``scaling`` is ``llama3`` are rebuilt by ``Llama3ScaledRoPE`` (the same
+  module with its scaling); others are written to its ``theta`` buffer and the cache rebuilt with
+  its own ``build_rope_cache``. Cached steps (``rope_scores``): q at ``input_pos = q_positions``,
+  k at ``k_positions``, then ``q k^T``. It rotates every feature it is given and has no attention factor, so
   partial rotary and a factor other than 1 are not expressible, and neither is a negative
   position (``cache[input_pos]`` reads row ``max_seq_len - 3`` for -3: see ``PROBES``). The
   rotation is computed in float32 (``x.float()``): float32 tolerance.
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import Component, NotExpressible, angles_and_factor, in_layout, nonnegative, require, torch_vjp
+from ._common import (Component, NotExpressible, angles_and_factor, in_layout, layout_permutation, nonnegative,
+                      require, torch_vjp)
 
 LIBRARY = "torchtune"
 DISTRIBUTIONS = ["torchtune", "torch"]
@@ -40,9 +43,14 @@ def _t(a, dtype=None):
     return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)
 
 
-def _module(cls_name, D, base, max_seq_len, inv_freq=None):
+def _module(cls_name, D, base, max_seq_len, inv_freq=None, scaling=None):
+    from torchtune.models.llama3_1._position_embeddings import Llama3ScaledRoPE
     from torchtune.models.qwen2._positional_embeddings import Qwen2RotaryPositionalEmbeddings
     from torchtune.modules import RotaryPositionalEmbeddings
+    if cls_name == "meta" and inv_freq is not None and (scaling or {}).get("kind") == "llama3":
+        return Llama3ScaledRoPE(dim=D, max_seq_len=max_seq_len, base=scaling["base"], scale_factor=scaling["factor"],
+                                low_freq_factor=scaling["low_freq_factor"], high_freq_factor=scaling["high_freq_factor"],
+                                old_context_len=scaling["original_max_position_embeddings"])
     cls = Qwen2RotaryPositionalEmbeddings if cls_name == "qwen2" else RotaryPositionalEmbeddings
     module = cls(dim=D, max_seq_len=max_seq_len, base=base)
     if inv_freq is not None:                       # the module's own buffer, then its own cache builder
@@ -57,7 +65,7 @@ def _rotation(cls_name):
         require((params["rotary_dim"] or D) == D, "the module rotates every feature it is given (no partial rotary)")
         require(params["attention_factor"] == 1.0, "the module has no attention factor")
         nonnegative(positions, "the module reads cache[input_pos], rows 0 ... max_seq_len - 1")
-        module = _module(cls_name, D, params["base"], int(positions.max()) + 1, inv_freq)
+        module = _module(cls_name, D, params["base"], int(positions.max()) + 1, inv_freq, params.get("scaling"))
         t = x.reshape(-1, x.shape[-2], 1, D)                                 # [b, s, n_h = 1, h_d]
         return module(t, input_pos=_t(positions)).reshape(x.shape)
     return rotate
@@ -75,6 +83,23 @@ def _rope_family(cls_name, native, grad=False):
         if grad:   # a rotation is linear: its backward is the vjp at any x
             return {"dx": torch_vjp(fn, np.zeros_like(x), x)}
         return {"out": fn(_t(x, torch.float64)).double().numpy()}
+    return run
+
+
+def _scores(cls_name, native):
+    """A cached step: q at ``input_pos = q_positions``, k at ``k_positions``, then ``q k^T``."""
+    def run(inputs, params):
+        import torch
+        q, k = inputs["q"], inputs["k"]
+        D = q.shape[-1]
+        require((params["rotary_dim"] or D) == D, "the module rotates every feature it is given (no partial rotary)")
+        qp, kp = inputs["q_positions"], inputs["k_positions"]
+        nonnegative(np.concatenate([qp, kp]), "the module reads cache[input_pos], rows 0 ... max_seq_len - 1")
+        module = _module(cls_name, D, params["base"], int(max(qp.max(), kp.max())) + 1)
+        p = layout_permutation(params["layout"], native, D, D)        # the same permutation of q and k: dots unchanged
+        rot = lambda x, pos: module(_t(x[..., p], torch.float64).permute(1, 0, 2)[None], input_pos=_t(pos))[0]
+        qr, kr = rot(q, qp), rot(k, kp)                                       # [s, n_h, h_d]
+        return {"scores": torch.einsum("thd,shd->hts", qr, kr).double().numpy()}
     return run
 
 
@@ -131,8 +156,9 @@ def t5_bucket(inputs, params):
 def components():
     import torchtune.modules  # noqa: F401  (an environment that cannot import it fails here, not per case)
     rope = ["interleaved layout native; half stated by permuting each pair's features",
-            "max_seq_len = largest position + 1", "given inv_freq written to theta, cache rebuilt by build_rope_cache",
-            "float32 rotation: float32 tolerance"]
+            "max_seq_len = largest position + 1",
+            "given inv_freq of a llama3 scaling: Llama3ScaledRoPE of the case's scaling; others written to theta, "
+            "cache rebuilt by build_rope_cache", "float32 rotation: float32 tolerance"]
     qwen = ["half layout native; interleaved stated by permuting each pair's features",
             "max_seq_len = largest position + 1", "given inv_freq written to theta, cache rebuilt by build_rope_cache",
             "float32 cos/sin: float32 tolerance"]
@@ -141,7 +167,11 @@ def components():
         Component("RotaryPositionalEmbeddings", "rope", _rope_family("meta", "interleaved"), "float32", rope),
         Component("RotaryPositionalEmbeddings", "rope_grad", _rope_family("meta", "interleaved", True), "float32",
                   rope + ["torch autograd"]),
+        Component("RotaryPositionalEmbeddings", "rope_scores", _scores("meta", "interleaved"), "float32", rope[:2] + [
+            "q at input_pos = q_positions, k at k_positions, then q k^T", rope[3]]),
         Component("Qwen2RotaryPositionalEmbeddings", "rope", _rope_family("qwen2", "half"), "float32", qwen),
+        Component("Qwen2RotaryPositionalEmbeddings", "rope_scores", _scores("qwen2", "half"), "float32", qwen[:2] + [
+            "q at input_pos = q_positions, k at k_positions, then q k^T", qwen[3]]),
         Component("Qwen2RotaryPositionalEmbeddings", "rope_grad", _rope_family("qwen2", "half", True), "float32",
                   qwen + ["torch autograd"]),
         Component("Llama3ScaledRoPE", "rope_scaling", llama3_scaling, "float32",

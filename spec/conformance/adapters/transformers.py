@@ -19,8 +19,14 @@ Components and the conventions each one needs:
 - ``LlamaRotaryEmbedding`` (half layout, no partial rotary) and ``GPTNeoXRotaryEmbedding`` (half,
   partial rotary from ``partial_rotary_factor = R / D``), each with its ``apply_rotary_pos_emb``;
   the interleaved layout by permuting each pair's features. Given frequencies and factor are
-  written to ``inv_freq`` and ``attention_scaling``, the two values ``ROPE_INIT_FUNCTIONS`` set.
-  cos and sin are float32.
+  are rebuilt from the case's ``scaling`` by the module itself (``rope_parameters`` with that
+  ``rope_type``, read as ``ROPE_INIT_FUNCTIONS`` reads it; ``ntk`` and ``dynamic``, whose module
+  follows the positions of the call, are not expressible). cos and sin are float32.
+- Cached steps (``rope_scores``): the same modules at ``position_ids`` ``q_positions`` for q and
+  ``k_positions`` for k, each with its ``apply_rotary_pos_emb``; the scores are ``q k^T``.
+- ``build_alibi_tensor`` of BLOOM and of Falcon for ``alibi_bias_key_only``: ``m_h j`` with ``j``
+  = ``(cumsum(mask) - 1) * mask`` of an attention mask, so key positions no mask gives (a jump)
+  are not expressible; slopes from the head count (float32). Falcon's multiplies in bfloat16.
 - ``ROPE_INIT_FUNCTIONS``, each ``rope_type`` with a ``LlamaConfig``. The spec's static ``ntk`` is
   no ``rope_type``: it is ``dynamic`` at ``factor = 1`` and ``seq_len = factor * L``.
 - Qwen2-VL (sections) and Qwen3-VL (interleaved) rotary embeddings with ``apply_rotary_pos_emb``.
@@ -33,8 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (Component, contiguous_from_zero, lead_summed, nonnegative, require, rope_family, tensor as _t,
-                      torch_vjp)
+from ._common import (Component, contiguous_from_zero, lead_summed, mask_of_positions, nonnegative, require,
+                      rope_family, scores_family, tensor as _t, torch_vjp)
 
 LIBRARY = "transformers"
 DISTRIBUTIONS = ["transformers", "torch"]
@@ -97,6 +103,23 @@ def mpt_slopes(inputs, params):
     from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
     alibi = build_mpt_alibi_tensor(params["num_heads"], 2)                  # (H, 1, 2): m_h (j - 1)
     return {"slopes": -alibi[:, 0, 0].double().numpy()}
+
+
+def _key_only(module_name):
+    """``build_alibi_tensor`` of BLOOM or Falcon: ``m_h j`` at the key positions of an attention mask."""
+    def run(inputs, params):
+        import importlib
+        import torch
+        build = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}").build_alibi_tensor
+        H = len(inputs["slopes"])
+        own = build(torch.ones(1, 2, dtype=torch.long), H, torch.float32)[:, 0, 1].double().numpy()   # m_h at key 1
+        rtol = 2.0 ** -8 if module_name == "falcon" else 1e-6    # Falcon multiplies in bfloat16 (8-bit mantissa)
+        require(np.allclose(own, inputs["slopes"], rtol=rtol, atol=0),
+                "the builder computes its slopes from the head count; the case's slopes are others")
+        mask = mask_of_positions(inputs["k_positions"])
+        alibi = build(_t(mask)[None], H, torch.float32)                       # (batch * H, 1, S)
+        return {"bias": alibi.reshape(H, 1, -1).double().numpy()}
+    return run
 
 
 # --- sinusoidal tables ----------------------------------------------------------------------------
@@ -189,21 +212,28 @@ def deberta_grad(inputs, params):
 
 # --- RoPE -----------------------------------------------------------------------------------------
 
-def _hf_rotary(cls_name, R, D, base, inv_freq, attention_factor):
+def _hf_rotary(cls_name, R, D, base, inv_freq, attention_factor, scaling=None):
+    """The rotary module: of the case's ``scaling`` (built by its own ``rope_type``) or with ``inv_freq`` written."""
     from transformers import GPTNeoXConfig, LlamaConfig
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-    rope = {"rope_type": "default", "rope_theta": base}
+    rope, max_pos = {"rope_type": "default", "rope_theta": base}, 2048
+    if scaling is not None:
+        require(scaling["kind"] not in ("ntk", "dynamic"), "the rotary module's dynamic frequencies follow the "
+                                                          "positions of the call, not the case's sequence length")
+        rope, max_pos, seq_len = _rope_parameters(scaling)
+        require(seq_len is None, "the rotary module reads the sequence length from the positions of the call")
     if cls_name == "neox":
-        config = GPTNeoXConfig(hidden_size=2 * D, num_attention_heads=2,
+        config = GPTNeoXConfig(hidden_size=2 * D, num_attention_heads=2, max_position_embeddings=max_pos,
                                rope_parameters={**rope, "partial_rotary_factor": R / D})
         module = GPTNeoXRotaryEmbedding(config)
     else:
         module = LlamaRotaryEmbedding(LlamaConfig(hidden_size=2 * D, num_attention_heads=2, head_dim=D,
-                                                  rope_parameters=rope))
-    if inv_freq is not None:
-        module.inv_freq = _t(inv_freq).float()
-    module.attention_scaling = attention_factor
+                                                  max_position_embeddings=max_pos, rope_parameters=rope))
+    if scaling is None:
+        if inv_freq is not None:
+            module.inv_freq = _t(inv_freq).float()
+        module.attention_scaling = attention_factor
     return module
 
 
@@ -215,7 +245,8 @@ def _half_rope(cls_name):
         D = x.shape[-1]
         R = params["rotary_dim"] or D
         require(cls_name == "neox" or R == D, "LlamaRotaryEmbedding rotates every feature (no partial rotary)")
-        module = _hf_rotary(cls_name, R, D, params["base"], inv_freq, params["attention_factor"])
+        module = _hf_rotary(cls_name, R, D, params["base"], inv_freq, params["attention_factor"],
+                            params.get("scaling") if inv_freq is not None else None)
         t = x.reshape(-1, 1, *x.shape[-2:])                                   # (N, 1, T, D)
         cos, sin = module(t, _t(positions)[None])                             # (1, T, R), float32 angles
         apply = neox.apply_rotary_pos_emb if cls_name == "neox" else llama.apply_rotary_pos_emb
@@ -224,12 +255,29 @@ def _half_rope(cls_name):
     return rotate
 
 
+def _scores_qk(cls_name):
+    """q and k of a cached step rotated by a transformers rotary module at their ``position_ids``."""
+    def rotate_qk(q, k, inputs, params):
+        from transformers.models.gpt_neox import modeling_gpt_neox as neox
+        from transformers.models.llama import modeling_llama as llama
+        D = q.shape[-1]
+        R = params.get("rotary_dim") or D
+        require(cls_name == "neox" or R == D, "LlamaRotaryEmbedding rotates every feature (no partial rotary)")
+        module = _hf_rotary(cls_name, R, D, params["base"], None, 1.0)
+        apply = neox.apply_rotary_pos_emb if cls_name == "neox" else llama.apply_rotary_pos_emb
+        cos_q, sin_q = module(q[None], _t(inputs["q_positions"])[None])       # (1, T, R), float32 angles
+        cos_k, sin_k = module(k[None], _t(inputs["k_positions"])[None])       # (1, S, R)
+        qr, _ = apply(q[None], q[None], cos_q, sin_q)
+        kr, _ = apply(k[None], k[None], cos_k, sin_k)
+        return qr[0], kr[0]
+    return rotate_qk
+
+
 # --- RoPE scaling ---------------------------------------------------------------------------------
 
-def rope_scaling(inputs, params):
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    kind, dim = params["kind"], params["dim"]
+def _rope_parameters(params):
+    """``(rope_parameters, max_position_embeddings, seq_len)`` of a ``rope_scaling`` case's params."""
+    kind = params["kind"]
     p = {k: v for k, v in params.items() if k not in ("kind", "dim", "base", "seq_len", "max_position_embeddings")}
     max_pos = params.get("max_position_embeddings", params.get("original_max_position_embeddings", 2048))
     seq_len = params.get("seq_len")
@@ -237,11 +285,19 @@ def rope_scaling(inputs, params):
         kind, p, max_pos, seq_len = "dynamic", {"factor": 1.0}, 2048, int(params["factor"] * 2048)
     elif kind == "dynamic":
         max_pos = p.pop("original_max_position_embeddings")                   # dynamic reads the top-level length
+    return {"rope_type": kind, "rope_theta": params["base"], **p}, max_pos, seq_len
+
+
+def rope_scaling(inputs, params):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    dim = params["dim"]
+    rope, max_pos, seq_len = _rope_parameters(params)
     config = LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim, max_position_embeddings=max_pos,
-                         rope_parameters={"rope_type": kind, "rope_theta": params["base"], **p})
-    if kind == "longrope":
+                         rope_parameters=rope)
+    if rope["rope_type"] == "longrope":
         config.original_max_position_embeddings = params["original_max_position_embeddings"]
-    inv, factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu", **({"seq_len": seq_len} if seq_len else {}))
+    inv, factor = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config, "cpu", **({"seq_len": seq_len} if seq_len else {}))
     return {"inv_freq": inv.double().numpy(), "attention_factor": np.float64(factor)}
 
 
@@ -286,7 +342,8 @@ def components():
     from transformers.models.speech_to_text.modeling_speech_to_text import Speech2TextSinusoidalPositionalEmbedding as S2T
     t5 = ["relative position key - query, as the spec", "bias of positions 0 ... L-1, read at the case's rows and columns"]
     table = ["rows 0 ... L-1, read at the case's positions", F32]
-    given = "given inv_freq and factor written to inv_freq and attention_scaling"
+    given = ("given inv_freq: the module built from the case's scaling by its own rope_type "
+             "(ntk, dynamic not expressible)")
     deb = ["pos_key, pos_query through identity projections (Linear weight = W.T)",
            "c2c term q k^T / sqrt(D (1 + #terms)) added as the forward does", "float32 scale: float32 tolerance"]
     C = Component
@@ -294,6 +351,10 @@ def components():
            C("T5Attention", "t5_bias", t5_bias, "float64", t5),
            C("T5Attention", "t5_grad", t5_grad, "float64", t5 + [GRAD]),
            C("BLOOM build_alibi_tensor", "alibi_slopes", bloom_slopes, "float32", ["key-only m_h j, read at key 1", F32]),
+           C("BLOOM build_alibi_tensor", "alibi_bias_key_only", _key_only("bloom"), "float32",
+             ["key positions from an attention mask, (cumsum(mask) - 1) * mask", "slopes from the head count", F32]),
+           C("Falcon build_alibi_tensor", "alibi_bias_key_only", _key_only("falcon"), "float32",
+             ["key positions from an attention mask, (cumsum(mask) - 1) * mask", "slopes from the head count", F32]),
            C("MPT build_mpt_alibi_tensor", "alibi_slopes", mpt_slopes, "float32",
              ["key-only m_h (j - S + 1), minus its value at key S - 2", F32]),
            C("M2M100 get_embedding", "sinusoidal_table", _t2t_table(M2M), "float32", table + ["no padding_idx row"]),
@@ -311,6 +372,9 @@ def components():
             ("LlamaRotaryEmbedding", _half_rope("llama"), "half", [LAYOUT, given, F32]),
             ("GPTNeoXRotaryEmbedding", _half_rope("neox"), "half", [LAYOUT, given, "partial_rotary_factor = R / D", F32])):
         out += [C(name, "rope", rope_family(rotate, native), "float32", notes),
+                C(name, "rope_scores", scores_family(_scores_qk("neox" if "NeoX" in name else "llama"), native),
+                  "float32", ["q at q_positions, k at k_positions (position_ids), then q k^T",
+                              "the other layout by the same permutation of q's and k's features", F32]),
                 C(name, "rope_grad", rope_family(rotate, native, True), "float32", notes + [GRAD])]
     return out
 
@@ -366,4 +430,18 @@ def probe_t2t_small_dims():
             "output": out}
 
 
-PROBES = [probe_deberta_p2c_cached_step, probe_deberta_p2c_three_queries, probe_t2t_small_dims]
+def probe_falcon_alibi_bfloat16():
+    """Falcon's build_alibi_tensor at 12 heads (a slope 2^-0.5) and key 2047, against BLOOM's."""
+    import torch
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon
+    mask = torch.ones(1, 2048, dtype=torch.long)
+    out = {name: [float(v) for v in fn(mask, 12, torch.float32)[8, 0, [1, 2047]]] for name, fn in
+           (("falcon", falcon), ("bloom", bloom))}
+    out["2^-0.5 * [1, 2047]"] = [2 ** -0.5, 2047 * 2 ** -0.5]
+    return {"name": "falcon_alibi_bfloat16",
+            "input": "build_alibi_tensor(ones(1, 2048), num_heads=12, dtype=float32)[head 8, 0, keys 1 and 2047]",
+            "output": out}
+
+
+PROBES = [probe_falcon_alibi_bfloat16, probe_deberta_p2c_cached_step, probe_deberta_p2c_three_queries, probe_t2t_small_dims]

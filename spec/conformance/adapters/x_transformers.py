@@ -17,6 +17,10 @@ does ``ScaledSinusoidalEmbedding`` (its ``inv_freq`` too).
 - ``RotaryEmbedding(use_xpos=True)``: xPos with ``zeta_i = (2i + 0.4 D) / (1.4 D)``; queries get
   ``scale``, keys ``scale ** -1`` (as its ``Attention`` does). ``forward`` centres the exponent on
   ``(max t + 1) // 2``: a case whose ``scale_offset`` is another number is not expressible.
+- Cached steps (``rope_scores``, ``xpos_scores``) as its ``Attention`` runs them: the rotary
+  embedding (and xPos scale) of the keys ``0 ... S-1``, of which ``apply_rotary_pos_emb`` keeps
+  the last ``T`` rows for the ``T`` queries; the scores are the product of the rotated q and k.
+  xPos's centre is that of the keys for both, so it cancels in the scores.
 - ``AlibiPositionalBias``: slopes from its ``_get_slopes`` (Python floats); the bias from
   ``forward_custom_pos(q, k)``, which is ``-m |i - j|``, the spec's ``symmetric`` form only. The
   causal form ``-m (i - j)`` agrees with it on causal entries alone, and the cases compare every
@@ -37,8 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (Component, angles_and_factor, lead_summed, require,
-                      rope_family, table_layout, tensor as _t, torch_vjp)
+from ._common import (Component, angles_and_factor, cached_step, lead_summed, require,
+                      rope_family, scores_family, table_layout, tensor as _t, torch_vjp)
 
 LIBRARY = "x-transformers"
 DISTRIBUTIONS = ["x-transformers", "torch"]
@@ -83,6 +87,23 @@ def xpos(inputs, params):
 def xpos_grad(inputs, params):
     dy = inputs["dy"]
     return {"dx": torch_vjp(lambda t: _xpos(t, inputs["positions"], params), np.zeros_like(dy), dy)}
+
+
+def _cached_qk(q, k, inputs, params, **module_kw):
+    """q and k of a cached step as its Attention rotates them: freqs (and xPos scale) of the keys
+    0 ... S-1, of which ``apply_rotary_pos_emb`` keeps the last T rows for the T queries."""
+    from x_transformers.x_transformers import RotaryEmbedding, apply_rotary_pos_emb
+    _, S = cached_step(inputs)
+    R = params.get("rotary_dim") or q.shape[-1]
+    module = RotaryEmbedding(R, base=params["base"], **module_kw).double()
+    freqs, scale = module(_t(np.arange(S)))                                   # (1, S, R)
+    if not module_kw:
+        return apply_rotary_pos_emb(q, freqs), apply_rotary_pos_emb(k, freqs)
+    return apply_rotary_pos_emb(q, freqs, scale), apply_rotary_pos_emb(k, freqs, scale ** -1)
+
+
+def _xpos_qk(q, k, inputs, params):
+    return _cached_qk(q, k, inputs, params, use_xpos=True, scale_base=params["scale_base"])
 
 
 def alibi_slopes(inputs, params):
@@ -171,6 +192,12 @@ def components():
         Component("RotaryEmbedding", "rope_scaling", rope_scaling, "float32",
                   [f32, "linear = interpolation_factor, ntk = base_rescale_factor",
                    "inv_freq and attention factor read off the rotation at positions 0 and 1"]),
+        Component("RotaryEmbedding", "rope_scores", scores_family(_cached_qk, "interleaved"), "float32",
+                  [f32, "interleaved layout native; half by the same permutation of q's and k's features",
+                   "freqs of keys 0 ... S-1; apply_rotary_pos_emb keeps the last T for the queries"]),
+        Component("RotaryEmbedding (use_xpos)", "xpos_scores", scores_family(_xpos_qk, "interleaved"), "float32",
+                  [f32, "freqs and scale of keys 0 ... S-1; apply_rotary_pos_emb keeps the last T for the queries",
+                   "keys get scale ** -1; one centre for queries and keys, which cancels in the scores"]),
         Component("RotaryEmbedding (use_xpos)", "xpos", xpos, "float32", xp),
         Component("RotaryEmbedding (use_xpos)", "xpos_grad", xpos_grad, "float32", xp + [grad]),
         Component("AlibiPositionalBias", "alibi_slopes", alibi_slopes, "float64", ["_get_slopes(heads)"]),
