@@ -104,3 +104,13 @@ def test_a_row_is_usable_only_when_every_seed_converged_and_learned(monkeypatch)
             "v1": {"seeds": [0, 1, 2]}}
     monkeypatch.setattr(evidence, "summary", lambda: {"markov": {"rows": rows}})
     assert [evidence.usable("markov", r) for r in rows] == [True, False, False, False]
+
+
+def test_next_records_are_the_task_files_of_results_next_in_name_order(tmp_path, monkeypatch):
+    # Three hand-made files: two of the task asked for, one of another task.
+    for name, scheme in (("text-rope-s0.json", "rope"), ("text-alibi-s1.json", "alibi"),
+                         ("markov-rope-s0.json", "rope")):
+        (tmp_path / name).write_text(json.dumps({"scheme": {"name": scheme}}))
+    monkeypatch.setattr(evidence, "NEXT", tmp_path)
+    assert [r["scheme"]["name"] for r in evidence.next_records("text")] == ["alibi", "rope"]
+    assert evidence.next_records("retrieval") == []

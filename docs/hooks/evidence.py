@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
+NEXT = FULL.parent / "next"   # records of a task not yet in the measured set (read, never summarised)
 
 __all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
            "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
@@ -72,6 +73,12 @@ def record(task: str, scheme: str, seed: int = 0) -> dict:
     if not path.exists():
         raise EvidenceError(f"{path} is missing")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def next_records(task: str) -> list[dict]:
+    """The records of ``task`` in ``lab/results/next``, by scheme then seed (empty if there are none)."""
+    paths = sorted(NEXT.glob(f"{task}-*-s*.json"))
+    return [json.loads(path.read_text(encoding="utf-8")) for path in paths]
 
 
 def _row(task: str, row: str) -> dict:
