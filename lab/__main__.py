@@ -35,7 +35,7 @@ from . import record as records
 from . import schemes as scheme_specs
 from .model import ACTIVATIONS, Model
 from .pool import commands, default_jobs, run_all
-from .run import QUICK, Settings, record_path, run_one
+from .run import QUICK, TASK_DEFAULTS, Settings, record_path, run_one
 from .summary import check_sane, format_table, summarize
 
 LISTS = {"task": "tasks", "scheme": "schemes", "seed": "seeds"}
@@ -207,6 +207,14 @@ def settings_from(args) -> tuple[Settings, dict]:
     for name in lists["schemes"]:
         scheme_specs.default_spec(name, base.length)                     # raises on an unknown name
     return base, lists
+
+
+def for_task(base: Settings, task: str, args) -> Settings:
+    """``base`` for ``task``: with the task's own defaults (``TASK_DEFAULTS``) where no flag set the
+    value and the run is not ``--quick``."""
+    own = {} if args.quick else {name: value for name, value in TASK_DEFAULTS.get(task, {}).items()
+                                 if getattr(args, name) is None}
+    return replace(base, task=task, **own)
 
 
 # ----------------------------------------------------------------------------- checks before any work
@@ -396,8 +404,9 @@ def main(argv=None) -> int:
         p.error(str(error))
     if args.verify:
         return verify_records(args.verify, progress=not args.no_progress)
-    runs = [] if args.summarize else [replace(base, task=task, scheme=scheme, seed=seed) for task in lists["tasks"]
-                                       for scheme in lists["schemes"] for seed in lists["seeds"]]
+    runs = [] if args.summarize else [replace(for_task(base, task, args), scheme=scheme, seed=seed)
+                                       for task in lists["tasks"] for scheme in lists["schemes"]
+                                       for seed in lists["seeds"]]
     if args.print_commands:
         print("\n".join(commands(runs, out)))
         return 0

@@ -421,3 +421,16 @@ def test_help_states_the_ranges(cli, capsys):
     assert stop.value.code == 0
     assert "--length LENGTH an integer >= 1" in text and "--lr LR a number > 0" in text
     assert "--min-lr-ratio MIN_LR_RATIO a number in [0, 1]" in text and "{layernorm,rmsnorm}" in text
+
+
+def _steps(argv, capsys):
+    from lab import __main__ as cli
+    assert cli.main(["--print-commands", "--schemes", "alibi", "--seeds", "0", *argv]) == 0
+    return [line.split("--steps ")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
+
+
+def test_text_runs_take_their_own_budget_unless_a_flag_or_quick_sets_one(capsys):
+    # The stated defaults: 6000 steps for the synthetic tasks, 24000 for text (lab/README.md).
+    assert _steps(["--tasks", "markov,text"], capsys) == ["6000", "24000"]
+    assert _steps(["--tasks", "markov,text", "--steps", "100"], capsys) == ["100", "100"]
+    assert _steps(["--tasks", "text", "--quick"], capsys) == ["40"]
