@@ -143,7 +143,8 @@ class _OnceBool(argparse.BooleanOptionalAction):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m lab", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m lab", usage="%(prog)s [options]  (--help lists them)",
+                                description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, one seed, then check the numbers are sane")
     p.add_argument("--out", action=_Once, type=_path, default=None,

@@ -201,9 +201,10 @@ def _usage_error(cli, argv, capsys) -> str:
         cli.main(argv)
     out, err = capsys.readouterr()
     assert stop.value.code == 2 and out == "" and "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert len(errors) == 1 and errors[0].startswith("python -m lab: error: "), err
-    return errors[0]
+    lines = err.splitlines()                  # the short usage line, then the error: not the 30-line usage
+    assert len(lines) == 2 and lines[0].startswith("usage: python -m lab [options]"), err
+    assert lines[1].startswith("python -m lab: error: "), err
+    return lines[1]
 
 
 BAD = [
