@@ -196,7 +196,8 @@ def differences(made: str, committed: str, run_ids) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES))
+    parser.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES), metavar="NAME",
+                        help=f"the libraries to run (default all: {', '.join(sorted(LIBRARIES))})")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--check", action="store_true",
                         help="run into a temp dir and compare with --out (the committed results), run_date aside")
