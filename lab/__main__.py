@@ -56,7 +56,7 @@ FLOATS = {"lr": (0, None, True), "finetune_lr": (0, None, True), "temperature": 
           "cooldown": (0, None, False)}
 """``(low, high or None, low excluded)`` of each float setting; every float must be finite."""
 
-CHOICES = {"norm": ("layernorm", "rmsnorm"), "activation": tuple(ACTIVATIONS), "schedule": ("plateau", "cosine", "constant"),
+CHOICES = {"norm": ("layernorm", "rmsnorm"), "activation": tuple(ACTIVATIONS), "schedule": ("plateau", "budget", "cosine", "constant"),
            "structure": ("additive", "full"), "binding": ("fused", "adjacent")}
 
 

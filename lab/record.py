@@ -11,7 +11,8 @@ A record (``SCHEMA = "minipos-lab/2"``) holds everything needed to read and to r
     versions     python, numpy, minipos, the cores, and the git commit of the checkout (or null)
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
     train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "steps", "seconds"}; with the
-                 plateau schedule also "converged" (the plateau came before the budget), "stopping"
+                 plateau and budget schedules also "converged" (the plateau came before the budget;
+                 always false with "budget", which trains every run the whole budget), "stopping"
                  (the rule in words and its numbers, "plateau_step", "cooldown_steps") and
                  "heldout" {"step", "loss"} (the held-out loss at L the rule read)
     results      {variant: {"spec", "lengths": [per-length entry, ...], "seconds", ...}}
@@ -250,7 +251,7 @@ def _train(train, schedule) -> None:
     _numbers(train["curve"]["loss"], "train.curve.loss", lo=0)
     _number(train["final_loss"], "train.final_loss", lo=0)
     _number(train["steps"], "train.steps", lo=1)
-    if schedule != "plateau":
+    if schedule not in ("plateau", "budget"):
         return
     _keys(train, ("converged", "stopping", "heldout"), "train")
     if not isinstance(train["converged"], bool):
@@ -258,6 +259,8 @@ def _train(train, schedule) -> None:
     _keys(train["stopping"], ("rule", "budget", "plateau_step", "cooldown_steps"), "train.stopping")
     if train["converged"] != (train["stopping"]["plateau_step"] is not None):
         _fail("train.converged", "must say whether train.stopping.plateau_step is set")
+    if schedule == "budget" and train["converged"]:
+        _fail("train.converged", "must be false with schedule 'budget', which does not stop at a plateau")
     _keys(train["heldout"], ("step", "loss"), "train.heldout")
     _numbers(train["heldout"]["step"], "train.heldout.step", lo=0)
     _numbers(train["heldout"]["loss"], "train.heldout.loss", lo=0)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import schemes as scheme_specs
 
-__all__ = ["METRIC", "STDERR", "LEARNED", "learned", "summarize", "format_table", "check_sane", "measured", "write_measured", "MEASURED_PATH"]
+__all__ = ["METRIC", "STDERR", "LEARNED", "fixed_budget", "learned", "summarize", "format_table", "check_sane", "measured", "write_measured", "MEASURED_PATH"]
 
 METRIC = {"markov": "excess", "text": "loss", "retrieval": "accuracy"}
 MEASURED_PATH = Path(__file__).resolve().parent.parent / "minipos" / "data" / "lab_measured.json"
@@ -33,7 +33,8 @@ STDERR = {"excess": "loss_stderr", "loss": "loss_stderr", "accuracy": "accuracy_
 LEARNED = {"markov": 0.1, "retrieval": 0.5}
 """When a run has learned its task at L (else no length conclusion is drawn from it): Markov, loss above
 the floor at most this share of the order-1 baseline's (``order1 - entropy_rate``); retrieval, accuracy
-at least this on the offsets seen in training. Text has no floor: every converged run counts."""
+at least this on the offsets seen in training. Text has no floor: every run that trained as its
+schedule prescribes counts."""
 
 
 def _spread(values, errors=None):
@@ -47,10 +48,17 @@ def _spread(values, errors=None):
             "n": n}
 
 
+def fixed_budget(record: dict) -> bool:
+    """Whether ``record`` trained a fixed budget by design (schedule ``budget``, as text does): it has no
+    plateau to reach, so ``converged`` is false and says nothing against it."""
+    return record["settings"].get("schedule") == "budget"
+
+
 def learned(record: dict) -> bool:
-    """Whether ``record``'s base model learned its task at L (``LEARNED``) and its training converged."""
+    """Whether ``record``'s base model learned its task at L (``LEARNED``) and its training ended as its
+    schedule prescribes (``fixed_budget``, or the plateau reached)."""
     train = record["train"]
-    if train.get("converged") is False:
+    if train.get("converged") is False and not fixed_budget(record):
         return False
     task, L = record["task"]["name"], record["settings"]["length"]
     at_l = next(e for e in record["results"]["base"]["lengths"] if e["length"] == L)
@@ -70,7 +78,8 @@ def summarize(records: list) -> dict:
     variant (``base``, or RoPE's extensions as ``rope +yarn``). ``lengths`` maps each length to the spread
     of the metric (or "cannot run"); ``attention_entropy`` and ``attention_distance`` to the spread of the
     mean over layers and heads; ``converged`` and ``learned`` count the seeds whose training converged and
-    whose model learned the task (``learned``); retrieval rows add ``offsets`` ``{length: {offset:
+    whose model learned the task (``learned``), ``fixed`` those that trained a fixed budget by design
+    (``fixed_budget``); retrieval rows add ``offsets`` ``{length: {offset:
     spread}}`` and ``seen`` ``{length: {offset: seen in training}}``. A spread is ``_spread``'s dict.
     """
     groups = {}
@@ -81,9 +90,10 @@ def summarize(records: list) -> dict:
             row = name + ("" if variant == "base" else f" +{variant}")
             g = groups.setdefault(task, {}).setdefault(row, {
                 "scheme": rec["scheme"]["name"], "name": name, "label": scheme_specs.label(res["spec"]),
-                "variant": variant, "seeds": [], "values": {}, "errors": {}, "converged": 0, "learned": 0})
+                "variant": variant, "seeds": [], "values": {}, "errors": {}, "converged": 0, "fixed": 0, "learned": 0})
             g["seeds"].append(rec["seed"])
             g["converged"] += rec["train"].get("converged", True) is True
+            g["fixed"] += fixed_budget(rec)
             g["learned"] += learned(rec)
             for entry in res["lengths"]:
                 n = str(entry["length"])
@@ -112,7 +122,7 @@ def summarize(records: list) -> dict:
                 lengths[n] = ("cannot run" if "cannot run" in values
                               else _spread([float(v) for v in values], g["errors"].get(n)))
             entry = {"scheme": g["scheme"], "label": g["label"], "variant": g["variant"], "seeds": g["seeds"],
-                     "converged": g["converged"], "learned": g["learned"], "lengths": lengths,
+                     "converged": g["converged"], "fixed": g["fixed"], "learned": g["learned"], "lengths": lengths,
                      "attention_entropy": {n: _spread(v) for n, v in g.get("entropy", {}).items()},
                      "attention_distance": {n: _spread(v) for n, v in g.get("distance", {}).items()}}
             if "offsets" in g:
@@ -143,7 +153,9 @@ def format_table(summary: dict) -> str:
                     cells.append(f"{'cannot run':>16s}")
                 else:
                     cells.append(f"{v['mean']:>9.3f} ±{v['se']:<5.3f}"[:16].rjust(16))
-            flags = f"converged {r['converged']}/{len(r['seeds'])}, learned {r['learned']}/{len(r['seeds'])}"
+            trained = (f"fixed budget {r['fixed']}/{len(r['seeds'])}" if r.get("fixed") else
+                       f"converged {r['converged']}/{len(r['seeds'])}")
+            flags = f"{trained}, learned {r['learned']}/{len(r['seeds'])}"
             lines.append(f"{label[:24]:24s}" + "".join(cells) + f"   ({flags})")
         lines.append("")
         if block["metric"] == "accuracy":
@@ -200,9 +212,9 @@ def _mean_sd(spread):
 
 
 def _all_learned(row) -> bool:
-    """Whether every seed of a summary row converged and learned its task."""
+    """Whether every seed of a summary row converged (or trained a fixed budget by design) and learned its task."""
     n = len(row["seeds"])
-    return n > 0 and row.get("converged") == n and row.get("learned") == n
+    return n > 0 and row.get("converged", 0) + row.get("fixed", 0) == n and row.get("learned") == n
 
 
 def measured(summary: dict, records: list, *, source: str = "lab/results/full") -> dict:

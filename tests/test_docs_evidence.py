@@ -101,9 +101,12 @@ def test_a_row_is_usable_only_when_every_seed_converged_and_learned(monkeypatch)
     rows = {"a": {"seeds": [0, 1, 2], "converged": 3, "learned": 3},
             "b": {"seeds": [0, 1, 2], "converged": 3, "learned": 2},
             "c": {"seeds": [0, 1, 2], "converged": 2, "learned": 3},
-            "v1": {"seeds": [0, 1, 2]}}
+            "v1": {"seeds": [0, 1, 2]},
+            # text trains a fixed budget by design: those seeds count as trained, the others must converge
+            "t": {"seeds": [0, 1, 2], "converged": 0, "fixed": 3, "learned": 3},
+            "u": {"seeds": [0, 1, 2], "converged": 1, "fixed": 1, "learned": 3}}
     monkeypatch.setattr(evidence, "summary", lambda: {"markov": {"rows": rows}})
-    assert [evidence.usable("markov", r) for r in rows] == [True, False, False, False]
+    assert [evidence.usable("markov", r) for r in rows] == [True, False, False, False, True, False]
 
 
 def test_next_records_are_the_task_files_of_results_next_in_name_order(tmp_path, monkeypatch):

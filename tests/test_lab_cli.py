@@ -424,14 +424,19 @@ def test_help_states_the_ranges(cli, capsys):
     assert "--min-lr-ratio MIN_LR_RATIO a number in [0, 1]" in text and "{layernorm,rmsnorm}" in text
 
 
-def _steps(argv, capsys):
+def _option(argv, capsys, option="--steps"):
     from lab import __main__ as cli
     assert cli.main(["--print-commands", "--schemes", "alibi", "--seeds", "0", *argv]) == 0
-    return [line.split("--steps ")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
+    return [line.split(f"{option} ")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
 
 
 def test_text_runs_take_their_own_budget_unless_a_flag_or_quick_sets_one(capsys):
-    # The stated defaults: 6000 steps for the synthetic tasks, 24000 for text (lab/README.md).
-    assert _steps(["--tasks", "markov,text"], capsys) == ["6000", "24000"]
-    assert _steps(["--tasks", "markov,text", "--steps", "100"], capsys) == ["100", "100"]
-    assert _steps(["--tasks", "text", "--quick"], capsys) == ["40"]
+    # The stated defaults (lab/README.md): the synthetic tasks stop at a plateau within 6000 steps, text
+    # trains a fixed budget of 12000.
+    assert _option(["--tasks", "markov,text"], capsys) == ["6000", "12000"]
+    assert _option(["--tasks", "markov,text"], capsys, "--schedule") == ["plateau", "budget"]
+    assert _option(["--tasks", "markov,text", "--steps", "100"], capsys) == ["100", "100"]
+    assert _option(["--tasks", "text", "--schedule", "plateau"], capsys, "--schedule") == ["plateau"]
+    assert _option(["--tasks", "text", "--schedule", "plateau"], capsys) == ["12000"]
+    assert _option(["--tasks", "text", "--quick"], capsys) == ["40"]
+    assert _option(["--tasks", "text", "--quick"], capsys, "--schedule") == ["plateau"]

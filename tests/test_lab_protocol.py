@@ -3,11 +3,13 @@ marked as never seen in training, the summary's standard errors, and runs side b
 
 import json
 import math
+import pathlib
+import subprocess
 
 import numpy as np
 import pytest
 
-from lab import pool, schemes
+from lab import pool, schemes, verify
 from lab.model import Model, ModelConfig
 from lab.run import QUICK, Settings, Stopping, _plateau_rate, record_path, run_one
 from lab.summary import _spread, summarize
@@ -65,6 +67,35 @@ def test_a_run_without_a_plateau_is_cooled_down_and_marked_not_converged(tmp_pat
     train = run_one(settings, tmp_path, verbose=False)["train"]
     assert train["converged"] is False and train["stopping"]["plateau_step"] is None
     assert train["steps"] == 30 + math.ceil(0.2 * 30)
+
+
+def test_a_fixed_budget_run_trains_the_whole_budget_where_the_plateau_rule_would_stop(tmp_path):
+    # The settings of test_a_run_stops_at_its_plateau_and_records_the_rule, whose run stops before step
+    # 400: with schedule "budget" the same model trains all 400 steps, then the cool-down of 80.
+    settings = Settings(**{**QUICK, "steps": 400, "plateau_min_window": 20, "extensions": False,
+                           "eval_factors": (1,), "schedule": "budget"}, scheme="alibi")
+    rec = run_one(settings, tmp_path, verbose=False)
+    train, stop = rec["train"], rec["train"]["stopping"]
+    assert train["converged"] is False and stop["plateau_step"] is None
+    assert train["steps"] == 400 + 80 and stop["cooldown_steps"] == 80 and stop["budget"] == 400
+    assert "fixed budget" in stop["rule"] and "plateau when" not in stop["rule"]
+    h = list(zip(train["heldout"]["step"], train["heldout"]["loss"]))
+    assert [s for s, _ in h] == list(range(0, 401, 10)) + [480]          # measured all along, and at the end
+    assert any(Stopping(every=10, sequences=8, min_window=20).reached(h[:i + 1], s)   # the plateau rule would
+               for i, (s, _) in enumerate(h[:-1]))                                     # have fired
+    row = summarize([rec])["markov"]["rows"]["alibi"]
+    assert row["converged"] == 0 and row["fixed"] == 1
+
+
+def test_a_fixed_budget_record_cannot_claim_a_plateau(tmp_path):
+    from lab import record as records
+    settings = Settings(**{**QUICK, "steps": 20, "extensions": False, "eval_factors": (1,), "schedule": "budget"},
+                        scheme="nope")
+    rec = run_one(settings, tmp_path, verbose=False)
+    records.validate(rec)
+    rec["train"]["converged"], rec["train"]["stopping"]["plateau_step"] = True, 20
+    with pytest.raises(ValueError, match="schedule 'budget'"):
+        records.validate(rec)
 
 
 def test_one_rule_scales_every_length_like_setting():
@@ -130,14 +161,13 @@ def test_runs_side_by_side_write_the_records_a_single_run_writes(tmp_path):
     runs = [Settings(**{**base.__dict__, "scheme": s}) for s in ("alibi", "rope")]
     done = pool.run_all(runs, tmp_path / "pool", jobs=2, report=lambda line: None)
     assert [status for _, status, _ in done] == [0, 0]
-    import os
-    os.environ.update(pool.ONE_THREAD)
-    try:
-        alone = run_one(runs[1], tmp_path / "alone", verbose=False)
-    finally:
-        for k in pool.ONE_THREAD:
-            os.environ.pop(k, None)
     side = json.loads(record_path(tmp_path / "pool", runs[1]).read_text())
+    # The same run alone, in a process of its own started with the record's thread variables: BLAS reads
+    # its thread count when it loads, so setting them in this process would not reach it.
+    env, argv = verify.rerun_argv(side["command"], tmp_path / "alone")
+    subprocess.run(argv + ["--no-progress", "--no-summary"], env=env, check=True, capture_output=True,
+                   cwd=pathlib.Path(__file__).resolve().parents[1])
+    alone = json.loads(record_path(tmp_path / "alone", runs[1]).read_text())
     assert _equal_but_seconds(side, alone)                              # the same numbers, bit for bit
     assert side["command"].startswith("MINIPOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m lab")
     assert pool.commands(runs, "OUT")[1] == side["command"].replace(str(tmp_path / "pool"), "OUT")

@@ -13,9 +13,10 @@ each with ``lengths`` (loss above the floor for ``markov``, accuracy for ``retri
 ``text``) and, for retrieval, ``offsets``; every cell is ``{"mean", "sd", "n", ...}`` or
 ``"cannot run"``. A cell's standard error is its ``"se"`` when the summary has one, otherwise
 ``sd / sqrt(n)``. Records of schema ``minipos-lab/2`` also say, per row, on how many seeds the
-training ``converged`` and the model ``learned`` its task at L; a row whose every seed did both is
-*usable*, and only usable rows can be ordered (``ordered``): a run that did not converge, or a
-model that did not learn the task, says nothing about length. Older records (schema 1) do not say,
+training ``converged`` (or trained a ``fixed`` budget by design, as text does) and the model
+``learned`` its task at L; a row whose every seed did both is *usable*, and only usable rows can be
+ordered (``ordered``): a run that did not converge, or a model that did not learn the task, says
+nothing about length. Older records (schema 1) do not say,
 and their rows are not usable.
 """
 
@@ -95,7 +96,7 @@ def usable(task: str, row: str) -> bool:
     if "converged" not in r or "learned" not in r:
         return False
     n = len(r["seeds"])
-    return n > 0 and r["converged"] == n and r["learned"] == n
+    return n > 0 and r["converged"] + r.get("fixed", 0) == n and r["learned"] == n
 
 
 def _cell(raw, where: str, ok: bool = False) -> Cell | None:
