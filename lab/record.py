@@ -48,13 +48,18 @@ import numpy as np
 
 import minipos
 
-__all__ = ["SCHEMA", "write", "write_json", "read", "validate", "versions", "comparable"]
+__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "comparable"]
 
 SCHEMA = "minipos-lab/2"
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
        "seconds")
 TIMING = ("seconds",)
 """Fields that measure the machine, not the model: they differ between reruns."""
+
+HELDOUT_SCHEDULES = ("plateau", "budget")
+"""The schedules whose records hold a held-out curve, ``converged`` and ``stopping``: both measure the
+held-out loss at L and end in the cool-down, ``plateau`` starting it at the plateau (or the budget),
+``budget`` always at the budget."""
 
 
 def versions() -> dict:
@@ -251,7 +256,7 @@ def _train(train, schedule) -> None:
     _numbers(train["curve"]["loss"], "train.curve.loss", lo=0)
     _number(train["final_loss"], "train.final_loss", lo=0)
     _number(train["steps"], "train.steps", lo=1)
-    if schedule not in ("plateau", "budget"):
+    if schedule not in HELDOUT_SCHEDULES:
         return
     _keys(train, ("converged", "stopping", "heldout"), "train")
     if not isinstance(train["converged"], bool):

@@ -127,7 +127,7 @@ class Settings:
 
     def stopping(self) -> "Stopping | None":
         """The stopping rule of schedules ``plateau`` and ``budget`` (None for cosine and constant)."""
-        if self.schedule not in HELDOUT_SCHEDULES:
+        if self.schedule not in records.HELDOUT_SCHEDULES:
             return None
         return Stopping(every=self.plateau_every, sequences=self.plateau_sequences, window=self.plateau_window,
                         min_window=self.plateau_min_window, relative=self.plateau_relative,
@@ -204,11 +204,6 @@ class Stopping:
         return best - min(recent) < max(self.relative * best, self.absolute)
 
 
-HELDOUT_SCHEDULES = ("plateau", "budget")
-"""The schedules that measure the held-out loss at L and end in the cool-down: ``plateau`` starts it at
-the plateau (or the budget), ``budget`` always at the budget."""
-
-
 THREAD_VARIABLES = ("MINIPOS_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
 """The environment that can change a run's last bits (thread counts): a command repeats those set."""
 
@@ -281,10 +276,11 @@ def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule
 
     ``schedule`` ``"cosine"`` or ``"constant"`` runs exactly ``steps`` steps. ``"plateau"`` and ``"budget"`` need
     ``stopping`` and ``heldout`` (a fixed batch ``(x, y, w)`` at ``length``): the rate is held after the
-    warm-up until ``stopping.reached`` (or ``steps``), then falls linearly over the cool-down. The
+    warm-up until ``stopping.reached`` (or ``steps``; ``"budget"`` always until ``steps``), then falls
+    linearly over the cool-down. The
     curve holds the mean training loss of each ``every`` steps (``steps // 50`` for the fixed
     schedules) and, with a stopping rule, the held-out loss measured at those steps."""
-    held = schedule in HELDOUT_SCHEDULES
+    held = schedule in records.HELDOUT_SCHEDULES
     if held and (stopping is None or heldout is None):
         raise ValueError(f"schedule {schedule!r} needs a stopping rule and a held-out batch")
     opt = AdamW(model.params, weight_decay=weight_decay)

@@ -12,7 +12,7 @@ import pytest
 from lab import pool, schemes, verify
 from lab.model import Model, ModelConfig
 from lab.run import QUICK, Settings, Stopping, _plateau_rate, record_path, run_one
-from lab.summary import _spread, summarize
+from lab.summary import _spread, format_table, summarize
 from lab.tasks import KeyValueRecall, MarkovSource
 
 RULE = Stopping(every=100, window=0.25, min_window=400, relative=0.002, absolute=0.002)
@@ -83,8 +83,10 @@ def test_a_fixed_budget_run_trains_the_whole_budget_where_the_plateau_rule_would
     assert [s for s, _ in h] == list(range(0, 401, 10)) + [480]          # measured all along, and at the end
     assert any(Stopping(every=10, sequences=8, min_window=20).reached(h[:i + 1], s)   # the plateau rule would
                for i, (s, _) in enumerate(h[:-1]))                                     # have fired
-    row = summarize([rec])["markov"]["rows"]["alibi"]
+    summary = summarize([rec])
+    row = summary["markov"]["rows"]["alibi"]
     assert row["converged"] == 0 and row["fixed"] == 1
+    assert "(fixed budget 1/1," in format_table(summary)
 
 
 def test_a_fixed_budget_record_cannot_claim_a_plateau(tmp_path):
