@@ -145,3 +145,26 @@ def test_results_are_json_as_the_runner_writes_it():
     for path, doc in RESULTS:
         with open(os.path.join(report.RESULTS, path), encoding="utf-8") as f:
             assert f.read() == json.dumps(doc, indent=1) + "\n", path
+
+
+def test_check_takes_a_last_bit_for_the_same_and_a_real_change_for_a_difference():
+    # 0.9897959110688194 and ...195 are the last score of the probe rotary_embedding_torch_xpos_cached_step:
+    # the committed value and the one torch 2.13.0 remade on an Intel Xeon, one ulp apart.
+    assert run.same({"x": [0.9897959110688194, "a", 3]}, {"x": [0.9897959110688195, "a", 3]})
+    assert run.same(1e-17, -1e-17)
+    assert not run.same(0.9897959110688194, 0.9897959110688194 * (1 + 1e-7))
+    assert not run.same({"x": [1.0, 2.0]}, {"x": [1.0]})
+    assert not run.same({"x": 1.0}, {"y": 1.0})
+    assert not run.same(True, 1) and not run.same(1.0, True) and not run.same("1", 1)
+    assert not run.same(2, 3)
+
+
+def test_check_names_each_differing_or_missing_file_and_leaves_run_date_aside(tmp_path):
+    made, committed = tmp_path / "made", tmp_path / "committed"
+    for root, date, value in ((made, "2026-12-03", 0.9897959110688195), (committed, "2026-12-01", 0.9897959110688194)):
+        (root / "lib").mkdir(parents=True)
+        (root / "lib" / "a.json").write_text(json.dumps({"run_date": date, "v": value}))
+        (root / "lib" / "b.json").write_text(json.dumps({"run_date": date, "v": value * (1 + (root == made) * 1e-6)}))
+    (committed / "lib" / "c.json").write_text("{}")
+    assert run.differences(str(made), str(committed), ["lib"]) == ["lib/b.json: differs",
+                                                                   "lib/c.json: not made by this run"]

@@ -27,6 +27,7 @@ import datetime
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -174,8 +175,28 @@ def worker(run_id: str, out: str) -> None:
             os.unlink(os.path.join(directory, stale))
 
 
+RTOL, ATOL = 1e-9, 1e-12
+"""Relative and absolute differences up to which two floats of a remade and a committed result are
+the same (``math.isclose``: either one suffices, the absolute one for values near 0). A
+library's float64 kernels pick their vector code by CPU (torch's ``sin``, ``cos`` and ``pow`` among
+them), so the same call moves in its last bits from one machine to another; the failures and the
+probes the page explains are many orders of magnitude larger."""
+
+
+def same(a, b) -> bool:
+    """Whether two JSON values agree: equal structure, strings, integers and booleans, floats within ``RTOL``/``ATOL``."""
+    if isinstance(a, float) or isinstance(b, float):
+        return (isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool)
+                and not isinstance(b, bool) and math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
 def differences(made: str, committed: str, run_ids) -> list[str]:
-    """Files of ``run_ids`` that differ between two result trees, ``run_date`` aside."""
+    """Files of ``run_ids`` that differ between two result trees, ``run_date`` aside (floats within ``RTOL``/``ATOL``)."""
     def read(path):
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -189,7 +210,7 @@ def differences(made: str, committed: str, run_ids) -> list[str]:
             pa, pb = os.path.join(a, name), os.path.join(b, name)
             if not os.path.exists(pa) or not os.path.exists(pb):
                 out.append(f"{run_id}/{name}: {'not made by this run' if os.path.exists(pb) else 'not committed'}")
-            elif read(pa) != read(pb):
+            elif not same(read(pa), read(pb)):
                 out.append(f"{run_id}/{name}: differs")
     return out
 
@@ -200,7 +221,7 @@ def main(argv=None) -> int:
                         help=f"the libraries to run (default all: {', '.join(sorted(LIBRARIES))})")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--check", action="store_true",
-                        help="run into a temp dir and compare with --out (the committed results), run_date aside")
+                        help=f"run into a temp dir and compare with --out (the committed results), run_date aside, floats within a relative {RTOL:g} or an absolute {ATOL:g}")
     parser.add_argument("--worker", choices=sorted(LIBRARIES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
