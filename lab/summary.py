@@ -25,6 +25,8 @@ __all__ = ["METRIC", "STDERR", "LEARNED", "fixed_budget", "learned", "summarize"
 METRIC = {"markov": "excess", "text": "loss", "retrieval": "accuracy"}
 MEASURED_PATH = Path(__file__).resolve().parent.parent / "minipos" / "data" / "lab_measured.json"
 MEASURED_SCHEMA = "minipos-lab-measured/2"
+TOUR_TASKS = ("markov", "retrieval")
+"""The tasks whose numbers ``minipos tour`` prints (``measured``)."""
 
 
 STDERR = {"excess": "loss_stderr", "loss": "loss_stderr", "accuracy": "accuracy_stderr"}
@@ -224,7 +226,10 @@ def measured(summary: dict, records: list, *, source: str = "lab/results/full") 
     (mean, sd and standard error over seeds, or ``"cannot run"``), and whether every seed's run converged
     and learned the task (``markov_learned``, ``retrieval_learned``); ``source`` names the record set, the minipos commits
     the records were made at, the seeds and the model, so the tour can say where its numbers come from.
+    Only the records of ``TOUR_TASKS`` count: the tour shows no text column, so the text records' commits
+    and steps are not its source.
     """
+    records = [r for r in records if r["task"]["name"] in TOUR_TASKS]
     first = records[0]
     L, factors = first["settings"]["length"], first["settings"]["eval_factors"]
     lengths = [L, 4 * L, max(factors) * L]

@@ -109,11 +109,41 @@ def test_a_row_is_usable_only_when_every_seed_converged_and_learned(monkeypatch)
     assert [evidence.usable("markov", r) for r in rows] == [True, False, False, False, True, False]
 
 
-def test_next_records_are_the_task_files_of_results_next_in_name_order(tmp_path, monkeypatch):
-    # Three hand-made files: two of the task asked for, one of another task.
-    for name, scheme in (("text-rope-s0.json", "rope"), ("text-alibi-s1.json", "alibi"),
-                         ("markov-rope-s0.json", "rope")):
-        (tmp_path / name).write_text(json.dumps({"scheme": {"name": scheme}}))
-    monkeypatch.setattr(evidence, "NEXT", tmp_path)
-    assert [r["scheme"]["name"] for r in evidence.next_records("text")] == ["alibi", "rope"]
-    assert evidence.next_records("retrieval") == []
+def test_a_text_cell_is_the_mean_of_the_seeds_held_out_losses():
+    # expected from the per-seed records: their held-out loss at 16L, and the evaluation's standard
+    # error when it is larger than the seeds' spread (the summary's rule, lab.summary._spread)
+    recs = _runs("text", "alibi")
+    assert len(recs) == 3
+    values = [_at(r, 1024)["loss"] for r in recs]
+    noise = math.sqrt(sum(_at(r, 1024)["loss_stderr"] ** 2 for r in recs)) / 3
+    got = evidence.cell("text", "alibi", 1024)
+    assert got.mean == pytest.approx(statistics.fmean(values), abs=1e-12)
+    assert got.se == pytest.approx(max(statistics.stdev(values) / math.sqrt(3), noise), abs=1e-12)
+    assert got.usable                                  # a fixed budget counts as trained
+    assert evidence.cell("text", "learned", 128) is None
+
+
+def _positions(monkeypatch, task, per_seed, floor=None):
+    """Records of one scheme whose base model has the per-bin losses ``per_seed`` at length 32."""
+    recs = {s: {"results": {"base": {"lengths": [{"length": 32, "positions": {
+        "edges": [0, 8, 16, 24, 32], "loss": loss, "floor": floor}}]}}} for s, loss in enumerate(per_seed)}
+    rows = {"x": {"seeds": sorted(recs), "converged": 0, "fixed": len(recs), "learned": len(recs)}}
+    monkeypatch.setattr(evidence, "summary", lambda: {task: {"rows": rows}})
+    monkeypatch.setattr(evidence, "record", lambda t, scheme, seed=0: recs[seed])
+
+
+def test_position_change_is_paired_within_each_seed(monkeypatch):
+    # hand-worked: positions 16-32 less 0-16 are (1 - 2) = -1 for seed 0 and (1.5 - 3) = -1.5 for seed 1;
+    # mean -1.25, sd 0.5 / sqrt(2), se = sd / sqrt(2) = 0.25
+    _positions(monkeypatch, "text", [[2.0, 2.0, 1.0, 1.0], [3.0, 3.0, 1.5, 1.5]])
+    c = evidence.position_change("text", "x", 32, (0, 16), (16, 32))
+    assert (c.mean, c.se, c.n, c.usable) == (pytest.approx(-1.25), pytest.approx(0.25), 2, True)
+    assert evidence.position_loss("text", "x", 32) == [(0, 8, 2.5), (8, 16, 2.5), (16, 24, 1.25), (24, 32, 1.25)]
+    with pytest.raises(evidence.EvidenceError, match="not whole bins"):
+        evidence.position_change("text", "x", 32, (0, 12), (16, 32))
+
+
+def test_position_loss_takes_the_floor_off_where_the_task_has_one(monkeypatch):
+    _positions(monkeypatch, "markov", [[2.0, 2.0, 1.0, 1.0]], floor=[1.0, 0.5, 0.5, 0.5])
+    assert evidence.position_excess("x", 32) == [(0, 8, 1.0), (8, 16, 1.5), (16, 24, 0.5), (24, 32, 0.5)]
+    assert evidence.position_change("markov", "x", 32, (0, 8), (8, 16)).mean == pytest.approx(0.5)

@@ -44,7 +44,7 @@ def test_shipped_numbers_are_the_committed_summarys():
 
 def test_shipped_source_names_the_records_it_came_from():
     from minipos.cli import lab_measured
-    records = _records()
+    records = [r for r in _records() if r["task"]["name"] in ("markov", "retrieval")]   # the tour's columns
     src = lab_measured()["source"]
     assert src["records"] == "lab/results/full"
     assert src["commits"] == sorted({r["versions"]["commit"] for r in records})

@@ -9,8 +9,8 @@ stops the site instead of standing on it.
 
 What the records hold (``lab/results/full/summary.json`` and one ``<task>-<scheme>-s<seed>.json``
 per run): per task, rows keyed by the row name (``"rope"``, ``"rope +yarn"``, ``"t5@source"``),
-each with ``lengths`` (loss above the floor for ``markov``, accuracy for ``retrieval``, loss for
-``text``) and, for retrieval, ``offsets``; every cell is ``{"mean", "sd", "n", ...}`` or
+each with ``lengths`` (loss above the floor for ``markov``, accuracy for ``retrieval``, held-out loss
+for ``text``) and, for retrieval, ``offsets``; every cell is ``{"mean", "sd", "n", ...}`` or
 ``"cannot run"``. A cell's standard error is its ``"se"`` when the summary has one, otherwise
 ``sd / sqrt(n)``. Records of schema ``minipos-lab/2`` also say, per row, on how many seeds the
 training ``converged`` (or trained a ``fixed`` budget by design, as text does) and the model
@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
-NEXT = FULL.parent / "next"   # records of a task not yet in the measured set (read, never summarised)
 
 __all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
            "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
-           "attention_distance", "position_excess", "claim", "usable", "resolved", "ordered", "seen",
-           "spread"]
+           "attention_distance", "position_excess", "position_loss", "position_change", "claim", "usable",
+           "resolved", "ordered", "seen", "spread"]
 
 
 class EvidenceError(AssertionError):
@@ -74,12 +73,6 @@ def record(task: str, scheme: str, seed: int = 0) -> dict:
     if not path.exists():
         raise EvidenceError(f"{path} is missing")
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def next_records(task: str) -> list[dict]:
-    """The records of ``task`` in ``lab/results/next``, by scheme then seed (empty if there are none)."""
-    paths = sorted(NEXT.glob(f"{task}-*-s*.json"))
-    return [json.loads(path.read_text(encoding="utf-8")) for path in paths]
 
 
 def _row(task: str, row: str) -> dict:
@@ -213,18 +206,59 @@ def attention_distance(task: str, scheme: str, length: int) -> list[list[float]]
             for layer in range(len(per_seed[0]))]
 
 
+def _position_seeds(task: str, scheme: str, length: int, variant: str = "base") -> tuple[list[int], list[list[float]]]:
+    """The bin edges of ``scheme``'s per-position losses at ``length``, and per seed the loss in each bin
+    less the bin's floor (the task's floor where it has one, as Markov does; text has none)."""
+    per_seed, edges = [], None
+    row = scheme if variant == "base" else f"{scheme} +{variant}"
+    for s in seeds(task, row):
+        rows = [r for r in record(task, scheme, s)["results"][variant]["lengths"] if r["length"] == length]
+        if not rows or not rows[0].get("positions"):
+            raise EvidenceError(f"{task}-{scheme}-s{s}: no per-position loss at length {length}")
+        pos = rows[0]["positions"]
+        edges = pos["edges"]
+        floor = pos["floor"] or [0.0] * len(pos["loss"])
+        per_seed.append([a - b for a, b in zip(pos["loss"], floor)])
+    return edges, per_seed
+
+
 def position_excess(scheme: str, length: int, variant: str = "base") -> list[tuple[int, int, float]]:
     """Markov loss above the per-position floor of ``scheme`` at ``length``, by position bin:
     ``[(start, end, excess)]``, the excess averaged over the seeds' records."""
-    per_seed, edges = [], None
-    for s in seeds("markov", scheme if variant == "base" else f"{scheme} +{variant}"):
-        rows = [r for r in record("markov", scheme, s)["results"][variant]["lengths"] if r["length"] == length]
-        if not rows or not rows[0].get("positions"):
-            raise EvidenceError(f"markov-{scheme}-s{s}: no per-position loss at length {length}")
-        pos = rows[0]["positions"]
-        edges = pos["edges"]
-        per_seed.append([a - b for a, b in zip(pos["loss"], pos["floor"])])
+    return position_loss("markov", scheme, length, variant)
+
+
+def position_loss(task: str, scheme: str, length: int, variant: str = "base") -> list[tuple[int, int, float]]:
+    """``scheme``'s loss at ``length`` by position bin, ``[(start, end, loss)]``, averaged over the seeds'
+    records: above the per-position floor on Markov (``position_excess``), the held-out loss on text."""
+    edges, per_seed = _position_seeds(task, scheme, length, variant)
     return [(edges[b], edges[b + 1], sum(p[b] for p in per_seed) / len(per_seed)) for b in range(len(edges) - 1)]
+
+
+def position_change(task: str, scheme: str, length: int, before: tuple[int, int], after: tuple[int, int]) -> Cell:
+    """How much ``scheme``'s mean loss over the positions ``after`` (``(start, end)``) exceeds its mean loss
+    over the positions ``before``, at ``length``: per seed on that seed's own evaluation sequences (so
+    the comparison is paired), as a ``Cell`` over the seeds. The records keep no per-position evaluation
+    error, so ``se`` is the seeds' spread, ``sd / sqrt(n)``; each seed draws its own sequences, so the
+    spread holds their sampling noise as well as the seeds'. On text, where a window of the corpus
+    starts at a random byte, a model that reads a fixed number of tokens back has the same loss at every
+    position past that number: a change past L is what the extra context did."""
+    edges, per_seed = _position_seeds(task, scheme, length)
+
+    def mean(p, span):
+        a, b = span
+        bins = [i for i in range(len(edges) - 1) if a <= edges[i] and edges[i + 1] <= b]
+        if a not in edges or b not in edges or not bins:
+            raise EvidenceError(f"{task}/{scheme}/{length}: positions {a} to {b} are not whole bins "
+                                f"(edges every {edges[1] - edges[0]})")
+        return sum(p[i] for i in bins) / len(bins)
+
+    values = [mean(p, after) - mean(p, before) for p in per_seed]
+    n = len(values)
+    m = sum(values) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    return Cell(m, sd / math.sqrt(n), n, usable(task, scheme),
+                f"{task}/{scheme}/{length}/positions {after[0]}-{after[1]} less {before[0]}-{before[1]}")
 
 
 def resolved(smaller: Cell, larger: Cell) -> bool:
