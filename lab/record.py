@@ -8,7 +8,8 @@ A record (``SCHEMA = "minipos-lab/2"``) holds everything needed to read and to r
     settings     every setting of the run (what the command spells out)
     task         the task's configuration; model: the model's; scheme: the trained scheme's spec
     seed         the run's seed (model init, training batches, evaluation sequences)
-    versions     python, numpy, minipos, the cores, and the git commit of the checkout (or null)
+    versions     python, numpy, minipos, the cores, the CPU model (``cpu``, or null; records written
+                 before it was recorded lack the key) and the git commit of the checkout (or null)
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
     train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "steps", "seconds"}; with the
                  plateau and budget schedules also "converged" (the plateau came before the budget;
@@ -48,7 +49,7 @@ import numpy as np
 
 import minipos
 
-__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "comparable"]
+__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "cpu", "comparable"]
 
 SCHEMA = "minipos-lab/2"
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
@@ -62,10 +63,26 @@ held-out loss at L and end in the cool-down, ``plateau`` starting it at the plat
 ``budget`` always at the budget."""
 
 
+def cpu() -> str | None:
+    """This machine's CPU model as the OS names it (Linux: ``model name`` in ``/proc/cpuinfo``), or
+    ``platform.processor()``, or None. The BLAS picks its kernels by CPU, so a record's last bits
+    are reproducible on the CPU that wrote it (``lab/README.md``, Determinism)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def versions() -> dict:
     """The versions that decide a run's numbers."""
     out = {"python": platform.python_version(), "numpy": np.__version__, "minipos": minipos.__version__,
-           "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+           "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+           "cpu": cpu()}
     root = Path(minipos.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -10,7 +10,8 @@ command's output directory. ``compare`` is that comparison on two records in mem
 A rerun on the same machine and versions should give every number back bit for bit
 (``lab/README.md``, Determinism). Where it does not, the report gives the number of metrics that
 moved and the largest absolute and relative differences, with the field each one is in, and
-whether every number still agrees to the 3 significant digits the docs print.
+whether every number still agrees to the 3 significant digits the docs print, and, when the record
+names another CPU than this machine's (or none), both: the likely cause.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Comparison:
       ``|a - b| / max(|a|, |b|)``.
     mismatches: fields whose structure or non-numeric value differs (a missing key, a list of another
       length, a changed status string), each as ``"field: what"``.
+    cpus: ``(the CPU the record names, this machine's CPU)`` (``record.cpu``); None where unknown.
     """
 
     numbers: int = 0
@@ -53,6 +55,7 @@ class Comparison:
     max_abs: tuple = (0.0, None)
     max_rel: tuple = (0.0, None)
     mismatches: list = field(default_factory=list)
+    cpus: tuple = (None, None)
 
     @property
     def identical(self) -> bool:
@@ -75,6 +78,11 @@ class Comparison:
         lines += [f"  {m}" for m in self.mismatches[:20]]
         if len(self.mismatches) > 20:
             lines.append(f"  ... and {len(self.mismatches) - 20} more structural differences")
+        written, here = self.cpus
+        if written is None or written != here:
+            lines.append(f"  the record was written on {written or 'a CPU it does not name'}, rerun on "
+                         f"{here or 'a CPU this machine does not name'}: the BLAS picks its kernels by CPU, "
+                         "so a record is bit for bit only on its own (lab/README.md, Determinism)")
         return "\n".join(lines)
 
 
@@ -178,4 +186,6 @@ def verify(path, *, progress: bool = True) -> Comparison:
         if not again.is_file():
             raise RuntimeError(f"the record's command wrote no {again.name}: {shlex.join(argv)}")
         rerun = records.read(again)
-    return compare(stored, rerun)
+    out = compare(stored, rerun)
+    out.cpus = (stored["versions"].get("cpu"), records.cpu())
+    return out

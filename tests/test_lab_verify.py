@@ -67,6 +67,36 @@ def test_structure_and_strings_that_differ_are_mismatches():
     assert compare(_record(), _record(**{"settings.steps": True})).mismatches                 # a bool is no number
 
 
+def test_a_report_that_differs_names_both_cpus_unless_they_are_the_same():
+    got = compare(_record(), _record(**{"train.final_loss": 2.6}))
+    got.cpus = ("Intel Xeon", "AMD EPYC")
+    assert "written on Intel Xeon, rerun on AMD EPYC" in got.report()
+    got.cpus = (None, "AMD EPYC")                                       # a record from before ``cpu``
+    assert "written on a CPU it does not name, rerun on AMD EPYC" in got.report()
+    got.cpus = ("AMD EPYC", "AMD EPYC")
+    assert "CPU" not in got.report()
+    same = compare(_record(), _record())
+    same.cpus = ("Intel Xeon", "AMD EPYC")                              # identical: nothing to explain
+    assert "CPU" not in same.report()
+
+
+def test_cpu_reads_the_model_name_of_proc_cpuinfo(monkeypatch, tmp_path):
+    import builtins
+    from lab import record
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n"
+                    "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(fake if f == "/proc/cpuinfo" else f, *a, **k))
+    assert record.cpu() == "Intel(R) Xeon(R) CPU @ 2.20GHz"
+    assert record.versions()["cpu"] == "Intel(R) Xeon(R) CPU @ 2.20GHz"
+    fake.write_text("processor\t: 0\n")                                # no model name: the platform's word
+    monkeypatch.setattr(record.platform, "processor", lambda: "x86_64")
+    assert record.cpu() == "x86_64"
+    monkeypatch.setattr(record.platform, "processor", lambda: "")
+    assert record.cpu() is None
+
+
 def test_compare_wants_records():
     with pytest.raises(TypeError, match="expected and got must be records"):
         compare(_record(), [1.0])
