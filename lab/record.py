@@ -8,8 +8,9 @@ A record (``SCHEMA = "minipos-lab/2"``) holds everything needed to read and to r
     settings     every setting of the run (what the command spells out)
     task         the task's configuration; model: the model's; scheme: the trained scheme's spec
     seed         the run's seed (model init, training batches, evaluation sequences)
-    versions     python, numpy, minipos, the cores, the CPU model (``cpu``, or null; records written
-                 before it was recorded lack the key) and the git commit of the checkout (or null)
+    versions     python, numpy, minipos, the cores, the CPU model (``cpu``) and the kernels OpenBLAS
+                 chose for it (``blas_core``, e.g. "Haswell"; each null where unknown, and absent from
+                 records written before they were recorded), and the git commit of the checkout (or null)
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
     train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "steps", "seconds"}; with the
                  plateau and budget schedules also "converged" (the plateau came before the budget;
@@ -36,6 +37,7 @@ task's training sequences at L can hold it, ``KeyValueRecall.max_offset``).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -49,7 +51,7 @@ import numpy as np
 
 import minipos
 
-__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "cpu", "comparable"]
+__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "cpu", "blas_core", "comparable"]
 
 SCHEMA = "minipos-lab/2"
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
@@ -78,11 +80,32 @@ def cpu() -> str | None:
     return platform.processor() or None
 
 
+def blas_core() -> str | None:
+    """The kernels NumPy's OpenBLAS chose for this CPU (``openblas_get_corename``: "Haswell",
+    "SkylakeX", "Zen", ...), or None where it cannot be asked (another BLAS, no ``/proc``). Two CPUs
+    with one model name can get different kernels, and the kernels decide the last bits."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
+        for path in paths:
+            lib = ctypes.CDLL(path)
+            for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                         "openblas_get_corename"):
+                get = getattr(lib, name, None)
+                if get is not None:
+                    get.restype = ctypes.c_char_p
+                    core = (get() or b"").decode(errors="replace").strip()
+                    return core or None
+    except OSError:
+        pass
+    return None
+
+
 def versions() -> dict:
     """The versions that decide a run's numbers."""
     out = {"python": platform.python_version(), "numpy": np.__version__, "minipos": minipos.__version__,
            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-           "cpu": cpu()}
+           "cpu": cpu(), "blas_core": blas_core()}
     root = Path(minipos.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -47,7 +47,8 @@ class Comparison:
       ``|a - b| / max(|a|, |b|)``.
     mismatches: fields whose structure or non-numeric value differs (a missing key, a list of another
       length, a changed status string), each as ``"field: what"``.
-    cpus: ``(the CPU the record names, this machine's CPU)`` (``record.cpu``); None where unknown.
+    cpus: ``(the machine the record names, this machine)``, each ``"CPU model, OpenBLAS core"`` from
+      ``versions``' ``cpu`` and ``blas_core`` (``record.cpu``, ``record.blas_core``); None where unknown.
     """
 
     numbers: int = 0
@@ -187,5 +188,11 @@ def verify(path, *, progress: bool = True) -> Comparison:
             raise RuntimeError(f"the record's command wrote no {again.name}: {shlex.join(argv)}")
         rerun = records.read(again)
     out = compare(stored, rerun)
-    out.cpus = (stored["versions"].get("cpu"), records.cpu())
+    out.cpus = (_machine(stored["versions"]), _machine({"cpu": records.cpu(), "blas_core": records.blas_core()}))
     return out
+
+
+def _machine(versions: dict) -> str | None:
+    """``"AMD EPYC, OpenBLAS core Haswell"`` from a record's ``versions``, or None if it names neither."""
+    parts = [versions.get("cpu"), versions.get("blas_core") and f"OpenBLAS core {versions['blas_core']}"]
+    return ", ".join(p for p in parts if p) or None

@@ -71,6 +71,10 @@ def test_a_report_that_differs_names_both_cpus_unless_they_are_the_same():
     got = compare(_record(), _record(**{"train.final_loss": 2.6}))
     got.cpus = ("Intel Xeon", "AMD EPYC")
     assert "written on Intel Xeon, rerun on AMD EPYC" in got.report()
+    from lab.verify import _machine
+    assert _machine({"cpu": "AMD EPYC", "blas_core": "Haswell"}) == "AMD EPYC, OpenBLAS core Haswell"
+    assert _machine({"cpu": "AMD EPYC", "blas_core": None}) == "AMD EPYC"
+    assert _machine({"numpy": "2.4.6"}) is None
     got.cpus = (None, "AMD EPYC")                                       # a record from before ``cpu``
     assert "written on a CPU it does not name, rerun on AMD EPYC" in got.report()
     got.cpus = ("AMD EPYC", "AMD EPYC")
@@ -95,6 +99,27 @@ def test_cpu_reads_the_model_name_of_proc_cpuinfo(monkeypatch, tmp_path):
     assert record.cpu() == "x86_64"
     monkeypatch.setattr(record.platform, "processor", lambda: "")
     assert record.cpu() is None
+
+
+def test_blas_core_names_the_kernels_numpys_openblas_chose():
+    import numpy as np
+    from lab import record
+    if np.__config__.CONFIG["Build Dependencies"]["blas"]["name"] != "scipy-openblas":
+        pytest.skip("NumPy is not built with OpenBLAS here")
+    core = record.blas_core()
+    # OpenBLAS's own configuration string names its build's default core; at run time DYNAMIC_ARCH
+    # picks one of its cores by CPU: a name of letters and digits, as openblas_get_corename gives it
+    assert isinstance(core, str) and core.isalnum(), core
+
+
+def test_blas_core_is_none_where_no_openblas_is_loaded(monkeypatch, tmp_path):
+    import builtins
+    from lab import record
+    fake = tmp_path / "maps"
+    fake.write_text("7f00-7f01 r-xp 00000000 00:00 0 /usr/lib/libc.so.6\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(fake if f == "/proc/self/maps" else f, *a, **k))
+    assert record.blas_core() is None
 
 
 def test_compare_wants_records():
