@@ -270,7 +270,8 @@ class TextSource:
         self.path = None if path is None else str(path)
         if path is None:
             data = corpus.load()
-            symbols = np.unique(np.concatenate([data["train"], data["heldout"]]))
+            counts = np.bincount(data["train"], minlength=256) + np.bincount(data["heldout"], minlength=256)
+            symbols = np.flatnonzero(counts)                            # the bytes that occur, ascending
             lookup = np.zeros(256, np.int32)
             lookup[symbols] = np.arange(len(symbols), dtype=np.int32)
             self.train, self.heldout = lookup[data["train"]], lookup[data["heldout"]]
