@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 
+from lab import record
 from minipos.fast import _threads
 
 from . import cases
@@ -24,9 +25,7 @@ QUICK = dict(attn=(256, 2, 16), block=64, blocks=(), rope=(2, 128, 16), rope_def
 
 def machine() -> str:
     """nproc, CPU model, load, library versions and the BLAS in use."""
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
-    lines = [f"nproc {os.cpu_count()}, CPU {cpu}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+    lines = [f"nproc {os.cpu_count()}, CPU {record.cpu()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
              f"python {platform.python_version()}, numpy {np.__version__}, torch {getattr(cases.torch, '__version__', 'not installed')}",
              f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}",
              f"minipos.fast blockwise workers: {_threads.default_workers()} (MINIPOS_NUM_THREADS="
@@ -37,7 +36,7 @@ def machine() -> str:
                   for p in threadpool_info() if p["user_api"] == "blas"]
     except ImportError:
         blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
-        lines.append(f"BLAS {blas.get('name')} {blas.get('version')} (threadpoolctl not installed)")
+        lines.append(f"BLAS {blas.get('name')} {blas.get('version')} ({record.blas_core()}; threadpoolctl not installed)")
     return "\n".join(lines)
 
 

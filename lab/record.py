@@ -82,8 +82,8 @@ def cpu() -> str | None:
 
 def blas_core() -> str | None:
     """The kernels NumPy's OpenBLAS chose for this CPU (``openblas_get_corename``: "Haswell",
-    "SkylakeX", "Zen", ...), or None where it cannot be asked (another BLAS, no ``/proc``). Two CPUs
-    with one model name can get different kernels, and the kernels decide the last bits."""
+    "SkylakeX", "Zen", ...), or None where it cannot be asked (another BLAS, no ``/proc``). The kernels
+    decide the BLAS's rounding, and a model name such as "AMD EPYC" covers several generations."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})

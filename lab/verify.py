@@ -83,7 +83,7 @@ class Comparison:
         if written is None or written != here:
             lines.append(f"  the record was written on {written or 'a CPU it does not name'}, rerun on "
                          f"{here or 'a CPU this machine does not name'}: the BLAS picks its kernels by CPU, "
-                         "so a record is bit for bit only on its own (lab/README.md, Determinism)")
+                         "and other kernels can move the last bits (lab/README.md, Determinism)")
         return "\n".join(lines)
 
 
