@@ -432,11 +432,12 @@ def _option(argv, capsys, option="--steps"):
 
 def test_text_runs_take_their_own_budget_unless_a_flag_or_quick_sets_one(capsys):
     # The stated defaults (lab/README.md): the synthetic tasks stop at a plateau within 6000 steps, text
-    # trains a fixed budget of 12000.
-    assert _option(["--tasks", "markov,text"], capsys) == ["6000", "12000"]
+    # trains a fixed budget of the same 6000.
+    assert _option(["--tasks", "markov,text"], capsys) == ["6000", "6000"]
     assert _option(["--tasks", "markov,text"], capsys, "--schedule") == ["plateau", "budget"]
     assert _option(["--tasks", "markov,text", "--steps", "100"], capsys) == ["100", "100"]
     assert _option(["--tasks", "text", "--schedule", "plateau"], capsys, "--schedule") == ["plateau"]
-    assert _option(["--tasks", "text", "--schedule", "plateau"], capsys) == ["12000"]
+    assert _option(["--tasks", "text", "--schedule", "plateau"], capsys) == ["6000"]
+    assert _option(["--tasks", "text", "--steps", "12000"], capsys, "--schedule") == ["budget"]
     assert _option(["--tasks", "text", "--quick"], capsys) == ["40"]
     assert _option(["--tasks", "text", "--quick"], capsys, "--schedule") == ["plateau"]
