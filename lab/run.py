@@ -207,14 +207,21 @@ class Stopping:
 
 
 THREAD_VARIABLES = ("MINIPOS_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
-"""The environment that can change a run's last bits (thread counts): a command repeats those set."""
+"""The thread counts: each can change a run's last bits."""
+
+ENVIRONMENT = THREAD_VARIABLES + ("OPENBLAS_CORETYPE",)
+"""The environment that can change a run's last bits, which a command repeats where it is set: the thread
+counts, and ``OPENBLAS_CORETYPE``, the kernels NumPy's OpenBLAS runs (it picks them by CPU unless this
+names them; a run made with one core's kernels is made again bit for bit on any CPU that can run them,
+``lab/README.md``, Determinism)."""
 
 
 def command_for(settings: Settings, out, environ=None) -> str:
     """``python -m lab ...`` with every setting of ``settings`` explicit, writing into ``out``, after
-    the thread variables set in ``environ`` (default ``os.environ``), e.g. ``MINIPOS_NUM_THREADS=1``."""
+    the ``ENVIRONMENT`` variables set in ``environ`` (default ``os.environ``), e.g.
+    ``MINIPOS_NUM_THREADS=1``."""
     environ = os.environ if environ is None else environ
-    env = [f"{k}={shlex.quote(environ[k])}" for k in THREAD_VARIABLES if k in environ]
+    env = [f"{k}={shlex.quote(environ[k])}" for k in ENVIRONMENT if k in environ]
     args = ["python", "-m", "lab", "--out", str(out)]
     for f in fields(Settings):
         value = getattr(settings, f.name)

@@ -2,8 +2,8 @@
 
 ``problem(path)`` says what keeps a file from being verified (it cannot be read, is damaged, is not
 a record, or its command is not one the lab reruns) before anything runs. ``verify(path)`` reruns the command stored in a record, into a temporary directory instead of the
-record's ``--out``, with the thread variables the command names (and none of the others: an unset
-variable is part of the run too), then compares the new record with the stored one, number by
+record's ``--out``, with the variables of ``lab.run.ENVIRONMENT`` the command names (thread counts,
+OpenBLAS's kernels) and none of the others (an unset variable is part of the run too), then compares the new record with the stored one, number by
 number, over ``record.comparable`` (everything but wall times and versions) and without the
 command's output directory. ``compare`` is that comparison on two records in memory.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import record as records
-from .run import THREAD_VARIABLES
+from .run import ENVIRONMENT
 
 __all__ = ["Comparison", "compare", "rerun_argv", "problem", "verify", "PRINTED_DIGITS"]
 
@@ -138,18 +138,18 @@ def compare(expected: dict, got: dict) -> Comparison:
 
 
 def rerun_argv(command: str, out_dir) -> tuple[dict, list]:
-    """``(environment, argv)`` that run a record's ``command`` into ``out_dir``: the thread variables
-    it sets (every other thread variable removed from this process's environment) and the
+    """``(environment, argv)`` that run a record's ``command`` into ``out_dir``: the ``ENVIRONMENT``
+    variables it sets (every other one removed from this process's environment) and the
     ``python -m lab`` arguments with ``--out out_dir``, run by this interpreter."""
     if not isinstance(command, str):
         raise TypeError(f"command must be a string, got {type(command).__name__}")
     words = shlex.split(command)
-    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT}
     while words and _ASSIGNMENT.match(words[0]):
         name, value = words.pop(0).split("=", 1)
-        if name not in THREAD_VARIABLES:
-            raise ValueError(f"command sets {name}, which is not a thread variable "
-                             f"({', '.join(THREAD_VARIABLES)}): {command!r}")
+        if name not in ENVIRONMENT:
+            raise ValueError(f"command sets {name}, which is not one of the variables a record's command "
+                             f"may set ({', '.join(ENVIRONMENT)}): {command!r}")
         env[name] = value
     if words[:3] != ["python", "-m", "lab"] or "--out" not in words[3:-1]:
         raise ValueError(f"command must be 'python -m lab --out DIR ...' after its variables, got {command!r}")

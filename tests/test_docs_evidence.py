@@ -105,7 +105,7 @@ def test_a_row_is_usable_only_when_every_seed_converged_and_learned(monkeypatch)
             # text trains a fixed budget by design: those seeds count as trained, the others must converge
             "t": {"seeds": [0, 1, 2], "converged": 0, "fixed": 3, "learned": 3},
             "u": {"seeds": [0, 1, 2], "converged": 1, "fixed": 1, "learned": 3}}
-    monkeypatch.setattr(evidence, "summary", lambda: {"markov": {"rows": rows}})
+    monkeypatch.setattr(evidence, "summary", lambda where=None: {"markov": {"rows": rows}})
     assert [evidence.usable("markov", r) for r in rows] == [True, False, False, False, True, False]
 
 
@@ -128,8 +128,8 @@ def _positions(monkeypatch, task, per_seed, floor=None):
     recs = {s: {"results": {"base": {"lengths": [{"length": 32, "positions": {
         "edges": [0, 8, 16, 24, 32], "loss": loss, "floor": floor}}]}}} for s, loss in enumerate(per_seed)}
     rows = {"x": {"seeds": sorted(recs), "converged": 0, "fixed": len(recs), "learned": len(recs)}}
-    monkeypatch.setattr(evidence, "summary", lambda: {task: {"rows": rows}})
-    monkeypatch.setattr(evidence, "record", lambda t, scheme, seed=0: recs[seed])
+    monkeypatch.setattr(evidence, "summary", lambda where=None: {task: {"rows": rows}})
+    monkeypatch.setattr(evidence, "record", lambda t, scheme, seed=0, where=None: recs[seed])
 
 
 def test_position_change_is_paired_within_each_seed(monkeypatch):
@@ -147,3 +147,38 @@ def test_position_loss_takes_the_floor_off_where_the_task_has_one(monkeypatch):
     _positions(monkeypatch, "markov", [[2.0, 2.0, 1.0, 1.0]], floor=[1.0, 0.5, 0.5, 0.5])
     assert evidence.position_excess("x", 32) == [(0, 8, 1.0), (8, 16, 1.5), (16, 24, 0.5), (24, 32, 0.5)]
     assert evidence.position_change("markov", "x", 32, (0, 8), (8, 16)).mean == pytest.approx(0.5)
+
+
+def _two_budgets(monkeypatch, before, after, after_seeds=None):
+    """Text records of one scheme ``x`` in two directories, each seed's held-out loss at length 64
+    (``None``: cannot run there)."""
+    dirs = {"short": Path("short"), "long": Path("long")}
+
+    def rec(loss):
+        ok = {"length": 64, "status": "ok", "loss": loss} if loss is not None else {"length": 64, "status": "cannot run"}
+        return {"results": {"base": {"lengths": [ok]}}}
+    recs = {"short": {s: rec(v) for s, v in enumerate(before)}, "long": {s: rec(v) for s, v in enumerate(after)}}
+    rows = {name: {"text": {"rows": {"x": {"seeds": sorted(recs[name]) if name == "short" or after_seeds is None
+                                           else after_seeds, "converged": 0, "fixed": 3, "learned": 3}}}}
+            for name in recs}
+    monkeypatch.setattr(evidence, "summary", lambda where=evidence.FULL: rows[where.name])
+    monkeypatch.setattr(evidence, "record", lambda t, scheme, seed=0, where=evidence.FULL: recs[where.name][seed])
+    return dirs["short"], dirs["long"]
+
+
+def test_paired_change_is_the_mean_and_spread_of_each_seeds_difference(monkeypatch):
+    # hand-worked: the differences are -0.03, -0.05, -0.04: mean -0.04, sd 0.01, se 0.01 / sqrt(3)
+    short, long = _two_budgets(monkeypatch, [1.40, 1.45, 1.50], [1.37, 1.40, 1.46])
+    c = evidence.paired_change("text", "x", 64, short, long)
+    assert (c.mean, c.se, c.n, c.usable) == (pytest.approx(-0.04), pytest.approx(0.01 / math.sqrt(3)), 3, True)
+    # unpaired, the same numbers would have a standard error five times as large (the seeds' spread,
+    # sd 0.05 against the differences' 0.01)
+    assert statistics.stdev([1.40, 1.45, 1.50]) / math.sqrt(3) == pytest.approx(5 * c.se)
+
+
+def test_paired_change_needs_the_same_seeds_and_a_runnable_length(monkeypatch):
+    short, long = _two_budgets(monkeypatch, [1.4, 1.4, 1.4], [1.3, 1.3, 1.3], after_seeds=[0, 1])
+    with pytest.raises(evidence.EvidenceError, match="needs the same"):
+        evidence.paired_change("text", "x", 64, short, long)
+    short, long = _two_budgets(monkeypatch, [None, None, None], [None, None, None])
+    assert evidence.paired_change("text", "x", 64, short, long) is None

@@ -175,6 +175,18 @@ def test_runs_side_by_side_write_the_records_a_single_run_writes(tmp_path):
     assert pool.commands(runs, "OUT")[1] == side["command"].replace(str(tmp_path / "pool"), "OUT")
 
 
+def test_the_protocols_commands_carry_an_openblas_kernel_choice_made_here(monkeypatch):
+    # OPENBLAS_CORETYPE picks the BLAS's kernels, so a record written under it must say so; the thread
+    # counts are still one each, whatever this environment has
+    run = Settings(**{**QUICK, "scheme": "alibi"})
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert pool.commands([run], "OUT")[0].startswith(
+        "MINIPOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m lab --out OUT ")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    assert pool.commands([run], "OUT")[0].startswith(
+        "MINIPOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell python -m lab ")
+
+
 def _equal_but_seconds(a, b):
     from lab.record import comparable
     return comparable(a)["results"] == comparable(json.loads(json.dumps(b)))["results"]

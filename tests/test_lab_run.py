@@ -96,6 +96,9 @@ def test_command_spells_every_setting():
     assert cli.settings_from(args)[0] == replace(TINY, tied=False)
     env = command_for(TINY, "o", environ={"MINIPOS_NUM_THREADS": "1", "HOME": "/x", "OPENBLAS_NUM_THREADS": "2"})
     assert env.startswith("MINIPOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 python -m lab --out o ")
+    # the OpenBLAS kernels decide the last bits as the thread counts do: a command names them when set
+    env = command_for(TINY, "o", environ={"OPENBLAS_CORETYPE": "Haswell", "OMP_NUM_THREADS": "1"})
+    assert env.startswith("OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell python -m lab --out o ")
 
 
 def test_learned_table_cannot_run_past_its_rows():

@@ -133,6 +133,13 @@ def test_the_rerun_takes_the_commands_thread_variables_and_a_new_out(monkeypatch
     env, argv = rerun_argv("MINIPOS_NUM_THREADS=1 python -m lab --out 'lab/results/full' --seeds 0", "/tmp/new dir")
     assert env["MINIPOS_NUM_THREADS"] == "1" and "OPENBLAS_NUM_THREADS" not in env and env["HOME"] == "/home/x"
     assert argv == [sys.executable, "-m", "lab", "--out", "/tmp/new dir", "--seeds", "0"]
+    # a kernel choice in this environment does not leak into a rerun whose command names none; one the
+    # command names is used
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")
+    env, _ = rerun_argv("MINIPOS_NUM_THREADS=1 python -m lab --out o", "/tmp")
+    assert "OPENBLAS_CORETYPE" not in env
+    env, _ = rerun_argv("OPENBLAS_CORETYPE=Haswell MINIPOS_NUM_THREADS=1 python -m lab --out o", "/tmp")
+    assert env["OPENBLAS_CORETYPE"] == "Haswell" and env["MINIPOS_NUM_THREADS"] == "1"
     with pytest.raises(ValueError, match="LD_PRELOAD"):
         rerun_argv("LD_PRELOAD=x.so python -m lab --out o", "/tmp")
     with pytest.raises(ValueError, match="python -m lab --out DIR"):

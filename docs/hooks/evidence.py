@@ -2,7 +2,7 @@
 
 Every page that quotes a measurement of ``lab/results/full`` reads it through this module
 (``from docs.hooks.evidence import ...`` inside an ``exec`` block; the build runs from the
-repository root), and every claim a page makes about the records is a ``claim(...)`` that raises
+repository root; ``where=TEXT_12000`` reads the text records trained twice as long instead), and every claim a page makes about the records is a ``claim(...)`` that raises
 ``EvidenceError`` when the records no longer bear it out. markdown-exec turns the exception into
 a warning and ``mkdocs build --strict`` into a failed build, so a number or a verdict that drifts
 stops the site instead of standing on it.
@@ -29,11 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
+TEXT_12000 = FULL.parent / "text-12000"
+"""The text records trained twice the protocol's budget (12000 steps and a 2400-step cool-down), with
+the protocol's seeds: what longer training changes (``paired_change``)."""
 
 __all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
            "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
-           "attention_distance", "position_excess", "position_loss", "position_change", "claim", "usable",
-           "resolved", "ordered", "seen", "spread"]
+           "attention_distance", "position_excess", "position_loss", "position_change", "paired_change", "claim",
+           "usable", "resolved", "ordered", "seen", "spread", "FULL", "TEXT_12000"]
 
 
 class EvidenceError(AssertionError):
@@ -58,34 +61,35 @@ class Cell:
 
 
 @functools.lru_cache(maxsize=None)
-def summary() -> dict:
-    """The lab's ``summary.json`` (raises ``EvidenceError`` if it is missing)."""
-    path = FULL / "summary.json"
+def summary(where: Path = FULL) -> dict:
+    """The ``summary.json`` of the records in ``where`` (default the protocol's, ``FULL``; raises
+    ``EvidenceError`` if it is missing)."""
+    path = where / "summary.json"
     if not path.exists():
         raise EvidenceError(f"{path} is missing: the pages read the lab's committed records")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
 @functools.lru_cache(maxsize=None)
-def record(task: str, scheme: str, seed: int = 0) -> dict:
-    """One run's record, ``<task>-<scheme>-s<seed>.json``."""
-    path = FULL / f"{task}-{scheme}-s{seed}.json"
+def record(task: str, scheme: str, seed: int = 0, where: Path = FULL) -> dict:
+    """One run's record, ``<task>-<scheme>-s<seed>.json`` in ``where``."""
+    path = where / f"{task}-{scheme}-s{seed}.json"
     if not path.exists():
         raise EvidenceError(f"{path} is missing")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _row(task: str, row: str) -> dict:
-    rows = summary()[task]["rows"]
+def _row(task: str, row: str, where: Path = FULL) -> dict:
+    rows = summary(where)[task]["rows"]
     if row not in rows:
         raise EvidenceError(f"the {task} summary has no row {row!r} (rows: {', '.join(rows)})")
     return rows[row]
 
 
-def usable(task: str, row: str) -> bool:
+def usable(task: str, row: str, where: Path = FULL) -> bool:
     """Whether every seed of ``row`` converged and learned ``task`` at L (schema-2 records say; older
     records do not, and their rows are not usable)."""
-    r = _row(task, row)
+    r = _row(task, row, where)
     if "converged" not in r or "learned" not in r:
         return False
     n = len(r["seeds"])
@@ -102,13 +106,13 @@ def _cell(raw, where: str, ok: bool = False) -> Cell | None:
     return Cell(float(raw["mean"]), float(se), n, ok, where)
 
 
-def cell(task: str, row: str, length: int) -> Cell | None:
-    """Loss above the floor (``markov``) or accuracy (``retrieval``) of ``row`` at ``length``;
-    ``None`` where the scheme cannot run there."""
-    cells = _row(task, row)["lengths"]
+def cell(task: str, row: str, length: int, where: Path = FULL) -> Cell | None:
+    """Loss above the floor (``markov``), accuracy (``retrieval``) or held-out loss (``text``) of ``row``
+    at ``length``, from the records in ``where``; ``None`` where the scheme cannot run there."""
+    cells = _row(task, row, where)["lengths"]
     if str(length) not in cells:
         raise EvidenceError(f"{task}/{row} has no length {length} (lengths: {', '.join(cells)})")
-    return _cell(cells[str(length)], f"{task}/{row}/{length}", usable(task, row))
+    return _cell(cells[str(length)], f"{task}/{row}/{length}", usable(task, row, where))
 
 
 def offsets(row: str, length: int) -> dict[int, Cell]:
@@ -155,8 +159,8 @@ def seen(length: int, offset: int | None = None, row: str = "rope") -> bool:
     return bool(by[str(offset)])
 
 
-def seeds(task: str, row: str) -> list[int]:
-    return list(_row(task, row)["seeds"])
+def seeds(task: str, row: str, where: Path = FULL) -> list[int]:
+    return list(_row(task, row, where)["seeds"])
 
 
 def floor() -> dict:
@@ -259,6 +263,38 @@ def position_change(task: str, scheme: str, length: int, before: tuple[int, int]
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
     return Cell(m, sd / math.sqrt(n), n, usable(task, scheme),
                 f"{task}/{scheme}/{length}/positions {after[0]}-{after[1]} less {before[0]}-{before[1]}")
+
+
+METRIC = {"markov": "excess", "retrieval": "accuracy", "text": "loss"}
+"""The number of a record's evaluation at one length that ``cell`` summarises, per task."""
+
+
+def paired_change(task: str, scheme: str, length: int, before: Path, after: Path) -> Cell:
+    """How much ``scheme``'s base model at ``length`` changed from the records in ``before`` to those in
+    ``after`` (``METRIC``: ``after`` less ``before``), per seed and then as a ``Cell`` over the seeds: the
+    two sets must hold the same seeds. A seed's two runs share their initialisation and evaluation
+    sequences (both are seeded by the seed alone), so the difference is paired and ``se`` is the spread
+    of the differences, ``sd / sqrt(n)``. ``None`` where the scheme cannot run at ``length``."""
+    ours = seeds(task, scheme, before)
+    if seeds(task, scheme, after) != ours:
+        raise EvidenceError(f"{task}/{scheme}: {before.name} has seeds {ours}, {after.name} "
+                            f"{seeds(task, scheme, after)}; a paired change needs the same")
+
+    def value(where, s):
+        rows = [r for r in record(task, scheme, s, where)["results"]["base"]["lengths"] if r["length"] == length]
+        if not rows:
+            raise EvidenceError(f"{where.name}/{task}-{scheme}-s{s}: no evaluation at length {length}")
+        return rows[0][METRIC[task]] if rows[0]["status"] == "ok" else None
+
+    pairs = [(value(before, s), value(after, s)) for s in ours]
+    if any(a is None or b is None for a, b in pairs):
+        return None
+    values = [b - a for a, b in pairs]
+    n = len(values)
+    m = sum(values) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    return Cell(m, sd / math.sqrt(n), n, usable(task, scheme, before) and usable(task, scheme, after),
+                f"{task}/{scheme}/{length}: {after.name} less {before.name}")
 
 
 def resolved(smaller: Cell, larger: Cell) -> bool:
