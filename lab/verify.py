@@ -3,7 +3,7 @@
 ``problem(path)`` says what keeps a file from being verified (it cannot be read, is damaged, is not
 a record, or its command is not one the lab reruns) before anything runs. ``verify(path)`` reruns the command stored in a record, into a temporary directory instead of the
 record's ``--out``, with the variables of ``lab.run.ENVIRONMENT`` the command names (thread counts,
-OpenBLAS's kernels) and none of the others (an unset variable is part of the run too), then compares the new record with the stored one, number by
+OpenBLAS's kernels) and no other thread count (an unset variable is part of the run too), then compares the new record with the stored one, number by
 number, over ``record.comparable`` (everything but wall times and versions) and without the
 command's output directory. ``compare`` is that comparison on two records in memory.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import record as records
-from .run import ENVIRONMENT
+from .run import ENVIRONMENT, THREAD_VARIABLES
 
 __all__ = ["Comparison", "compare", "rerun_argv", "problem", "verify", "PRINTED_DIGITS"]
 
@@ -49,6 +49,7 @@ class Comparison:
       length, a changed status string), each as ``"field: what"``.
     cpus: ``(the machine the record names, this machine)``, each ``"CPU model, OpenBLAS core"`` from
       ``versions``' ``cpu`` and ``blas_core`` (``record.cpu``, ``record.blas_core``); None where unknown.
+    blas_cores: ``(the record's OpenBLAS core, the rerun's)``; None where unknown.
     """
 
     numbers: int = 0
@@ -57,6 +58,7 @@ class Comparison:
     max_rel: tuple = (0.0, None)
     mismatches: list = field(default_factory=list)
     cpus: tuple = (None, None)
+    blas_cores: tuple = (None, None)
 
     @property
     def identical(self) -> bool:
@@ -84,6 +86,9 @@ class Comparison:
             lines.append(f"  the record was written on {written or 'a CPU it does not name'}, rerun on "
                          f"{here or 'a CPU this machine does not name'}: the BLAS picks its kernels by CPU, "
                          "and other kernels can move the last bits (lab/README.md, Determinism)")
+            if self.blas_cores[0] and self.blas_cores[0] != self.blas_cores[1]:
+                lines.append(f"  to rerun with the record's kernels: OPENBLAS_CORETYPE={self.blas_cores[0]} "
+                             "python -m lab --verify ...")
         return "\n".join(lines)
 
 
@@ -139,12 +144,14 @@ def compare(expected: dict, got: dict) -> Comparison:
 
 def rerun_argv(command: str, out_dir) -> tuple[dict, list]:
     """``(environment, argv)`` that run a record's ``command`` into ``out_dir``: the ``ENVIRONMENT``
-    variables it sets (every other one removed from this process's environment) and the
+    variables it sets (every other thread count removed from this process's environment; an
+    ``OPENBLAS_CORETYPE`` set here is kept unless the command names the kernels, since a record that
+    names none was made with its machine's choice, which ``versions.blas_core`` says) and the
     ``python -m lab`` arguments with ``--out out_dir``, run by this interpreter."""
     if not isinstance(command, str):
         raise TypeError(f"command must be a string, got {type(command).__name__}")
     words = shlex.split(command)
-    env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT}
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     while words and _ASSIGNMENT.match(words[0]):
         name, value = words.pop(0).split("=", 1)
         if name not in ENVIRONMENT:
@@ -188,7 +195,8 @@ def verify(path, *, progress: bool = True) -> Comparison:
             raise RuntimeError(f"the record's command wrote no {again.name}: {shlex.join(argv)}")
         rerun = records.read(again)
     out = compare(stored, rerun)
-    out.cpus = (_machine(stored["versions"]), _machine({"cpu": records.cpu(), "blas_core": records.blas_core()}))
+    out.cpus = (_machine(stored["versions"]), _machine(rerun["versions"]))
+    out.blas_cores = (stored["versions"].get("blas_core"), rerun["versions"].get("blas_core"))
     return out
 
 

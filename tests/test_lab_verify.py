@@ -84,6 +84,15 @@ def test_a_report_that_differs_names_both_cpus_unless_they_are_the_same():
     assert "CPU" not in same.report()
 
 
+def test_a_report_on_other_kernels_says_how_to_rerun_with_the_records():
+    got = compare(_record(), _record(**{"train.final_loss": 2.6}))
+    got.cpus = ("AMD EPYC, OpenBLAS core Haswell", "AMD EPYC, OpenBLAS core SkylakeX")
+    got.blas_cores = ("Haswell", "SkylakeX")
+    assert "to rerun with the record's kernels: OPENBLAS_CORETYPE=Haswell python -m lab --verify" in got.report()
+    got.blas_cores = (None, "SkylakeX")                                 # the record does not say which
+    assert "OPENBLAS_CORETYPE" not in got.report()
+
+
 def test_cpu_reads_the_model_name_of_proc_cpuinfo(monkeypatch, tmp_path):
     import builtins
     from lab import record
@@ -133,13 +142,13 @@ def test_the_rerun_takes_the_commands_thread_variables_and_a_new_out(monkeypatch
     env, argv = rerun_argv("MINIPOS_NUM_THREADS=1 python -m lab --out 'lab/results/full' --seeds 0", "/tmp/new dir")
     assert env["MINIPOS_NUM_THREADS"] == "1" and "OPENBLAS_NUM_THREADS" not in env and env["HOME"] == "/home/x"
     assert argv == [sys.executable, "-m", "lab", "--out", "/tmp/new dir", "--seeds", "0"]
-    # a kernel choice in this environment does not leak into a rerun whose command names none; one the
-    # command names is used
+    # the kernels the command names win over a choice made here; a command that names none (a record made
+    # with its machine's choice) leaves the choice made here, the only way to ask for the record's kernels
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")
-    env, _ = rerun_argv("MINIPOS_NUM_THREADS=1 python -m lab --out o", "/tmp")
-    assert "OPENBLAS_CORETYPE" not in env
     env, _ = rerun_argv("OPENBLAS_CORETYPE=Haswell MINIPOS_NUM_THREADS=1 python -m lab --out o", "/tmp")
     assert env["OPENBLAS_CORETYPE"] == "Haswell" and env["MINIPOS_NUM_THREADS"] == "1"
+    env, _ = rerun_argv("MINIPOS_NUM_THREADS=1 python -m lab --out o", "/tmp")
+    assert env["OPENBLAS_CORETYPE"] == "Zen"
     with pytest.raises(ValueError, match="LD_PRELOAD"):
         rerun_argv("LD_PRELOAD=x.so python -m lab --out o", "/tmp")
     with pytest.raises(ValueError, match="python -m lab --out DIR"):
