@@ -96,7 +96,7 @@ def _damaged(tmp_path):
              "old-schema.json": (json.dumps({**good, "schema": "minipos-lab/0"}), "schema: must be 'minipos-lab/2'"),
              "no-command.json": (json.dumps({**good, "command": "rm -rf /"}), "record field command"),
              "other-env.json": (json.dumps({**good, "command": "LD_PRELOAD=x.so " + good["command"]}),
-                                "LD_PRELOAD, which is not a thread variable"),
+                                "LD_PRELOAD, which is not one of the variables"),
              "no-settings.json": (json.dumps({**good, "settings": {}}), "settings: lacks task, scheme, seed")}
     for name, (content, _) in files.items():
         if name == "a-directory.json":

@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.summary import METRIC
+
 FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
 TEXT_12000 = FULL.parent / "text-12000"
 """The text records trained twice the protocol's budget (12000 steps and a 2400-step cool-down), with
@@ -265,10 +267,6 @@ def position_change(task: str, scheme: str, length: int, before: tuple[int, int]
                 f"{task}/{scheme}/{length}/positions {after[0]}-{after[1]} less {before[0]}-{before[1]}")
 
 
-METRIC = {"markov": "excess", "retrieval": "accuracy", "text": "loss"}
-"""The number of a record's evaluation at one length that ``cell`` summarises, per task."""
-
-
 def paired_change(task: str, scheme: str, length: int, before: Path, after: Path) -> Cell:
     """How much ``scheme``'s base model at ``length`` changed from the records in ``before`` to those in
     ``after`` (``METRIC``: ``after`` less ``before``), per seed and then as a ``Cell`` over the seeds: the
@@ -284,7 +282,7 @@ def paired_change(task: str, scheme: str, length: int, before: Path, after: Path
         rows = [r for r in record(task, scheme, s, where)["results"]["base"]["lengths"] if r["length"] == length]
         if not rows:
             raise EvidenceError(f"{where.name}/{task}-{scheme}-s{s}: no evaluation at length {length}")
-        return rows[0][METRIC[task]] if rows[0]["status"] == "ok" else None
+        return rows[0][METRIC[task]] if rows[0]["status"] == "ok" else None      # the summary's metric
 
     pairs = [(value(before, s), value(after, s)) for s in ours]
     if any(a is None or b is None for a, b in pairs):
