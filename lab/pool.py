@@ -3,9 +3,10 @@
 Each record is one command (``lab.run.command_for``); the protocol is a list of them. ``run_all``
 starts each as its own ``python -m lab`` process with every thread count set to 1
 (``MINIPOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1``, which the record's command then
-carries, as it carries an ``OPENBLAS_CORETYPE`` set in this environment), ``jobs`` at a time, from a standard-library thread pool whose threads only wait on their
-process. A record's numbers depend on its own command alone, never on how many ran beside it; a grid
-larger than one machine runs under any scheduler from ``python -m lab --print-commands``.
+carries, as it carries an ``OPENBLAS_CORETYPE`` set in this environment), ``jobs`` at a time, from a
+standard-library thread pool whose threads only wait on their process. A record's numbers depend on
+its own command alone, never on how many ran beside it; a grid larger than one machine runs under any
+scheduler from ``python -m lab --print-commands``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from .run import ENVIRONMENT, THREAD_VARIABLES, Settings, command_for, record_path
+from .run import THREAD_VARIABLES, Settings, command_for, record_path
 
 __all__ = ["ONE_THREAD", "default_jobs", "commands", "run_all"]
 
@@ -31,14 +32,9 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _environment() -> dict:
-    """The ``ENVIRONMENT`` variables of every record's process: ``ONE_THREAD``, and the others as set here."""
-    return {**{k: os.environ[k] for k in ENVIRONMENT if k in os.environ}, **ONE_THREAD}
-
-
 def commands(settings: list[Settings], out) -> list[str]:
     """The shell command of each run, as its record will state it."""
-    return [command_for(s, out, environ=_environment()) for s in settings]
+    return [command_for(s, out, environ={**os.environ, **ONE_THREAD}) for s in settings]
 
 
 def _argv(settings: Settings, out) -> list[str]:
@@ -50,7 +46,7 @@ def run_all(settings: list[Settings], out, *, jobs: int, report=print) -> list[t
     """Run every ``settings`` into ``out``, ``jobs`` processes at a time; ``[(settings, exit status,
     seconds)]`` in the order given. ``report`` gets one line per finished run."""
     root = Path(__file__).resolve().parent.parent
-    env = {**{k: v for k, v in os.environ.items() if k not in ENVIRONMENT}, **_environment()}
+    env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}, **ONE_THREAD}
     results = {}
 
     def one(i, s):

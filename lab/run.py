@@ -157,8 +157,8 @@ class Settings:
 # out; a flag given overrides them, and ``--quick`` keeps its own). Text, a real corpus with no floor,
 # trains every scheme the same fixed budget (the module docstring says why): 6000 steps at the constant
 # rate, the synthetic tasks' budget, then the cool-down of 1200. Twice as long (12000 and 2400, the
-# records of ``lab/results/text-12000``) lowered the loss at L by 0.03-0.11 nats and took the protocol
-# from about 2.5 to 4.1 hours on 2 cores; ``lab/README.md`` says what it changed.
+# records of ``lab/results/text-12000``) lowered the loss at L by 0.033-0.048 nats per byte (NoPE 0.117)
+# and took the protocol from 2.8 to 4.1 hours on 2 cores; ``lab/README.md`` says what it changed.
 TASK_DEFAULTS = {"text": {"steps": 6000, "schedule": "budget"}}
 
 QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40, batch=16, lr=1e-2, warmup=4,

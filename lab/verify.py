@@ -1,10 +1,11 @@
 """Does a record's ``command`` give the record again? ``python -m lab --verify RECORD.json ...``
 
 ``problem(path)`` says what keeps a file from being verified (it cannot be read, is damaged, is not
-a record, or its command is not one the lab reruns) before anything runs. ``verify(path)`` reruns the command stored in a record, into a temporary directory instead of the
-record's ``--out``, with the variables of ``lab.run.ENVIRONMENT`` the command names (thread counts,
-OpenBLAS's kernels) and no other thread count (an unset variable is part of the run too), then compares the new record with the stored one, number by
-number, over ``record.comparable`` (everything but wall times and versions) and without the
+a record, or its command is not one the lab reruns) before anything runs. ``verify(path)`` reruns
+the command stored in a record, into a temporary directory instead of the record's ``--out``, with
+the variables of ``lab.run.ENVIRONMENT`` the command names (thread counts, OpenBLAS's kernels) and no
+other thread count (an unset variable is part of the run too), then compares the new record with the
+stored one, number by number, over ``record.comparable`` (everything but wall times and versions) and without the
 command's output directory. ``compare`` is that comparison on two records in memory.
 
 A rerun on the same machine and versions should give every number back bit for bit

@@ -155,8 +155,8 @@ def _two_budgets(monkeypatch, before, after, after_seeds=None):
     dirs = {"short": Path("short"), "long": Path("long")}
 
     def rec(loss):
-        ok = {"length": 64, "status": "ok", "loss": loss} if loss is not None else {"length": 64, "status": "cannot run"}
-        return {"results": {"base": {"lengths": [ok]}}}
+        entry = {"length": 64, "status": "cannot run"} if loss is None else {"length": 64, "status": "ok", "loss": loss}
+        return {"results": {"base": {"lengths": [entry]}}}
     recs = {"short": {s: rec(v) for s, v in enumerate(before)}, "long": {s: rec(v) for s, v in enumerate(after)}}
     rows = {name: {"text": {"rows": {"x": {"seeds": sorted(recs[name]) if name == "short" or after_seeds is None
                                            else after_seeds, "converged": 0, "fixed": 3, "learned": 3}}}}

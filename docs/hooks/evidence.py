@@ -2,10 +2,11 @@
 
 Every page that quotes a measurement of ``lab/results/full`` reads it through this module
 (``from docs.hooks.evidence import ...`` inside an ``exec`` block; the build runs from the
-repository root; ``where=TEXT_12000`` reads the text records trained twice as long instead), and every claim a page makes about the records is a ``claim(...)`` that raises
-``EvidenceError`` when the records no longer bear it out. markdown-exec turns the exception into
-a warning and ``mkdocs build --strict`` into a failed build, so a number or a verdict that drifts
-stops the site instead of standing on it.
+repository root; ``where=TEXT_12000`` reads the text records trained twice as long instead), and
+every claim a page makes about the records is a ``claim(...)`` that raises ``EvidenceError`` when
+the records no longer bear it out. markdown-exec turns the exception into a warning and ``mkdocs
+build --strict`` into a failed build, so a number or a verdict that drifts stops the site instead of
+standing on it.
 
 What the records hold (``lab/results/full/summary.json`` and one ``<task>-<scheme>-s<seed>.json``
 per run): per task, rows keyed by the row name (``"rope"``, ``"rope +yarn"``, ``"t5@source"``),
