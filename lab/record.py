@@ -51,7 +51,7 @@ import numpy as np
 
 import minipos
 
-__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "cpu", "blas_core", "comparable"]
+__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "source_commit", "cpu", "blas_core", "comparable"]
 
 SCHEMA = "minipos-lab/2"
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
@@ -101,21 +101,30 @@ def blas_core() -> str | None:
     return None
 
 
+SOURCE = ("minipos", "lab", ":(exclude)lab/results")
+"""What a record's ``commit`` covers: the code under ``minipos/`` and ``lab/``, not the records under
+``lab/results`` (a run that writes beside other new records is still a run of the committed code)."""
+
+
+def source_commit(root: Path) -> str | None:
+    """``git rev-parse HEAD`` of the checkout at ``root``, with ``+modified`` when a tracked file of
+    ``SOURCE`` differs from it; None outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                *SOURCE], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+modified" if dirty else "")
+
+
 def versions() -> dict:
     """The versions that decide a run's numbers."""
     out = {"python": platform.python_version(), "numpy": np.__version__, "minipos": minipos.__version__,
            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
            "cpu": cpu(), "blas_core": blas_core()}
-    root = Path(minipos.__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                "minipos", "lab"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-        out["commit"] = commit + ("+modified" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        out["commit"] = None
+    out["commit"] = source_commit(Path(minipos.__file__).resolve().parent.parent)
     return out
 
 

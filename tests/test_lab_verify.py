@@ -174,3 +174,29 @@ def test_verify_reruns_a_tiny_record_and_finds_it_identical(tmp_path, capsys):
     tampered.write_text(json.dumps(rec))
     assert cli.main(["--verify", str(tampered), "--no-progress"]) == 1
     assert "largest absolute difference 0.5 at record.train.final_loss" in capsys.readouterr().out
+
+
+def test_commit_is_modified_by_code_and_not_by_records(tmp_path):
+    import shutil
+    import subprocess
+    from lab import record
+    if shutil.which("git") is None:
+        pytest.skip("no git here")
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)  # noqa: E731
+    for name in ("minipos/a.py", "lab/run.py", "lab/results/full/r.json", "docs/page.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("0\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert record.source_commit(tmp_path) == head
+    (tmp_path / "lab/results/full/r.json").write_text("1\n")        # a record written by another run
+    (tmp_path / "docs/page.md").write_text("1\n")
+    assert record.source_commit(tmp_path) == head
+    (tmp_path / "lab/run.py").write_text("1\n")                      # the code itself
+    assert record.source_commit(tmp_path) == head + "+modified"
+    git("checkout", "-q", "--", "lab/run.py")
+    (tmp_path / "minipos/a.py").write_text("1\n")
+    assert record.source_commit(tmp_path) == head + "+modified"
+    assert record.source_commit(tmp_path / "nowhere") is None
