@@ -158,7 +158,8 @@ class Settings:
 # trains every scheme the same fixed budget (the module docstring says why): 6000 steps at the constant
 # rate, the synthetic tasks' budget, then the cool-down of 1200. Twice as long (12000 and 2400, the
 # records of ``lab/results/text-12000``) lowered the loss at L by 0.033-0.048 nats per byte (NoPE 0.117)
-# and took the protocol from 2.8 to 4.1 hours on 2 cores; ``lab/README.md`` says what it changed.
+# and cost twice the text records' training time, which is two thirds of the protocol's;
+# ``lab/README.md`` says what it changed and how long the protocol takes.
 TASK_DEFAULTS = {"text": {"steps": 6000, "schedule": "budget"}}
 
 QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40, batch=16, lr=1e-2, warmup=4,

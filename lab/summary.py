@@ -271,6 +271,5 @@ def write_measured(directory, path=MEASURED_PATH) -> dict:
     records = [records_io.read(p) for p in sorted(directory.glob("*-s*.json"))]
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     data = measured(summary, records, source=directory.as_posix())
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    records_io.write_json(path, data)                                 # a temp file and a rename
     return data
