@@ -10,7 +10,8 @@ A record (``SCHEMA = "minipos-lab/2"``) holds everything needed to read and to r
     seed         the run's seed (model init, training batches, evaluation sequences)
     versions     python, numpy, minipos, the cores, the CPU model (``cpu``) and the kernels OpenBLAS
                  chose for it (``blas_core``, e.g. "Haswell"; each null where unknown, and absent from
-                 records written before they were recorded), and the git commit of the checkout (or null)
+                 records written before they were recorded), and the git commit of the checkout (or null),
+                 ending in "+modified" when the code (``SOURCE``) had uncommitted changes
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
     train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "steps", "seconds"}; with the
                  plateau and budget schedules also "converged" (the plateau came before the budget;
@@ -51,7 +52,8 @@ import numpy as np
 
 import minipos
 
-__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "source_commit", "cpu", "blas_core", "comparable"]
+__all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "source_commit",
+           "cpu", "blas_core", "comparable", "SOURCE"]
 
 SCHEMA = "minipos-lab/2"
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
