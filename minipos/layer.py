@@ -70,6 +70,8 @@ import numpy as np
 
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_float, check_float_dtype,
                       check_int, check_positive_int, check_result, check_span)
+from ._seam_checks import (check_bias, check_content_position, check_grads, check_like, check_pair, check_scale,
+                           checked_add, checked_value)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 from .cache import KVCache
 from .masks import block_mask_fn
@@ -166,8 +168,11 @@ class MultiHeadAttention:
                 ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys))
 
     def attention_scale(self) -> float:
-        """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's."""
-        return self.scheme.scale(self.head_dim) if self.scale is None else self.scale
+        """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's (a finite
+        number > 0, or ``ValueError`` naming the scheme)."""
+        if self.scale is not None:
+            return self.scale
+        return check_scale(self.scheme.scale(self.head_dim), self.scheme, self.head_dim)
 
     def _init_weights(self, rng, bias: bool) -> None:
         """The projections' weights ``wq``, ``wk``, ``wv``, ``wo`` drawn from ``rng``, and the biases
@@ -238,7 +243,7 @@ class MultiHeadAttention:
         seq_len = int(k_pos.max()) + 1 if len(k_pos) else 1                     # for length-dependent RoPE
 
         # 1) input seam: absolute position vectors added to the embeddings
-        x_in = sc.embed(x, positions)                                           # (B, T, d_model)
+        x_in = check_like(sc.embed(x, positions), sc, "embed(x, positions)", x, "(B, T, d_model)")
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
@@ -279,13 +284,18 @@ class MultiHeadAttention:
 
     def _rotate(self, rotate, x, positions, seq_len):
         """Step 3 (and its backward): ``rotate``, one of the scheme's ``rotate_q``, ``rotate_k`` or
-        their backwards, on ``x`` at ``positions``."""
-        return rotate(x, positions, seq_len=seq_len)
+        their backwards, on ``x`` at ``positions``; its result checked (``_checked_rotate``)."""
+        return self._checked_rotate(rotate, x, rotate(x, positions, seq_len=seq_len))
+
+    def _checked_rotate(self, rotate, x, got):
+        """``got``, what the seam ``rotate`` returned for ``x``, if it is a finite array of ``x``'s shape
+        and dtype; else ``ValueError``/``TypeError`` naming the seam and the scheme."""
+        return check_like(got, self.scheme, f"{rotate.__name__}(x, positions, seq_len=)", x, "(B, H, T, D)")
 
     def _content_position(self, q, k, q_pos, k_pos):
         """Step 5: the scheme's ``content_position``, ``(q_c, extra)`` (the query used against content,
-        and ``extra(qs, ks)`` giving the extra logits of a block, or ``None``)."""
-        return self.scheme.content_position(q, k, q_pos, k_pos)
+        and ``extra(qs, ks)`` giving the extra logits of a block, or ``None``), checked."""
+        return check_content_position(self.scheme.content_position(q, k, q_pos, k_pos), self.scheme, q)
 
     def _project(self, x_in):
         """Step 2: ``(q, k, v)``, ``(B, H, T, D)``, ``(B, KV, T, D)``, ``(B, KV, T, Dv)``, of the input."""
@@ -322,10 +332,14 @@ class MultiHeadAttention:
         sc = self.scheme
 
         def logits(qs, ks):
-            bias = sc.bias(q_pos[qs], k_pos[ks])                                # (H, tq, tk) or None
+            bias = self._bias(q_pos[qs], k_pos[ks])                             # (H, tq, tk) or None
             more = None if extra is None else extra(qs, ks)                     # (B, H, tq, tk) or None
             return more if bias is None else bias if more is None else bias + more
         return logits
+
+    def _bias(self, q_pos, k_pos):
+        """The bias seam for a block of positions, checked: ``None`` or ``(H, tq, tk)``."""
+        return check_bias(self.scheme.bias(q_pos, k_pos), self.scheme, (self.num_heads, len(q_pos), len(k_pos)))
 
     def _allowed_fn(self, mask, causal, q_pos, k_pos):
         """``allowed(qs, ks)``: causal (by positions), the sliding window, the chunks and the padding
@@ -336,7 +350,8 @@ class MultiHeadAttention:
         """Steps 6 and 7: ``(out, weights or None, lse or None)`` of attention over all blocks or one."""
         logits, allowed = self._logits_fn(extra, q_pos, k_pos), self._allowed_fn(mask, causal, q_pos, k_pos)
         scale = self.attention_scale()
-        value = self.scheme.value_position(q_pos, k_pos)                      # value seam, or None
+        value = checked_value(self.scheme.value_position(q_pos, k_pos), self.scheme, v.shape[:2],
+                              v.shape[-1])                                 # value seam, or None
         if self.block_size is None:
             every = (slice(0, len(q_pos)), slice(0, len(k_pos)))
             got = attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,
@@ -367,6 +382,8 @@ class MultiHeadAttention:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
         sc, grads = self.scheme, {}
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
+        shapes = self._grad_shapes(ctx)
+        sc_add = checked_add(add, sc, shapes)                                  # what the scheme's seams hand back
         B, T, _ = dy.shape
         # 8) output projection: y = merged wo + bo
         with np.errstate(over="ignore", invalid="ignore"):                     # every gradient is checked at the end
@@ -378,7 +395,8 @@ class MultiHeadAttention:
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
         dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
         # 5) content-position seam: the query used against content
-        dq = sc.content_position_backward(dq_c, add) + dq_extra                  # (B, H, T, D)
+        dq = check_like(sc.content_position_backward(dq_c, sc_add), sc, "content_position_backward(dq_c, add)",
+                        dq_c, "(B, H, T, D)") + dq_extra                       # (B, H, T, D)
         dk = dk + dk_extra                                                      # (B, H, S, D)
         dk, dv = self._repeat_kv_backward(dk), self._repeat_kv_backward(dv)     # GQA: (B, KV, S, D)
         # 4) cache: the gradients of this call's keys and values (earlier ones are constants)
@@ -393,12 +411,27 @@ class MultiHeadAttention:
         # 2) projections: q = heads(x_in wq + bq), ...
         dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
         # 1) input seam
-        add("x", sc.embed_backward(dx_in, ctx.positions, add))
+        add("x", check_like(sc.embed_backward(dx_in, ctx.positions, sc_add), sc, "embed_backward(dx, positions, add)",
+                            dx_in, "(B, T, d_model)"))
         for name, g in grads.items():                                          # a sum over B T may overflow
             if not np.isfinite(g).all():
                 raise Overflow(f"the gradient of {name} overflows {np.asarray(g).dtype}; rescale dy (or x and the "
                                "weights), or use float64")
         return grads
+
+    def _grad_shapes(self, ctx) -> dict:
+        """``name -> shape`` of every gradient ``backward`` returns: ``x``, the weights, ``sinks`` and the
+        scheme's learned parameters (``scheme.<name>``), which a scheme's backward seams may hand back."""
+        shapes = {"x": ctx.x.shape, **{name: getattr(self, name).shape for name in self._weight_shapes()
+                                       if getattr(self, name) is not None}}
+        if self.sinks is not None:
+            shapes["sinks"] = self.sinks.shape
+        params = self.scheme.parameters()
+        if not isinstance(params, dict) or not all(isinstance(p, np.ndarray) for p in params.values()):
+            raise TypeError(f"{type(self.scheme).__name__}.parameters() (scheme {self.scheme.name!r}) must return a "
+                            f"dict of name -> NumPy array, got {params!r:.200}")
+        shapes.update({f"scheme.{name}": p.shape for name, p in params.items()})
+        return shapes
 
     def _check_context(self, ctx) -> None:
         """Raise unless ``ctx`` comes from a layer of this configuration (``configuration()``)."""
@@ -449,25 +482,32 @@ class MultiHeadAttention:
 
     def _value_fns(self, ctx, add):
         """``(value, value_grad)``: the value seam's term of a block and its backward (which hands
-        the scheme's parameter gradients to ``add``), or ``(None, None)``."""
+        the scheme's parameter gradients to ``add``), or ``(None, None)``; both checked."""
         sc, q_pos, k_pos = self.scheme, ctx.positions, ctx.k_positions
-        value = sc.value_position(q_pos, k_pos)
-        if value is None:
-            return None, None
-        return value, lambda qs, ks, p, dout: sc.value_position_backward(q_pos, k_pos, qs, ks, p, dout, add)
+        sc_add = checked_add(add, sc, self._grad_shapes(ctx))
+        return checked_value(sc.value_position(q_pos, k_pos), sc, ctx.v.shape[:2], ctx.v.shape[-1],
+                             grad=lambda qs, ks, p, dout: sc.value_position_backward(q_pos, k_pos, qs, ks, p, dout,
+                                                                                     sc_add))
 
     def _logits_grad_fn(self, ctx, add):
         """``(logits_grad(qs, ks, dS), dq, dk)``: the function that hands a block's dS (the gradient of
         its bias and extra logits) to the bias seam and the content-position seam, and the q and k
         gradients it sums the extra logits' share into (in the layer's dtype)."""
-        sc = self.scheme
+        sc, shapes = self.scheme, self._grad_shapes(ctx)
+        params = {name: shape for name, shape in shapes.items() if name.startswith("scheme.")}
+        sc_add = checked_add(add, sc, shapes)
         dq_extra, dk_extra = np.zeros_like(ctx.q), np.zeros_like(ctx.k)
 
         def logits_grad(qs, ks, ds):
-            for name, g in sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds).items():
+            got = sc.bias_backward(ctx.positions[qs], ctx.k_positions[ks], ds)
+            for name, g in check_grads(got, sc, "bias_backward(q_positions, k_positions, dbias)", params).items():
                 add(name, g)
             if ctx.extra is not None:
-                dq_blk, dk_blk = self._extra_backward(ctx, qs, ks, ds, add)
+                B, H = ctx.q.shape[:2]
+                dq_blk, dk_blk = check_pair(self._extra_backward(ctx, qs, ks, ds, sc_add), sc,
+                                            "extra_backward(q, k, q_positions, k_positions, qs, ks, dlogits, add)",
+                                            (B, H, qs.stop - qs.start, ctx.q.shape[-1]),
+                                            (B, H, ks.stop - ks.start, ctx.k.shape[-1]))
                 dq_extra[..., qs, :] += dq_blk
                 dk_extra[..., ks, :] += dk_blk
         return logits_grad, dq_extra, dk_extra

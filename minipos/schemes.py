@@ -19,23 +19,28 @@ Each ``Entry`` holds the class and
 from __future__ import annotations
 
 import inspect
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 from .alibi import ALiBi
 from .deberta import DeBERTa
 from .irope import NoPETemperature
 from .mrope import MRotary
 from .rope_scaling import Rotary
-from .seams import NoPE, Scheme
+from .seams import SEAMS, TERMS, NoPE, Scheme
 from .shaw import Shaw
 from .sinusoidal import LearnedAbsolute, Sinusoidal
 from .t5 import T5Bias
 from .transformer_xl import TransformerXL
 from .xpos import XPos
 
-__all__ = ["Entry", "ENTRIES", "SCHEMES", "register", "unregister", "build", "config_keys", "class_named"]
+__all__ = ["Entry", "ENTRIES", "SCHEMES", "NAME_PATTERN", "EXAMPLE_LENGTHS", "register", "unregister", "build",
+           "config_keys", "class_named"]
 
 
 def _no_arguments(train_length: int) -> dict:
@@ -79,27 +84,124 @@ class _Classes(Mapping):
 SCHEMES: Mapping[str, type] = _Classes()
 
 
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+"""What a registered name looks like: a lowercase letter, then up to 39 lowercase letters, digits, ``-``
+or ``_``. The name becomes a file name (the lab's records), a golden-vector case name and a command-line
+word, so it holds no ``/``, ``..``, whitespace, ``+`` or ``@`` (the lab's variant marks)."""
+
+EXAMPLE_LENGTHS = (1, 8, 64)
+"""The training lengths ``register`` tries an ``example`` at (the tour's ``seq_len`` runs from 1 to 64)."""
+
+
+def _check_name(cls) -> str:
+    """``cls.name``: a string of ``NAME_PATTERN``, set by ``cls`` itself, not registered yet."""
+    name = cls.__dict__.get("name")
+    if name is None:
+        raise ValueError(f"cls.name: {cls.__name__} must set its own class attribute name (the name the tour, "
+                         f"the lab and the golden vectors use); it inherits {cls.name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"cls.name must be a str, got {type(name).__name__} {name!r}")
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"cls.name must be a lowercase letter then up to 39 lowercase letters, digits, '-' or '_' "
+                         f"(no '/', '..', spaces, newlines, '+' or '@'), got {name!r}")
+    if name in ENTRIES:
+        raise ValueError(f"cls.name: {name!r} is registered already (by {ENTRIES[name].cls.__name__})")
+    return name
+
+
+def _check_class(cls) -> None:
+    """``cls`` a ``Scheme`` subclass whose ``seams`` and ``terms`` are tuples of known names."""
+    if not (isinstance(cls, type) and issubclass(cls, Scheme)):
+        raise TypeError(f"cls must be a subclass of minipos.seams.Scheme, got {cls!r}")
+    for attr, known in (("seams", SEAMS), ("terms", TERMS)):
+        value = getattr(cls, attr)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) and v in known for v in value):
+            raise ValueError(f"cls.{attr} must be a tuple of names from {known}, got {value!r}")
+
+
+def _check_config_names(cls, config_names) -> dict:
+    """``config_names`` as a dict of keyword argument of ``cls`` -> a non-empty string."""
+    if config_names is None:
+        return {}
+    if not isinstance(config_names, Mapping):
+        raise TypeError(f"config_names must be a mapping of keyword argument -> where a checkpoint's config keeps "
+                        f"it, got {type(config_names).__name__}")
+    keys = config_keys(cls)
+    for key, where in config_names.items():
+        if not isinstance(key, str) or key not in keys:
+            raise ValueError(f"config_names: {key!r} is not a keyword argument of {cls.__name__} "
+                             f"(it takes {', '.join(keys) or 'none'})")
+        if not isinstance(where, str) or not where.strip():
+            raise TypeError(f"config_names[{key!r}] must be a non-empty str (where a checkpoint's config keeps "
+                            f"it), got {where!r}")
+    return dict(config_names)
+
+
+def _check_example(cls, example):
+    """``example`` a callable whose ``example(L)``, at every ``EXAMPLE_LENGTHS`` L, is a dict of keyword
+    arguments of ``cls`` with JSON values (a golden vector records it) that builds an instance."""
+    if example is None:
+        return _no_arguments
+    if not callable(example) or isinstance(example, type):
+        raise TypeError(f"example must be a function of the training length L returning a dict of keyword "
+                        f"arguments of {cls.__name__}, got {type(example).__name__} {example!r}")
+    for length in EXAMPLE_LENGTHS:
+        try:
+            config = example(length)
+        except Exception as err:                                       # noqa: BLE001 - reported with its cause
+            raise ValueError(f"example({length}) raised {type(err).__name__}: {err}") from err
+        _check_config(cls, config, f"example({length})")
+        try:
+            json.dumps(config, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"example({length}) must hold JSON values (numbers, strings, booleans, None, lists, "
+                             f"dicts: a golden vector records it), got {config!r} ({err})") from None
+        try:
+            cls(**config)
+        except Exception as err:                                       # noqa: BLE001 - reported with its cause
+            raise ValueError(f"example({length}) = {config!r} does not build {cls.__name__}: "
+                             f"{type(err).__name__}: {err}") from err
+    return example
+
+
+def _check_config(cls, config, what: str) -> dict:
+    """``config`` a mapping of keyword arguments of ``cls`` (``what`` names it in an error)."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"{what} must be a dict of keyword arguments of {cls.__name__}, got "
+                        f"{type(config).__name__} {config!r}")
+    keys = config_keys(cls)
+    for key in config:
+        if not isinstance(key, str) or key not in keys:
+            raise ValueError(f"{what}: {key!r} is not a keyword argument of {cls.__name__} "
+                             f"(it takes {', '.join(keys) or 'none'})")
+    return dict(config)
+
+
 def register(cls, *, example: Callable[[int], dict] | None = None, config_names: Mapping[str, str] | None = None,
              lab: bool = False) -> Entry:
     """Add the scheme class ``cls`` under ``cls.name``; return its ``Entry``.
 
-    ``config_names`` may name only keyword arguments of ``cls``; a name already registered raises.
+    Everything is checked here, before anything is added (an error names the argument):
+    ``cls`` a ``Scheme`` subclass setting its own ``name`` (``NAME_PATTERN``, not registered yet), its
+    ``seams`` and ``terms`` tuples of known names; ``example`` a function of the training length whose
+    result, at each of ``EXAMPLE_LENGTHS``, is a dict of keyword arguments of ``cls`` with JSON values
+    that builds an instance; ``config_names`` a mapping of keyword arguments of ``cls`` to non-empty
+    strings; ``lab`` ``True`` or ``False``.
     """
-    if not (isinstance(cls, type) and issubclass(cls, Scheme)):
-        raise TypeError(f"cls must be a subclass of minipos.seams.Scheme, got {cls!r}")
-    if not isinstance(cls.name, str) or not cls.name or cls.name in ENTRIES:
-        raise ValueError(f"cls.name must be a new, non-empty name; {cls.name!r} is "
-                         + ("registered already" if cls.name in ENTRIES else "not one"))
-    unknown = sorted(set(config_names or {}) - set(config_keys(cls)))
-    if unknown:
-        raise ValueError(f"config_names: {unknown[0]!r} is not a keyword argument of {cls.__name__}")
-    entry = Entry(cls, example or _no_arguments, dict(config_names or {}), bool(lab))
-    ENTRIES[cls.name] = entry
+    _check_class(cls)
+    name = _check_name(cls)
+    if not isinstance(lab, (bool, np.bool_)):
+        raise TypeError(f"lab must be True or False, got {type(lab).__name__} {lab!r}")
+    names = _check_config_names(cls, config_names)
+    entry = Entry(cls, _check_example(cls, example), names, bool(lab))
+    ENTRIES[name] = entry
     return entry
 
 
 def unregister(name: str) -> None:
     """Remove the scheme registered as ``name`` (a scheme a test or a notebook added)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
     if name not in ENTRIES:
         raise ValueError(f"no scheme is registered as {name!r}; the schemes are {', '.join(ENTRIES)}")
     del ENTRIES[name]
@@ -107,20 +209,28 @@ def unregister(name: str) -> None:
 
 def config_keys(cls) -> dict:
     """The keyword arguments of a scheme class and their defaults (``inspect.Parameter.empty``: none)."""
+    if not (isinstance(cls, type) and issubclass(cls, Scheme)):
+        raise TypeError(f"cls must be a subclass of minipos.seams.Scheme, got {type(cls).__name__} {cls!r}")
     params = inspect.signature(cls.__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
 def class_named(class_name: str):
     """The registered scheme class called ``class_name`` (``"ALiBi"``), or ``None``."""
+    if not isinstance(class_name, str):
+        raise TypeError(f"class_name must be a str, got {type(class_name).__name__} {class_name!r}")
     return next((e.cls for e in ENTRIES.values() if e.cls.__name__ == class_name), None)
 
 
 def build(name: str, config: Mapping | None = None) -> Scheme:
-    """A new instance of the scheme registered as ``name``, with the keyword arguments ``config``."""
+    """A new instance of the scheme registered as ``name``, with the keyword arguments ``config``
+    (an unknown keyword raises ``ValueError`` naming it and the ones the class takes)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
     if name not in ENTRIES:
         raise ValueError(f"unknown scheme {name!r}; minipos has {', '.join(ENTRIES)}")
-    return ENTRIES[name].cls(**dict(config or {}))
+    cls = ENTRIES[name].cls
+    return cls(**_check_config(cls, {} if config is None else config, "config"))
 
 
 # The registry: one line a scheme.

@@ -33,7 +33,10 @@ import math
 
 import numpy as np
 
-__all__ = ["Scheme", "NoPE", "TERMS"]
+__all__ = ["Scheme", "NoPE", "TERMS", "SEAMS"]
+
+SEAMS = ("input", "rotate", "bias", "content-position", "value")
+"""The seams a scheme's ``seams`` may name (the table above)."""
 
 TERMS = ("content-content", "content-position", "position-content", "position-position")
 """The four terms of ``(x_i + p_i) W_q W_k^T (x_j + p_j)^T``; a scheme's ``terms`` says which its logits keep."""

@@ -45,6 +45,7 @@ from typing import Callable
 import numpy as np
 
 from .. import layer as reference
+from .._seam_checks import check_content_position
 from ..alibi import ALiBi
 from ..deberta import DeBERTa
 from ..rope_scaling import Rotary
@@ -143,14 +144,14 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         ops = ROTATE.get(type(self.scheme))
         if ops is None:
             return super()._rotate(rotate, x, positions, seq_len)
-        return rotate(x, positions, seq_len=seq_len, ops=ops)
+        return self._checked_rotate(rotate, x, rotate(x, positions, seq_len=seq_len, ops=ops))
 
     def _content_position(self, q, k, q_pos, k_pos):
         """Step 5, with the fast position terms of the schemes in ``CONTENT_POSITION``."""
         ops = CONTENT_POSITION.get(type(self.scheme))
         if ops is None:
             return super()._content_position(q, k, q_pos, k_pos)
-        return self.scheme.content_position(q, k, q_pos, k_pos, ops=ops)
+        return check_content_position(self.scheme.content_position(q, k, q_pos, k_pos, ops=ops), self.scheme, q)
 
     def _extra_backward(self, ctx, qs, ks, ds, add):
         """Step 5 reversed for a block, with the fast position terms of the schemes in ``CONTENT_POSITION``."""
@@ -240,7 +241,7 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         sc, dtype = self.scheme, self.dtype
         if hints is None:
             def seam(q, k):
-                bias = sc.bias(q, k)
+                bias = self._bias(q, k)                                        # the scheme's own, checked
                 return None if bias is None else np.asarray(bias).astype(dtype, copy=False)
             memo = None
         else:
