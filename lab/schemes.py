@@ -63,6 +63,9 @@ SOURCES = {
     "rope": Source({"base": 10000.0}, None, cite="Su et al. 2021 (RoFormer): base 10000, no length"),
     "xpos": Source({"base": 10000.0, "scale_base": 512}, 1024, ("scale_base",),
                    cite="Sun et al. 2023 (LeX): scale_base 512 with 1024-token training (torchscale's xpos)"),
+    "fire": Source({"init_L": 512.0, "init_c": 0.1, "mlp_width": 32}, 2048, ("init_L",),
+                   cite="Li et al. 2023 (FIRE, arXiv:2310.04418): threshold init_L 512, c 0.1, MLP width 32 in "
+                        "the reference FIRE module, for 2048-token training"),
 }
 """Each lab scheme's source configuration (see the module docstring's rule)."""
 

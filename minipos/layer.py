@@ -234,6 +234,7 @@ class MultiHeadAttention:
         """
         x, positions, mask, causal = self._check_call(x, positions, mask, causal, cache, return_weights)
         return_context = check_bool(return_context, "return_context")
+        self.attention_scale()                                                  # the scheme's scale, checked first
         sc = self.scheme
         rot_pos = positions                                                     # (T,), or (3, T) for M-RoPE
         if rot_pos.ndim == 2:                                                   # M-RoPE: mask, cache by sequence order
@@ -341,6 +342,10 @@ class MultiHeadAttention:
         """The bias seam for a block of positions, checked: ``None`` or ``(H, tq, tk)``."""
         return check_bias(self.scheme.bias(q_pos, k_pos), self.scheme, (self.num_heads, len(q_pos), len(k_pos)))
 
+    def _value(self, q_pos, k_pos, v):
+        """The value seam's ``value(qs, ks, p)`` for values ``v`` ``(B, H, S, Dv)``, each term checked, or ``None``."""
+        return checked_value(self.scheme.value_position(q_pos, k_pos), self.scheme, v.shape[:2], v.shape[-1])
+
     def _allowed_fn(self, mask, causal, q_pos, k_pos):
         """``allowed(qs, ks)``: causal (by positions), the sliding window, the chunks and the padding
         mask of a block, or ``None`` (``minipos.masks.block_mask_fn``)."""
@@ -350,8 +355,7 @@ class MultiHeadAttention:
         """Steps 6 and 7: ``(out, weights or None, lse or None)`` of attention over all blocks or one."""
         logits, allowed = self._logits_fn(extra, q_pos, k_pos), self._allowed_fn(mask, causal, q_pos, k_pos)
         scale = self.attention_scale()
-        value = checked_value(self.scheme.value_position(q_pos, k_pos), self.scheme, v.shape[:2],
-                              v.shape[-1])                                 # value seam, or None
+        value = self._value(q_pos, k_pos, v)                                  # value seam, or None
         if self.block_size is None:
             every = (slice(0, len(q_pos)), slice(0, len(k_pos)))
             got = attention(q, k, v, bias=logits(*every), mask=allowed(*every), scale=scale,

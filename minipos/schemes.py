@@ -29,6 +29,7 @@ import numpy as np
 
 from .alibi import ALiBi
 from .deberta import DeBERTa
+from .fire import FIRE
 from .irope import NoPETemperature
 from .mrope import MRotary
 from .rope_scaling import Rotary
@@ -255,3 +256,6 @@ register(Shaw, example=lambda L: {"max_relative_position": 16},
 # the example steps up every L // 8, so a tour at L sees it.
 register(NoPETemperature, example=lambda L: {"floor_scale": max(1, L // 8)},
          config_names={"attn_scale": "attn_scale", "floor_scale": "floor_scale"})
+# FIRE's threshold L starts at the reference code's 512 for 2048-token training, a quarter of the length.
+register(FIRE, example=lambda L: {"init_L": L / 4}, lab=True,
+         config_names={k: f"{k} (the reference FIRE module's argument)" for k in ("mlp_width", "init_c", "init_L")})

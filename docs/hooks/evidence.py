@@ -39,7 +39,7 @@ the protocol's seeds: what longer training changes (``paired_change``)."""
 __all__ = ["EvidenceError", "Cell", "summary", "record", "cell", "offset_cell", "offsets", "entropy",
            "floor", "setting", "lengths", "train_length", "far_offset", "chance", "seeds",
            "attention_distance", "position_excess", "position_loss", "position_change", "paired_change", "claim",
-           "usable", "resolved", "ordered", "seen", "spread", "FULL", "TEXT_12000"]
+           "usable", "resolved", "ordered", "seen", "spread", "recorded", "not_yet_measured", "FULL", "TEXT_12000"]
 
 
 class EvidenceError(AssertionError):
@@ -87,6 +87,20 @@ def _row(task: str, row: str, where: Path = FULL) -> dict:
     if row not in rows:
         raise EvidenceError(f"the {task} summary has no row {row!r} (rows: {', '.join(rows)})")
     return rows[row]
+
+
+def recorded(names, where: Path = FULL) -> list:
+    """The rows among ``names`` that every task of the summary in ``where`` has, in order: a scheme the
+    registry puts in the protocol (``lab=True``) before the lab has run it has none yet, and a page
+    lists it as not yet measured (``not_yet_measured``) instead of failing on its missing row."""
+    tasks = summary(where).values()
+    return [n for n in names if all(n in t.get("rows", {}) for t in tasks)]
+
+
+def not_yet_measured(names, where: Path = FULL) -> list:
+    """The rows among ``names`` that some task of the summary in ``where`` lacks (see ``recorded``)."""
+    have = set(recorded(names, where))
+    return [n for n in names if n not in have]
 
 
 def usable(task: str, row: str, where: Path = FULL) -> bool:

@@ -28,8 +28,8 @@ Everything but the products of steps 2 and 8, the RoPE rotations and steps 5-7 o
   are skipped before they are scored. A layer with ``sinks`` takes the reference's attend step
   (dense or blockwise) and its backward: the kernel has no sink column.
 
-A scheme with a value seam (``Shaw``) takes the reference's attend step, dense or blockwise: the
-fast kernel has no value term.
+A scheme whose value seam gives a term (``Shaw``) takes the reference's attend step, dense or
+blockwise: the fast kernel has no value term.
 
 The speed hints are a table keyed by the exact scheme class, not methods of the schemes: a
 subclass that changes ``bias`` gets no hint and runs its own ``bias``.
@@ -164,7 +164,7 @@ class MultiHeadAttention(reference.MultiHeadAttention):
         T, S = len(q_pos), len(k_pos)
         block = self.block_size
         small = block is None and q.shape[0] * q.shape[1] * T * S < DENSE_LOGITS
-        if return_weights or small or self.sinks is not None or "value" in self.scheme.seams:
+        if return_weights or small or self.sinks is not None or self._value(q_pos, k_pos, v) is not None:
             # the kernel has no sink column and no value term
             return super()._attend(q, k, v, extra, q_pos, k_pos, mask, causal, return_weights, return_lse)
         hints = HINTS.get(type(self.scheme))
@@ -182,7 +182,8 @@ class MultiHeadAttention(reference.MultiHeadAttention):
     def _attend_backward(self, ctx, dout, add):
         """Steps 7 and 6 reversed with the fast blockwise backward wherever the forward ran the kernel."""
         T, S = len(ctx.positions), len(ctx.k_positions)
-        if ctx.lse is None or not (T and S) or self.sinks is not None or "value" in self.scheme.seams:
+        if (ctx.lse is None or not (T and S) or self.sinks is not None
+                or self._value(ctx.positions, ctx.k_positions, ctx.v) is not None):
             return super()._attend_backward(ctx, dout, add)
         sc = self.scheme
         hints = HINTS.get(type(sc))

@@ -1,8 +1,11 @@
 """What the layer families (in ``layers``, and M-RoPE's in ``rotary``) share: the layer's shapes, a
-layer built from a case with its weights set, and a run through a KV cache in chunks.
+layer built from a case with its weights set, a run through a KV cache in chunks, and the check that
+a backward case's gradients agree with finite differences before they are recorded.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 
@@ -63,3 +66,30 @@ def _causal_run(layer, inputs, params) -> dict:
     x, chunks = inputs["x"], params["chunks"]
     cache = layer.new_cache() if _many(chunks) else None
     return _in_chunks(x, chunks, lambda t: layer(x[:, t], causal=params["causal"], cache=cache))
+
+
+class GradientMismatch(ValueError):
+    """A layer's backward disagrees with central finite differences: the case is not recorded."""
+
+
+def _agree_with_differences(family: str, cases: list, run, forward, *, h: float = 1e-6, rtol: float = 1e-6) -> list:
+    """``cases`` of a backward family, once every gradient ``run(inputs, params)`` returns agrees with
+    central differences of ``forward(inputs, params)`` (the layer's output) along a random direction,
+    ``<grad, e> = (<y(p + h e) - y(p - h e), dy>) / 2h`` within ``rtol * max(1, |fd|)``; otherwise
+    ``GradientMismatch`` naming the family, the case and the gradient. So a wrong backward never becomes
+    a golden value. h = 1e-6 in float64: truncation ~ h^2 and rounding ~ 1e-16 / h, far below ``rtol``."""
+    for case in cases:
+        inputs, params = case["inputs"], case["params"]
+        grads, dy = run(inputs, params), inputs["dy"]
+        for name, grad in grads.items():
+            base = np.asarray(inputs[name], dtype=np.float64)
+            e = np.random.default_rng(zlib.crc32(f"{case['name']}/{name}".encode())).standard_normal(base.shape)
+            ys = [forward({**inputs, name: base + sign * h * e}, params) for sign in (1, -1)]
+            fd = float(np.sum((ys[0] - ys[1]) * dy)) / (2 * h)
+            got = float(np.sum(np.asarray(grad) * e))
+            if not abs(got - fd) <= rtol * max(1.0, abs(fd)):
+                raise GradientMismatch(
+                    f"{family}/{case['name']}: the gradient of {name} ({got:.9g} along a random direction) disagrees "
+                    f"with central finite differences of the layer's output ({fd:.9g}); the case is not recorded "
+                    "(a wrong backward would become a golden value)")
+    return cases

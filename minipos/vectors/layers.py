@@ -14,8 +14,8 @@ from ..layer import MultiHeadAttention
 from ..mla import DecoupledRotary, MultiHeadLatentAttention
 from ..schemes import ENTRIES
 from ..streaming import StreamingCache
-from ._layer_cases import (BATCH, D_MODEL, HEADS, LENGTH, _build_layer, _causal_run, _in_chunks, _many, _scheme,
-                           _set_weights)
+from ._layer_cases import (BATCH, D_MODEL, HEADS, LENGTH, _agree_with_differences, _build_layer, _causal_run,
+                           _in_chunks, _many, _scheme, _set_weights)
 from .cases import _case, _grid, tol
 
 
@@ -214,7 +214,13 @@ def _layer_grad_cases():
         params = {"d_model": D_MODEL, "num_heads": heads[0], **({"num_kv_heads": GQA_KV} if gqa else {}),
                   "bias": with_bias, "scheme": name, "scheme_config": config, "causal": causal}
         cases.append(_case(label, "; ".join(notes), inputs, params))
-    return cases
+    return _agree_with_differences("layer_grad", cases, _layer_grad_run, _layer_grad_forward)
+
+
+def _layer_grad_forward(inputs, params):
+    """The output of a ``layer_grad`` (or ``shaw_layer_grad``) case's forward pass."""
+    layer = _build_layer(inputs, params, extra=("dy", "mask"))
+    return layer(inputs["x"], mask=_key_padding(inputs, *inputs["x"].shape[:2]), causal=params["causal"])
 
 
 def _layer_grad_run(inputs, params):
@@ -299,7 +305,9 @@ def _irope_grad_cases():
         notes = (["layer.backward(ctx, dy)"] + _irope_note(name, config, chunk, causal)
                  + ([IROPE_NOTES[label]] if label in IROPE_NOTES else []))
         cases.append(_case(label, "; ".join(notes), inputs, _irope_params(name, config, chunk, causal)))
-    return cases
+    return _agree_with_differences("irope_layer_grad", cases, _irope_grad_run,
+                                   lambda inputs, params: _irope_build(inputs, params, extra=("dy",))(
+                                       inputs["x"], causal=params["causal"]))
 
 
 def _irope_grad_run(inputs, params):
@@ -344,7 +352,7 @@ def _shaw_layer_cases(grad: bool):
         params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": with_bias, "scheme": "shaw",
                   "scheme_config": config, "causal": causal, **({} if grad else {"chunks": chunks})}
         cases.append(_case(label, "; ".join(notes), inputs, params))
-    return cases
+    return _agree_with_differences("shaw_layer_grad", cases, _layer_grad_run, _layer_grad_forward) if grad else cases
 
 
 # --------------------------------------------------------------------------- local/global layers
@@ -411,6 +419,8 @@ def _local_global_cases(grad: bool = False):
         if grad:
             inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
         cases.append(_case(label, "; ".join(notes), inputs, params, tol()))
+    if grad:
+        return _agree_with_differences("local_global_grad", cases, _local_global_grad_run, _local_global_forward)
     if not grad:                                                     # StreamingLLM: positions within the cache
         name, config = SCHEME_CONFIGS["rope_half"]
         params = {"d_model": D_MODEL, "num_heads": HEADS, "num_kv_heads": HEADS, "bias": False, "scheme": name,
@@ -455,6 +465,11 @@ def _local_global_run(inputs, params):
         keys = None if mask is None else mask[:, t.start - held:t.stop]          # (B, S)
         return layer(x[:, t], mask=keys, causal=True, cache=cache)
     return _in_chunks(x, params["chunks"], step)
+
+
+def _local_global_forward(inputs, params):
+    layer, mask = _local_global_build(inputs, params, ("dy",))
+    return layer(inputs["x"], mask=mask, causal=True)
 
 
 def _local_global_grad_run(inputs, params):
@@ -537,7 +552,9 @@ def _mla_grad_cases():
                 + (", YaRN" if "scaling" in config else "") + (", bias=True" if with_bias else "")
                 + ("" if causal else ", no causal mask"))
         cases.append(_case(label, note, inputs, params))
-    return cases
+    return _agree_with_differences("mla_grad", cases, _mla_grad_run,
+                                   lambda inputs, params: _build_mla(inputs, params, extra=("dy",))(
+                                       inputs["x"], causal=params["causal"]))
 
 
 def _mla_grad_run(inputs, params):

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import mrope, rope, rope_scaling, xpos
 from ..layer import MRotary, MultiHeadAttention
-from ._layer_cases import BATCH, _build_layer, _in_chunks, _many
+from ._layer_cases import BATCH, _agree_with_differences, _build_layer, _in_chunks, _many
 from .cases import EXACT, GRID, _case, _grid, tol
 
 
@@ -274,7 +274,12 @@ def _mrope_layer_cases(grad: bool = False):
                     "two tokens decoded at cache length + delta, the mask in sequence order")
             cases.append(_case(label + ("_cached" if len(chunks) > 1 else ""), f"MultiHeadAttention with MRotary "
                                f"{config}, causal, positions (3, T); {note}", inputs, {**params, "chunks": chunks}))
-    return cases
+    return _agree_with_differences("mrope_layer_grad", cases, _mrope_layer_grad_run, _mrope_layer_forward) if grad else cases
+
+
+def _mrope_layer_forward(inputs, params):
+    layer = _build_layer(inputs, params, extra=("positions", "dy"))
+    return layer(inputs["x"], positions=inputs["positions"], causal=True)
 
 
 def _mrope_layer_run(inputs, params):
