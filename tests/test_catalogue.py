@@ -1,4 +1,5 @@
-"""``spec/catalogue.md`` is what ``python spec/catalogue.py`` writes from the registry today."""
+"""``spec/catalogue.md`` is what ``spec/catalogue.py`` (run by ``python tools/regenerate.py``) writes from
+the registry today."""
 
 import importlib.util
 import pathlib
@@ -13,7 +14,7 @@ _spec.loader.exec_module(catalogue)
 
 def test_the_committed_catalogue_is_the_generated_one():
     committed = (ROOT / "spec" / "catalogue.md").read_text(encoding="utf-8")
-    assert committed == catalogue.render(), "spec/catalogue.md is stale: run python spec/catalogue.py"
+    assert committed == catalogue.render(), "spec/catalogue.md is stale: run python tools/regenerate.py"
 
 
 def test_check_fails_on_a_stale_file_and_passes_on_a_fresh_one(tmp_path, monkeypatch):
