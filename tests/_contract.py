@@ -379,3 +379,5 @@ def expect_refused(name: str, seam: str, kind: str, path: str, **shape) -> None:
         run_path(scheme, path, backward=seam in BACKWARD, **shape)
     message = str(err.value)
     assert seam in message and f"garbage-{name}" in message, (seam, kind, path, message)
+    if any(word in kind for word in ("length", "shape", "width", "heads")):
+        assert "shape" in message, (seam, kind, path, message)          # the shape expected, and the one given

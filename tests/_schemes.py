@@ -3,7 +3,8 @@
 ``registered(L)``: every registered scheme, built as its entry's ``example(L)`` configures it for a
 model trained at ``L`` tokens; a scheme registered later is in the next call's result.
 ``VARIANTS``: configurations the registry examples do not reach (a decoder's T5, partial or scaled
-RoPE, ...), for the tests that want them beside the examples.
+RoPE, ...), for the tests that want them beside the examples. ``SHIFT_INVARIANT``: a textbook fact of
+the schemes it names; a scheme registered later states its facts in its own tests.
 """
 
 from __future__ import annotations
@@ -45,3 +46,21 @@ VARIANTS = {
 def with_variants(length: int = TRAIN_LENGTH) -> dict:
     """``registered(length)`` and ``VARIANTS``."""
     return {**registered(length), **VARIANTS}
+
+
+SHIFT_INVARIANT = {
+    "nope": True,
+    "sinusoidal": False,              # absolute vectors added to the input
+    "learned": False,
+    "alibi": True,
+    "t5": True,
+    "transformer-xl": True,
+    "deberta": True,
+    "rope": True,
+    "xpos": True,
+    "mrope": True,                    # text positions: t = h = w, so M-RoPE is RoPE
+    "shaw": True,
+    "nope-temperature": False,        # query i scaled by tau(i): absolute
+}
+"""Whether the layer's outputs ignore a common shift of every position (under the same mask): the
+textbook property of each scheme named, from its definition."""

@@ -30,6 +30,7 @@ from minipos import mla
 from minipos.cache import KVCache
 from minipos.mrope import MRotary
 from minipos.streaming import StreamingCache
+from _schemes import registered
 
 
 CASES: list = []
@@ -450,15 +451,14 @@ def cached_equals_full(make, kw, x=X, steps=(2, 1, 3), mem_len=None):
     return run, Ok(check)
 
 
-SCHEME_OPTIONS = {
-    "nope": {}, "rope": {"scheme": L.Rotary}, "alibi": {"scheme": L.ALiBi}, "t5": {"scheme": lambda: L.T5Bias(
-        bidirectional=False)}, "xl": {"scheme": L.TransformerXL}, "deberta": {"scheme": L.DeBERTa},
-    "shaw": {"scheme": lambda: L.Shaw(2)}, "xpos": {"scheme": L.XPos}, "mrope": {"scheme": MRotary},
+REGISTERED = {name: {"scheme": make} for name, make in registered(256).items()}   # every scheme of the registry
+OPTIONS = {
     "gqa": {"num_kv_heads": 2}, "mqa": {"num_kv_heads": 1, "scheme": L.Rotary}, "sinks": {"sinks": True},
     "window": {"sliding_window": 3, "scheme": L.Rotary}, "chunk": {"attention_chunk": 4, "scheme": L.ALiBi},
     "scale": {"scale": 0.3}, "bias": {"bias": True}, "window+sinks+gqa": {"sliding_window": 2, "sinks": True,
                                                                          "num_kv_heads": 2},
 }
+SCHEME_OPTIONS = {**REGISTERED, **OPTIONS}
 for name, kw in SCHEME_OPTIONS.items():
     for impl, make in LAYERS:
         case(f"layer[{impl}] {name} cached == full", *cached_equals_full(make, kw))
@@ -474,7 +474,7 @@ for name in ("alibi", "t5", "rope", "window"):
                        ("repeated", np.repeat(np.arange(40), 2))):
         case(f"layer {name} positions {label} fast == reference",
              *fast_equals_reference(made, x=X_BIG, causal=True, positions=pos))
-for name in ("nope", "alibi", "t5", "rope", "xl", "window", "gqa"):
+for name in [*REGISTERED, "window", "gqa"]:
     made = {k: (v() if callable(v) else v) for k, v in SCHEME_OPTIONS[name].items()}
     case(f"layer {name} fast kernel == reference", *fast_equals_reference(made, x=X_BIG, causal=True))
 
@@ -686,7 +686,7 @@ def _grads_match_fd(make, kw, block_size=None, key="x", **call):
     return run, Ok(check)
 
 
-for name in ("rope", "alibi", "t5", "xl", "deberta", "shaw", "mrope", "gqa", "sinks", "window", "chunk", "bias"):
+for name in [*REGISTERED, "gqa", "sinks", "window", "chunk", "bias"]:
     for impl, make in LAYERS:
         for block in (None, 2):
             case(f"backward[{impl}] {name} block={block}", *_grads_match_fd(make, SCHEME_OPTIONS[name], block,

@@ -7,44 +7,52 @@ from pathlib import Path
 
 import pytest
 
-from minipos import __version__, cli
+from minipos import __version__, cli, schemes
 from minipos.cli import main
+from _schemes import SHIFT_INVARIANT
 
-EXPECTED = {  # scheme: (shift-invariant, runs at 4x the training length)
-    "nope": (True, True), "sinusoidal": (False, True), "learned": (False, False),
-    "alibi": (True, True), "t5": (True, True), "transformer-xl": (True, True),
-    "deberta": (True, True), "rope": (True, True), "xpos": (True, True),
-    "mrope": (True, True),  # text positions: t = h = w, so M-RoPE is RoPE
-    "shaw": (True, True),
-    "nope-temperature": (False, True),   # query i scaled by tau(i): absolute, but no table to outgrow
-    "rope+window": (True, True),   # a window of seq_len / 4 positions: relative, and no table to outgrow
-    "rope+chunks": (False, True),  # chunks of 3 T / 8 start at absolute positions: a shift of T / 2 moves them
-    "rope+sinks": (True, True),    # a constant extra logit per head: relative stays relative
+# Textbook facts, (shift-invariant, runs at 4x the training length): the schemes named in
+# _schemes.SHIFT_INVARIANT (only a learned table stops at its length), then the tour's layer rows. A
+# scheme registered later has its tour row checked by the contract suite (test_contract.py) and its
+# facts in its own tests; nothing here needs an edit for it.
+LAYER_ROWS = {
+    "rope+window": (True, True),         # a window of seq_len / 4 positions: relative, and no table to outgrow
+    "rope+chunks": (False, True),        # chunks of 3 T / 8 start at absolute positions: a shift of T / 2 moves them
+    "rope+sinks": (True, True),          # a constant extra logit per head: relative stays relative
     "mla-rope": (True, True),
 }
+EXPECTED = {**{name: (invariant, name != "learned") for name, invariant in SHIFT_INVARIANT.items()}, **LAYER_ROWS}
+# Learned position parameters at d_model 32, 2 heads, seq_len 16: learned table 16 x 32; T5 table 32
+# buckets x 2 heads; XL u, v (2 x 16) and w_r (32 x 32); DeBERTa rel_embeddings (2 * 256) x 32; Shaw
+# w_k, w_v (2 * 16 + 1) x 16, shared by the heads; none for the others named in EXPECTED.
+PARAMS = {
+    "learned": 16 * 32,
+    "t5": 32 * 2,
+    "transformer-xl": 2 * 2 * 16 + 32 * 32,
+    "deberta": 512 * 32,
+    "shaw": 2 * 33 * 16,
+}
+
+
+def _rows():
+    """Every row the tour must show: one per registered scheme, then its layer rows."""
+    return [*schemes.ENTRIES, *(label for label, _, _ in cli.tour_layers(16))]
 
 
 def test_tour_json_reports_measured_properties(capsys):
     assert main(["tour", "--json", "--d-model", "32", "--heads", "2", "--seq-len", "16"]) == 0
     data = json.loads(capsys.readouterr().out)
     got = {r["scheme"]: (r["shift_invariant"], r["runs_at_4x"]) for r in data["schemes"]}
-    assert got == EXPECTED
+    assert list(got) == _rows()
+    assert {name: got[name] for name in EXPECTED} == EXPECTED
     params = {r["scheme"]: r["position_params"] for r in data["schemes"]}
-    # learned table 16 x 32; T5 table 32 buckets x 2 heads; XL u, v (2 x 16) and w_r (32 x 32);
-    # DeBERTa rel_embeddings (2 * 256) x 32; Shaw w_k, w_v (2 * 16 + 1) x 16, shared by the heads
-    assert params == {"nope": 0, "sinusoidal": 0, "learned": 512, "alibi": 0, "t5": 64,
-                      "transformer-xl": 2 * 2 * 16 + 32 * 32, "deberta": 512 * 32, "rope": 0, "xpos": 0,
-                      "mrope": 0,
-                      "shaw": 2 * 33 * 16,
-                      "nope-temperature": 0,
-                      "rope+window": 0, "rope+chunks": 0, "rope+sinks": 0,
-                      "mla-rope": 0}
+    assert {name: params[name] for name in EXPECTED} == {name: PARAMS.get(name, 0) for name in EXPECTED}
 
 
 def test_tour_table_lists_every_scheme(capsys):
     assert main(["tour", "--seq-len", "8"]) == 0
     out = capsys.readouterr().out
-    for name in EXPECTED:
+    for name in _rows():
         assert name in out
 
 

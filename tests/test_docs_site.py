@@ -26,8 +26,7 @@ import pytest
 SITE = Path(__file__).resolve().parent.parent / "site"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SCHEMES = ("sinusoidal", "learned", "alibi", "transformer-xl", "t5", "deberta", "rope",
-           "rope-scaling", "xpos", "shaw")
+SCHEMES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "docs" / "schemes").glob("*.md"))
 PAGES = [("home", "")] + [(s, f"schemes/{s}/") for s in SCHEMES] + [("mla", "mla/")]
 LOCAL_HOSTS = {"127.0.0.1"}
 NETWORK_SCHEMES = {"http", "https", "ws", "wss", "ftp"}  # others (data:, blob:, chrome:) stay inside

@@ -12,16 +12,10 @@ from minipos.fast import MultiHeadAttention
 from minipos.fast import _threads
 from minipos.fast.layer import HINTS
 from minipos.layer import ALiBi, T5Bias
+from _schemes import with_variants
 
-ALL = {
-    "nope": ref.NoPE, "sinusoidal": ref.Sinusoidal, "learned": lambda: ref.LearnedAbsolute(512),
-    "rope": lambda: ref.Rotary(layout="half"), "rope_partial": lambda: ref.Rotary(rotary_dim=2),
-    "rope_dynamic": lambda: ref.Rotary(scaling={"rope_type": "dynamic", "factor": 2.0,
-                                                "original_max_position_embeddings": 8}),
-    "xpos": ref.XPos, "alibi": ref.ALiBi, "alibi_raw": lambda: ref.ALiBi(symmetric=False),
-    "t5": ref.T5Bias, "t5_decoder": lambda: ref.T5Bias(bidirectional=False),
-    "transformer_xl": ref.TransformerXL, "deberta": lambda: ref.DeBERTa(position_buckets=8, max_relative_positions=16),
-}
+ALL = with_variants(512)
+"""Every registered scheme (its registry example for a 512-token model) and the variants of ``_schemes``."""
 
 
 def _x(B=2, T=12, d=16, seed=0):
@@ -63,7 +57,7 @@ def test_fast_dense_path_on_large_problems_equals_reference(name):
         np.testing.assert_allclose(b(x, causal=causal), a(x, causal=causal), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["rope", "alibi", "t5_decoder", "transformer_xl", "rope_dynamic"])
+@pytest.mark.parametrize("name", sorted(ALL))
 def test_fast_layer_cache_equals_reference_cache(name):
     a, b = _pair(name, block_size=4)
     x = _x(B=1, T=10, seed=2)

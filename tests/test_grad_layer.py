@@ -9,18 +9,10 @@ import minipos.fast as fast
 from minipos import layer as L
 
 from _gradcheck import after_a_cache, check_layer_gradients
+from _schemes import with_variants
 
-SCHEMES = {
-    "nope": L.NoPE, "sinusoidal": L.Sinusoidal, "learned": lambda: L.LearnedAbsolute(32),
-    "alibi": L.ALiBi, "t5": L.T5Bias, "t5_decoder": lambda: L.T5Bias(bidirectional=False),
-    "rope": lambda: L.Rotary(layout="half"), "rope_partial": lambda: L.Rotary(rotary_dim=2),
-    "rope_yarn": lambda: L.Rotary(scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}),
-    "rope_dynamic": lambda: L.Rotary(scaling={"rope_type": "dynamic", "factor": 2.0,
-                                              "original_max_position_embeddings": 4}),
-    "xpos": L.XPos, "transformer_xl": L.TransformerXL,
-    "deberta": lambda: L.DeBERTa(position_buckets=4, max_relative_positions=8),
-    "deberta_c2p": lambda: L.DeBERTa(position_buckets=4, max_relative_positions=8, pos_att_type="c2p"),
-}
+SCHEMES = with_variants(32)
+"""Every registered scheme (its registry example for a 32-token model) and the variants of ``_schemes``."""
 
 
 @settings(max_examples=40, deadline=None)
@@ -43,7 +35,7 @@ def test_layer_gradients_match_finite_differences(name, causal, block, pad, T, s
     check_layer_gradients(layer, x, dy, call, rng)
 
 
-@pytest.mark.parametrize("name", ["rope", "alibi", "t5_decoder", "transformer_xl", "rope_dynamic", "xpos"])
+@pytest.mark.parametrize("name", sorted(SCHEMES))
 @pytest.mark.parametrize("block", [None, 2])
 def test_layer_gradients_with_a_cache(name, block):
     # The cached keys and values of earlier calls are constants: the gradient covers this call only.
@@ -89,7 +81,7 @@ def test_no_backward_state_on_the_layer_or_the_scheme():
         np.testing.assert_array_equal(first[name], again[name])
 
 
-@pytest.mark.parametrize("name", ["rope", "transformer_xl", "deberta", "t5", "learned"])
+@pytest.mark.parametrize("name", sorted(SCHEMES))
 @pytest.mark.parametrize("make", [L.MultiHeadAttention, fast.MultiHeadAttention])
 def test_float32_layers_give_float32_gradients(name, make):
     layer = make(8, 2, scheme=SCHEMES[name](), bias=True, dtype=np.float32, block_size=2)

@@ -13,8 +13,10 @@ import pytest
 from minipos import rope, rope_scaling
 from minipos.layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
                            Shaw, T5Bias, TransformerXL, XPos)
+from _schemes import SHIFT_INVARIANT, registered
 
-ALL = [NoPE, Sinusoidal, LearnedAbsolute, Rotary, XPos, ALiBi, T5Bias, TransformerXL, DeBERTa]
+REGISTERED = registered(512)                                   # name -> a new instance, every scheme
+ALL = pytest.mark.parametrize("cls", list(REGISTERED.values()), ids=list(REGISTERED))
 
 
 def _x(B=2, T=12, d=16, seed=0):
@@ -54,7 +56,7 @@ def test_t5_seam_is_unscaled_and_uses_the_table():
     np.testing.assert_allclose(w[0, 0, 0], [0.25, 0.75])
 
 
-@pytest.mark.parametrize("cls", ALL)
+@ALL
 def test_cached_decoding_equals_full_forward(cls):
     # Two forms of one computation: the whole sequence at once, and token by token through the cache.
     x = _x()
@@ -66,7 +68,7 @@ def test_cached_decoding_equals_full_forward(cls):
     assert cache.length == x.shape[1]
 
 
-@pytest.mark.parametrize("cls", ALL)
+@ALL
 def test_prefill_then_decode_equals_full_forward(cls):
     x = _x(T=9)
     layer = MultiHeadAttention(16, 4, scheme=cls(), seed=2)
@@ -77,7 +79,7 @@ def test_prefill_then_decode_equals_full_forward(cls):
     np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-12)
 
 
-@pytest.mark.parametrize("cls", ALL)
+@ALL
 def test_float32_in_float32_out(cls):
     layer = MultiHeadAttention(16, 4, scheme=cls(), dtype=np.float32)
     y = layer(_x().astype(np.float32), causal=True)
@@ -99,21 +101,16 @@ def test_content_position_logits_keep_the_layers_dtype(cls, dtype):
     assert extra(slice(0, 5), slice(0, 5)).dtype == dtype
 
 
-@pytest.mark.parametrize("cls", [NoPE, Rotary, XPos, ALiBi, T5Bias, TransformerXL, DeBERTa])
-def test_relative_schemes_ignore_a_common_shift(cls):
+@pytest.mark.parametrize("name", [n for n in REGISTERED if n in SHIFT_INVARIANT])
+def test_relative_schemes_ignore_a_common_shift_and_absolute_ones_see_it(name):
     x = _x()
-    layer = MultiHeadAttention(16, 4, scheme=cls())
+    layer = MultiHeadAttention(16, 4, scheme=REGISTERED[name]())
     T = x.shape[1]
-    np.testing.assert_allclose(layer(x, positions=np.arange(T) + 100, causal=True),
-                               layer(x, causal=True), atol=1e-10)
-
-
-@pytest.mark.parametrize("cls", [Sinusoidal, LearnedAbsolute])
-def test_absolute_schemes_see_a_shift(cls):
-    x = _x()
-    layer = MultiHeadAttention(16, 4, scheme=cls())
-    T = x.shape[1]
-    assert np.max(np.abs(layer(x, positions=np.arange(T) + 100) - layer(x))) > 1e-3
+    moved, here = layer(x, positions=np.arange(T) + 100, causal=True), layer(x, causal=True)
+    if SHIFT_INVARIANT[name]:
+        np.testing.assert_allclose(moved, here, atol=1e-10)
+    else:
+        assert np.max(np.abs(moved - here)) > 1e-3
 
 
 def test_padding_mask_hides_keys_and_fully_masked_rows_are_zero():
@@ -256,7 +253,7 @@ def test_bad_scaling_is_rejected(scaling, exc):
         MultiHeadAttention(8, 2, scheme=Rotary(scaling=scaling))
 
 
-@pytest.mark.parametrize("cls", ALL)
+@ALL
 @pytest.mark.parametrize("causal", [True, False])
 def test_blockwise_layer_equals_dense(cls, causal):
     # The dense path and the online-softmax path are two forms of one computation.
@@ -269,7 +266,7 @@ def test_blockwise_layer_equals_dense(cls, causal):
                                rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("cls", ALL)
+@ALL
 def test_blockwise_layer_float32_and_cache(cls):
     x = _x(B=1, T=10)
     dense = MultiHeadAttention(16, 4, scheme=cls(), seed=4, dtype=np.float32)

@@ -3,6 +3,7 @@ lab and the golden vectors; a new scheme registered there reaches them without e
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +127,70 @@ def test_register_refuses_what_it_cannot_hold():
         schemes.build("nosuch")
 
 
+def _named(name, base=LogDistance):
+    return type("Named", (base,), {"name": name})
+
+
+@pytest.mark.parametrize("kwargs, exc, words", [
+    # names that would become a path, a case name or a command-line word they cannot be
+    (dict(cls=_named("../x")), ValueError, "cls.name must be a lowercase letter"),
+    (dict(cls=_named("a/b")), ValueError, "no '/'"),
+    (dict(cls=_named("a\nb")), ValueError, "cls.name"),
+    (dict(cls=_named("my scheme")), ValueError, "cls.name"),
+    (dict(cls=_named("")), ValueError, "cls.name"),
+    (dict(cls=_named("Fire")), ValueError, "cls.name"),
+    (dict(cls=_named("rope+yarn")), ValueError, "'@'"),
+    (dict(cls=_named("x" * 41)), ValueError, "cls.name"),
+    (dict(cls=_named(3)), TypeError, "cls.name must be a str"),
+    (dict(cls=type("NoName", (Scheme,), {})), ValueError, "must set its own class attribute name"),
+    (dict(cls=_named("test-bad-seams", type("S", (LogDistance,), {"seams": ["bias"]}))), ValueError, "cls.seams"),
+    (dict(cls=_named("test-bad-terms", type("S", (LogDistance,), {"terms": ("content-content", "x")}))), ValueError,
+     "cls.terms"),
+    # example: checked now, not when the tour or the vectors meet it
+    (dict(example=3), TypeError, "example must be a function"),
+    (dict(example="lambda L: {}"), TypeError, "example must be a function"),
+    (dict(example=dict), TypeError, "example must be a function"),
+    (dict(example=lambda L: [("strength", 1.0)]), TypeError, "example(1) must be a dict"),
+    (dict(example=lambda L: None), TypeError, "example(1) must be a dict"),
+    (dict(example=lambda L: 1 / 0), ValueError, "example(1) raised ZeroDivisionError"),
+    (dict(example=lambda L: {"stregnth": 1.0}), ValueError, "example(1): 'stregnth' is not a keyword argument"),
+    (dict(example=lambda L: {"strength": float("nan")}), ValueError, "example(1) must hold JSON values"),
+    (dict(example=lambda L: {"strength": np.float32(1)}), ValueError, "example(1) must hold JSON values"),
+    (dict(example=lambda L: {"strength": "x"}), ValueError, "example(1) = {'strength': 'x'} does not build"),
+    # lab: a real bool only
+    (dict(lab="no"), TypeError, "lab must be True or False"),
+    (dict(lab="False"), TypeError, "lab must be True or False"),
+    (dict(lab=float("nan")), TypeError, "lab must be True or False"),
+    (dict(lab=1), TypeError, "lab must be True or False"),
+    # config_names: a mapping of real keywords to strings
+    (dict(config_names=["strength"]), TypeError, "config_names must be a mapping"),
+    (dict(config_names={"strength": 3}), TypeError, "config_names['strength'] must be a non-empty str"),
+    (dict(config_names={"strength": " "}), TypeError, "config_names"),
+    (dict(config_names={3: "x"}), ValueError, "config_names: 3 is not a keyword argument"),
+])
+def test_register_checks_every_argument_and_adds_nothing_on_error(kwargs, exc, words):
+    before = dict(schemes.ENTRIES)
+    kwargs = {"cls": LogDistance, **kwargs}
+    with pytest.raises(exc, match=re.escape(words)):
+        schemes.register(kwargs.pop("cls"), **kwargs)
+    assert schemes.ENTRIES == before
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: schemes.config_keys(3), TypeError, "cls must be a subclass"),
+    (lambda: schemes.config_keys(dict), TypeError, "cls must be a subclass"),
+    (lambda: schemes.build("alibi", {"symmetric": True, "slopes": 1}), ValueError,
+     "config: 'slopes' is not a keyword argument of ALiBi (it takes symmetric)"),
+    (lambda: schemes.build("alibi", [("symmetric", True)]), TypeError, "config must be a dict"),
+    (lambda: schemes.build(3), TypeError, "name must be a str"),
+    (lambda: schemes.unregister(None), TypeError, "name must be a str"),
+    (lambda: schemes.class_named(3), TypeError, "class_name must be a str"),
+])
+def test_the_other_registry_functions_check_their_arguments(call, exc, words):
+    with pytest.raises(exc, match=re.escape(words)):
+        call()
+
+
 def test_every_scheme_class_of_the_reference_is_registered():
     """A class that subclasses Scheme in a reference module and is not in the registry would be
     missing from the tour, the vectors and the docs. Only MLA's DecoupledRotary is left out: it
@@ -141,10 +206,11 @@ def test_every_scheme_class_of_the_reference_is_registered():
     assert registered <= found
 
 
-def test_the_lab_reads_its_schemes_from_the_registry():
+def test_the_lab_reads_its_schemes_from_the_registry(registered):
     from lab import schemes as lab_schemes
-    assert lab_schemes.ORDER == ("nope", "sinusoidal", "learned", "alibi", "t5", "transformer-xl", "deberta",
-                                 "rope", "xpos")                                        # the article's schemes
+    assert lab_schemes.ORDER == tuple(name for name, entry in schemes.ENTRIES.items() if entry.lab)
+    assert set(lab_schemes.ORDER) <= set(lab_schemes.SOURCES)        # each protocol scheme cites its configuration
+    assert "test-log-distance" not in lab_schemes.ORDER               # lab=False: the protocol does not train it
     assert lab_schemes.build({"name": "t5", "num_buckets": 8}).num_buckets == 8
 
 
