@@ -169,8 +169,8 @@ def _grad(grad, scheme, seam: str, name, shapes: Mapping) -> np.ndarray:
     """One parameter gradient handed back by ``seam``: a known ``name``, a finite array of its shape."""
     who = seam_name(scheme, seam)
     if name not in shapes:
-        raise ValueError(f"{who} gave a gradient for {name!r}, which is not a learned parameter of this layer; "
-                         f"they are {', '.join(sorted(shapes))}")
+        raise ValueError(f"{who} gave a gradient for {name!r}, which is not a learned parameter here; "
+                         + (f"they are {', '.join(sorted(shapes))}" if shapes else "there is none"))
     grad = _array(grad, f"{who} (the gradient of {name})", "the parameter's", shapes[name])
     if grad.shape != tuple(shapes[name]):
         raise ValueError(f"{who} gave the gradient of {name} the shape {grad.shape}; {name} has shape "
@@ -193,7 +193,7 @@ def check_pair(value, scheme, seam: str, dq_shape: tuple, dk_shape: tuple):
             continue
         part = _array(part, who, letters, shape)
         if not _broadcasts(part.shape, shape):
-            raise ValueError(f"{who} must return {letters} = {tuple(shape)} (or a number), got {part.shape}")
+            raise ValueError(f"{who} must return shape {letters} = {tuple(shape)} (or a number), got shape {part.shape}")
         out.append(_finite(part, who))
     return tuple(out)
 

@@ -304,7 +304,8 @@ def applicable_garbage(name: str) -> dict:
     out["scale"] = ["zero", "negative", "NaN", "inf", "a str", "an array"]
     out["add"] = ["unknown name", "wrong shape"]
     if "bias" in seams:
-        out["bias_backward"] = ["a list", "None", "wrong shape", "unknown name", "NaN"]
+        learned = bool(make(name).scheme.parameters())                   # a shape to get wrong, a value to spoil
+        out["bias_backward"] = ["a list", "None", "unknown name"] + (["wrong shape", "NaN"] if learned else [])
     if "content-position" in seams:
         out["extra_backward"] = ["not a pair", "wrong length", "NaN", "a list"]
     if "value" in seams:
