@@ -140,6 +140,10 @@ class ALiBi(Scheme):
 
     name = "alibi"
     seams = ("bias",)
+    sign_convention = (r"bias $-m_h (i - j)$: penalises keys in the past; `symmetric=True` gives $-m_h "
+                       r"\lvert i - j \rvert$ (the layer's `ALiBi()` default: equal on every entry a "
+                       r"causal mask keeps); BLOOM / fairseq's key-only form adds $+m_h j$",
+                       r"Press et al. 2022, §3; `alibi_bias`, `alibi_bias_key_only`")
     terms = ("content-content", "position-position")
 
     def __init__(self, *, symmetric: bool = True):

@@ -609,6 +609,9 @@ class DeBERTa(Scheme):
 
     name = "deberta"
     seams = ("content-position",)
+    sign_convention = (r"`build_relative_position` gives `query - key` ($i - j$); c2p reads row "
+                       r"$\operatorname{clip}(i - j + k, 0, 2k-1)$, and so does the code's p2c",
+                       r"He et al. 2021, Eq. 3–4, and the reference code")
     terms = ("content-content", "content-position", "position-content")
 
     def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512,

@@ -195,6 +195,10 @@ class FIRE(Scheme):
 
     name = "fire"
     seams = ("bias",)
+    sign_convention = (r"distance $i - j$ (query minus key) as $\psi(i - j) = \log(\lvert c (i - j) \rvert + 1)$, "
+                       r"over the query's own $\psi(\max(L, i))$; the absolute value counts a key after the query "
+                       r"at $\lvert i - j \rvert$",
+                       r"Li et al. 2023 and the reference `FIRE` module; `fire_distance`, `fire_bias`")
     terms = ("content-content", "position-position")
 
     def __init__(self, *, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0, eps: float = 1e-6):

@@ -386,6 +386,9 @@ class Rotary(Scheme):
 
     name = "rope"
     seams = ("rotate",)
+    sign_convention = (r"the score is $q^\top R(i)^\top R(j)\, k = q^\top R(j - i)\, k$ (the proofs write "
+                       r"$m$ for the query position, $n$ for the key)",
+                       r"Su et al. 2021; `rotation_matrix`, `apply_rope`")
     LENGTH_DEPENDENT = ("dynamic", "longrope")
 
     def __init__(self, *, base: float = 10000.0, layout: str = "interleaved", rotary_dim: int | None = None,

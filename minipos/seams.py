@@ -53,6 +53,7 @@ class Scheme:
     name = "none"
     seams: tuple = ()
     terms: tuple = ("content-content",)  # which of the four expansion terms the logits keep
+    sign_convention: tuple = ()  # (the relative distance it reads, where that comes from): docs/conventions.md
 
     def bind(self, layer, rng: np.random.Generator) -> None:  # layer: the MultiHeadAttention it serves
         if getattr(self, "layer", None) is not None:

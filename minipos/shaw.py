@@ -215,6 +215,10 @@ class Shaw(Scheme):
 
     name = "shaw"
     seams = ("content-position", "value")
+    sign_convention = (r"row $\operatorname{clip}(j - i, k) + k$ of `w_k` and `w_v` (key minus query); HF "
+                       r"SpeechT5's keys-only copy uses $i - j$, clipped to $[-L, L - 1]$",
+                       r"Shaw et al. 2018, §3.2; tensor2tensor `_generate_relative_positions_matrix`; "
+                       r"`relative_buckets`")
     terms = ("content-content", "content-position")
 
     def __init__(self, max_relative_position: int = 16):

@@ -263,6 +263,9 @@ class T5Bias(Scheme):
 
     name = "t5"
     seams = ("bias",)
+    sign_convention = (r"`relative_position = key - query` ($j - i$), positive for keys after the query",
+                       r"mesh-tensorflow / HF `_relative_position_bucket` (`memory_position - "
+                       r"context_position`)")
     terms = ("content-content", "position-position")
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):

@@ -532,6 +532,9 @@ class TransformerXL(Scheme):
 
     name = "transformer-xl"
     seams = ("content-position",)
+    sign_convention = (r"distance $i - j$, and $R$ is built at descending distances $S-1, \dots, 0$ "
+                       r"(`pos_seq = arange(klen-1, -1, -1)`)",
+                       r"Dai et al. 2019, §3.3; `rel_shift`, `xl_scores`")
     terms = TERMS
 
     def __init__(self, *, base: float = 10000.0):

@@ -222,6 +222,10 @@ class XPos(Scheme):
 
     name = "xpos"
     seams = ("rotate",)
+    sign_convention = (r"queries scaled by $\zeta^{+i/\gamma}$, keys by $\zeta^{-j/\gamma}$ ($\gamma$ = "
+                       r"`scale_base`): the score carries $\zeta^{(i - j)/\gamma}$, a decay only for $j "
+                       r"\le i$ (the proofs write $n$ for the query, $m$ for the key)",
+                       r"Sun et al. 2022; torchscale `XPOS`")
 
     def __init__(self, *, base: float = 10000.0, scale_base: float = 512):
         self.base = check_float(base, "base", positive=True)

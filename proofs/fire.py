@@ -46,7 +46,8 @@ def _(p):
     (p.derive(sp.Derivative(psi(x), x), "$\\psi'(x)$")
       .step(c / (c * x + 1), "the chain rule", by="doit"))
     p.require((c / (c * x + 1)).is_positive, "$\\psi' > 0$ for $c > 0$, $x \\ge 0$: $\\psi$ is increasing")
-    p.claim(psi(0), sp.Integer(0), "$\\psi(0) = \\log 1 = 0$: the lower end, $j = i$")
+    p.claim(psi(0), sp.Integer(0), "$\\log 1 = 0$: the lower end, $j = i$",
+            shown=("\\psi(0) = \\log(c \\cdot 0 + 1)", None))
     gap = (p.derive(psi(d + e) - psi(d), "$\\psi(\\delta + e) - \\psi(\\delta)$: a larger argument, "
                                          "$\\delta = i - j$, $\\delta + e = \\max(L, i)$, $e \\ge 0$")
              .step(sp.log(1 + c * e / (c * d + 1)), "$\\log a - \\log b = \\log(a / b)$",
