@@ -164,3 +164,17 @@ def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
         return {**g, "c": -g["c"]}
     err = proof_failure("fire.backward.c_and_L", monkeypatch, fire, "fire_bias_backward", wrong)
     assert isinstance(err, TieMismatch) and "dc of a u + b" in str(err)
+
+
+def test_the_tour_measures_what_the_threshold_implies():
+    # The tour's example sets L = seq_len / 4: its shift of seq_len / 2 moves queries past L, where
+    # the normaliser ψ(i) changes with i, so the outputs change (FIRE is relative only below L); no
+    # table to outgrow, so it runs at 4x. With L past every position the same shift changes nothing.
+    from minipos import cli
+    row = next(r for r in cli.tour(d_model=16, heads=2, seq_len=16) if r["scheme"] == "fire")
+    assert (row["shift_invariant"], row["runs_at_4x"]) == (False, True)
+    assert row["position_params"] == 32 + 32 + 32 * 2 + 2 + 2               # w1, b1, w2, b2, c, L_multiplier
+    layer = MultiHeadAttention(16, 2, scheme=fire.FIRE(init_L=512.0), seed=1)
+    x = np.random.default_rng(2).standard_normal((1, 8, 16))
+    np.testing.assert_allclose(layer(x, positions=np.arange(8) + 100, causal=True), layer(x, causal=True),
+                               rtol=1e-12, atol=1e-12)
