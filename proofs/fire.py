@@ -75,11 +75,13 @@ def _(p):
          "shift that keeps i <= L; past L it is ψ(i), which grows with i, and a shift changes u",
          checks=(DISTANCE, BIAS))
 def _(p):
-    (p.derive(psi(d) / psi(sp.Max(L, L - e)), "a query at $i = L - e \\le L$, distance $\\delta$")
+    (p.derive(psi(d) / psi(sp.Max(L, L - e)), "a query at $i = L - e \\le L$, distance $\\delta$",
+              shown="\\psi(\\delta) / \\psi(\\max(L, L - e))")
       .step(psi(d) / psi(L), "$\\max(L, L - e) = L$", by="simplify"))
     u = lambda qi, kj: psi(qi - kj) / psi(sp.Max(L, qi))  # noqa: E731
     p.claim(u(L - e, L - e - d), u(L - e - s, L - e - s - d),
-            "$u$ at $(i, i - \\delta)$ and at $(i - s, i - s - \\delta)$, both below $L$: equal", by="simplify")
+            "both queries below $L$: the same $\\psi(\\delta) / \\psi(L)$", by="simplify",
+            shown=("u(L - e,\\, L - e - \\delta)", "u(L - e - s,\\, L - e - s - \\delta)"))
     p.refute(u(i, i - d), u(i + s, i + s - d), {L: 2, c: 1, i: 4, d: 1, s: 4},
              "past L the shift changes u: $\\psi(1)/\\psi(4) \\ne \\psi(1)/\\psi(8)$")
     (p.derive(sp.Derivative(psi(d) / psi(i), i), "past $L$: $u = \\psi(\\delta)/\\psi(i)$, $\\delta$ fixed")

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from minipos import rope, rope_scaling
-from minipos.layer import (ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, NoPE, Rotary, Sinusoidal,
-                           Shaw, T5Bias, TransformerXL, XPos)
+from minipos.layer import ALiBi, DeBERTa, LearnedAbsolute, MultiHeadAttention, Rotary, Shaw, T5Bias, TransformerXL, XPos
 from _schemes import SHIFT_INVARIANT, registered
 
 REGISTERED = registered(512)                                   # name -> a new instance, every scheme
