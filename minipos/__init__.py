@@ -11,18 +11,11 @@ Attention tensors are ``(..., H, T, D)``; additive biases are ``(H, T, S)`` or b
 logs are computed in float64; outputs keep the input's floating dtype. Weights are
 ``(d_in, d_out)`` and used as ``x @ W`` (a torch ``nn.Linear.weight`` is ``W.T``).
 
-Every scheme enters attention through one of five seams:
-
-    input             sinusoidal, learned absolute      (minipos.sinusoidal)
-    rotate            RoPE and its scalings, xPos,      (minipos.rope, rope_scaling, xpos,
-                      M-RoPE, Llama 4's temperature     minipos.mrope, minipos.irope)
-    bias              ALiBi, T5 buckets                 (minipos.alibi, minipos.t5)
-    content-position  Transformer-XL, DeBERTa, Shaw     (minipos.transformer_xl, minipos.deberta,
-                                                         minipos.shaw)
-    value             Shaw et al. 2018                  (minipos.shaw)
-
-and the layer's own machinery of today's models: grouped-query heads, sliding windows, chunks,
-sinks (minipos.local_global), StreamingLLM's cache (minipos.streaming) and DeepSeek's latent
+Every scheme enters attention through one of five seams (``minipos.seams``: input, rotate, bias,
+content-position, value); ``minipos.schemes`` lists the schemes once, each class at the bottom of the
+module of its math, and this package exports every registered class by name (``minipos.ALiBi``).
+Beside them, the layer's own machinery of today's models: grouped-query heads, sliding windows,
+chunks, sinks (minipos.local_global), StreamingLLM's cache (minipos.streaming) and DeepSeek's latent
 attention (minipos.mla).
 """
 
@@ -36,12 +29,15 @@ from .cache import KVCache  # noqa: E402
 from .layer import MultiHeadAttention  # noqa: E402
 from .schemes import ENTRIES, SCHEMES, class_named  # noqa: E402
 
+_MODULES = ("alibi", "attention", "cache", "deberta", "irope", "layer", "local_global", "masks", "mla", "mrope", "rope",
+            "rope_scaling", "schemes", "seams", "shaw", "sinusoidal", "streaming", "t5", "transformer_xl", "xpos")
 __all__ = [
-    "__version__", "alibi", "attention", "cache", "deberta", "irope", "layer", "local_global", "masks", "mla",
-    "mrope", "rope", "rope_scaling", "schemes", "seams", "shaw", "sinusoidal", "streaming", "t5",
-    "transformer_xl", "xpos", "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "SCHEMES",
+    "__version__", *_MODULES,
+    *dict.fromkeys(m for m in (e.cls.__module__.rpartition(".")[2] for e in ENTRIES.values()) if m not in _MODULES),
+    "causal_mask", "softmax", "MultiHeadAttention", "KVCache", "SCHEMES",
     *(entry.cls.__name__ for entry in ENTRIES.values()),
 ]
+"""The modules (a registered scheme's own too, ``fire``), the core functions and every registered class."""
 
 
 def __getattr__(name):
