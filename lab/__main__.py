@@ -1,6 +1,6 @@
 """``python -m lab``: train small models at L and test them at L..16L, every scheme, several seeds.
 
-    python -m lab                      the full protocol (markov, retrieval, text; every scheme; seeds 0,1,2)
+    python -m lab                      the full protocol (markov, retrieval, text, prose; every scheme; seeds 0,1,2)
     python -m lab --quick              the whole pipeline on tiny settings, then sanity checks
     python -m lab --tasks markov --schemes rope,alibi --seeds 0      a slice
     python -m lab --tasks text --text FILE                           your own text, character level
@@ -39,14 +39,15 @@ from .run import QUICK, TASK_DEFAULTS, Settings, record_path, run_one
 from .summary import check_sane, format_table, summarize
 
 LISTS = {"task": "tasks", "scheme": "schemes", "seed": "seeds"}
-TASKS = ("markov", "retrieval", "text")
+TASKS = ("markov", "retrieval", "text", "prose")
 PROTOCOL = {"tasks": TASKS, "schemes": scheme_specs.NAMES, "seeds": (0, 1, 2)}
 QUICK_PROTOCOL = {"tasks": ("markov", "retrieval"), "schemes": scheme_specs.ORDER, "seeds": (0,)}
 
 AT_LEAST = {"seeds": 0, "length": 1, "eval_factors": 1, "d_model": 1, "num_heads": 1, "num_layers": 1, "d_ff": 1,
             "steps": 1, "batch": 1, "warmup": 0, "plateau_every": 1, "plateau_sequences": 1,
             "plateau_min_window": 1, "vocab": 2, "order": 1, "source_seed": 0, "keys": 1,
-            "values": 2, "filler": 1, "pairs": 1, "eval_tokens": 1, "eval_batch_tokens": 1, "probes": 1,
+            "values": 2, "filler": 1, "pairs": 1, "eval_tokens": 1, "eval_sequences": 2, "eval_batch_tokens": 1,
+            "probes": 2, "checkpoints": 1, "history_tokens": 1, "history_probes": 2,
             "attention_sequences": 1, "position_bins": 1, "finetune_steps": 1, "finetune_factor": 1}
 """The least value of each integer setting (and of each entry of ``--seeds`` and ``--eval-factors``)."""
 
@@ -205,6 +206,8 @@ def settings_from(args) -> tuple[Settings, dict]:
             lists[key] = getattr(args, key)
     if args.text and args.tasks is None:
         lists["tasks"] = ("text",)
+    if args.text and tuple(lists["tasks"]) != ("text",):
+        raise UsageError(f"--text FILE is read by the task text alone; got --tasks {','.join(lists['tasks'])}")
     for name in lists["schemes"]:
         scheme_specs.default_spec(name, base.length)                     # raises on an unknown name
     return base, lists
@@ -274,7 +277,7 @@ def _fits_memory(s: Settings, vocab: int) -> None:
     if s.task == "retrieval":
         parts["the retrieval probes"] = 8 * s.probes * longest
     else:
-        parts["the evaluation's token losses"] = 8 * max(longest, s.eval_tokens - longest)
+        parts["the evaluation's token losses"] = 8 * max(s.eval_tokens, s.eval_sequences * longest)
     need = sum(parts.values())
     if need > have:
         most = max(parts, key=parts.get)
@@ -289,7 +292,7 @@ def _fits_lengths(s: Settings, task, schemes) -> None:
         raise UsageError(f"--length {s.length} cannot hold the retrieval task's write block ({task.write_block} "
                          f"tokens) and read block ({task.read_block}): --length must be at least "
                          f"{task.write_block + task.read_block - 1}")
-    if s.task == "text":
+    if s.task in ("text", "prose"):
         train = s.length * (s.finetune_factor if "rope" in schemes and s.extensions else 1)
         for split, length in (("train", train), ("heldout", max(s.lengths()))):
             if not task.fits(length, split):

@@ -249,17 +249,29 @@ class Model:
         d, f, V = config.d_model, config.d_ff, config.vocab
         normal = lambda shape, std: (rng.standard_normal(shape) * std).astype(self.dtype)  # noqa: E731
         p = {"embed": normal((V, d), config.init_std)}
+        options = schemes.split_spec(config.scheme)[1]
+        self.input_scheme, self.shared = None, bool(options.get("shared"))
+        if options.get("placement") == "input":                        # once, into the embeddings
+            owner = MultiHeadAttention(d, config.num_heads, scheme=schemes.build(config.scheme), dtype=self.dtype,
+                                       seed=int(rng.integers(2 ** 31)))   # holds the scheme; never called
+            self.input_scheme = owner.scheme
+            for name, arr in owner.scheme.parameters().items():
+                p["input.scheme." + name] = arr
         self.layers = []
         for i in range(config.num_layers):
             pre = f"blocks.{i}."
             p.update(self._norm_params(pre + "norm1"))
-            layer = MultiHeadAttention(d, config.num_heads, scheme=schemes.build(config.scheme), dtype=self.dtype,
+            scheme = schemes.build({"name": "nope"} if self.input_scheme else config.scheme)
+            layer = MultiHeadAttention(d, config.num_heads, scheme=scheme, dtype=self.dtype,
                                        seed=int(rng.integers(2 ** 31)))
             source_init(layer, d)                                      # T5's bias and query as HF draws them
             self.layers.append(layer)
             for name in ("wq", "wk", "wv", "wo"):
                 p[pre + "attn." + name] = getattr(layer, name)
             for name, arr in layer.scheme.parameters().items():
+                if self.shared and i > 0:                              # the first layer's, every layer's
+                    setattr(layer.scheme, name, self.layers[0].scheme.parameters()[name])
+                    continue
                 p[pre + "attn.scheme." + name] = arr
             p.update(self._norm_params(pre + "norm2"))
             p[pre + "mlp.w1"] = normal((d, f), 1 / math.sqrt(d))
@@ -307,6 +319,11 @@ class Model:
         cfg, p = self.config, self.params
         B, T = tokens.shape
         x = p["embed"][tokens]                                           # (B, T, d)
+        positions = None
+        if self.input_scheme is not None:                                # absolute positions, added once
+            start = 0 if caches is None else caches[0].length
+            positions = np.arange(start, start + T)
+            x = self.input_scheme.embed(x, positions)
         saved, attn_weights = [], []
         for i, layer in enumerate(self.layers):
             pre = f"blocks.{i}."
@@ -335,13 +352,13 @@ class Model:
             losses, ce = cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), w)
             out["losses"], out["loss"] = losses.reshape(B, T), weighted_mean(losses, w)
             if keep:
-                out["context"] = (tokens, saved, cf, hf, ce)
+                out["context"] = (tokens, positions, saved, cf, hf, ce)
         return out
 
     def backward(self, context) -> dict:
         """Gradients of ``forward(...)["loss"]`` for every entry of ``params``, by the same names."""
         cfg, p = self.config, self.params
-        tokens, saved, cf, hf, ce = context
+        tokens, positions, saved, cf, hf, ce = context
         B, T = tokens.shape
         grads = {}
         dlogits = cross_entropy_backward(ce).reshape(B, T, -1)            # (B, T, V)
@@ -361,9 +378,16 @@ class Model:
             dx = dx + self._norm_backward(pre + "norm2", c2, dm.reshape(B, T, -1), grads)
             g = self.layers[i].backward(actx, dx)
             for name, value in g.items():
-                if name != "x":
-                    grads[pre + "attn." + name] = value
+                if name == "x":
+                    continue
+                key = pre + "attn." + name
+                if self.shared and name.startswith("scheme."):          # a shared table: the layers' sum
+                    key = "blocks.0.attn." + name
+                grads[key] = value if key not in grads else grads[key] + value
             dx = dx + self._norm_backward(pre + "norm1", c1, g["x"], grads)
+        if self.input_scheme is not None:
+            add = lambda name, g: grads.__setitem__("input." + name, g)  # noqa: E731
+            dx = self.input_scheme.embed_backward(dx, positions, add)
         de = embedding_backward(tokens, dx, cfg.vocab)
         grads["embed"] = de if "embed" not in grads else grads["embed"] + de
         return {name: np.asarray(g, dtype=p[name].dtype) for name, g in grads.items()}

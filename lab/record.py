@@ -55,7 +55,10 @@ import minipos
 __all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "source_commit",
            "cpu", "blas_core", "comparable", "SOURCE"]
 
-SCHEMA = "minipos-lab/2"
+SCHEMA = "minipos-lab/3"
+OLD_SCHEMAS = ("minipos-lab/2",)
+"""Earlier schemas still read (``lab/results/text-12000``): no ``history``, standard errors over tokens,
+no per-sequence numbers."""
 TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "versions", "floor", "train", "results",
        "seconds")
 TIMING = ("seconds",)
@@ -164,6 +167,24 @@ def _new_temp(path: Path) -> tuple[int, Path]:
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
+def dumps(obj) -> str:
+    """``obj`` as indented JSON, with every list of numbers on one line (a record holds thousands of
+    per-sequence numbers: one a line would make it several times longer)."""
+    nonce, lists = secrets.token_hex(8), []
+
+    def fold(value):
+        if isinstance(value, dict):
+            return {k: fold(v) for k, v in value.items()}
+        if isinstance(value, list):
+            if value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+                lists.append(json.dumps(value, separators=(", ", ": ")))
+                return f"@{nonce}:{len(lists) - 1}@"
+            return [fold(v) for v in value]
+        return value
+    text = json.dumps(fold(obj), indent=1)
+    return re.sub(f'"@{nonce}:([0-9]+)@"', lambda m: lists[int(m.group(1))], text)
+
+
 def write_json(path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` through a temp file in the same directory and ``os.replace``,
     so a reader never sees a torn file and an interrupted write leaves the old one. The file gets the
@@ -174,7 +195,7 @@ def write_json(path, obj) -> Path:
     fd, tmp = _new_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
+            f.write(dumps(obj))
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
@@ -256,7 +277,17 @@ def _attention(att, where):
             _numbers(layer, f"{where}.{key}[{i}]", lo=0)
 
 
-def _length_entry(entry, where, task):
+def _sequences(entry, where, fields):
+    """Schema 3: ``sequences`` and, for each of ``fields``, one number per sequence."""
+    _number(entry["sequences"], where + ".sequences", lo=2)
+    for name in fields:
+        _numbers(entry[name], f"{where}.{name}")
+        if len(entry[name]) != entry["sequences"]:
+            _fail(f"{where}.{name}", f"must hold one number per sequence ({entry['sequences']}), "
+                                     f"got {len(entry[name])}")
+
+
+def _length_entry(entry, where, task, current=True):
     _keys(entry, ("length", "status"), where)
     _number(entry["length"], where + ".length", lo=1)
     if entry["status"] == "cannot run":
@@ -266,6 +297,10 @@ def _length_entry(entry, where, task):
         _fail(where + ".status", f"must be 'ok' or 'cannot run', got {entry['status']!r}")
     _keys(entry, ("seen_in_training", "loss", "loss_stderr", "floor", "excess", "tokens", "positions", "attention"),
           where)
+    if current:
+        _keys(entry, ("sequences",) + (("sequence_losses",) if task != "retrieval" else ()), where)
+        if task != "retrieval":
+            _sequences(entry, where, ("sequence_losses",))
     if not isinstance(entry["seen_in_training"], bool):
         _fail(where + ".seen_in_training", f"must be true or false, got {entry['seen_in_training']!r}")
     _number(entry["loss"], where + ".loss", lo=0)
@@ -298,6 +333,9 @@ def _length_entry(entry, where, task):
             _number(cell["accuracy"], w + ".accuracy", lo=0, hi=1)
             _number(cell["accuracy_stderr"], w + ".accuracy_stderr", lo=0, hi=1)
             _number(cell["probes"], w + ".probes", lo=1)
+            if current:
+                _keys(cell, ("loss", "loss_stderr", "sequences", "sequence_losses", "sequence_accuracy"), w)
+                _sequences(cell, w, ("sequence_losses", "sequence_accuracy"))
 
 
 def _train(train, schedule) -> None:
@@ -325,8 +363,10 @@ def _train(train, schedule) -> None:
 def validate(record: dict) -> None:
     """Raise ``ValueError`` naming the first field of ``record`` that does not follow the schema."""
     _keys(record, TOP, "(top)")
-    if record["schema"] != SCHEMA:
-        _fail("schema", f"must be {SCHEMA!r}, got {record['schema']!r}")
+    if record["schema"] != SCHEMA and record["schema"] not in OLD_SCHEMAS:
+        _fail("schema", f"must be {SCHEMA!r} (or an earlier {', '.join(map(repr, OLD_SCHEMAS))}), "
+                        f"got {record['schema']!r}")
+    current = record["schema"] == SCHEMA
     if not isinstance(record["command"], str) or not re.match(r"^([A-Z_]+=\S+ )*python -m lab ", record["command"]):
         _fail("command", "must be 'python -m lab ...', after any VARIABLE=value settings")
     _keys(record["settings"], ("task", "scheme", "seed"), "settings")
@@ -350,4 +390,24 @@ def validate(record: dict) -> None:
         if not isinstance(variant["lengths"], list) or not variant["lengths"]:
             _fail(where + ".lengths", "must be a non-empty list")
         for i, entry in enumerate(variant["lengths"]):
-            _length_entry(entry, f"{where}.lengths[{i}]", task)
+            _length_entry(entry, f"{where}.lengths[{i}]", task, current)
+    if current:
+        _history(record["history"] if "history" in record else _fail("(top)", "lacks history"), task)
+
+
+def _history(history, task) -> None:
+    """Schema 3: the evaluations during training, ``[{"step", "lengths", "seconds"}, ...]`` by step."""
+    if not isinstance(history, list) or not history:
+        _fail("history", "must be a non-empty list of checkpoints")
+    steps = []
+    for i, point in enumerate(history):
+        where = f"history[{i}]"
+        _keys(point, ("step", "lengths", "seconds"), where)
+        _number(point["step"], where + ".step", lo=1)
+        steps.append(point["step"])
+        if not isinstance(point["lengths"], list) or not point["lengths"]:
+            _fail(where + ".lengths", "must be a non-empty list")
+        for j, entry in enumerate(point["lengths"]):
+            _length_entry(entry, f"{where}.lengths[{j}]", task)
+    if steps != sorted(set(steps)):
+        _fail("history", f"checkpoints must come in increasing steps, got {steps}")

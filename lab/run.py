@@ -58,14 +58,15 @@ from .memory import keep_freed_memory
 from .model import AdamW, Model, ModelConfig, clip_by_global_norm, copy_parameters, learning_rate
 from .tasks import KeyValueRecall, MarkovSource, TextSource
 
-__all__ = ["Settings", "Stopping", "QUICK", "run_one", "train", "evaluate", "record_path", "command_for"]
+__all__ = ["Settings", "Stopping", "QUICK", "TASK_DEFAULTS", "run_one", "train", "evaluate", "checkpoint_steps",
+           "record_path", "command_for"]
 
 
 @dataclass(frozen=True)
 class Settings:
     """Every knob of a run; ``command_for`` spells each out, so a record's command reproduces it."""
 
-    task: str = "markov"                 # markov | retrieval | text
+    task: str = "markov"                 # markov | retrieval | text (code) | prose
     text: str | None = None              # the text file (task "text")
     scheme: str = "rope"
     seed: int = 0
@@ -84,7 +85,7 @@ class Settings:
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 60
-    schedule: str = "plateau"            # plateau (see Stopping) | budget (the same, no early stop) | cosine | constant
+    schedule: str = "budget"             # budget (a fixed budget, see Stopping) | plateau (stop early) | cosine | constant
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     clip: float = 1.0
@@ -108,12 +109,17 @@ class Settings:
     filler: int = 16
     pairs: int = 4
     binding: str = "fused"               # fused | adjacent (see KeyValueRecall)
-    # evaluation
-    eval_tokens: int = 81920             # tokens per length (loss), sequences = eval_tokens / length
+    # evaluation (standard errors are over sequences: the sd of the per-sequence means / sqrt(n))
+    eval_tokens: int = 163840            # tokens per length (loss): eval_tokens / length sequences ...
+    eval_sequences: int = 2              # ... and at least this many at every length
     eval_batch_tokens: int = 8192        # tokens per forward pass
-    probes: int = 64                     # retrieval: sequences per (length, offset), ``pairs`` probes each
+    probes: int = 256                    # retrieval: sequences per (length, offset), ``pairs`` probes each
     attention_sequences: int = 4         # sequences whose attention weights are measured
     position_bins: int = 8               # bins per L in the per-position loss
+    # the curves past L: every length evaluated at ``checkpoints`` steps spread over training
+    checkpoints: int = 8                 # evaluations during training (the last at its end)
+    history_tokens: int = 40960          # tokens per length at a checkpoint (at least eval_sequences sequences)
+    history_probes: int = 32             # retrieval: sequences per (length, offset) at a checkpoint
     # RoPE
     extensions: bool = True              # evaluate RoPE's scalings and the PI fine-tune
     finetune_steps: int = 60
@@ -140,9 +146,9 @@ class Settings:
         if self.task == "retrieval":
             return KeyValueRecall(keys=self.keys, values=self.values, filler=self.filler, pairs=self.pairs,
                                   binding=self.binding)
-        if self.task == "text":
-            return TextSource(self.text)                                # None: the corpus (lab.corpus)
-        raise ValueError(f"task must be markov, retrieval or text; got {self.task!r}")
+        if self.task in ("text", "prose"):
+            return TextSource(self.text, kind=self.task)                # text None: the corpus (lab.corpus)
+        raise ValueError(f"task must be markov, retrieval, text or prose; got {self.task!r}")
 
     @property
     def finetune_batch(self) -> int:
@@ -154,18 +160,23 @@ class Settings:
 
 
 # A task's own defaults where the shared one does not fit it (the protocol's command line leaves them
-# out; a flag given overrides them, and ``--quick`` keeps its own). Text, a real corpus with no floor,
-# trains every scheme the same fixed budget (the module docstring says why): 6000 steps at the constant
-# rate, the synthetic tasks' budget, then the cool-down of 1200. Twice as long (12000 and 2400, the
-# records of ``lab/results/text-12000``) lowered the loss at L by 0.033-0.048 nats per byte (NoPE 0.117)
-# and cost twice the text records' training time, which is two thirds of the protocol's;
-# ``lab/README.md`` says what it changed and how long the protocol takes.
-TASK_DEFAULTS = {"text": {"steps": 6000, "schedule": "budget"}}
+# out; a flag given overrides them, and ``--quick`` keeps its own). Every task trains a fixed budget
+# (schedule ``budget``): the same number of steps for every scheme, then the cool-down (a fifth of it);
+# seed 0 of every scheme of the synthetic tasks is also trained on twice the budget (``lab/README.md``,
+# Budgets), to show what more training still changes past L. Text and prose evaluate at least 6400
+# sequences at every length, so that a loss at L has a standard error over sequences of about 0.01 nats
+# per symbol or less.
+TASK_DEFAULTS = {
+    "markov": {"steps": 4800},
+    "retrieval": {"steps": 3600},
+    "text": {"steps": 6000, "eval_sequences": 6400},
+    "prose": {"steps": 6000, "eval_sequences": 6400},
+}
 
 QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40, batch=16, lr=1e-2, warmup=4,
              plateau_every=10, plateau_sequences=8, plateau_min_window=20,
              eval_tokens=512, eval_batch_tokens=4096, probes=4, attention_sequences=2, position_bins=2,
-             finetune_steps=4, keys=8, values=8, filler=8, pairs=2, vocab=8)
+             checkpoints=2, history_tokens=256, history_probes=2, finetune_steps=4, keys=8, values=8, filler=8, pairs=2, vocab=8)
 """The ``--quick`` settings: every step of the pipeline on a model too small to learn much."""
 
 
@@ -281,7 +292,7 @@ def heldout_loss(model: Model, batch) -> float:
 
 def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule="cosine", min_lr_ratio=0.1,
           weight_decay=0.1, clip=1.0, stopping: Stopping | None = None, heldout=None,
-          progress: Progress | None = None) -> dict:
+          progress: Progress | None = None, checkpoint=None) -> dict:
     """AdamW steps on batches of ``task``; returns the curves and how training ended.
 
     ``schedule`` ``"cosine"`` or ``"constant"`` runs exactly ``steps`` steps. ``"plateau"`` and ``"budget"`` need
@@ -289,7 +300,9 @@ def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule
     warm-up until ``stopping.reached`` (or ``steps``; ``"budget"`` always until ``steps``), then falls
     linearly over the cool-down. The
     curve holds the mean training loss of each ``every`` steps (``steps // 50`` for the fixed
-    schedules) and, with a stopping rule, the held-out loss measured at those steps."""
+    schedules) and, with a stopping rule, the held-out loss measured at those steps. ``checkpoint(step)``,
+    if given, is called after every step (the model is then as trained so far); the time it takes is not
+    counted in ``seconds``."""
     held = schedule in records.HELDOUT_SCHEDULES
     if held and (stopping is None or heldout is None):
         raise ValueError(f"schedule {schedule!r} needs a stopping rule and a held-out batch")
@@ -327,6 +340,10 @@ def train(model: Model, task, rng, *, length, batch, steps, lr, warmup, schedule
                 cool_from, end = step, step + math.ceil(stopping.cooldown * step)
         if progress is not None:
             progress.update(min(step, progress.total), f"loss {loss:.3f}")
+        if checkpoint is not None:
+            aside = time.perf_counter()
+            checkpoint(step)
+            start += time.perf_counter() - aside
     tail = curve_loss[-max(1, len(curve_loss) // 10):]
     out = {"curve": {"step": curve_step, "loss": curve_loss}, "final_loss": float(np.mean(tail)),
            "steps": step, "seconds": time.perf_counter() - start}
@@ -384,9 +401,13 @@ def _run_tokens(model: Model, x, y, w, *, decode_from: int | None = None):
     return np.concatenate(losses, axis=1), np.concatenate(hits, axis=1)
 
 
-DECODE_BATCH = 8
+DECODE_BATCH = 32
 """Decoding token by token (RoPE's ``dynamic``) takes ``DECODE_BATCH`` times more sequences per batch:
 its cost is in the number of calls, not their size."""
+
+SEQUENCE_DIGITS = 4
+"""Decimals kept of each per-sequence number a record stores (``sequence_losses``, ``sequence_accuracy``):
+the means and standard errors are computed before the rounding (5e-5 at most, far below any standard error)."""
 
 
 def _in_batches(n, length, batch_tokens):
@@ -396,34 +417,61 @@ def _in_batches(n, length, batch_tokens):
         yield min(per, n - start)
 
 
-def _loss_summary(losses, mask, floor_pos, settings, length):
-    """Mean loss (over the tokens ``mask`` weighs, or all), its standard error, the floor, and the loss
-    per bin of ``settings.length / settings.position_bins`` positions (without a mask)."""
-    w = np.ones_like(losses) if mask is None else mask.astype(np.float64)
-    n = float(w.sum())
-    mean = float((losses * w).sum() / n)
-    var = float((((losses - mean) ** 2) * w).sum() / max(n - 1, 1))
-    entry = {"loss": mean, "loss_stderr": math.sqrt(var / n), "floor": None, "excess": None, "tokens": int(n),
-             "positions": None}
+def _per_sequence(values, weights=None):
+    """The mean of each row of ``values`` ``(B, T)`` over the tokens ``weights`` weighs (or all): ``(B,)``."""
+    if weights is None:
+        return values.mean(axis=1)
+    return (values * weights).sum(axis=1) / weights.sum(axis=1)
+
+
+def _mean_stderr(per_sequence) -> tuple[float, float]:
+    """The mean of per-sequence values and its standard error over sequences, ``sd / sqrt(n)``."""
+    n = len(per_sequence)
+    sd = float(np.std(per_sequence, ddof=1)) if n > 1 else 0.0
+    return float(np.mean(per_sequence)), sd / math.sqrt(n)
+
+
+def _stored(per_sequence) -> list:
+    return np.round(np.asarray(per_sequence, np.float64), SEQUENCE_DIGITS).tolist()
+
+
+def _loss_summary(losses, floor_pos, settings, length):
+    """Markov and text: the mean loss over sequences of ``length`` (``losses`` ``(B, T)``), its standard
+    error over sequences, the per-sequence means (``sequence_losses``), the floor, and the loss per bin
+    of ``settings.length / settings.position_bins`` positions."""
+    per_seq = _per_sequence(losses)
+    mean, se = _mean_stderr(per_seq)
+    entry = {"loss": mean, "loss_stderr": se, "floor": None, "excess": None, "tokens": int(losses.size),
+             "sequences": len(per_seq), "positions": None}
     if floor_pos is not None:
-        entry["floor"] = float((floor_pos[None] * w).sum() / n)
+        entry["floor"] = float(floor_pos.mean())
         entry["excess"] = mean - entry["floor"]
-    if mask is None:
-        width = max(1, settings.length // settings.position_bins)
-        edges = list(range(0, length, width)) + [length]
-        spans = list(zip(edges[:-1], edges[1:]))
-        entry["positions"] = {"edges": edges, "loss": [float(losses[:, a:b].mean()) for a, b in spans],
-                              "floor": None if floor_pos is None else [float(floor_pos[a:b].mean()) for a, b in spans]}
+    width = max(1, settings.length // settings.position_bins)
+    edges = list(range(0, length, width)) + [length]
+    spans = list(zip(edges[:-1], edges[1:]))
+    entry["positions"] = {"edges": edges, "loss": [float(losses[:, a:b].mean()) for a, b in spans],
+                          "floor": None if floor_pos is None else [float(floor_pos[a:b].mean()) for a, b in spans]}
+    entry["sequence_losses"] = _stored(per_seq)
     return entry
 
 
-def evaluate(model: Model, task, settings: Settings, length: int, *, decode_from: int | None = None) -> dict:
-    """The metrics of ``model`` at ``length`` (one per-length entry of a record)."""
-    rng = np.random.default_rng([settings.seed, 1, length])
+def _sizes(settings: Settings, length: int, history: bool) -> tuple[int, int]:
+    """``(sequences per length, retrieval sequences per offset)`` of a final evaluation or a checkpoint's."""
+    tokens, probes = ((settings.history_tokens, settings.history_probes) if history
+                      else (settings.eval_tokens, settings.probes))
+    return max(tokens // length, settings.eval_sequences, 2), max(probes, 2)
+
+
+def evaluate(model: Model, task, settings: Settings, length: int, *, decode_from: int | None = None,
+             history: bool = False) -> dict:
+    """The metrics of ``model`` at ``length`` (one per-length entry of a record). ``history``: a
+    checkpoint's evaluation (``history_tokens``, ``history_probes``, its own sequences drawn from
+    ``(seed, 4, length)``, no attention statistics) instead of the final one (``(seed, 1, length)``)."""
+    rng = np.random.default_rng([settings.seed, 4 if history else 1, length])
+    n, probes = _sizes(settings, length, history)
     if isinstance(task, KeyValueRecall):
-        return _evaluate_retrieval(model, task, settings, length, rng, decode_from)
+        return _evaluate_retrieval(model, task, settings, length, rng, decode_from, probes, history)
     floor_pos = task.position_floor(length) if isinstance(task, MarkovSource) else None
-    n = max(1, settings.eval_tokens // length)
     losses, first = [], None
     batch_tokens = settings.eval_batch_tokens * (1 if decode_from is None else DECODE_BATCH)
     for b in _in_batches(n, length, batch_tokens):
@@ -434,35 +482,42 @@ def evaluate(model: Model, task, settings: Settings, length: int, *, decode_from
         first = x[:settings.attention_sequences] if first is None else first
         losses.append(_run_tokens(model, x, y, w, decode_from=decode_from)[0])
     entry = {"length": length, "status": "ok", "seen_in_training": length <= settings.length,
-             **_loss_summary(np.concatenate(losses).astype(np.float64), None, floor_pos, settings, length)}
-    entry["attention"] = None if decode_from is not None else attention_stats(
+             **_loss_summary(np.concatenate(losses).astype(np.float64), floor_pos, settings, length)}
+    entry["attention"] = None if decode_from is not None or history else attention_stats(
         model.forward(first, keep=False, return_weights=True)["attention"])
     return entry
 
 
-def _evaluate_retrieval(model, task: KeyValueRecall, settings, length, rng, decode_from):
-    """Accuracy per offset (read block at the end, written ``offset`` before), loss on the targets."""
-    cells, all_loss, all_w, last = [], [], [], None
+def _evaluate_retrieval(model, task: KeyValueRecall, settings, length, rng, decode_from, probes, history):
+    """Accuracy per offset (read block at the end, written ``offset`` before) and loss on the targets,
+    each with its standard error over sequences (``probes`` sequences per offset, ``pairs`` targets each)."""
+    cells, all_loss, all_acc, last = [], [], [], None
     per = max(1, settings.eval_batch_tokens * (1 if decode_from is None else DECODE_BATCH) // length)
     for offset in task.offsets(length, settings.length):
-        x, y, w, dist = task.sample_at(rng, settings.probes, length, offset)
+        x, y, w, dist = task.sample_at(rng, probes, length, offset)
         got = [_run_tokens(model, x[s:s + per], y[s:s + per], w[s:s + per], decode_from=decode_from)
                for s in range(0, len(x), per)]
-        losses, hits = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
-        acc, count = float((hits * w).sum() / w.sum()), int(w.sum())
-        cells.append({"offset": offset, "accuracy": acc, "accuracy_stderr": math.sqrt(acc * (1 - acc) / count),
-                      "probes": count, "distance_min": int(dist.min()), "distance_max": int(dist.max()),
-                      "seen_in_training": offset <= task.max_offset(settings.length)})
-        all_loss.append(losses)
-        all_w.append(w)
+        losses = np.concatenate([g[0] for g in got]).astype(np.float64)
+        hits = np.concatenate([g[1] for g in got]).astype(np.float64)
+        seq_loss, seq_acc = _per_sequence(losses, w), _per_sequence(hits, w)          # (probes,) each
+        acc, acc_se = _mean_stderr(seq_acc)
+        loss, loss_se = _mean_stderr(seq_loss)
+        cells.append({"offset": offset, "accuracy": acc, "accuracy_stderr": acc_se, "loss": loss,
+                      "loss_stderr": loss_se, "sequences": len(seq_acc), "probes": int(w.sum()),
+                      "distance_min": int(dist.min()), "distance_max": int(dist.max()),
+                      "seen_in_training": offset <= task.max_offset(settings.length),
+                      "sequence_losses": _stored(seq_loss), "sequence_accuracy": _stored(seq_acc)})
+        all_loss.append(seq_loss)
+        all_acc.append(seq_acc)
         last = x[:settings.attention_sequences]
-    w_all = np.concatenate(all_w)
+    seq_loss, seq_acc = np.concatenate(all_loss), np.concatenate(all_acc)
+    loss, loss_se = _mean_stderr(seq_loss)
+    acc, acc_se = _mean_stderr(seq_acc)
     entry = {"length": length, "status": "ok", "seen_in_training": length <= settings.length,
-             **_loss_summary(np.concatenate(all_loss).astype(np.float64), w_all, None, settings, length)}
-    entry["accuracy"] = float(sum(c["accuracy"] * c["probes"] for c in cells) / w_all.sum())
-    entry["accuracy_stderr"] = math.sqrt(entry["accuracy"] * (1 - entry["accuracy"]) / w_all.sum())
-    entry["offsets"] = cells
-    entry["attention"] = None if decode_from is not None else attention_stats(
+             "loss": loss, "loss_stderr": loss_se, "floor": None, "excess": None,
+             "tokens": int(sum(c["probes"] for c in cells)), "sequences": len(seq_acc), "positions": None,
+             "accuracy": acc, "accuracy_stderr": acc_se, "offsets": cells}
+    entry["attention"] = None if decode_from is not None or history else attention_stats(
         model.forward(last, keep=False, return_weights=True)["attention"])
     return entry
 
@@ -475,7 +530,8 @@ def _cannot_run(spec: dict, length: int):
     return None
 
 
-def _evaluate_all(model_for, task, settings, label, *, decode_from=None, verbose=True) -> tuple[list, float]:
+def _evaluate_all(model_for, task, settings, label, *, decode_from=None, verbose=True,
+                  history=False) -> tuple[list, float]:
     """Evaluate at every length; ``model_for(length)`` gives the model (and its spec) for that length."""
     start, entries = time.perf_counter(), []
     lengths = settings.lengths()
@@ -486,11 +542,22 @@ def _evaluate_all(model_for, task, settings, label, *, decode_from=None, verbose
         if reason:
             entries.append({"length": length, "status": "cannot run", "reason": reason})
         else:
-            entries.append(evaluate(model, task, settings, length, decode_from=decode_from))
+            entries.append(evaluate(model, task, settings, length, decode_from=decode_from, history=history))
         note = "cannot run" if reason else (f"loss {entries[-1]['loss']:.3f}" if task.kind != "retrieval"
                                              else f"acc {entries[-1]['accuracy']:.2f}")
         bar.update(i + 1, f"{length}: {note}")
     return entries, time.perf_counter() - start
+
+
+def checkpoint_steps(settings: Settings) -> list[int]:
+    """The steps after which every length is evaluated for the record's ``history``: ``checkpoints`` of
+    them, evenly spread over the run, the last at its end. Under ``budget`` the run is the budget and
+    its cool-down; under ``plateau`` the budget alone (a plateau ends the run sooner, and the checkpoints
+    past its end are not reached: the end of training is then evaluated instead)."""
+    total = settings.steps
+    if settings.schedule == "budget":
+        total += math.ceil(settings.cooldown * settings.steps)
+    return sorted({max(1, round(k * total / settings.checkpoints)) for k in range(1, settings.checkpoints + 1)})
 
 
 # ----------------------------------------------------------------------------- one run
@@ -513,12 +580,20 @@ def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
     model = Model(config, seed=settings.seed)
     label = f"[{settings.task} {scheme_specs.label(spec)} s{settings.seed}]"
     stopping = settings.stopping()
+    history, marks = [], set(checkpoint_steps(settings))
+
+    def checkpoint(step, force=False):
+        if step in marks or force:
+            entries, secs = _evaluate_all(lambda n: (model, spec), task, settings, label, verbose=False, history=True)
+            history.append({"step": step, "lengths": entries, "seconds": secs})
     trained = train(model, task, np.random.default_rng([settings.seed, 0]), length=settings.length,
                     batch=settings.batch, steps=settings.steps, lr=settings.lr, warmup=settings.warmup,
                     schedule=settings.schedule, min_lr_ratio=settings.min_lr_ratio,
                     weight_decay=settings.weight_decay, clip=settings.clip, stopping=stopping,
                     heldout=heldout_batch(task, settings) if stopping else None,
-                    progress=Progress(label + " train", settings.steps, enabled=verbose))
+                    progress=Progress(label + " train", settings.steps, enabled=verbose), checkpoint=checkpoint)
+    if not history or history[-1]["step"] != trained["steps"]:
+        checkpoint(trained["steps"], force=True)                       # a plateau ended training early
     results = {}
     entries, secs = _evaluate_all(lambda n: (model, spec), task, settings, label, verbose=verbose)
     results["base"] = {"spec": spec, "lengths": entries, "seconds": secs}
@@ -535,6 +610,7 @@ def run_one(settings: Settings, out=None, *, verbose: bool = True) -> dict:
         "versions": records.versions(),
         "floor": task.baselines() if isinstance(task, MarkovSource) else None,
         "train": trained,
+        "history": history,
         "results": results,
         "seconds": time.perf_counter() - t0,
     }

@@ -21,14 +21,14 @@ RoPE's context extensions (``EXTENSIONS``) are RoPE specs with a ``scaling`` dic
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from minipos import schemes
 from minipos.seams import Scheme
 from minipos.t5 import T5Bias
 
-__all__ = ["ORDER", "NAMES", "VARIANTS", "SOURCES", "EXTENSIONS", "default_spec", "build", "extension_spec",
-           "label", "source_init", "config_table"]
+__all__ = ["ORDER", "NAMES", "VARIANTS", "SOURCES", "LAYOUT", "MODEL_KEYS", "EXTENSIONS", "default_spec", "build",
+           "split_spec", "extension_spec", "label", "source_init", "config_table"]
 
 ORDER = tuple(name for name, entry in schemes.ENTRIES.items() if entry.lab)
 """Every scheme of the protocol, by the ``name`` of its minipos class: the registry's ``lab`` entries."""
@@ -43,6 +43,7 @@ class Source:
     length: int | None           # the source's training length (None: no setting of it is a length)
     lengths: tuple = ()          # the keys of ``values`` measured in tokens
     cite: str = ""
+    rules: dict = field(default_factory=dict)   # key -> (value at a training length L, the rule in words)
 
 
 SOURCES = {
@@ -52,10 +53,12 @@ SOURCES = {
                       cite="GPT-2: n_positions 1024 = its context (HF GPT2Config)"),
     "alibi": Source({}, None, cite="Press et al. 2022: slopes 2^(-8h/H), no length"),
     "transformer-xl": Source({"base": 10000.0}, None, cite="Dai et al. 2019: sinusoid table, base 10000"),
-    "t5": Source({"num_buckets": 32, "max_distance": 128, "bidirectional": False}, 512,
-                 ("num_buckets", "max_distance"),
+    "t5": Source({"num_buckets": 32, "max_distance": 128, "bidirectional": False}, 512, ("max_distance",),
                  cite="T5 decoder: relative_attention_num_buckets 32, max_distance 128, inputs of 512 tokens "
-                      "(Raffel et al. 2020, Sec. 3.1.2; HF T5Config)"),
+                      "(Raffel et al. 2020, Sec. 2.1 and 3.1.2; HF T5Config); one table, computed in the first "
+                      "layer and shared by all (HF has_relative_attention_bias)",
+                 rules={"max_distance": (lambda L: max(L // 2, 17),
+                                         "max(L/2, 17): T5's 128/512 = L/4 would leave no log buckets")}),
     "deberta": Source({"position_buckets": 256, "max_relative_positions": 512}, 512,
                       ("position_buckets", "max_relative_positions"),
                       cite="DeBERTa-v3: position_buckets 256, max_relative_positions 512, 512-token pre-training "
@@ -68,6 +71,15 @@ SOURCES = {
                         "the reference FIRE module, for 2048-token training"),
 }
 """Each lab scheme's source configuration (see the module docstring's rule)."""
+
+LAYOUT = {"t5": {"shared": True}, "sinusoidal": {"placement": "input"}, "learned": {"placement": "input"}}
+"""How the model holds a scheme, as its source does: keys of a spec that are not keyword arguments of the
+minipos class (``MODEL_KEYS``). ``shared``: one table for every layer (T5 computes its bias in the first
+layer and every layer reuses it). ``placement: "input"``: the position vector is added once, to the token
+embeddings before the first block (Vaswani et al. 2017, Sec. 3.5; GPT-2's ``wpe``), not at each layer's
+attention input as the minipos layer's input seam alone would."""
+
+MODEL_KEYS = ("shared", "placement")
 
 VARIANTS = {"t5@source": "t5", "xpos@source": "xpos"}
 """Extra runs with the source's length-like values unscaled: ``name -> scheme``."""
@@ -82,10 +94,18 @@ EXTENSIONS = ("linear", "ntk", "dynamic", "yarn")
 def _scaled(source: Source, train_length: int, scale: bool) -> dict:
     out = {}
     for key, value in source.values.items():
-        if scale and key in source.lengths:
+        if scale and key in source.rules:
+            value = source.rules[key][0](train_length)
+        elif scale and key in source.lengths:
             value = max(2, round(value * train_length / source.length))
         out[key] = value
     return out
+
+
+def split_spec(spec: dict) -> tuple[dict, dict]:
+    """``(the minipos class's spec, the model's options)``: a spec without, and with only, ``MODEL_KEYS``."""
+    return ({k: v for k, v in spec.items() if k not in MODEL_KEYS},
+            {k: v for k, v in spec.items() if k in MODEL_KEYS})
 
 
 def default_spec(name: str, train_length: int) -> dict:
@@ -94,7 +114,7 @@ def default_spec(name: str, train_length: int) -> dict:
         raise ValueError(f"scheme must be one of {', '.join(NAMES)}; got {name!r}")
     scheme = VARIANTS.get(name, name)
     source = SOURCES.get(scheme, Source({}, None))
-    return {"name": scheme, **_scaled(source, train_length, scale=name not in VARIANTS)}
+    return {"name": scheme, **_scaled(source, train_length, scale=name not in VARIANTS), **LAYOUT.get(scheme, {})}
 
 
 def config_table(train_length: int) -> list[dict]:
@@ -109,7 +129,8 @@ def config_table(train_length: int) -> list[dict]:
             rows.append({"name": name, "setting": "-", "source": "-", "value": "-", "rule": "none", "cite": source.cite})
         for key, value in source.values.items():
             scaled = key in source.lengths and name not in VARIANTS
-            rule = (f"x {train_length}/{source.length}" if scaled else
+            rule = (source.rules[key][1] if scaled and key in source.rules else
+                    f"x {train_length}/{source.length}" if scaled else
                     "kept (a variant)" if key in source.lengths else "kept (not a length)")
             rows.append({"name": name, "setting": key, "source": value, "value": spec[key], "rule": rule,
                          "cite": source.cite})
@@ -147,8 +168,8 @@ def extension_spec(kind: str, train_length: int, factor: float) -> dict:
 
 
 def build(spec: dict) -> Scheme:
-    """A new minipos scheme instance from its spec."""
-    spec = dict(spec)
+    """A new minipos scheme instance from its spec (the model's options, ``MODEL_KEYS``, left out)."""
+    spec = split_spec(spec)[0]
     return schemes.build(spec.pop("name"), spec)
 
 

@@ -22,7 +22,7 @@ from . import schemes as scheme_specs
 
 __all__ = ["METRIC", "STDERR", "LEARNED", "fixed_budget", "learned", "summarize", "format_table", "check_sane", "measured", "write_measured", "MEASURED_PATH"]
 
-METRIC = {"markov": "excess", "text": "loss", "retrieval": "accuracy"}
+METRIC = {"markov": "excess", "text": "loss", "prose": "loss", "retrieval": "accuracy"}
 MEASURED_PATH = Path(__file__).resolve().parent.parent / "minipos" / "data" / "lab_measured.json"
 MEASURED_SCHEMA = "minipos-lab-measured/2"
 TOUR_TASKS = ("markov", "retrieval")

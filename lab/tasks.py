@@ -5,8 +5,9 @@
                   floor: the stationary distribution over contexts times each context's entropy.
 ``KeyValueRecall`` long-range retrieval: keys written with their values, read back later at a
                   controlled distance; scored by accuracy as a function of distance and length.
-``TextSource``    real text, a symbol a token (no known floor): SymPy 1.14.0's source as bytes
-                  (``lab.corpus``, rebuilt bit for bit from the pinned package), or a user's file.
+``TextSource``    real text, a symbol a token (no known floor): SymPy 1.14.0's source (code) or Jane
+                  Austen's novels (prose) as bytes (``lab.corpus``, rebuilt bit for bit from the
+                  pinned packages), or a user's file.
 
 Every task draws batches ``(inputs (B, T), targets (B, T), weights (B, T) or None)`` from a
 ``numpy.random.Generator`` the caller seeds, so a run is reproducible.
@@ -260,23 +261,28 @@ class KeyValueRecall:
 
 
 class TextSource:
-    """Real text, one symbol a token: the corpus of ``lab.corpus`` (``path=None``: SymPy 1.14.0's
-    source as bytes, every tenth file held out) or a UTF-8 file's characters (the first 90% train).
+    """Real text, one symbol a token: a corpus of ``lab.corpus`` (``path=None``; ``kind`` ``"text"``:
+    SymPy 1.14.0's source as bytes, every tenth file held out; ``"prose"``: Jane Austen's novels as
+    bytes, the last tenth of each held out) or a UTF-8 file's characters (the first 90% train).
     ``alphabet[i]`` is the symbol of token ``i`` (a byte of the corpus, a character of a file)."""
 
-    kind = "text"
-
-    def __init__(self, path=None, *, holdout: float = 0.1):
+    def __init__(self, path=None, *, holdout: float = 0.1, kind: str = "text"):
+        if kind not in corpus.CORPORA:
+            raise ValueError(f"kind must be one of {', '.join(corpus.CORPORA)}, got {kind!r}")
+        if path is not None and kind != "text":
+            raise ValueError(f"a text file is the task 'text' (character level); the task {kind!r} reads its own corpus")
+        self.kind = kind
         self.path = None if path is None else str(path)
         if path is None:
-            data = corpus.load()
+            source = corpus.CORPORA[kind]
+            data = source["load"]()
             counts = np.bincount(data["train"], minlength=256) + np.bincount(data["heldout"], minlength=256)
             symbols = np.flatnonzero(counts)                            # the bytes that occur, ascending
             lookup = np.zeros(256, np.int32)
             lookup[symbols] = np.arange(len(symbols), dtype=np.int32)
             self.train, self.heldout = lookup[data["train"]], lookup[data["heldout"]]
-            self.origin = {"corpus": corpus.ORIGIN, "package": corpus.PACKAGE, "version": corpus.VERSION,
-                           "sha256": data["sha256"], "files": data["files"]}
+            self.origin = {"corpus": source["origin"], "kind": source["kind"], "package": source["package"],
+                           "version": source["version"], "sha256": data["sha256"], "files": data["files"]}
             self.vocab, self.alphabet = len(symbols), bytes(symbols.tolist())
         else:
             text = Path(path).read_text(encoding="utf-8")
@@ -320,7 +326,7 @@ def make_task(config: dict):
         return MarkovSource(**config)
     if name == "retrieval":
         return KeyValueRecall(**config)
-    if name == "text":
-        return TextSource(config.get("path"))
+    if name in ("text", "prose"):
+        return TextSource(config.get("path"), kind=name)
     raise ValueError(f"unknown task {name!r}")
 

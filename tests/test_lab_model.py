@@ -148,6 +148,11 @@ def _perturbed(config, seed=3):
     ({"name": "xpos"}, "rmsnorm", "gelu", False),
     ({"name": "sinusoidal"}, "layernorm", "gelu", True),
     ({"name": "nope"}, "layernorm", "gelu", True),
+    # the lab's layouts (lab.schemes.LAYOUT): T5's one table for every layer, absolute positions added once
+    ({"name": "t5", "bidirectional": False, "num_buckets": 8, "max_distance": 16, "shared": True}, "layernorm",
+     "gelu", True),
+    ({"name": "learned", "max_positions": 8, "placement": "input"}, "rmsnorm", "gelu", True),
+    ({"name": "sinusoidal", "placement": "input"}, "layernorm", "relu", False),
 ])
 def test_model_backward_against_finite_differences(scheme, norm, activation, tied):
     m = _perturbed(ModelConfig(scheme=scheme, norm=norm, activation=activation, tied=tied, **TINY))
@@ -307,3 +312,33 @@ def test_copy_parameters_into_a_scaled_rope():
     assert np.array_equal(dst.layers[0].wq, src.params["blocks.0.attn.wq"])   # the layer itself changed
     with pytest.raises(ValueError, match="differ"):
         copy_parameters(src, Model(ModelConfig(scheme={"name": "t5"}, **TINY), seed=0))
+
+
+def test_a_shared_table_is_one_parameter_that_every_layer_reads():
+    """T5 computes its bias in the first layer and reuses it in every layer (HF T5: only block 0 has
+    ``relative_attention_bias``): one parameter, and changing it changes every layer's bias."""
+    m = Model(ModelConfig(scheme={"name": "t5", "bidirectional": False, "shared": True}, **TINY), seed=0)
+    tables = [name for name in m.params if name.endswith("scheme.table")]
+    assert tables == ["blocks.0.attn.scheme.table"]
+    assert all(layer.scheme.table is m.params[tables[0]] for layer in m.layers)
+    per_layer = Model(ModelConfig(scheme={"name": "t5", "bidirectional": False}, **TINY), seed=0)
+    assert [n for n in per_layer.params if n.endswith("scheme.table")] == [
+        "blocks.0.attn.scheme.table", "blocks.1.attn.scheme.table"]
+
+
+def test_input_placement_adds_the_table_once_before_the_first_block():
+    """With ``placement: "input"`` the blocks attend without position (NoPE) and the embedding of token
+    t at position i is ``E[t] + P[i]``: set P to a known table and read it back from the first norm's input."""
+    m = Model(ModelConfig(scheme={"name": "learned", "max_positions": 8, "placement": "input"}, **TINY), seed=0)
+    assert all(layer.scheme.name == "nope" for layer in m.layers)
+    assert [n for n in m.params if "scheme" in n] == ["input.scheme.table"]
+    m.params["input.scheme.table"][...] = np.arange(8 * 8, dtype=np.float32).reshape(8, 8)
+    seen = {}
+    original = M.layer_norm
+    try:
+        M.layer_norm = lambda x, g, b: seen.setdefault("x", x.copy()) is not None and original(x, g, b)
+        m.forward(np.array([[3, 3, 3]]))
+    finally:
+        M.layer_norm = original
+    want = m.params["embed"][3][None, :] + np.arange(3 * 8, dtype=np.float32).reshape(3, 8)   # E[3] + P[0..2]
+    assert np.array_equal(seen["x"][0], want)
