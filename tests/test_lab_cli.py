@@ -93,7 +93,7 @@ def _damaged(tmp_path):
              "binary.json": (b"\x89PNG\r\n\x1a\n\xff", "not UTF-8"),
              "a-list.json": ("[1, 2]", "record field (top): must be an object, got list"),
              "summary.json": ((QUICK / "summary.json").read_text(), "record field (top): lacks schema"),
-             "old-schema.json": (json.dumps({**good, "schema": "minipos-lab/0"}), "schema: must be 'minipos-lab/2'"),
+             "old-schema.json": (json.dumps({**good, "schema": "minipos-lab/0"}), "schema: must be 'minipos-lab/3'"),
              "no-command.json": (json.dumps({**good, "command": "rm -rf /"}), "record field command"),
              "other-env.json": (json.dumps({**good, "command": "LD_PRELOAD=x.so " + good["command"]}),
                                 "LD_PRELOAD, which is not one of the variables"),
@@ -430,14 +430,16 @@ def _option(argv, capsys, option="--steps"):
     return [line.split(f"{option} ")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
 
 
-def test_text_runs_take_their_own_budget_unless_a_flag_or_quick_sets_one(capsys):
-    # The stated defaults (lab/README.md): the synthetic tasks stop at a plateau within 6000 steps, text
-    # trains a fixed budget of the same 6000.
-    assert _option(["--tasks", "markov,text"], capsys) == ["6000", "6000"]
-    assert _option(["--tasks", "markov,text"], capsys, "--schedule") == ["plateau", "budget"]
-    assert _option(["--tasks", "markov,text", "--steps", "100"], capsys) == ["100", "100"]
+def test_each_task_takes_its_own_budget_unless_a_flag_or_quick_sets_one(capsys):
+    # The stated budgets (lab/README.md, Budgets): Markov 4800, retrieval 3600, text and prose 6000 steps,
+    # every one a fixed budget; text and prose evaluate at least 6400 sequences at a length.
+    tasks = ["--tasks", "markov,retrieval,text,prose"]
+    assert _option(tasks, capsys) == ["4800", "3600", "6000", "6000"]
+    assert _option(tasks, capsys, "--schedule") == ["budget"] * 4
+    assert _option(tasks, capsys, "--eval-sequences") == ["2", "2", "6400", "6400"]
+    assert _option(tasks + ["--steps", "100"], capsys) == ["100"] * 4
     assert _option(["--tasks", "text", "--schedule", "plateau"], capsys, "--schedule") == ["plateau"]
     assert _option(["--tasks", "text", "--schedule", "plateau"], capsys) == ["6000"]
-    assert _option(["--tasks", "text", "--steps", "12000"], capsys, "--schedule") == ["budget"]
+    assert _option(["--tasks", "markov", "--steps", "9600"], capsys, "--schedule") == ["budget"]
     assert _option(["--tasks", "text", "--quick"], capsys) == ["40"]
-    assert _option(["--tasks", "text", "--quick"], capsys, "--schedule") == ["plateau"]
+    assert _option(["--tasks", "text", "--quick"], capsys, "--eval-sequences") == ["2"]

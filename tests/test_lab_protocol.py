@@ -46,7 +46,7 @@ def test_the_plateau_schedule_warms_holds_and_cools_down_linearly():
 def test_a_run_stops_at_its_plateau_and_records_the_rule(tmp_path):
     # a tiny model whose held-out loss stops moving quickly: with a window of 20 steps checked every 10
     settings = Settings(**{**QUICK, "steps": 400, "plateau_min_window": 20, "extensions": False,
-                           "eval_factors": (1, 2)}, scheme="alibi")
+                           "eval_factors": (1, 2), "schedule": "plateau"}, scheme="alibi")
     rec = run_one(settings, tmp_path, verbose=False)
     train = rec["train"]
     stop = train["stopping"]
@@ -63,7 +63,7 @@ def test_a_run_stops_at_its_plateau_and_records_the_rule(tmp_path):
 
 def test_a_run_without_a_plateau_is_cooled_down_and_marked_not_converged(tmp_path):
     settings = Settings(**{**QUICK, "steps": 30, "plateau_min_window": 1000, "extensions": False,
-                           "eval_factors": (1,)}, scheme="nope")
+                           "eval_factors": (1,), "schedule": "plateau"}, scheme="nope")
     train = run_one(settings, tmp_path, verbose=False)["train"]
     assert train["converged"] is False and train["stopping"]["plateau_step"] is None
     assert train["steps"] == 30 + math.ceil(0.2 * 30)
@@ -103,8 +103,12 @@ def test_a_fixed_budget_record_cannot_claim_a_plateau(tmp_path):
 def test_one_rule_scales_every_length_like_setting():
     L = 64
     assert schemes.default_spec("learned", L)["max_positions"] == 64                  # 1024 x 64/1024
-    assert schemes.default_spec("t5", L) == {"name": "t5", "num_buckets": 4, "max_distance": 16,
-                                             "bidirectional": False}               # 32, 128 x 64/512
+    # T5: the source's 32 buckets; max_distance L/2 (128 x 64/512 = 16 would leave no log buckets: a
+    # unidirectional table of 32 keeps 16 exact ones); one table for the layers, as T5 computes it
+    assert schemes.default_spec("t5", L) == {"name": "t5", "num_buckets": 32, "max_distance": 32,
+                                             "bidirectional": False, "shared": True}
+    assert schemes.default_spec("t5", 16)["max_distance"] == 17                      # the least with log buckets
+    assert schemes.default_spec("sinusoidal", L) == {"name": "sinusoidal", "placement": "input"}
     assert schemes.default_spec("deberta", L) == {"name": "deberta", "position_buckets": 32,
                                                   "max_relative_positions": 64}   # 256, 512 x 64/512
     assert schemes.default_spec("xpos", L)["scale_base"] == 32                     # 512 x 64/1024
@@ -140,8 +144,14 @@ def test_offsets_past_training_are_marked(tmp_path):
     assert not at_4l["seen_in_training"] and rec["results"]["base"]["lengths"][0]["seen_in_training"]
     for cell in at_4l["offsets"]:
         assert cell["seen_in_training"] == (cell["offset"] <= 13)
-        n, p = cell["probes"], cell["accuracy"]
-        assert cell["accuracy_stderr"] == pytest.approx(math.sqrt(p * (1 - p) / n))
+        # the standard error is over sequences: the sd of the per-sequence accuracies (each the share
+        # of the sequence's `pairs` probes answered) over sqrt(n)
+        per = cell["sequence_accuracy"]
+        assert cell["sequences"] == len(per) == 4 and cell["probes"] == 2 * len(per)
+        assert set(per) <= {0.0, 0.5, 1.0} and cell["accuracy"] == pytest.approx(sum(per) / len(per))
+        mean = sum(per) / len(per)
+        sd = math.sqrt(sum((a - mean) ** 2 for a in per) / (len(per) - 1))
+        assert cell["accuracy_stderr"] == pytest.approx(sd / 2)
 
 
 def test_standard_error_is_the_larger_of_seed_spread_and_evaluation_noise():
@@ -151,11 +161,15 @@ def test_standard_error_is_the_larger_of_seed_spread_and_evaluation_noise():
     assert got["se"] == pytest.approx(0.5 / 3)
 
 
-def test_the_markov_se_per_seed_is_within_the_target():
-    # 81920 evaluation tokens: the per-token loss sd of a trained model is about 1.3 nats (records of the
-    # protocol), so the SE of a mean over independent tokens is 1.3 / sqrt(81920) = 0.0045 <= 0.005
-    assert Settings().eval_tokens == 81920 and 1.3 / math.sqrt(81920) < 0.005
-    assert Settings().probes * Settings().pairs >= 256                  # retrieval probes per offset
+def test_the_evaluation_sizes_meet_the_standard_error_targets():
+    # Per-sequence standard deviations at L of trained models (lab/README.md, Evaluation): Markov about
+    # 0.17 nats over 64 tokens, so 163840 / 64 = 2560 sequences give an SE of 0.0034 <= 0.005; text and
+    # prose at most 0.75 nats, so 6400 give 0.0094 <= 0.01.
+    from lab.run import TASK_DEFAULTS
+    s = Settings()
+    assert 0.17 / math.sqrt(s.eval_tokens // s.length) <= 0.005
+    assert all(0.75 / math.sqrt(TASK_DEFAULTS[t]["eval_sequences"]) <= 0.01 for t in ("text", "prose"))
+    assert s.probes >= 256                                              # retrieval: distinct sequences per offset
 
 
 def test_runs_side_by_side_write_the_records_a_single_run_writes(tmp_path):
