@@ -163,14 +163,14 @@ class Settings:
 # out; a flag given overrides them, and ``--quick`` keeps its own). Every task trains a fixed budget
 # (schedule ``budget``): the same number of steps for every scheme, then the cool-down (a fifth of it);
 # seed 0 of every scheme of the synthetic tasks is also trained on twice the budget (``lab/README.md``,
-# Budgets), to show what more training still changes past L. Text and prose evaluate at least 6400
-# sequences at every length, so that a loss at L has a standard error over sequences of about 0.01 nats
-# per symbol or less.
+# Budgets), to show what more training still changes past L. Text and prose evaluate 409600 symbols at
+# each length, 6400 sequences at L (400 at 16 L), so that a loss at L has a standard error over sequences
+# of about 0.01 nats per symbol or less (lab/README.md, Evaluation).
 TASK_DEFAULTS = {
     "markov": {"steps": 4800},
     "retrieval": {"steps": 3600},
-    "text": {"steps": 6000, "eval_sequences": 6400},
-    "prose": {"steps": 6000, "eval_sequences": 6400},
+    "text": {"steps": 6000, "eval_tokens": 409600},
+    "prose": {"steps": 6000, "eval_tokens": 409600},
 }
 
 QUICK = dict(length=16, d_model=32, num_heads=2, num_layers=2, d_ff=64, steps=40, batch=16, lr=1e-2, warmup=4,

@@ -432,14 +432,14 @@ def _option(argv, capsys, option="--steps"):
 
 def test_each_task_takes_its_own_budget_unless_a_flag_or_quick_sets_one(capsys):
     # The stated budgets (lab/README.md, Budgets): Markov 4800, retrieval 3600, text and prose 6000 steps,
-    # every one a fixed budget; text and prose evaluate at least 6400 sequences at a length.
+    # every one a fixed budget; text and prose evaluate 409600 symbols at a length (6400 sequences at L).
     tasks = ["--tasks", "markov,retrieval,text,prose"]
     assert _option(tasks, capsys) == ["4800", "3600", "6000", "6000"]
     assert _option(tasks, capsys, "--schedule") == ["budget"] * 4
-    assert _option(tasks, capsys, "--eval-sequences") == ["2", "2", "6400", "6400"]
+    assert _option(tasks, capsys, "--eval-tokens") == ["163840", "163840", "409600", "409600"]
     assert _option(tasks + ["--steps", "100"], capsys) == ["100"] * 4
     assert _option(["--tasks", "text", "--schedule", "plateau"], capsys, "--schedule") == ["plateau"]
     assert _option(["--tasks", "text", "--schedule", "plateau"], capsys) == ["6000"]
     assert _option(["--tasks", "markov", "--steps", "9600"], capsys, "--schedule") == ["budget"]
     assert _option(["--tasks", "text", "--quick"], capsys) == ["40"]
-    assert _option(["--tasks", "text", "--quick"], capsys, "--eval-sequences") == ["2"]
+    assert _option(["--tasks", "text", "--quick"], capsys, "--eval-tokens") == ["512"]
