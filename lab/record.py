@@ -1,37 +1,45 @@
 """Results as data: one JSON record per run, written atomically, and its schema.
 
-A record (``SCHEMA = "minipos-lab/2"``) holds everything needed to read and to reproduce a run::
+A record (``SCHEMA = "minipos-lab/3"``) holds everything needed to read and to reproduce a run::
 
-    schema       "minipos-lab/2"
+    schema       "minipos-lab/3"
     command      the exact command that writes this record again (every setting explicit, after the
                  thread-count variables that were set, e.g. ``MINIPOS_NUM_THREADS=1``)
     settings     every setting of the run (what the command spells out)
     task         the task's configuration; model: the model's; scheme: the trained scheme's spec
     seed         the run's seed (model init, training batches, evaluation sequences)
     versions     python, numpy, minipos, the cores, the CPU model (``cpu``) and the kernels OpenBLAS
-                 chose for it (``blas_core``, e.g. "Haswell"; each null where unknown, and absent from
-                 records written before they were recorded), and the git commit of the checkout (or null),
-                 ending in "+modified" when the code (``SOURCE``) had uncommitted changes
+                 chose for it (``blas_core``, e.g. "Haswell"; each null where unknown), and the git
+                 commit of the checkout (or null), ending in "+modified" when the code (``SOURCE``) had
+                 uncommitted changes
     floor        markov: {"entropy_rate", "unigram", "order1"} in nats; otherwise null
     train        {"curve": {"step": [...], "loss": [...]}, "final_loss", "steps", "seconds"}; with the
-                 plateau and budget schedules also "converged" (the plateau came before the budget;
+                 budget and plateau schedules also "converged" (the plateau came before the budget;
                  always false with "budget", which trains every run the whole budget), "stopping"
                  (the rule in words and its numbers, "plateau_step", "cooldown_steps") and
-                 "heldout" {"step", "loss"} (the held-out loss at L the rule read)
+                 "heldout" {"step", "loss"} (the held-out loss at L measured every ``plateau_every`` steps)
+    history      [{"step", "lengths": [per-length entry, ...], "seconds"}, ...]: the base model evaluated at
+                 every length during training (``lab.run.checkpoint_steps``), on the smaller checkpoint
+                 sets (``history_tokens``, ``history_probes``) and without attention statistics
     results      {variant: {"spec", "lengths": [per-length entry, ...], "seconds", ...}}
     seconds      wall time of the whole run
 
 ``results`` has ``"base"`` (the trained model as is) and, for RoPE, the context extensions
 (``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``) and ``"pi-finetune"``. A per-length entry is
-``{"length", "status": "ok", "seen_in_training"}`` (the length is at most L) plus the metrics, or ``{"length", "status": "cannot run", "reason"}``.
-Metrics of an ``ok`` entry: ``loss``, ``loss_stderr``, ``floor`` (null without one), ``excess``
-(= loss - floor), ``tokens``; ``positions`` ``{"edges", "loss", "floor"}`` (loss per bin of
-positions, ``edges`` has one more entry than ``loss``; null for retrieval); ``attention`` ``{"entropy", "distance"}``
-(per layer, per head: mean entropy of a query's weights in nats, mean distance attended) with
-``"uniform_entropy"`` (the same for uniform causal weights), or null; retrieval adds ``accuracy``,
-``accuracy_stderr`` (binomial) and ``offsets`` (``[{"offset", "accuracy", "accuracy_stderr", "probes",
-"distance_min", "distance_max", "seen_in_training"}, ...]``; an offset is seen in training when the
-task's training sequences at L can hold it, ``KeyValueRecall.max_offset``).
+``{"length", "status": "ok", "seen_in_training"}`` (the length is at most L) plus the metrics, or
+``{"length", "status": "cannot run", "reason"}``. Metrics of an ``ok`` entry: ``loss`` and
+``loss_stderr`` (the mean over sequences and its standard error over them, ``sd / sqrt(n)``),
+``sequences`` (n), ``floor`` (null without one), ``excess`` (= loss - floor), ``tokens``; markov and
+text also ``sequence_losses`` (each sequence's mean loss, ``lab.run.SEQUENCE_DIGITS`` decimals) and
+``positions`` ``{"edges", "loss", "floor"}`` (loss per bin of positions, ``edges`` has one more entry
+than ``loss``; null for retrieval); ``attention`` ``{"entropy", "distance"}`` (per layer, per head:
+mean entropy of a query's weights in nats, mean distance attended) with ``"uniform_entropy"`` (the
+same for uniform causal weights), or null; retrieval adds ``accuracy`` and ``accuracy_stderr`` (over
+sequences) and ``offsets`` (``[{"offset", "accuracy", "accuracy_stderr", "loss", "loss_stderr",
+"sequences", "probes", "distance_min", "distance_max", "seen_in_training", "sequence_losses",
+"sequence_accuracy"}, ...]``; an offset is seen in training when the task's training sequences at L
+can hold it, ``KeyValueRecall.max_offset``). Records of schema ``minipos-lab/2`` (``OLD_SCHEMAS``) are
+read as well: no ``history``, no per-sequence numbers, standard errors over tokens.
 
 ``validate(record)`` checks all of that and raises ``ValueError`` naming the first field that is wrong.
 """

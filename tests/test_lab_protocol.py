@@ -220,3 +220,19 @@ def test_markov_order1_baseline_forgets_the_symbol_two_back():
     b = src.baselines()
     assert b["entropy_rate"] < b["order1"] < b["unigram"]
     assert np.isfinite(list(b.values())).all()
+
+
+def test_checkpoints_do_not_touch_the_training(tmp_path):
+    # The history's evaluations run on the model mid-training: they must change nothing of the run (the
+    # training curve, the held-out losses and the final evaluation of a run with 5 checkpoints are those
+    # of the same run with 1, bit for bit), and land at the steps checkpoint_steps names.
+    from lab.run import checkpoint_steps
+    one = Settings(**{**QUICK, "checkpoints": 1, "extensions": False, "eval_factors": (1, 2)}, scheme="t5")
+    five = Settings(**{**one.__dict__, "checkpoints": 5})
+    a, b = run_one(one, verbose=False), run_one(five, verbose=False)
+    assert a["train"]["curve"] == b["train"]["curve"] and a["train"]["heldout"] == b["train"]["heldout"]
+    assert a["results"]["base"]["lengths"][1]["sequence_losses"] == b["results"]["base"]["lengths"][1]["sequence_losses"]
+    total = 40 + math.ceil(0.2 * 40)                                    # QUICK's budget and its cool-down
+    assert checkpoint_steps(five) == [10, 19, 29, 38, 48] and total == 48  # round(k * 48 / 5)
+    assert [h["step"] for h in b["history"]] == [10, 19, 29, 38, 48] and [h["step"] for h in a["history"]] == [48]
+    assert b["history"][-1]["lengths"][0]["sequences"] == QUICK["history_tokens"] // QUICK["length"]
