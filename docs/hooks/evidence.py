@@ -118,9 +118,16 @@ def _cell(raw, where: str, ok: bool = False) -> Cell | None:
         return None
     if not isinstance(raw, dict) or "mean" not in raw:
         raise EvidenceError(f"{where}: expected a cell with a mean, got {raw!r}")
-    n = int(raw["n"])
-    se = raw["se"] if "se" in raw else (raw["sd"] / math.sqrt(n) if n > 1 else float("nan"))
-    return Cell(float(raw["mean"]), float(se), n, ok, where)
+    n = raw.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise EvidenceError(f"{where}: expected a cell over n >= 1 seeds, got n = {n!r}")
+    if "se" in raw:
+        se = raw["se"]
+    elif n > 1 and "sd" in raw:
+        se = _finite(raw["sd"], where + " sd") / math.sqrt(n)
+    else:
+        raise EvidenceError(f"{where}: a cell of {n} seed(s) without a standard error")
+    return Cell(_finite(raw["mean"], where + " mean"), _finite(se, where + " se"), n, ok, where)
 
 
 def cell(task: str, row: str, length: int, where: Path = FULL) -> Cell | None:
@@ -337,3 +344,107 @@ def claim(holds: bool, statement: str) -> None:
     """Fail the build with ``statement`` unless the records bear it out."""
     if not holds:
         raise EvidenceError(f"the lab records no longer support: {statement}")
+
+
+# ----------------------------------------------------------------------------- schema 3: fixed budgets
+
+TWICE = FULL.parent / "twice"
+"""Seed 0 of every scheme of Markov and retrieval trained on twice the budget: the doubling check."""
+
+
+def present(task: str, names, where: Path = FULL, seeds=(0, 1, 2)) -> list:
+    """The rows among ``names`` whose every seed has a record of ``task`` in ``where`` at schema 3."""
+    out = []
+    for n in names:
+        scheme = n.partition(" +")[0]
+        paths = [where / f"{task}-{scheme}-s{s}.json" for s in seeds]
+        if all(p.is_file() for p in paths) and all(record(task, scheme, s, where)["schema"] == "minipos-lab/3"
+                                                   for s in seeds):
+            out.append(n)
+    return out
+
+
+def ready(task: str, names, where: Path = FULL) -> bool:
+    """Whether every row of ``names`` has all three seeds of ``task`` recorded at schema 3."""
+    return len(present(task, names, where)) == len(list(names))
+
+
+def _finite(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise EvidenceError(f"{where}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _entry_at(rec: dict, variant: str, length: int, where: str) -> dict | None:
+    rows = [e for e in rec["results"][variant]["lengths"] if e["length"] == length]
+    if not rows:
+        raise EvidenceError(f"{where}: no evaluation at length {length}")
+    return rows[0] if rows[0]["status"] == "ok" else None
+
+
+def _metric_of(entry: dict, task: str, offset: int | None, where: str) -> float:
+    if offset is None:
+        return _finite(entry[METRIC[task]], where)
+    cells = [c for c in entry["offsets"] if c["offset"] == offset]
+    if not cells:
+        raise EvidenceError(f"{where}: no offset {offset}")
+    return _finite(cells[0]["accuracy"], where)
+
+
+def history(task: str, row: str, length: int, offset: int | None = None, where: Path = FULL,
+            seeds=(0, 1, 2)) -> dict | None:
+    """The metric of ``row`` at ``length`` (retrieval: at ``offset``, or over every offset) at each
+    checkpoint of training: ``{"step": [...], "mean": [...], "low": [...], "high": [...]}`` over the
+    seeds (their mean, least and greatest value), or None where the scheme cannot run there."""
+    scheme = row.partition(" +")[0]
+    steps, per_seed = None, []
+    for s in seeds:
+        rec = record(task, scheme, s, where)
+        points = rec.get("history")
+        if not points:
+            raise EvidenceError(f"{task}-{scheme}-s{s}: no history (a record of schema 3 has one)")
+        got = []
+        for p in points:
+            e = _entry_at({"results": {"base": {"lengths": p["lengths"]}}}, "base", length,
+                          f"{task}-{scheme}-s{s} history step {p['step']}")
+            if e is None:
+                return None
+            got.append(_metric_of(e, task, offset, f"{task}-{scheme}-s{s} step {p['step']}"))
+        these = [p["step"] for p in points]
+        if steps is not None and these != steps:
+            raise EvidenceError(f"{task}/{row}: the seeds' checkpoints differ ({steps} against {these})")
+        steps = these
+        per_seed.append(got)
+    cols = list(zip(*per_seed))
+    return {"step": steps, "mean": [sum(c) / len(c) for c in cols], "low": [min(c) for c in cols],
+            "high": [max(c) for c in cols]}
+
+
+def twice_change(task: str, row: str, length: int, offset: int | None = None) -> dict | None:
+    """Seed 0 of ``row`` at ``length`` on the budget (``FULL``) and on twice the budget (``TWICE``): both
+    values and the change with its standard error. The two runs evaluate the same sequences (drawn from
+    the seed and the length alone), so the change is paired sequence by sequence: its standard error is
+    the sd of the per-sequence differences over sqrt(n). None where the scheme cannot run there, or where
+    the twice-budget record is not written yet."""
+    scheme, _, variant = row.partition(" +")
+    variant = variant or "base"
+    if not (TWICE / f"{task}-{scheme}-s0.json").is_file():
+        return None
+    a, b = (record(task, scheme, 0, w) for w in (FULL, TWICE))
+    ea, eb = (_entry_at(r, variant, length, f"{task}-{scheme}-s0 ({w.name})") for r, w in ((a, FULL), (b, TWICE)))
+    if ea is None or eb is None:
+        return None
+    if offset is None and task != "retrieval":
+        xa, xb = ea["sequence_losses"], eb["sequence_losses"]
+    else:
+        pick = (lambda e: [c for c in e["offsets"] if c["offset"] == offset][0]["sequence_accuracy"]) \
+            if offset is not None else (lambda e: [x for c in e["offsets"] for x in c["sequence_accuracy"]])
+        xa, xb = pick(ea), pick(eb)
+    if len(xa) != len(xb):
+        raise EvidenceError(f"{task}/{row}/{length}: the two budgets evaluated {len(xa)} and {len(xb)} sequences")
+    d = [y - x for x, y in zip(xa, xb)]
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1)) if n > 1 else 0.0
+    va, vb = _metric_of(ea, task, offset, "budget"), _metric_of(eb, task, offset, "twice")
+    return {"budget": va, "twice": vb, "change": vb - va, "se": sd / math.sqrt(n), "sequences": n}
