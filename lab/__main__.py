@@ -149,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, one seed, then check the numbers are sane")
     p.add_argument("--out", action=_Once, type=_path, default=None,
-                   help="directory of the records (default lab/results/full, or lab/results/quick with --quick); "
+                   help="directory of the records (default lab/results/full, or a new temporary folder with --quick); "
                         "made and checked writable before any run")
     p.add_argument("--tasks", action=_Once, type=_csv(_name(TASKS)), default=None,
                    help=f"comma list of {', '.join(TASKS)}")
@@ -355,7 +355,10 @@ def plan(args) -> tuple[Settings, dict, Path]:
         _alone(args, "--summarize", ("--out", "--quick"),
                "runs nothing: it takes only --out (or --quick, for lab/results/quick) and --no-progress")
     base, lists = settings_from(args)
-    out = Path(args.out or ("lab/results/quick" if args.quick else "lab/results/full"))
+    if args.out or not args.quick:
+        out = Path(args.out or "lab/results/full")
+    else:   # --quick: a new temporary folder, never the tracked records (--out lab/results/quick remakes those)
+        out = Path("lab/results/quick" if args.summarize else tempfile.mkdtemp(prefix="minipos-lab-quick-"))
     if args.summarize:
         if not out.is_dir():
             raise UsageError(f"--out {out}: {'not a' if out.exists() else 'no such'} directory to summarize")

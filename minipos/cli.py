@@ -241,7 +241,8 @@ def main(argv=None) -> int:
     p_vec = sub.add_parser("vectors", help="export or check the golden vectors of every scheme")
     vec_sub = p_vec.add_subparsers(dest="vectors_command", required=True)
     vec_sub.add_parser("export", help="write one JSON file per family into DIR").add_argument("dir", metavar="DIR")
-    vec_sub.add_parser("check", help="recompute DIR's vectors; exit 1 on any mismatch").add_argument("dir", metavar="DIR")
+    vec_sub.add_parser("check", help="recompute DIR's vectors (default: those shipped with minipos); exit 1 on "
+                       "any mismatch").add_argument("dir", metavar="DIR", nargs="?")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

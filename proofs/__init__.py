@@ -1,7 +1,8 @@
 """SymPy derivations of the identities minipos rests on, each tied to the code it justifies.
 
-Run from a checkout: ``python -m proofs`` (all), ``python -m proofs rope`` (a family or an id
-prefix), ``--json``, ``--latex``. How to write a theorem: see the docstring of ``proofs.core``.
+``python -m proofs`` (all), ``python -m proofs rope`` (a family or an id prefix), ``--json``,
+``--latex``, from a checkout or from any folder once the wheel is installed with the ``proofs``
+extra (SymPy). How to write a theorem: see the docstring of ``proofs.core``.
 
 Every module named in ``FAMILIES`` is imported if it exists, and so is any other module of this
 package; a family whose import fails is reported as a failing theorem ``<family>.import``, so

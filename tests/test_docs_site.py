@@ -140,3 +140,24 @@ def test_page_renders_offline(driver, base_url, name, path):
 
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == [], f"console errors on {path}"
+
+
+WAIT_FOR_FONTS = """
+const done = arguments[arguments.length - 1];
+document.fonts.ready.then(() => done(Array.from(document.fonts)
+    .filter((f) => f.family.replace(/"/g, "") === "minipos-glyphs")
+    .map((f) => [f.unicodeRange, f.status])));
+"""
+
+
+def test_the_article_table_page_shows_its_chinese_and_emoji_in_the_offline_fonts(driver, base_url):
+    driver.get_log("performance")
+    driver.get(base_url + "article-table/")
+    faces = driver.execute_async_script(WAIT_FOR_FONTS)
+    # two faces (the CJK subset, the emoji subset), both fetched and used because the page shows both
+    assert len(faces) == 2 and all(status == "loaded" for _, status in faces), faces
+    text = driver.execute_script("return document.body.innerText")
+    assert "大模型中的位置编码" in text and "✅" in text
+    fonts = [u for u in _requested_urls(driver) if u.endswith(".woff")]
+    assert sorted(urlparse(u).path for u in fonts) == ["/assets/fonts/minipos-cjk.woff",
+                                                        "/assets/fonts/minipos-emoji.woff"]

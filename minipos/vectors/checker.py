@@ -17,7 +17,7 @@ import numpy as np
 from .. import __version__
 from ._guards import _check_directory, _check_families, _check_family, _decode_case, _decode_document
 from ._text import _short
-from .files import _read_regular_file, export, parse
+from .files import _read_regular_file, export, parse, spec_dir
 from .registry import FAMILIES, SPEC_VERSION
 from .schema import MAX_TOLERANCE, SCHEMA, SpecError, _validate
 
@@ -189,23 +189,26 @@ def format_mismatches(mismatches: list) -> str:
 
 
 def main(args) -> int:
-    """``minipos vectors export DIR`` / ``minipos vectors check DIR`` (``args`` from the CLI parser).
+    """``minipos vectors export DIR`` / ``minipos vectors check [DIR]`` (``args`` from the CLI parser;
+    ``check`` without a directory checks the vectors that come with minipos, ``spec_dir()``).
 
     Exit status 0 on success; 1 when a check fails or the directory cannot be used, with one line
     per problem and no traceback.
     """
     command = f"minipos vectors {args.vectors_command}"
+    directory = args.dir
     try:
         if args.vectors_command == "export":
-            paths = export(args.dir)
+            paths = export(directory)
         else:
-            results = check_families(args.dir)
+            directory = spec_dir() if directory is None else directory    # no DIR: the vectors shipped
+            results = check_families(directory)
     except (ValueError, TypeError, OSError) as err:
         print(f"{command}: error: {err}", file=sys.stderr)
         return 1
     if args.vectors_command == "export":
         size = sum(os.path.getsize(p) for p in paths)
-        print(f"wrote {len(paths)} families ({size / 1e6:.2f} MB) to {args.dir}, spec {SPEC_VERSION}")
+        print(f"wrote {len(paths)} families ({size / 1e6:.2f} MB) to {directory}, spec {SPEC_VERSION}")
         return 0
     mismatches = [m for r in results for m in r.mismatches]
     if mismatches:
@@ -213,8 +216,8 @@ def main(args) -> int:
     print("\n".join(str(r) for r in results))
     if mismatches:
         print(f"FAILED: {len(mismatches)} problem(s) in {sum(not r.ok for r in results)} of {len(results)} "
-              f"families of {args.dir}")
+              f"families of {directory}")
         return 1
     print(f"ok: minipos {__version__} reproduces {sum(r.cases for r in results)} cases "
-          f"({sum(r.values for r in results)} values) in {len(results)} families of {args.dir}")
+          f"({sum(r.values for r in results)} values) in {len(results)} families of {directory}")
     return 0

@@ -24,6 +24,25 @@ from .registry import FAMILIES, FLOAT32_TOLERANCE, SPEC_VERSION
 from .schema import SpecError
 
 
+# --------------------------------------------------------------------------- the shipped spec
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # .../minipos
+
+
+def spec_dir() -> str:
+    """The directory of the golden vectors that come with this minipos, which ``minipos vectors check``
+    checks when it is given no directory: ``minipos/spec/vectors`` inside an installed wheel (with
+    ``schema.json``, ``catalogue.md`` and ``README.md`` beside it), or ``spec/vectors`` next to the
+    package in a checkout or an unpacked sdist. Raises ``FileNotFoundError`` naming both places when
+    neither is a directory."""
+    places = [os.path.join(_PACKAGE, "spec", "vectors"), os.path.join(os.path.dirname(_PACKAGE), "spec", "vectors")]
+    for place in places:
+        if os.path.isdir(place):
+            return place
+    raise FileNotFoundError(f"no golden vectors at {places[0]} (an installed wheel) or {places[1]} (a checkout); "
+                            "give the directory to check")
+
+
 # --------------------------------------------------------------------------- export
 
 def _recordable(value, mask) -> np.ndarray:

@@ -1,18 +1,16 @@
 """Serve MathJax 3 from the site itself: nothing is loaded from another host.
 
-The MathJax files come from the PyPI package ``django-static-mathjax`` (import name
-``mathjax``; Django is not needed). ``es5/tex-svg-full.js`` renders TeX as SVG paths, so no web
-font is needed either. This hook adds it to the site under ``assets/mathjax/``, with the
+The MathJax files come from the PyPI package ``django-static-mathjax`` (import name ``mathjax``;
+Django is not needed). ``es5/tex-svg-full.js`` renders TeX as SVG paths, so no web font is needed
+either. ``install(site)`` copies it into the built site under ``assets/mathjax/``, with the
 components it may load on demand (accessibility, menu, speech rules), and writes
-``assets/mathjax/config.js``, which ``extra_javascript`` loads before it.
+``assets/mathjax/config.js``; ``extra_javascript`` in mkdocs.yml loads the two, config first.
 """
 
 from __future__ import annotations
 
-import os
+import shutil
 from pathlib import Path
-
-from mkdocs.structure.files import File, Files
 
 DEST = "assets/mathjax"
 ENTRY = "tex-svg-full.js"
@@ -35,7 +33,8 @@ window.MathJax = {
 """
 
 
-def _es5_dir() -> Path:
+def es5_dir() -> Path:
+    """The ``es5`` folder of the installed django-static-mathjax (RuntimeError naming the extra if absent)."""
     try:
         import mathjax
     except ImportError as exc:
@@ -47,19 +46,17 @@ def _es5_dir() -> Path:
     return root
 
 
-def on_config(config, **kwargs):
-    # Figures are drawn at build time by markdown-exec blocks: no display needed.
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    return config
-
-
-def on_files(files: Files, config, **kwargs) -> Files:
-    root = _es5_dir()
+def install(site: Path) -> int:
+    """Copy MathJax's entry point and on-demand components into ``site/assets/mathjax`` and write its
+    ``config.js`` there; the number of files written."""
+    root = es5_dir()
     paths = [root / ENTRY]
     for sub in ON_DEMAND:
         paths += sorted(p for p in (root / sub).rglob("*") if p.is_file())
+    dest = Path(site) / DEST
     for path in paths:
-        rel = path.relative_to(root).as_posix()
-        files.append(File.generated(config, f"{DEST}/{rel}", abs_src_path=str(path)))
-    files.append(File.generated(config, f"{DEST}/config.js", content=CONFIG_JS))
-    return files
+        target = dest / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    (dest / "config.js").write_text(CONFIG_JS, encoding="utf-8")
+    return len(paths) + 1
