@@ -7,7 +7,9 @@ here depends on which generator made it:
 1. ``mathjax.install``: MathJax 3 into ``assets/mathjax/`` (the site loads nothing from another host);
 2. ``checks.problems``: a page where an executed block raised (the strict failure), a link left
    pointing at a ``.md`` source or at nothing the site holds (the link guard);
-3. ``fonts.problems``: a character a page shows that the offline font subsets lack.
+3. ``fonts.problems``: a character a page shows that the offline font subsets lack;
+4. ``claims.write``: the ledger of claims as ``claims.json`` at the site's root, and a problem for every
+   sentence the site asserts whose ledger entry is not confirmed.
 
 Every problem of 2 and 3 is collected, then ``BuildError`` lists them all.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import checks, fonts, mathjax
+from . import checks, claims, fonts, mathjax
 
 __all__ = ["BuildError", "finish"]
 
@@ -35,6 +37,7 @@ def finish(site) -> None:
     problem found."""
     site = Path(site)
     mathjax.install(site)
-    found = checks.problems(site) + fonts.problems(site)
+    asserted = claims.write(site)                  # first: pages link claims.json
+    found = checks.problems(site) + fonts.problems(site) + asserted
     if found:
         raise BuildError(f"{len(found)} problem(s) in the built site {site}:\n" + "\n".join(found))
