@@ -44,6 +44,14 @@ def _build_layer(inputs, params, extra=()):
     return _set_weights(layer, inputs, weights, extra)
 
 
+def _causal_only(params) -> bool:
+    """``params["causal"]``, which must be true: for a family that records causal layers only."""
+    if params["causal"] is not True:
+        raise ValueError(f"params.causal must be true (this family records causal layers only), got "
+                         f"{_short(params['causal'])}")
+    return True
+
+
 def _in_chunks(x, chunks, call) -> dict:
     """``{"y": (B, T, d_model)}``: ``call(token_slice)`` on each of ``chunks`` (positive lengths adding
     up to T, checked) of ``x`` in order, the outputs concatenated: a cached layer's prefill and decoding."""
