@@ -28,7 +28,7 @@ import secrets
 import stat
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "FileError", "read_bytes", "loads_json", "read_json", "write_atomic",
-           "check_path", "file_kind"]
+           "check_path", "file_kind", "cannot_write"]
 
 MAX_BYTES = 64 * 2**20   # a file above this is refused before it is read
 MAX_DEPTH = 64           # levels of JSON nesting
@@ -190,7 +190,7 @@ def write_atomic(path, data) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as err:
-        raise _naming(err, path) from None
+        raise cannot_write(err, path) from None
     try:
         try:
             view = memoryview(data)
@@ -206,10 +206,10 @@ def write_atomic(path, data) -> None:
         except OSError:
             pass
         if isinstance(err, OSError):
-            raise _naming(err, path) from None
+            raise cannot_write(err, path) from None
         raise
 
 
-def _naming(err: OSError, path: str) -> OSError:
-    """``err`` again, its message naming the file that could not be written."""
+def cannot_write(err: OSError, path) -> OSError:
+    """``err`` as the same kind of ``OSError`` whose message names the file that could not be written."""
     return type(err)(err.errno, f"cannot write {path}: {err.strerror or err}")

@@ -122,14 +122,19 @@ def _check_export_target(directory: str) -> None:
 def _write_temp(directory: str, name: str, text: str) -> str:
     """``text`` in a new hidden file beside ``<name>.json``, flushed to disk; return its path."""
     path = os.path.join(directory, f".{name}.json.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as err:
+        raise safe_io.cannot_write(err, os.path.join(directory, f"{name}.json")) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as err:
         _remove(path)
+        if isinstance(err, OSError):   # a full disk, say: the message names the family file
+            raise safe_io.cannot_write(err, os.path.join(directory, f"{name}.json")) from None
         raise
     return path
 
