@@ -314,7 +314,7 @@ def _format(rows, d_model, heads, seq_len, width: int | None = None) -> str:
 def parser() -> argparse.ArgumentParser:
     """The ``minipos`` command line: ``tour`` and ``vectors export|check`` (each subparser is its
     namespace's ``command_parser``, for usage errors found after parsing)."""
-    top = argparse.ArgumentParser(prog="minipos", description=terminal.plain(__doc__.split("\n\n")[0]))
+    top = terminal.ArgumentParser(prog="minipos", description=terminal.plain(__doc__.split("\n\n")[0]))
     top.add_argument("--version", action="version", version=f"minipos {__version__}")
     sub = top.add_subparsers(dest="command", metavar="{tour,vectors}")
     p_tour = sub.add_parser("tour", help="run every scheme through one attention layer and compare",
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
     Bad options are one-line usage errors (exit 2); a closed pipe (``minipos tour | head``) ends
     the command quietly (exit 1).
     """
-    return terminal.run(_main, argv)
+    return terminal.run(_main, argv, prog="minipos")
 
 
 def _main(argv) -> int:

@@ -57,6 +57,13 @@ def check_path(path, argname: str = "path") -> str:
     return path
 
 
+def _check_count(value, name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
 def file_kind(mode: int) -> str:
     """What a non-regular file is, in words (``a FIFO``, ``a character device``, ...)."""
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
@@ -76,6 +83,7 @@ def read_bytes(path, *, limit: int = MAX_BYTES, follow_symlinks: bool = True) ->
     symbolic link instead of reading what it leads to.
     """
     path = check_path(path)
+    _check_count(limit, "limit", 0)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -148,6 +156,7 @@ def loads_json(data, *, max_depth: int = MAX_DEPTH, path=None):
     than Python converts), no duplicate keys, at most ``max_depth`` levels of nesting. ``path``
     names the file in the message. ``TypeError`` for ``data`` that is not ``bytes``/``bytearray``.
     """
+    _check_count(max_depth, "max_depth", 1)
     if not isinstance(data, (bytes, bytearray)):
         raise TypeError(f"data must be bytes (a file's content), got {type(data).__name__}; "
                         "read the file in binary mode, or encode a str as UTF-8")
@@ -184,6 +193,8 @@ def write_atomic(path, data) -> None:
     ``path`` and the reason (a full disk: "No space left on device"), with the old file untouched.
     """
     path = check_path(path)
+    if not isinstance(data, (str, bytes, bytearray)):
+        raise TypeError(f"data must be bytes or str, got {type(data).__name__}")
     data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     directory, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

@@ -11,19 +11,23 @@ library only.
 - ``wrap(text, width)``: a key line wrapped to the width (at most ``PROSE_COLUMNS``), its
   continuation lines indented.
 - ``plain(doc)``: a docstring's reST roles and literals as plain text (``--help`` shows no ``````).
-- ``run(main)``: ``main()`` whose closed pipe (``minipos tour | head``) ends quietly, exit status 1.
+- ``run(main)``: ``main()`` whose closed pipe (``minipos tour | head``) ends quietly, and whose output
+  on a full disk is one line; exit status 1 either way.
+- ``ArgumentParser``: argparse's, except that help which cannot be written is an error, not exit 0.
 - ``missing_library(err, needs, install)``: the line that says which package to install.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
 import sys
 import textwrap
 
-__all__ = ["MIN_COLUMNS", "PROSE_COLUMNS", "columns", "table", "wrap", "plain", "run", "missing_library"]
+__all__ = ["MIN_COLUMNS", "PROSE_COLUMNS", "columns", "table", "wrap", "plain", "run", "ArgumentParser",
+           "missing_library"]
 
 MIN_COLUMNS = 40   # narrower terminals are drawn at this width
 PROSE_COLUMNS = 100  # prose (keys, notes) wraps at this width on wider terminals: long lines read badly
@@ -124,23 +128,43 @@ def plain(doc: str) -> str:
     return re.sub(r"::$", ":", text, flags=re.M)
 
 
-def run(main, argv=None) -> int:
+def run(main, argv=None, *, prog: str | None = None) -> int:
     """``main(argv)``, ending quietly when its output goes to a pipe that closed (``| head``).
 
     The closed pipe ends the command with exit status 1 and no traceback (what is left of the
-    output is sent to the null device, so that Python's own flush at exit does not complain);
-    Ctrl-C ends it with 130 and one line.
+    output is sent to the null device, so that Python's own flush at exit does not complain). Any
+    other ``OSError`` that reaches here (the output on a full disk, ``> /dev/full``) is one line,
+    ``<prog>: error: <reason>``, and exit status 1; Ctrl-C ends it with 130 and one line.
     """
     try:
-        status = main(argv)
+        try:
+            status = main(argv)
+        except SystemExit:        # argparse's --help and usage errors: their output must reach its reader too
+            sys.stdout.flush()
+            raise
         sys.stdout.flush()
         return status
     except BrokenPipeError:
         _discard_stdout()
         return 1
+    except OSError as err:
+        _discard_stdout()
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"{prog or os.path.basename(sys.argv[0] or 'python')}: error: {err.strerror or err}{where}",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose help and usage text raise when they cannot be written (a
+    full disk, a closed pipe) instead of being dropped with exit status 0, so that ``run`` reports it."""
+
+    def _print_message(self, message, file=None):
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def _discard_stdout() -> None:
