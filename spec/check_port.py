@@ -477,6 +477,8 @@ def run_case(family: str, case: dict, fn, *, precision: str = "float64", adapt=N
     failure, reported as one line.
     """
     _check_options(precision, cast, output_gradient, fn, adapt)
+    if not isinstance(family, str):
+        raise TypeError(f"family must be a family name (str), got {type(family).__name__}")
     check_case(case, f"case {case.get('name')!r} of {family}" if isinstance(case, Mapping) else "case")
     inputs = {k: decode(v) for k, v in case["inputs"].items()}
     label = f"{family}/{case['name']}"

@@ -80,8 +80,20 @@ def _check_result(doc, path: str) -> dict:
     need(isinstance(cases, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str)
                                          and c.get("status") in STATUSES for c in cases),
          "cases", f"a list of cases, each with a name and a status in {STATUSES}")
-    need(all(isinstance(c.get("mismatches", []), list) for c in cases), "cases[].mismatches", "lists")
+    for c in cases:
+        where = f"cases[{c['name']!r}]"
+        need(c["status"] != "not_expressible" or isinstance(c.get("reason"), str), f"{where}.reason", "a str")
+        need(isinstance(c.get("mismatches", []), list), f"{where}.mismatches", "a list")
+        for m in c.get("mismatches", []):
+            need(isinstance(m, dict) and isinstance(m.get("output"), str) and isinstance(m.get("index"), list)
+                 and all(_is_value(m.get(k)) for k in ("expected", "got")), f"{where}.mismatches[]",
+                 "objects with output, index, expected and got")
     return doc
+
+
+def _is_value(v) -> bool:
+    """A recorded number: an int or float, or run.py's word for a NaN or an infinity."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("NaN", "Infinity", "-Infinity")
 
 
 def load_results(directory: str = RESULTS) -> list[tuple[str, dict]]:
@@ -230,6 +242,8 @@ def failures(run_id: str, family: str, results=None) -> str:
 def probe(run_id: str, name: str, probes=None) -> str:
     """One recorded probe: its input and what the library returned, as a text block."""
     probes = load_probes() if probes is None else probes
+    if not isinstance(probes, dict):
+        raise TypeError(f"probes must be a dict as load_probes returns, got {type(probes).__name__}")
     if run_id not in probes:
         raise ValueError(f"no probes of library {run_id!r}; there are {sorted(probes)}")
     found = [p for p in probes[run_id]["probes"] if isinstance(p, dict) and p.get("name") == name]

@@ -265,7 +265,7 @@ def _out_dir(value: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="spec/conformance/run.py", description=terminal.plain(__doc__.split("\n\n")[0]))
+    ap = terminal.ArgumentParser(prog="spec/conformance/run.py", description=terminal.plain(__doc__.split("\n\n")[0]))
     ap.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES), metavar="NAME",
                     help=f"the libraries to run (default all: {', '.join(sorted(LIBRARIES))})")
     ap.add_argument("--out", type=_out_dir, default=os.path.join(HERE, "results"),
@@ -279,7 +279,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Run the libraries (each in a process of its own); return the exit status. A closed pipe ends it quietly."""
-    return terminal.run(_main, argv)
+    return terminal.run(_main, argv, prog="spec/conformance/run.py")
 
 
 def _main(argv) -> int:
