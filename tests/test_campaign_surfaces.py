@@ -188,9 +188,19 @@ def _classify_cli(got: Cli, expect) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- running things
 
-def run_main(main, argv, *, env=None) -> Cli:
-    """``main(argv)`` in this process, its output captured; ``env`` set around it."""
-    out, err = io.StringIO(), io.StringIO()
+class ClosedPipe(io.TextIOBase):
+    """A stdout whose reader has gone: every write raises ``BrokenPipeError``."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def run_main(main, argv, *, env=None, stdout=None) -> Cli:
+    """``main(argv)`` in this process, its output captured (or sent to ``stdout``); ``env`` set around it."""
+    out, err = stdout or io.StringIO(), io.StringIO()
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
@@ -205,7 +215,7 @@ def run_main(main, argv, *, env=None) -> Cli:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return Cli(code or 0, out.getvalue(), err.getvalue())
+    return Cli(code or 0, out.getvalue() if stdout is None else "", err.getvalue())
 
 
 def run_process(args, *, close_stdout: bool = False, timeout: int = 60, cwd=None, memory: int | None = None,
@@ -506,7 +516,7 @@ for label, argv, expect in [
     ("an empty directory argument", ["vectors", "check", ""], Usage("directory")),
     ("a missing directory", ["vectors", "check", str(_TMP / "nope")], Usage("does not exist")),
     ("/dev/zero", ["vectors", "check", "/dev/zero"], Usage("/dev/zero")),
-    ("an extra argument", ["vectors", "check", str(VECTORS), "extra"], Usage("extra")),
+    ("vectors check with an extra argument", ["vectors", "check", str(VECTORS), "extra"], Usage("extra")),
     ("a bad flag", ["vectors", "check", "--bogus", str(VECTORS)], Usage("--bogus")),
     ("an unknown subcommand", ["vectors", "frobnicate"], Usage("frobnicate")),
     ("export to an empty path", ["vectors", "export", ""], Usage("directory")),
@@ -555,8 +565,8 @@ for label, argv, expect in [
 
 for columns in (80, 100, 120):
     case(f"minipos tour at {columns} columns", lambda columns=columns: run_main(
-        minipos_main, ["tour"], env={"COLUMNS": str(columns)}), Runs(every_line_fits(columns)))
-case("minipos tour at 80 columns explains every no", lambda: run_main(minipos_main, ["tour"], env={"COLUMNS": "80"}),
+        minipos_main, TOUR, env={"COLUMNS": str(columns)}), Runs(every_line_fits(columns)))
+case("minipos tour at 80 columns explains every no", lambda: run_main(minipos_main, TOUR, env={"COLUMNS": "80"}),
      Runs(lambda out, err: "no:" in out or "no =" in out or "\"no\"" in out or "no means" in out))
 
 
@@ -746,7 +756,7 @@ for label, argv, expect in [
 ]:
     def _run(argv=argv):
         out = fresh("conformance")
-        return run_process([RUN, *[str(out / "results") if a == "OUT" else a for a in argv]], cwd=out)
+        return run_main(_run_module().main, [str(out / "results") if a == "OUT" else a for a in argv])
     case(f"conformance run.py {label}", _run, expect)
 
 
@@ -808,9 +818,18 @@ case("conformance write_json of NaN", lambda: _run_module().write_json(str(fresh
 # --------------------------------------------------------------------------- python -m proofs and benchmarks
 
 
-def _proofs(argv, env=None):
+def _proofs_main():
     from proofs.__main__ import main
-    return run_main(main, argv, env=env)
+    return main
+
+
+def _benchmarks_main():
+    from benchmarks.__main__ import main
+    return main
+
+
+def _proofs(argv, env=None):
+    return run_main(_proofs_main(), argv, env=env)
 
 
 for label, argv, expect in [
@@ -845,8 +864,7 @@ case("proofs without sympy", _without_sympy, Usage("sympy"))
 
 
 def _benchmarks(argv):
-    from benchmarks.__main__ import main
-    return run_main(main, argv)
+    return run_main(_benchmarks_main(), argv)
 
 
 for label, argv, expect in [
@@ -858,16 +876,20 @@ for label, argv, expect in [
 
 # --------------------------------------------------------------------------- closed pipes and the module alias
 
-for label, args in [
-    ("minipos tour", ["-m", "minipos.cli", "tour", "--d-model", "8", "--heads", "2", "--seq-len", "4"]),
-    ("minipos --help", ["-m", "minipos.cli", "--help"]),
-    ("minipos vectors check", ["-m", "minipos.cli", "vectors", "check", str(VECTORS)]),
+for label, args in [    # in a process of their own: what the interpreter does at exit counts too
     ("python -m minipos tour", ["-m", "minipos", "tour", "--d-model", "8", "--heads", "2", "--seq-len", "4"]),
+    ("minipos vectors check", ["-m", "minipos", "vectors", "check", str(VECTORS)]),
     ("python -m proofs", ["-m", "proofs", "attention.softmax"]),
-    ("python -m benchmarks --help", ["-m", "benchmarks", "--help"]),
-    ("conformance run.py --help", [RUN, "--help"]),
 ]:
     case(f"closed pipe: {label}", lambda args=args: run_process(args, close_stdout=True), Quiet())
+for label, main, argv in [   # here, with a stdout that is a closed pipe
+    ("minipos tour", lambda: minipos_main, TOUR),
+    ("minipos --help", lambda: minipos_main, ["--help"]),
+    ("python -m benchmarks --help", lambda: _benchmarks_main(), ["--help"]),
+    ("python -m proofs --json", lambda: _proofs_main(), ["attention.softmax.shift", "--json"]),
+    ("conformance run.py --help", lambda: _run_module().main, ["--help"]),
+]:
+    case(f"closed pipe: {label}", lambda main=main, argv=argv: run_main(main(), argv, stdout=ClosedPipe()), Quiet())
 case("python -m minipos --version", lambda: run_process(["-m", "minipos", "--version"]),
      Runs(lambda out, err: out.startswith("minipos ")))
 
@@ -972,13 +994,17 @@ case("conformance report.probe with probes an int", lambda: report.probe("x", "y
 case("conformance run.py an --out it cannot make", lambda: run_process(
     [RUN, "--libraries", "transformers", "--out", "/proc/minipos-cannot-make"]), Usage("minipos-cannot-make"))
 
-for label, args in [
-    ("minipos tour", ["-m", "minipos", "tour", "--d-model", "8", "--heads", "2", "--seq-len", "4"]),
-    ("minipos vectors check", ["-m", "minipos", "vectors", "check", str(VECTORS)]),
-    ("python -m proofs", ["-m", "proofs", "attention.softmax"]),
-    ("python -m benchmarks --help", ["-m", "benchmarks", "--help"]),
+case("output onto a full disk: python -m minipos tour", lambda: _to_dev_full(
+    ["-m", "minipos", "tour", "--d-model", "8", "--heads", "2", "--seq-len", "4"]), Usage("No space left on device"))
+for label, main, argv in [
+    ("minipos vectors check", lambda: minipos_main, ["vectors", "check", str(VECTORS)]),
+    ("minipos --help", lambda: minipos_main, ["--help"]),
+    ("python -m proofs", lambda: _proofs_main(), ["attention.softmax"]),
+    ("python -m benchmarks --help", lambda: _benchmarks_main(), ["--help"]),
+    ("conformance run.py --help", lambda: _run_module().main, ["--help"]),
 ]:
-    case(f"output onto a full disk: {label}", lambda args=args: _to_dev_full(args), Usage("No space left on device"))
+    case(f"output onto a full disk: {label}", lambda main=main, argv=argv: _on_dev_full(main(), argv),
+         Usage("No space left on device"))
 for columns in ("abc", "0", "-5", "100000"):
     case(f"minipos tour with COLUMNS={columns}", lambda columns=columns: run_main(
         minipos_main, TOUR, env={"COLUMNS": columns}), Runs(lambda out, err: "Key:" in out))
@@ -1004,6 +1030,14 @@ def _round_trip() -> str:
     path = fresh() / "ü.txt"
     safe_io().write_atomic(path, "ünïcode ∂")
     return safe_io().read_bytes(path).decode("utf-8")
+
+
+def _on_dev_full(main, argv) -> Cli:
+    """``main(argv)`` here, its stdout ``/dev/full``."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    with open("/dev/full", "w") as full:
+        return run_main(main, argv, stdout=full)
 
 
 def _to_dev_full(args) -> Cli:
