@@ -4,4 +4,5 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+if __name__ == "__main__":   # imported (a test walking the package's modules, say), it runs nothing
+    sys.exit(main())

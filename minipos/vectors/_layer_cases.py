@@ -17,6 +17,9 @@ D_MODEL, HEADS, BATCH, LENGTH = 8, 2, 2, 7
 
 
 def _scheme(name: str, config: dict):
+    """The scheme ``name`` of a case, built by the registry (which names an unknown scheme or keyword)."""
+    if not isinstance(config, dict):
+        raise TypeError(f"params.scheme_config must be an object of keyword arguments, got {type(config).__name__}")
     config = dict(config)
     if "pos_att_type" in config:
         config["pos_att_type"] = tuple(config["pos_att_type"])
