@@ -123,8 +123,10 @@ class _Hang(Exception):
 
 
 @contextlib.contextmanager
-def deadline(seconds: int = 10):
-    """Raise ``_Hang`` if the block runs ``seconds`` (a blocked open or read is interrupted too)."""
+def deadline(seconds: int = 90):
+    """Raise ``_Hang`` if the block runs ``seconds`` (a blocked open or read is interrupted too). Generous:
+    on a loaded machine a first import of torch or of every proof, or a subprocess, takes its time; a
+    reader blocked on a FIFO waits forever, so a regression still fails."""
     def alarm(signum, frame):
         raise _Hang(f"no answer after {seconds} s")
     old = signal.signal(signal.SIGALRM, alarm)
