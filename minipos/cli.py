@@ -283,8 +283,10 @@ def _format_recorded(rows, width) -> list:
     head = ("scheme", f"excess at {lengths[0]}", *(f"at {n}" for n in lengths[1:]), f"recall {far['offset']} back")
     measured = [(r["scheme"], *_measured_cells(r["lab_measured"], lengths)) for r in rows if r["lab_measured"]]
     missing = [r["scheme"] for r in rows if not r["lab_measured"]]
+    how = (f"until the held-out loss plateaued ({_steps(src)})" if src.get("schedule") == "plateau" else
+           f"for {_steps(src)} (a {src.get('schedule', 'fixed')} schedule)")
     lines = terminal.wrap(f"Recorded by the lab, not run now: small models ({src['model']}) trained at training "
-                          f"length L = {L} until the held-out loss plateaued ({_steps(src)}), then tested at "
+                          f"length L = {L} {how}, then tested at "
                           f"{', '.join(map(str, lengths))} tokens. Mean±standard error over seeds "
                           f"{', '.join(map(str, src['seeds']))}.", width, hang="")
     lines += [""] + terminal.table(head, measured, width)
