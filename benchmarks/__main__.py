@@ -1,15 +1,22 @@
-"""``python -m benchmarks [--quick]``: print the machine, then one table of ratios."""
+"""``python -m benchmarks [--quick]``: print the machine, then one table of ratios.
+
+While it measures, one progress line per group of rows goes to stderr (so that the table on stdout
+stays clean when it is redirected). ``--quick`` runs small sizes, a smoke run: its targets are set
+for the full sizes, so its results are marked indicative, never "TARGET MISSED". A closed pipe
+(``python -m benchmarks | head``) ends it quietly.
+"""
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
+import time
 
 import numpy as np
 
 from lab import record
+from minipos import terminal
 from minipos.fast import _threads
 
 from . import cases
@@ -40,32 +47,50 @@ def machine() -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool) -> str:
+def groups(quick: bool) -> list:
+    """``(label, measure)`` of each group of rows, in the table's order; ``measure()`` returns its rows."""
     c = QUICK if quick else FULL
     r = c["repeats"]
-    rows = cases.attention_rows(*c["attn"], c["block"], r, c["blocks"])
-    rows += cases.backward_rows(*c["attn"], r)
-    rows += cases.rope_rows(*c["rope"], r)
-    rows.append(cases.rope_definitional_row(*c["rope_def"], r))
-    rows.append(cases.t5_row(*c["t5"], r))
-    rows.append(cases.xl_row(*c["xl"], r))
-    rows.append(cases.deberta_row(*c["deberta"], r))
-    rows.append(cases.alibi_block_row(c["attn"][0], c["attn"][1], c["block"], r))
-    rows += cases.memory_rows(c["long"][0], c["dense_T"], *c["long"][1:])
-    rows.append(cases.backward_memory_row(*c["long"]))
-    rows += cases.lab_step_rows(quick)
-    rows += cases.decode_rows(c["decode"], c["long"][1], c["long"][2], c["steps"])
-    return table(rows)
+    return [
+        ("attention forward", lambda: cases.attention_rows(*c["attn"], c["block"], r, c["blocks"])),
+        ("attention backward", lambda: cases.backward_rows(*c["attn"], r)),
+        ("RoPE", lambda: cases.rope_rows(*c["rope"], r)),
+        ("RoPE, definitional form", lambda: [cases.rope_definitional_row(*c["rope_def"], r)]),
+        ("T5 bias", lambda: [cases.t5_row(*c["t5"], r)]),
+        ("Transformer-XL relative shift", lambda: [cases.xl_row(*c["xl"], r)]),
+        ("DeBERTa", lambda: [cases.deberta_row(*c["deberta"], r)]),
+        ("ALiBi bias per block", lambda: [cases.alibi_block_row(c["attn"][0], c["attn"][1], c["block"], r)]),
+        ("memory", lambda: cases.memory_rows(c["long"][0], c["dense_T"], *c["long"][1:])),
+        ("backward memory", lambda: [cases.backward_memory_row(*c["long"])]),
+        ("lab training step", lambda: cases.lab_step_rows(quick)),
+        ("decoding", lambda: cases.decode_rows(c["decode"], c["long"][1], c["long"][2], c["steps"])),
+    ]
+
+
+def run(quick: bool, progress=None) -> str:
+    """Measure every group and return the table; ``progress(line)`` is called as each group starts."""
+    rows, todo, start = [], groups(quick), time.perf_counter()
+    for i, (label, measure) in enumerate(todo, 1):
+        if progress is not None:
+            progress(f"benchmarks: {i}/{len(todo)} {label} ({time.perf_counter() - start:.0f} s so far)")
+        rows += measure()
+    return table(rows, indicative=quick)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    """Run ``python -m benchmarks``; return its exit status (a closed pipe ends it quietly)."""
+    return terminal.run(_main, argv, prog="python -m benchmarks")
+
+
+def _main(argv) -> int:
+    parser = terminal.ArgumentParser(prog="python -m benchmarks", description=terminal.plain(__doc__.split("\n\n")[0]))
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds; the results are indicative")
     args = parser.parse_args(argv)
     print(machine(), flush=True)
     if args.quick:
-        print("--quick: small sizes for a smoke run; the targets are set for the full sizes", flush=True)
-    print(run(args.quick))
+        print("--quick: small sizes for a smoke run; the targets are set for the full sizes, so each result is "
+              "marked indicative", flush=True)
+    print(run(args.quick, progress=lambda line: print(line, file=sys.stderr, flush=True)))
     return 0
 
 

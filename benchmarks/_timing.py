@@ -55,12 +55,15 @@ def _fmt(x: float | None, unit: str) -> str:
     return f"{x:.0f} {unit}"
 
 
-def table(rows: list[Row]) -> str:
-    """The rows as a markdown table (readable in a terminal too)."""
+def table(rows: list[Row], *, indicative: bool = False) -> str:
+    """The rows as a markdown table (readable in a terminal too). ``indicative``: the sizes are not the
+    ones the targets are set for (``--quick``), so a result says "indicative", met or not."""
     head = ["benchmark", "minipos", "reference", "ratio", "target", "result"]
     lines = [head]
+    verdicts = ({True: "indicative: met", False: "indicative: not met"} if indicative else
+                {True: "target met", False: "TARGET MISSED"})
     for r in rows:
-        result = {True: "target met", False: "TARGET MISSED", None: r.note or "info"}[r.met]
+        result = {**verdicts, None: r.note or "info"}[r.met]
         if r.met is not None and r.note:
             result += f" ({r.note})"
         ratio = "-" if r.ratio is None else f"{r.ratio:.3f}"

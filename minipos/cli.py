@@ -1,4 +1,5 @@
-"""The ``minipos`` command.
+"""The ``minipos`` command: ``minipos tour`` compares every position scheme, measured now and as the
+lab recorded it; ``minipos vectors`` exports or checks the golden vectors.
 
 ``minipos tour`` builds every position scheme, runs one input through a full
 ``MultiHeadAttention`` forward pass with each, and prints a comparison computed live:
@@ -19,19 +20,25 @@ Beside them, and never computed by the tour, the lab's recorded measurements of 
 training length (``lab_measured()``, shipped as ``minipos/data/lab_measured.json`` and written from
 the lab's ``summary.json`` by ``lab.summary.write_measured``): small models trained at L, their loss
 above the exact floor of a Markov source at L, 4L and 16L, and their retrieval accuracy at the
-farthest distance at 16L. A scheme without a record shows "not measured".
+farthest distance at 16L; the schemes without a record are listed as not measured. The file is
+read as untrusted (``minipos.safe_io``) and checked field by field.
+
+The text has two tables, one per training length (the tour's T, the lab's L), each followed by a
+key that explains every column and every "no", and fits the terminal's width
+(``minipos.terminal``): narrow columns wrap inside their cells. ``--json`` prints the same data.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from importlib import resources
 
 import numpy as np
 
-from . import __version__, vectors
+from . import __version__, safe_io, terminal, vectors
 from ._checks import check_int
 from .layer import MultiHeadAttention
 from .mla import DecoupledRotary, MultiHeadLatentAttention
@@ -113,14 +120,67 @@ def _runs_longer(layer, x, factor=4):
     return bool(np.all(np.isfinite(y))), ""
 
 
+MEASURED = ("data", "lab_measured.json")   # the shipped lab numbers, inside the package
+
+
 def lab_measured() -> dict:
     """The lab's recorded numbers shipped with the package: ``{"source", "lengths", "far", "schemes"}``.
 
-    ``schemes`` maps a scheme name to ``{"markov_excess": {length: {"mean", "sd"} or "cannot run"},
-    "retrieval_far": {"mean", "sd"} or "cannot run"}`` (see ``lab.summary.measured``).
+    ``schemes`` maps a scheme name to ``{"markov_excess": {length: {"mean", "sd", "se"} or "cannot run"},
+    "retrieval_far": {"mean", "sd", "se"} or "cannot run"}`` (see ``lab.summary.measured``). The file
+    is read as any untrusted file is (``minipos.safe_io``) and checked field by field: a damaged one
+    raises ``ValueError`` naming the file and the field.
     """
-    text = resources.files("minipos").joinpath("data", "lab_measured.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    with resources.as_file(resources.files("minipos").joinpath(*MEASURED)) as path:
+        data = safe_io.read_json(path)
+        try:
+            _check_measured(data)
+        except ValueError as err:
+            raise safe_io.FileError(path, f"is not the lab's measurements minipos ships ({err})") from None
+    return data
+
+
+def _need(ok: bool, where: str, what: str, value) -> None:
+    if not ok:
+        raise ValueError(f"{where} must be {what}, got {json.dumps(value)[:60]}")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_cell(cell, where: str) -> None:
+    if cell == "cannot run":
+        return
+    _need(isinstance(cell, dict), where, '"cannot run" or an object with mean and se', cell)
+    for key in ("mean", "se"):
+        _need(_is_number(cell.get(key)), f"{where}.{key}", "a finite number", cell.get(key))
+
+
+def _check_measured(data) -> None:
+    """Raise ``ValueError`` naming the first field of ``data`` that the tour cannot show."""
+    _need(isinstance(data, dict), "the file", "an object", data)
+    for key in ("source", "lengths", "far", "schemes"):
+        _need(key in data, key, "present", None)
+    src, lengths, far = data["source"], data["lengths"], data["far"]
+    _need(isinstance(src, dict), "source", "an object", src)
+    for key, kind in (("records", str), ("model", str), ("train_length", int), ("steps", int),
+                      ("commits", list), ("seeds", list)):
+        _need(isinstance(src.get(key), kind) and not isinstance(src.get(key), bool), f"source.{key}",
+              f"a {kind.__name__}", src.get(key))
+    _need(isinstance(lengths, list) and len(lengths) == 3 and all(isinstance(n, int) and n > 0 for n in lengths),
+          "lengths", "three positive integers", lengths)
+    _need(isinstance(far, dict) and all(isinstance(far.get(k), int) for k in ("length", "offset")), "far",
+          "an object with integers length and offset", far)
+    _need(isinstance(data["schemes"], dict), "schemes", "an object", data["schemes"])
+    for name, m in data["schemes"].items():
+        _need(isinstance(m, dict) and isinstance(m.get("markov_excess"), dict), f"schemes.{name}",
+              "an object with markov_excess", m)
+        for n in map(str, lengths):
+            _check_cell(m["markov_excess"].get(n), f"schemes.{name}.markov_excess.{n}")
+        _check_cell(m.get("retrieval_far"), f"schemes.{name}.retrieval_far")
+        for key in ("markov_learned", "retrieval_learned"):
+            _need(isinstance(m.get(key, True), bool), f"schemes.{name}.{key}", "true or false", m.get(key))
 
 
 def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) -> list:
@@ -154,18 +214,13 @@ def tour(d_model: int = 64, heads: int = 4, seq_len: int = 32, seed: int = 0) ->
     return rows
 
 
-def _measured_cells(m) -> tuple[str, str]:
-    """The two recorded columns of one row: loss above the floor at each length, far retrieval."""
-    if m is None:
-        return "not measured", "not measured"
-
-    def show(v, fmt):
-        return "n/a" if v == "cannot run" else f"{format(v['mean'], fmt)}±{format(v['se'], fmt)}"
-
-    def flag(key):
-        return "" if m.get(key, True) else " (not learned)"
-    return (" / ".join(show(v, ".3f") for v in m["markov_excess"].values()) + flag("markov_learned"),
-            show(m["retrieval_far"], ".2f") + flag("retrieval_learned"))
+def _measured_cells(m, lengths) -> list:
+    """The recorded cells of one row: loss above the floor at each length, far retrieval (``*``: not learned)."""
+    def show(v, fmt, learned):
+        cell = "n/a" if v == "cannot run" else f"{format(v['mean'], fmt)}±{format(v['se'], fmt)}"
+        return cell if learned else cell + " *"
+    markov = [show(m["markov_excess"][str(n)], ".3f", m.get("markov_learned", True)) for n in lengths]
+    return markov + [show(m["retrieval_far"], ".2f", m.get("retrieval_learned", True))]
 
 
 def _steps(src) -> str:
@@ -175,59 +230,100 @@ def _steps(src) -> str:
     return f"{taken[0]} to {taken[1]} steps with the cool-down, a budget of {src['steps']} before it"
 
 
-def _format(rows, d_model, heads, seq_len) -> str:
+def _key(lines: list, width: int) -> list:
+    """Key lines, each wrapped to ``width`` under a "Key:" heading."""
+    return ["Key:"] + [w for line in lines for w in terminal.wrap(line, width, indent="  ", hang="    ")]
+
+
+def _format_measured_now(rows, d_model, heads, seq_len, width) -> list:
+    """The table measured now, at the tour's training length T, and its key."""
     abbrev = {"content-content": "cc", "content-position": "cp", "position-content": "pc",
               "position-position": "pp"}
-    lab = lab_measured()
-    src, lengths, far = lab["source"], lab["lengths"], lab["far"]
-    head = ("scheme", "seams", "pos. params", "terms", "shift-invariant given the mask",
-            f"runs at {4 * seq_len} (not quality)",
-            "lab: above floor at " + "/".join(map(str, lengths)), f"lab: recall {far['offset']} back")
-    table = [head]
-    for r in rows:
-        gap = f"{'yes' if r['shift_invariant'] else 'no'} ({r['shift_gap']:.1e})"
-        table.append((r["scheme"], "+".join(r["seams"]), str(r["position_params"]),
-                      " ".join(abbrev[t] for t in r["terms"]), gap, "yes" if r["runs_at_4x"] else "no",
-                      *_measured_cells(r["lab_measured"])))
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = [f"minipos {__version__} tour: d_model={d_model}, heads={heads}, training length={seq_len}",
-             "Each row is measured now on one random input through MultiHeadAttention (causal).", ""]
-    for n, row in enumerate(table):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    lines += ["", "terms: cc content-content, cp content-position, pc position-content, pp position-position",
-              "  (rope and xpos keep cc only, with q and k rotated so that it depends on i - j)",
-              "mla-rope: DeepSeek's multi-head latent attention, RoPE on a separate slice of each head",
-              f"shift-invariant given the mask: max |y(p) - y(p + {seq_len // 2})| below {SHIFT_TOL:g} (value in "
-              "brackets);",
-              "  the shifted input keeps the sequence start and the causal mask, so the test cannot see the",
-              "  absolute position a causal model reads from the mask (nope passes it and still knows where it is)",
-              f"runs at {4 * seq_len} (not quality): the forward pass runs at 4x the training length; whether a "
-              "trained model",
-              "  still works there is what the lab columns measure",
-              f"lab columns: recorded, not run now: models of {src['model']} trained at L = {src['train_length']} "
-              f"until the held-out loss plateaued ({_steps(src)}),",
-              f"  mean±standard error over seeds {', '.join(map(str, src['seeds']))}; (not learned): a run that "
-              "did not reach its plateau or its task, from which no length conclusion is drawn;",
-              f"  loss above the exact floor of an order-2 Markov source (nats) at {', '.join(map(str, lengths))} "
-              "tokens, n/a where the scheme cannot run;",
-              f"  accuracy of reading a value written {far['offset']} tokens back in {far['length']} (chance 1/8).",
-              f"  Source: {src['records']} (python -m lab) at minipos commits "
-              f"{', '.join(c[:7] for c in src['commits'])}; the docs page 'Past the training length' has the rest."]
+    head = ("scheme", "seams", "params", "terms", "shift-inv.", "runs at 4T")
+    table = [(r["scheme"], " + ".join(r["seams"]), str(r["position_params"]), " ".join(abbrev[t] for t in r["terms"]),
+              f"{'yes' if r['shift_invariant'] else 'no'} {r['shift_gap']:.1e}", "yes" if r["runs_at_4x"] else "no")
+             for r in rows]
+    shift = seq_len // 2
+    layers = ", ".join(label for label, _, _ in tour_layers(seq_len))
+    lines = terminal.wrap(f"Measured now, at training length T = {seq_len}: each scheme in the same "
+                          f"MultiHeadAttention layer (causal, d_model {d_model}, {heads} heads), one random input.",
+                          width, hang="")
+    lines += [""] + terminal.table(head, table, width) + [""]
+    lines += _key([
+        "seams: where position enters attention: input (added to the token embeddings), rotate (q and k turned "
+        "by their positions), bias (added to the logits), content-position (terms that couple content with "
+        "relative positions), value (added to the values); none: position comes from the causal mask alone.",
+        f"params: learned position parameters at d_model {d_model} and {heads} heads (0: a fixed formula).",
+        "terms: which of the four terms of (x_i + p_i) W_q W_k^T (x_j + p_j)^T the logits keep: cc "
+        "content-content, cp content-position, pc position-content, pp position-position (rope and xpos keep cc "
+        "only, with q and k rotated so that it depends on i - j).",
+        f"shift-inv. (shift-invariant given the mask): yes: moving every position by {shift} changes the outputs "
+        f"by less than {SHIFT_TOL:g} (the largest change is shown); no: they change, so the scheme reads "
+        "absolute positions. The shifted input keeps the sequence start and the causal mask, so the test cannot "
+        "see the absolute position a causal model reads from the mask (nope passes it and still knows where "
+        "it is).",
+        f"runs at 4T: yes: the forward pass runs at 4T = {4 * seq_len} positions; no: it raises (why, below). "
+        "It says nothing about quality there: that is what the lab measured (the table after this one).",
+        f"{layers}: layer settings, not schemes: DeepSeek's multi-head latent attention (RoPE on a separate "
+        f"slice of each head), and RoPE with a sliding window of {max(1, seq_len // 4)}, attention in chunks of "
+        f"{max(2, 3 * seq_len // 8)} (Llama 4) and attention sinks (gpt-oss).",
+    ], width)
     notes = [f"{r['scheme']}: {r['runs_at_4x_note']}" for r in rows if r["runs_at_4x_note"]]
     if notes:
-        lines += ["", "Why a scheme does not run at 4x:"] + [f"  {n}" for n in notes]
+        lines += ["", "Why a scheme does not run at 4T:"]
+        lines += [w for n in notes for w in terminal.wrap(n, width, indent="  ", hang="    ")]
+    return lines
+
+
+def _format_recorded(rows, width) -> list:
+    """The table the lab recorded, at its own training length L, and its key."""
+    lab = lab_measured()
+    src, lengths, far = lab["source"], lab["lengths"], lab["far"]
+    L = src["train_length"]
+    head = ("scheme", f"excess at {lengths[0]}", *(f"at {n}" for n in lengths[1:]), f"recall {far['offset']} back")
+    measured = [(r["scheme"], *_measured_cells(r["lab_measured"], lengths)) for r in rows if r["lab_measured"]]
+    missing = [r["scheme"] for r in rows if not r["lab_measured"]]
+    how = (f"until the held-out loss plateaued ({_steps(src)})" if src.get("schedule") == "plateau" else
+           f"for {_steps(src)} (a {src.get('schedule', 'fixed')} schedule)")
+    lines = terminal.wrap(f"Recorded by the lab, not run now: small models ({src['model']}) trained at training "
+                          f"length L = {L} {how}, then tested at "
+                          f"{', '.join(map(str, lengths))} tokens. Mean±standard error over seeds "
+                          f"{', '.join(map(str, src['seeds']))}.", width, hang="")
+    lines += [""] + terminal.table(head, measured, width)
+    if missing:
+        lines += [""] + terminal.wrap(f"Not measured by the lab: {', '.join(missing)}.", width, hang="  ")
+    lines += [""] + _key([
+        f"excess at N: the loss above the exact floor of an order-2 Markov source (nats) at N tokens (L, 4L "
+        f"and 16L); n/a: the scheme cannot run at that length (a learned table of L rows stops at L).",
+        f"recall {far['offset']} back: the accuracy of reading a value written {far['offset']} tokens back in "
+        f"{far['length']} (chance 1/8); n/a: the scheme cannot run at {far['length']}.",
+        "*: not learned: a run that did not reach its plateau or its task; no length conclusion is drawn from it.",
+        f"Source: {src['records']} (python -m lab) at minipos commits "
+        f"{', '.join(c[:7] for c in src['commits'])}; the docs page 'Past the training length' has the rest.",
+    ], width)
+    return lines
+
+
+def _format(rows, d_model, heads, seq_len, width: int | None = None) -> str:
+    """The tour as text: the table measured now (training length T), then the lab's (training length L),
+    each with a key; no line wider than ``width`` (default: the terminal's) where the words allow it."""
+    width = terminal.columns() if width is None else width
+    lines = [f"minipos {__version__} tour", ""]
+    lines += _format_measured_now(rows, d_model, heads, seq_len, width) + [""] + _format_recorded(rows, width)
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="minipos", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", action="version", version=f"minipos {__version__}")
-    sub = parser.add_subparsers(dest="command")
+def parser() -> argparse.ArgumentParser:
+    """The ``minipos`` command line: ``tour`` and ``vectors export|check`` (each subparser is its
+    namespace's ``command_parser``, for usage errors found after parsing)."""
+    top = terminal.ArgumentParser(prog="minipos", description=terminal.plain(__doc__.split("\n\n")[0]))
+    top.add_argument("--version", action="version", version=f"minipos {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="{tour,vectors}")
     p_tour = sub.add_parser("tour", help="run every scheme through one attention layer and compare",
-                            description="Run every scheme through one attention layer and compare. The "
-                            "sizes are limited so that a tour takes seconds.")
+                            description="Run every scheme through one attention layer and compare them, measured "
+                            "now, beside what the lab recorded for small trained models. The sizes are limited so "
+                            "that a tour takes seconds; the tables fit the terminal's width.")
+    p_tour.set_defaults(command_parser=p_tour)
     p_tour.add_argument("--d-model", type=int, default=64,
                         help=f"model width, at most {TOUR_LIMITS['d_model']} (default 64)")
     p_tour.add_argument("--heads", type=int, default=4,
@@ -238,14 +334,41 @@ def main(argv=None) -> int:
                         "(default 32)")
     p_tour.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
     p_tour.add_argument("--json", action="store_true", help="print the same data as JSON")
-    p_vec = sub.add_parser("vectors", help="export or check the golden vectors of every scheme")
-    vec_sub = p_vec.add_subparsers(dest="vectors_command", required=True)
-    vec_sub.add_parser("export", help="write one JSON file per family into DIR").add_argument("dir", metavar="DIR")
-    vec_sub.add_parser("check", help="recompute DIR's vectors (default: those shipped with minipos); exit 1 on "
-                       "any mismatch").add_argument("dir", metavar="DIR", nargs="?")
-    args = parser.parse_args(argv)
+    p_vec = sub.add_parser("vectors", help="export or check the golden vectors of every scheme",
+                           description="Export or check the golden vectors: one JSON file per family (one minipos "
+                           "function), the spec a port tests itself against.")
+    vec_sub = p_vec.add_subparsers(dest="vectors_command", required=True, metavar="{export,check}")
+    p_export = vec_sub.add_parser("export", help="write one JSON file per family into DIR",
+                                  description="Write one JSON file per family into DIR (new, empty, or holding only "
+                                  "family files), each through a temp file and a rename.")
+    p_check = vec_sub.add_parser("check", help="recompute DIR's vectors (default: those shipped with minipos); exit 1 "
+                                 "on any mismatch",
+                                 description="Recompute every case of DIR's family files (default: the spec shipped "
+                                 "with minipos) with this minipos and list every mismatch; exit 1 on any. Each file is "
+                                 "read as untrusted (regular files only, size and nesting caps, validated against the "
+                                 "schema) before a case runs.")
+    p_export.add_argument("dir", metavar="DIR", help="the directory to write")
+    p_check.add_argument("dir", metavar="DIR", nargs="?", help="the directory of family files to check (default: the "
+                         "spec shipped with minipos)")
+    for p in (p_export, p_check):
+        p.set_defaults(command_parser=p)
+    return top
+
+
+def main(argv=None) -> int:
+    """Run the ``minipos`` command (also ``python -m minipos``); return its exit status.
+
+    Bad options are one-line usage errors (exit 2); a closed pipe (``minipos tour | head``) ends
+    the command quietly (exit 1).
+    """
+    return terminal.run(_main, argv, prog="minipos")
+
+
+def _main(argv) -> int:
+    top = parser()
+    args = top.parse_args(argv)
     if args.command is None:
-        parser.print_help()
+        top.print_help()
         return 0
     if args.command == "vectors":
         return vectors.main(args)
@@ -253,10 +376,14 @@ def main(argv=None) -> int:
         check_tour_args(args.d_model, args.heads, args.seq_len, args.seed,
                         names={k: f"--{k.replace('_', '-')}" for k in ("d_model", "heads", "seq_len", "seed")})
     except (ValueError, TypeError) as err:
-        p_tour.error(str(err))  # usage and one line naming the option; exit status 2
+        args.command_parser.error(str(err))  # usage and one line naming the option; exit status 2
+    try:
+        lab = lab_measured()
+    except (ValueError, OSError) as err:      # a damaged or missing shipped file: one line, no traceback
+        print(f"minipos tour: error: {err}", file=sys.stderr)
+        return 1
     rows = tour(args.d_model, args.heads, args.seq_len, args.seed)
     if args.json:
-        lab = lab_measured()
         print(json.dumps({"d_model": args.d_model, "heads": args.heads, "seq_len": args.seq_len,
                           "lab_measured": {k: lab[k] for k in ("source", "lengths", "far")},
                           "schemes": rows}, indent=2))

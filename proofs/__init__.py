@@ -15,7 +15,14 @@ import importlib
 import pkgutil
 import traceback
 
-from .core import REGISTRY, Theorem, latex_of, run, select, theorem  # noqa: F401
+try:
+    from .core import REGISTRY, Theorem, latex_of, run, select, theorem  # noqa: F401
+except ModuleNotFoundError as _err:  # one line, not a traceback from deep in core: as proofs' own failure
+    # (name=__name__), `python -m proofs` reports it on one line ("Error while finding module specification")
+    if not (_err.name or "").startswith("sympy"):
+        raise
+    raise ImportError(f"proofs needs the Python package {_err.name!r}, which is not installed: "
+                      "pip install 'minipos[proofs]' (or pip install sympy)", name=__name__) from None
 
 FAMILIES = (
     "attention", "sinusoidal", "rope", "alibi", "t5", "transformer_xl", "deberta", "online_softmax",

@@ -103,41 +103,88 @@ def test_tour_json_carries_the_lab_numbers_of_the_committed_summary(capsys):
     assert rows["learned"]["markov_excess"]["1024"] == "cannot run"    # a 64-row table stops at 64
 
 
-def test_tour_table_shows_recorded_numbers_and_their_source(capsys):
+def _lab_line(out: str, scheme: str) -> str:
+    """The row of ``scheme`` in the table the lab recorded (the second table: cells with ``±``)."""
+    return next(x for x in out.splitlines() if x.startswith(f"{scheme} ") and "±" in x)
+
+
+def test_tour_table_shows_recorded_numbers_and_their_source(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     summary = _summary()
     assert main(["tour", "--seq-len", "8"]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith("rope "))
+    line = _lab_line(out, "rope")
     rope = summary["markov"]["rows"]["rope"]["lengths"]
-    assert " / ".join(f"{rope[n]['mean']:.3f}±{rope[n]['se']:.3f}" for n in ("64", "256", "1024")) in line
-    nope = next(x for x in out.splitlines() if x.startswith("nope "))
+    assert line.split()[1:4] == [f"{rope[n]['mean']:.3f}±{rope[n]['se']:.3f}" for n in ("64", "256", "1024")]
     markov_nope = summary["markov"]["rows"]["nope"]
     n_seeds = len(markov_nope["seeds"])
-    assert ("(not learned)" in nope) == (not markov_nope["converged"] == markov_nope["learned"] == n_seeds)
+    learned = markov_nope["converged"] == markov_nope["learned"] == n_seeds
+    assert (_lab_line(out, "nope").split()[2] == "*") == (not learned)       # the first cell's mark
     assert f"{summary['retrieval']['rows']['rope']['offsets']['1024']['1017']['mean']:.2f}" in line.split()[-1]
-    assert "lab/results/full" in out and "not run now" in out
+    text = " ".join(out.split())
+    assert "lab/results/full" in text and "not run now" in text and "*: not learned" in text
 
 
-def test_tour_says_not_measured_for_a_scheme_without_a_record(capsys, monkeypatch):
+def test_tour_lists_a_scheme_without_a_record_as_not_measured(capsys, monkeypatch):
     real = cli.lab_measured()
     del real["schemes"]["alibi"]
     monkeypatch.setattr(cli, "lab_measured", lambda: real)
+    monkeypatch.setenv("COLUMNS", "200")
     assert main(["tour", "--seq-len", "8"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("alibi "))
-    assert line.count("not measured") == 2
+    out = capsys.readouterr().out
+    assert not any(x.startswith("alibi ") and "±" in x for x in out.splitlines())
+    assert "alibi" in next(x for x in out.splitlines() if x.startswith("Not measured by the lab:"))
     assert main(["tour", "--json", "--seq-len", "8"]) == 0
     rows = {r["scheme"]: r for r in json.loads(capsys.readouterr().out)["schemes"]}
     assert rows["alibi"]["lab_measured"] is None and rows["rope"]["lab_measured"] is not None
 
 
-def test_tour_headers_say_what_the_columns_test(capsys):
+def test_tour_headers_and_keys_say_what_the_columns_test(capsys, monkeypatch):
     # "relative? yes" for NoPE misled: the shift keeps the sequence start under the causal mask, from
     # which NoPE reads absolute position (why-position.md shows 1/(t+1) recovered from the mask alone);
     # "runs at 4T" is whether the forward pass runs, not whether a trained model works there
+    monkeypatch.setenv("COLUMNS", "80")
     assert main(["tour", "--seq-len", "8"]) == 0
     out = capsys.readouterr().out
-    header = next(x for x in out.splitlines() if x.startswith("scheme "))
-    assert "shift-invariant given the mask" in header and "runs at 32 (not quality)" in header
-    assert "relative" not in header
-    assert "cannot see the" in out and "absolute position a causal model reads from the mask" in out
-    assert "whether a trained model" in out
+    header = next(x for x in out.splitlines() if x.startswith("scheme ") and "seams" in x)
+    assert "shift-inv." in header and "runs at 4T" in header and "relative" not in header
+    text = " ".join(out.split())
+    assert "shift-inv. (shift-invariant given the mask): yes:" in text and "runs at 4T: yes:" in text
+    assert "cannot see the absolute position a causal model reads from the mask" in text
+    assert "runs at 4T = 32 positions" in text and "It says nothing about quality there" in text
+
+
+def test_tour_has_one_training_length_per_table(capsys, monkeypatch):
+    # the tour's T (--seq-len) for what it measures now, the lab's L for what it recorded: never mixed
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["tour", "--seq-len", "16"]) == 0
+    out = capsys.readouterr().out
+    now, recorded = out.split("Recorded by the lab")
+    assert "training length T = 16" in " ".join(now.split()) and "L = " not in now
+    assert "training length L = 64" in " ".join(recorded.split()) and "T = " not in recorded
+
+
+@pytest.mark.parametrize("columns", [80, 100, 132])
+def test_tour_fits_the_terminal_and_explains_every_column_and_every_no(capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["tour"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= columns
+    text = " ".join(out.split())
+    for column in ("seams:", "params:", "terms:", "shift-inv.", "runs at 4T:", "excess at N:", "recall 1017 back:"):
+        assert column in text, column
+    for no in ("shift-inv. (shift-invariant given the mask): yes:", "; no: they change", "; no: it raises",
+               "n/a: the scheme cannot run", "*: not learned"):
+        assert no in text, no
+    assert "learned: positions must be <" in text          # the reason of the one scheme that does not run at 4T
+
+
+def test_help_shows_no_rest_markup(capsys):
+    for argv in ([], ["--help"], ["tour", "--help"], ["vectors", "--help"], ["vectors", "check", "--help"],
+                 ["vectors", "export", "--help"]):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+        out = capsys.readouterr().out
+        assert "usage: minipos" in out and "``" not in out and ":func:" not in out, argv

@@ -1,11 +1,13 @@
-"""What export and check share: the checks of their arguments (family names, a directory) and the
-reading of a family document, decoded only if it is a faithful one.
+"""What export and check share: the checks of their arguments (family names, a directory), the
+reading of a family document, decoded only if it is a faithful one, and the run of a case that
+uses every input and parameter it records (``_run_family``).
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 
+from .. import safe_io
 from ._text import _short
 from .codec import decode
 from .registry import FAMILIES, SPEC_VERSION
@@ -42,14 +44,54 @@ def _check_families(families) -> list:
 
 
 def _check_directory(directory) -> str:
-    """``directory`` as a str path, or raise ``TypeError`` naming the argument."""
-    if not isinstance(directory, (str, os.PathLike)) or not isinstance(os.fspath(directory), str):
-        raise TypeError(f"directory must be a path (str or os.PathLike), got {type(directory).__name__} "
-                        f"{_short(directory)}")
-    directory = os.fspath(directory)
-    if not directory:
-        raise ValueError("directory must be a non-empty path")
-    return directory
+    """``directory`` as a str path, or raise ``TypeError``/``ValueError`` naming the argument."""
+    return safe_io.check_path(directory, "directory")
+
+
+class _Recorded(Mapping):
+    """A case's ``inputs`` or ``params`` that remembers which names a family's runner read.
+
+    Reading a name the case does not have raises ``SpecError`` saying it is missing (not a bare
+    ``KeyError``); ``get`` and ``in`` look without complaint, as on a dict.
+    """
+
+    def __init__(self, data: dict, group: str, family: str):
+        self._data, self._group, self._family, self.read = data, group, family, set()
+
+    def __getitem__(self, key):
+        if key not in self._data:
+            raise SpecError(f"{self._group} is missing {key!r}, which family {self._family!r} reads")
+        self.read.add(key)
+        return self._data[key]
+
+    def get(self, key, default=None):
+        return self[key] if key in self._data else default
+
+    def __contains__(self, key) -> bool:
+        return key in self._data
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def _run_family(family: str, inputs: dict, params: dict) -> dict:
+    """``FAMILIES[family].run(inputs, params)``, refusing a case that records a name the run never reads.
+
+    An input or parameter that the family's function does not take would otherwise be carried in
+    the file and ignored: a case could claim a setting it was never run with. Raises ``SpecError``
+    naming the first such name, or a name the run needs and the case lacks.
+    """
+    recorded = {group: _Recorded(data, group, family) for group, data in (("inputs", inputs), ("params", params))}
+    got = FAMILIES[family].run(recorded["inputs"], recorded["params"])
+    for group, seen in recorded.items():
+        unread = [k for k in seen if k not in seen.read]
+        if unread:
+            raise SpecError(f"{group} holds {_short(unread[0])}, which family {family!r} does not read "
+                            f"(it reads {sorted(seen.read)})")
+    return got
 
 
 def _decode_case(case: dict) -> dict:

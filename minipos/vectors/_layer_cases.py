@@ -17,6 +17,9 @@ D_MODEL, HEADS, BATCH, LENGTH = 8, 2, 2, 7
 
 
 def _scheme(name: str, config: dict):
+    """The scheme ``name`` of a case, built by the registry (which names an unknown scheme or keyword)."""
+    if not isinstance(config, dict):
+        raise TypeError(f"params.scheme_config must be an object of keyword arguments, got {type(config).__name__}")
     config = dict(config)
     if "pos_att_type" in config:
         config["pos_att_type"] = tuple(config["pos_att_type"])
@@ -42,6 +45,14 @@ def _build_layer(inputs, params, extra=()):
                                num_kv_heads=params.get("num_kv_heads"))      # absent or null: num_heads
     weights = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"} | {f"scheme.{p}" for p in scheme.parameters()}
     return _set_weights(layer, inputs, weights, extra)
+
+
+def _causal_only(params) -> bool:
+    """``params["causal"]``, which must be true: for a family that records causal layers only."""
+    if params["causal"] is not True:
+        raise ValueError(f"params.causal must be true (this family records causal layers only), got "
+                         f"{_short(params['causal'])}")
+    return True
 
 
 def _in_chunks(x, chunks, call) -> dict:

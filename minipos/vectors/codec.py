@@ -23,11 +23,14 @@ def encode(a, name: str = "array") -> dict:
     """An array (or scalar) as ``{"dtype", "shape", "data"}`` with row-major ``data``.
 
     Booleans are written as ``bool``, integers as ``int64``, real floats as ``float64``. Raises
-    ``TypeError`` for complex, string or object input and ``ValueError`` for NaN/inf, integers
-    outside int64 and arrays of more than ``MAX_ARRAY_VALUES`` values or ``MAX_NDIM`` dims:
+    ``TypeError`` for complex, string or object input and ``ValueError`` for ragged lists, NaN/inf,
+    integers outside int64 and arrays of more than ``MAX_ARRAY_VALUES`` values or ``MAX_NDIM`` dims:
     everything ``encode`` writes, ``decode`` reads back unchanged.
     """
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except (ValueError, TypeError) as err:   # ragged lists, say
+        raise ValueError(f"{name} cannot be made an array ({_short(str(err), 120)})") from None
     if a.ndim > MAX_NDIM or a.size > MAX_ARRAY_VALUES:
         raise ValueError(f"{name} must have at most {MAX_NDIM} dims and {MAX_ARRAY_VALUES} values, "
                          f"got shape {a.shape}")

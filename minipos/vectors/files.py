@@ -8,7 +8,6 @@ keys in a fixed order: exporting twice gives byte-identical files on the same pl
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import secrets
@@ -16,9 +15,8 @@ import stat
 
 import numpy as np
 
-from .. import __version__
-from ._guards import _check_directory, _check_families, _check_family, _decode_document
-from ._text import _short
+from .. import __version__, safe_io
+from ._guards import _check_directory, _check_families, _check_family, _decode_document, _run_family
 from .codec import encode
 from .registry import FAMILIES, FLOAT32_TOLERANCE, SPEC_VERSION
 from .schema import SpecError
@@ -81,7 +79,7 @@ def family_cases(name: str) -> list:
 def build_family(name: str) -> dict:
     """The JSON document of family ``name``: every case with its inputs and expected outputs."""
     family = FAMILIES[_check_family(name)]
-    cases = [_encode_case(case, family.run(case["inputs"], case["params"])) for case in family_cases(name)]
+    cases = [_encode_case(case, _run_family(name, case["inputs"], case["params"])) for case in family_cases(name)]
     doc = {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
            "family": name, "function": family.function, "description": family.description, "cases": cases}
     _decode_document(doc, name)  # export writes only what check accepts (schema, caps, unique names)
@@ -124,14 +122,19 @@ def _check_export_target(directory: str) -> None:
 def _write_temp(directory: str, name: str, text: str) -> str:
     """``text`` in a new hidden file beside ``<name>.json``, flushed to disk; return its path."""
     path = os.path.join(directory, f".{name}.json.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as err:
+        raise safe_io.cannot_write(err, os.path.join(directory, f"{name}.json")) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as err:
         _remove(path)
+        if isinstance(err, OSError):   # a full disk, say: the message names the family file
+            raise safe_io.cannot_write(err, os.path.join(directory, f"{name}.json")) from None
         raise
     return path
 
@@ -191,16 +194,8 @@ def export(directory, families=None) -> list:
 
 # --------------------------------------------------------------------------- reading a spec safely
 
-MAX_FILE_BYTES = 64 * 2**20  # a family file larger than this is refused before it is read
-MAX_DEPTH = 64               # JSON nesting (the format needs under 10)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "not a file"
+MAX_FILE_BYTES = safe_io.MAX_BYTES  # a family file larger than this is refused before it is read (64 MiB)
+MAX_DEPTH = safe_io.MAX_DEPTH       # JSON nesting (the format needs under 10)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -214,97 +209,31 @@ def _read_regular_file(path: str, root: str) -> bytes:
     """The bytes of ``path``, a regular file within ``root`` (real path) of at most ``MAX_FILE_BYTES``.
 
     Raises ``FileNotFoundError`` when there is no such entry and ``SpecError`` for a symlink out of
-    ``root``, anything but a regular file (a FIFO is opened non-blocking, so it cannot hang the
-    read) or a file above the size cap.
+    ``root``, anything but a regular file (a FIFO, a device: refused without a read, see
+    ``minipos.safe_io.read_bytes``) or a file above the size cap.
     """
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         real = os.path.realpath(path)
         if not _inside(real, root):
             raise SpecError(f"is a symbolic link to {real}, outside the directory")
+        if not os.path.exists(real):
+            raise SpecError(f"is a symbolic link to {real}, which does not exist")
         path = real
-        try:
-            info = os.stat(path)
-        except OSError as err:
-            raise SpecError(f"is a symbolic link to {real}, which cannot be read ({err.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise SpecError(f"is not a regular file ({_file_kind(info.st_mode)})")
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        raise SpecError(f"cannot be opened ({err.strerror or err})") from None
-    try:
-        info = os.fstat(fd)  # what was opened, which may not be what was looked at
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecError(f"is not a regular file ({_file_kind(info.st_mode)})")
-        if info.st_size > MAX_FILE_BYTES:
-            raise SpecError(f"is {info.st_size} bytes, more than the {MAX_FILE_BYTES} a vectors file may have")
-        chunks, size = [], 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > MAX_FILE_BYTES:
-        raise SpecError(f"grew while read to more than the {MAX_FILE_BYTES} bytes a vectors file may have")
-    return b"".join(chunks)
-
-
-def _refuse_constant(name: str):
-    raise SpecError(f"holds {name}, which is not JSON (numbers must be finite)")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise SpecError(f"holds the number {_short(text)}, which is out of range for float64")
-    return value
-
-
-def _object(pairs: list) -> dict:
-    out = {}
-    for key, value in pairs:
-        if key in out:  # parsers differ on which of two equal keys wins: refuse the ambiguity
-            raise SpecError(f"has a duplicate key {_short(key)}")
-        out[key] = value
-    return out
-
-
-def _check_depth(doc) -> None:
-    """Raise ``SpecError`` if ``doc`` nests lists and objects deeper than ``MAX_DEPTH``."""
-    level, depth = [doc] if isinstance(doc, (dict, list)) else [], 0
-    while level:  # one level of containers at a time: no recursion, whatever the depth
-        depth += 1
-        if depth > MAX_DEPTH:
-            raise SpecError(f"nests lists and objects deeper than {MAX_DEPTH} levels")
-        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, (dict, list))]
+        return safe_io.read_bytes(path, limit=MAX_FILE_BYTES, follow_symlinks=False)
+    except safe_io.FileError as err:
+        raise SpecError(err.reason) from None
 
 
 def parse(data: bytes):
-    """The JSON document in ``data``, or ``SpecError`` saying why it is not one ``check`` reads.
+    """The JSON document in ``data`` (a file's bytes), or ``SpecError`` saying why it is not one ``check`` reads.
 
     Strict: UTF-8, standard JSON (no NaN or Infinity, no number beyond float64), no duplicate
-    keys, at most ``MAX_DEPTH`` levels of nesting.
+    keys, at most ``MAX_DEPTH`` levels of nesting (``minipos.safe_io.loads_json``). ``TypeError``
+    for anything but ``bytes`` or ``bytearray`` (a ``str``, a ``memoryview``, an int).
     """
-    if not data:
-        raise SpecError("is empty (0 bytes)")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SpecError(f"is not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r})") from None
-    try:
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
-                         object_pairs_hook=_object)
-    except RecursionError:
-        raise SpecError(f"nests lists and objects deeper than {MAX_DEPTH} levels") from None
-    except json.JSONDecodeError as err:
-        raise SpecError(f"is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}; "
-                        "truncated?)") from None
-    except ValueError as err:  # e.g. an integer of more digits than Python converts
-        raise SpecError(f"is not JSON minipos reads ({_short(str(err), 120)})") from None
-    _check_depth(doc)
-    return doc
+        return safe_io.loads_json(data, max_depth=MAX_DEPTH)
+    except safe_io.FileError as err:
+        raise SpecError(err.reason) from None

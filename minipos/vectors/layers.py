@@ -14,8 +14,9 @@ from ..layer import MultiHeadAttention
 from ..mla import DecoupledRotary, MultiHeadLatentAttention
 from ..schemes import ENTRIES
 from ..streaming import StreamingCache
-from ._layer_cases import (BATCH, D_MODEL, HEADS, LENGTH, _agree_with_differences, _build_layer, _causal_run,
-                           _in_chunks, _many, _scheme, _set_weights)
+from ._layer_cases import (BATCH, D_MODEL, HEADS, LENGTH, _agree_with_differences, _build_layer, _causal_only,
+                           _causal_run, _in_chunks, _many, _scheme, _set_weights)
+from ._text import _short
 from .cases import _case, _grid, tol
 
 
@@ -455,26 +456,29 @@ def _local_global_build(inputs, params, extra):
 
 def _local_global_run(inputs, params):
     layer, mask = _local_global_build(inputs, params, ())
-    x = inputs["x"]
-    cache = layer.new_cache(mem_len=params["mem_len"]) if _many(params["chunks"]) else None
-    if params.get("streaming") is not None:
-        cache = StreamingCache(layer, **params["streaming"])
+    x, causal, mem_len, streaming = inputs["x"], _causal_only(params), params["mem_len"], params.get("streaming")
+    if mem_len is not None and (streaming is not None or not _many(params["chunks"])):
+        raise ValueError(f"params.mem_len is {_short(mem_len)}, but this case runs without a KV cache to bound "
+                         "(one chunk, or StreamingLLM's cache): it must be null")
+    cache = layer.new_cache(mem_len=mem_len) if _many(params["chunks"]) else None
+    if streaming is not None:
+        cache = StreamingCache(layer, **streaming)
 
     def step(t):
         held = 0 if cache is None else cache.length                             # the keys the cache kept
         keys = None if mask is None else mask[:, t.start - held:t.stop]          # (B, S)
-        return layer(x[:, t], mask=keys, causal=True, cache=cache)
+        return layer(x[:, t], mask=keys, causal=causal, cache=cache)
     return _in_chunks(x, params["chunks"], step)
 
 
 def _local_global_forward(inputs, params):
     layer, mask = _local_global_build(inputs, params, ("dy",))
-    return layer(inputs["x"], mask=mask, causal=True)
+    return layer(inputs["x"], mask=mask, causal=_causal_only(params))
 
 
 def _local_global_grad_run(inputs, params):
     layer, mask = _local_global_build(inputs, params, ("dy",))
-    _, ctx = layer(inputs["x"], mask=mask, causal=True, return_context=True)
+    _, ctx = layer(inputs["x"], mask=mask, causal=_causal_only(params), return_context=True)
     grads = layer.backward(ctx, inputs["dy"])
     order = ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks"]
     return {k: grads[k] for k in order if k in grads}

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import mrope, rope, rope_scaling, xpos
 from ..layer import MRotary, MultiHeadAttention
-from ._layer_cases import BATCH, _agree_with_differences, _build_layer, _in_chunks, _many
+from ._layer_cases import BATCH, _agree_with_differences, _build_layer, _causal_only, _in_chunks, _many
 from .cases import EXACT, GRID, _case, _grid, tol
 
 
@@ -279,18 +279,19 @@ def _mrope_layer_cases(grad: bool = False):
 
 def _mrope_layer_forward(inputs, params):
     layer = _build_layer(inputs, params, extra=("positions", "dy"))
-    return layer(inputs["x"], positions=inputs["positions"], causal=True)
+    return layer(inputs["x"], positions=inputs["positions"], causal=_causal_only(params))
 
 
 def _mrope_layer_run(inputs, params):
     layer = _build_layer(inputs, params, extra=("positions",))
     x, pos = inputs["x"], inputs["positions"]
     cache = layer.new_cache() if _many(params["chunks"]) else None
-    return _in_chunks(x, params["chunks"], lambda t: layer(x[:, t], positions=pos[:, t], causal=True, cache=cache))
+    causal = _causal_only(params)
+    return _in_chunks(x, params["chunks"], lambda t: layer(x[:, t], positions=pos[:, t], causal=causal, cache=cache))
 
 
 def _mrope_layer_grad_run(inputs, params):
     layer = _build_layer(inputs, params, extra=("positions", "dy"))
-    _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=True, return_context=True)
+    _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=_causal_only(params), return_context=True)
     grads = layer.backward(ctx, inputs["dy"])
     return {k: grads[k] for k in ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]}

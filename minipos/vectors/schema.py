@@ -122,28 +122,66 @@ def validate(doc, schema: dict | None = None) -> None:
     Implements the part of JSON Schema (draft 2020-12) that ``spec/schema.json`` uses (the names
     in ``SCHEMA_KEYWORDS``; local ``$ref`` only), with one strictness more: ``integer`` is a JSON
     number written without a fraction or exponent. The message names the place as a path
-    (``$.cases[3].tolerance.float64.rtol``).
+    (``$.cases[3].tolerance.float64.rtol``). A schema this cannot apply raises before it is used
+    on the document's part it describes: ``TypeError`` for a schema that is not a dict,
+    ``ValueError`` naming a ``$ref`` that is not ``#/$defs/<name>`` of an entry that exists (or
+    that loops), an unknown ``type`` or a ``pattern`` that is not a regular expression, and
+    ``NotImplementedError`` for a keyword outside ``SCHEMA_KEYWORDS``.
     """
     root = SCHEMA if schema is None else schema
+    if not isinstance(root, dict):
+        raise TypeError(f"schema must be a JSON Schema (a dict), got {type(root).__name__} {_short(root)}")
     _validate(doc, root, root, "$")
 
 
+def _resolve(schema: dict, root: dict) -> dict:
+    """``schema`` with its chain of ``$ref`` followed to a schema without one."""
+    seen = []
+    while "$ref" in schema:
+        ref = schema["$ref"]
+        name = ref[len("#/$defs/"):] if isinstance(ref, str) and ref.startswith("#/$defs/") else None
+        if name is None or "/" in name:
+            raise ValueError(f"schema: $ref {_short(ref)} is not a local reference '#/$defs/<name>', the only kind "
+                             "vectors.validate follows")
+        defs = root.get("$defs")
+        if not isinstance(defs, dict) or not isinstance(defs.get(name), dict):
+            raise ValueError(f"schema: $ref {ref!r} names no schema in $defs (it has {sorted(defs or {})})")
+        if ref in seen:
+            raise ValueError(f"schema: $ref {ref!r} loops ({' -> '.join(seen + [ref])})")
+        seen.append(ref)
+        schema = defs[name]
+    return schema
+
+
+def _pattern_matches(pattern, value: str) -> bool:
+    try:
+        return re.search(pattern, value) is not None
+    except (re.error, TypeError) as err:
+        raise ValueError(f"schema: pattern {_short(pattern)} is not a regular expression ({err})") from None
+
+
 def _validate(value, schema: dict, root: dict, path: str) -> None:
-    unknown = set(schema) - SCHEMA_KEYWORDS
-    if unknown:
-        raise NotImplementedError(f"the schema uses {sorted(unknown)}, which vectors.validate does not implement")
-    if "$ref" in schema:
-        schema = root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
+    if not isinstance(schema, dict):
+        raise TypeError(f"schema at {path} must be a dict, got {type(schema).__name__} {_short(schema)}")
+    resolved = _resolve(schema, root)
+    for part in (schema, resolved):
+        unknown = set(part) - SCHEMA_KEYWORDS
+        if unknown:
+            raise NotImplementedError(f"the schema uses {sorted(unknown)}, which vectors.validate does not implement")
+    schema = resolved
     kinds = schema.get("type")
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else kinds
+        strange = [k for k in kinds if k not in _JSON_TYPES] if isinstance(kinds, list) else [kinds]
+        if strange:
+            raise ValueError(f"schema: type {_short(strange[0])} is not a JSON Schema type ({sorted(_JSON_TYPES)})")
         if not any(_type_is(type(value), k) for k in kinds):
             raise SpecError(f"{path}: expected {' or '.join(kinds)}, got {_json_name(value)}")
     if "const" in schema and value != schema["const"]:
         raise SpecError(f"{path}: must be {schema['const']!r}, got {_short(value)}")
     if "enum" in schema and not any(value == v and type(value) is type(v) for v in schema["enum"]):
         raise SpecError(f"{path}: must be one of {schema['enum']}, got {_short(value)}")
-    if "pattern" in schema and isinstance(value, str) and not re.search(schema["pattern"], value):
+    if "pattern" in schema and isinstance(value, str) and not _pattern_matches(schema["pattern"], value):
         raise SpecError(f"{path}: {_short(value)} does not match {schema['pattern']}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and not value >= schema["minimum"]:  # NaN fails both bounds

@@ -14,10 +14,16 @@ tolerance for the component's precision, only where the case's ``where`` is true
 ``not_expressible`` (with the reason) when the library has no way to state it.
 
 One JSON file per (library, component, family) goes to ``OUT/<library>/``, each written to a
-temp file and renamed over the old one, so a killed run leaves every file old or new, never
-cut short. Files of components a run no longer has are removed after the run has written the
+temp file and renamed over the old one (``minipos.safe_io.write_atomic``), so a killed run leaves
+every file old or new, never cut short; a full disk is one line naming the file. A value a library
+returns that is NaN or infinite is recorded as the string ``"NaN"``, ``"Infinity"`` or
+``"-Infinity"``: the files are strict JSON. Files of components a run no longer has are removed after the run has written the
 others. ``OUT/<library>/probes.json`` holds the outputs of the minimal inputs behind each
 discrepancy that the page explains.
+
+Before any work the runner checks its arguments (``--out`` a directory or a path to make one) and
+that every library it is asked to run is installed: a missing one is one line naming the packages
+and ``requirements.txt``, not a traceback from a worker.
 """
 
 from __future__ import annotations
@@ -42,8 +48,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPEC = os.path.dirname(HERE)
 sys.path.insert(0, SPEC)   # check_port.py: the spec's own decoder and loader
 sys.path.insert(0, HERE)   # adapters/
+sys.path.insert(0, os.path.dirname(SPEC))   # minipos (safe_io, terminal) from the checkout
 
 from check_port import decode, load_family  # noqa: E402
+from minipos import safe_io, terminal  # noqa: E402
 
 # run id -> (adapter module, extra environment, label shown on the page)
 LIBRARIES = {
@@ -55,6 +63,8 @@ LIBRARIES = {
     "rotary_embedding_torch": ("rotary_embedding_torch", {}, "rotary-embedding-torch"),
 }
 MAX_SHOWN = 500   # differing values recorded per output; the count is always exact
+INSTALL = ("install the pinned set into an environment of its own: pip install -r spec/conformance/requirements.txt "
+           "(docs/conformance.md)")
 
 
 def slug(name: str) -> str:
@@ -62,23 +72,30 @@ def slug(name: str) -> str:
 
 
 def write_json(path: str, doc) -> None:
-    """Write ``doc`` to ``path`` through a temp file in the same directory and a rename."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    """Write ``doc`` to ``path`` through a temp file in the same directory and a rename.
+
+    Strict JSON: ``ValueError`` naming ``path`` for a NaN or an infinity; ``OSError`` naming it when
+    the disk is full (the old file, if any, is left as it was).
+    """
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        text = json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
+    except ValueError as err:
+        raise ValueError(f"cannot write {path}: it holds a NaN or an infinity, which JSON has no word for "
+                         f"({err})") from None
+    safe_io.write_atomic(path, text)
 
 
 def scalar(value):
-    """A NumPy scalar as a JSON value (int for integer arrays, float otherwise)."""
+    """A NumPy scalar as a JSON value (int for integer arrays, float otherwise; a NaN or an infinity
+    as the string "NaN", "Infinity" or "-Infinity")."""
     value = np.asarray(value).item()
-    return value if isinstance(value, (bool, int)) else float(value)
+    if isinstance(value, (bool, int)):
+        return value
+    return _finite(float(value))
+
+
+def _finite(x: float):
+    return x if math.isfinite(x) else ("NaN" if x != x else "Infinity" if x > 0 else "-Infinity")
 
 
 def compare(name: str, expected: np.ndarray, got, tol: dict, mask) -> tuple[list, int]:
@@ -93,7 +110,7 @@ def compare(name: str, expected: np.ndarray, got, tol: dict, mask) -> tuple[list
     if mask is not None:
         bad &= mask
     rows = [{"output": name, "index": idx, "expected": scalar(expected[tuple(idx)]),
-             "got": scalar(got[tuple(idx)]), "abs_error": float(error[tuple(idx)]),
+             "got": scalar(got[tuple(idx)]), "abs_error": _finite(float(error[tuple(idx)])),
              "atol": tol["atol"], "rtol": tol["rtol"]}
             for idx in np.argwhere(bad)[:MAX_SHOWN].tolist()]
     return rows, int(bad.sum())
@@ -142,7 +159,7 @@ def versions(distributions) -> dict:
 def worker(run_id: str, out: str) -> None:
     """Run one library's adapter over every family it has; write its results and probes."""
     module_name, _, label = LIBRARIES[run_id]
-    adapter = importlib.import_module(f"adapters.{module_name}")
+    adapter = _adapter(run_id)
     common = importlib.import_module("adapters._common")
     directory = os.path.join(out, run_id)
     os.makedirs(directory, exist_ok=True)
@@ -198,9 +215,9 @@ def same(a, b) -> bool:
 def differences(made: str, committed: str, run_ids) -> list[str]:
     """Files of ``run_ids`` that differ between two result trees, ``run_date`` aside (floats within ``RTOL``/``ATOL``)."""
     def read(path):
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-        doc.pop("run_date", None)
+        doc = safe_io.read_json(path)
+        if isinstance(doc, dict):
+            doc.pop("run_date", None)
         return doc
     out = []
     for run_id in run_ids:
@@ -215,34 +232,89 @@ def differences(made: str, committed: str, run_ids) -> list[str]:
     return out
 
 
+def _adapter(run_id: str):
+    """The adapter module of ``run_id`` (it imports its library only when a component runs)."""
+    return importlib.import_module(f"adapters.{LIBRARIES[run_id][0]}")
+
+
+def missing(run_ids) -> dict:
+    """``{run id: [distributions not installed]}`` for each of ``run_ids`` that cannot run here."""
+    out = {}
+    for run_id in run_ids:
+        absent = []
+        for dist in _adapter(run_id).DISTRIBUTIONS:
+            try:
+                importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                absent.append(dist)
+        if absent:
+            out[run_id] = absent
+    return out
+
+
+def _out_dir(value: str) -> str:
+    """``--out``: a directory, or a path where one can be made (``argparse`` type)."""
+    try:
+        path = safe_io.check_path(value, "--out")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{value!r} exists and is not a directory")
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = terminal.ArgumentParser(prog="spec/conformance/run.py", description=terminal.plain(__doc__.split("\n\n")[0]))
+    ap.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES), metavar="NAME",
+                    help=f"the libraries to run (default all: {', '.join(sorted(LIBRARIES))})")
+    ap.add_argument("--out", type=_out_dir, default=os.path.join(HERE, "results"),
+                    help="the results directory (default spec/conformance/results)")
+    ap.add_argument("--check", action="store_true",
+                    help=f"run into a temp dir and compare with --out (the committed results), run_date aside, floats "
+                    f"within a relative {RTOL:g} or an absolute {ATOL:g}")
+    ap.add_argument("--worker", choices=sorted(LIBRARIES), help=argparse.SUPPRESS)
+    return ap
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--libraries", nargs="+", choices=sorted(LIBRARIES), default=list(LIBRARIES), metavar="NAME",
-                        help=f"the libraries to run (default all: {', '.join(sorted(LIBRARIES))})")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--check", action="store_true",
-                        help=f"run into a temp dir and compare with --out (the committed results), run_date aside, floats within a relative {RTOL:g} or an absolute {ATOL:g}")
-    parser.add_argument("--worker", choices=sorted(LIBRARIES), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    out = os.path.abspath(args.out)
+    """Run the libraries (each in a process of its own); return the exit status. A closed pipe ends it quietly."""
+    return terminal.run(_main, argv, prog="spec/conformance/run.py")
+
+
+def _main(argv) -> int:
+    args = parser().parse_args(argv)
+    out = args.out
+    if args.worker:
+        try:
+            worker(args.worker, out)
+        except ImportError as err:                # a library the adapter needs, missing in this environment
+            print(f"conformance: {terminal.missing_library(err, args.worker, INSTALL)}", file=sys.stderr)
+            return 3
+        except (OSError, ValueError) as err:      # a full disk, an unreadable spec file: one line
+            print(f"conformance: {args.worker}: {err}", file=sys.stderr)
+            return 1
+        return 0
+    absent = missing(args.libraries)
+    if absent:
+        print("conformance: error: not installed: " + "; ".join(f"{', '.join(d)} (for {r})" for r, d in absent.items())
+              + f"; {INSTALL}", file=sys.stderr)
+        return 2
     if args.check:
         with tempfile.TemporaryDirectory() as made:
-            status = main([*(["--libraries", *args.libraries]), "--out", made])
+            status = _main([*(["--libraries", *args.libraries]), "--out", made])
             diff = differences(made, out, args.libraries)
         for line in diff:
             print(f"conformance: {line}")
         print(f"conformance: {len(args.libraries)} libraries, {len(diff)} result files differ from {out}")
         return status or int(bool(diff))
-    if args.worker:
-        worker(args.worker, out)
-        return 0
     status = 0
     for run_id in args.libraries:
         start = time.monotonic()
         env = {**os.environ, **LIBRARIES[run_id][1], "PYTHONHASHSEED": "0"}
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", run_id, "--out", out],
                               env=env)
-        print(f"== {run_id}: exit {done.returncode}, {time.monotonic() - start:.0f} s")
+        print(f"== {run_id}: exit {done.returncode}, {time.monotonic() - start:.0f} s", flush=True)
         status |= done.returncode
     return status
 
