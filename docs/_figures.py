@@ -96,26 +96,33 @@ def seams_overview() -> str:
 
 # --------------------------------------------------------------------------- the layer's data flow
 
+def _step_grid(ax, steps, *, height, row_step, color="0.25", fontsize=8.5) -> None:
+    """Eight steps ``(name, what, seam, note)`` as two rows of four boxes joined by arrows, a note
+    under each box, and a dashed arrow from the end of the first row to the start of the second."""
+    for k, (name, what, seam, note) in enumerate(steps):
+        row, col = divmod(k, 4)
+        x, y = 0.2 + col * 2.6, 2.0 - row * row_step
+        fill = SEAM_COLORS.get(seam, "#eeeeee")
+        _box(ax, x, y, 2.1, height, f"{name}\n{what}", fill, fontsize=fontsize, text_color="white" if seam else "black")
+        if note:
+            ax.text(x + 1.05, y - 0.1, note, ha="center", va="top", fontsize=7, family="monospace", color="0.35")
+        if col:
+            _arrow(ax, x - 0.5, y + height / 2, x, y + height / 2, color=color)
+    _arrow(ax, 0.2 + 3 * 2.6 + 1.05, 2.0 - 0.4, 0.2 + 1.05, 2.0 - row_step + height + 0.05, ls="--", color=color)
+
+
 def layer_flow() -> str:
     """The eight steps of ``MultiHeadAttention.__call__`` with their shapes, seams coloured."""
-    steps = [("1 input seam", "x + p", "(B, T, d_model)", "input"),
-             ("2 projections", "x W_q, x W_k, x W_v", "(B, H, T, D)", None),
-             ("3 rotate seam", "R(i) q, R(j) k", "(B, H, T, D)", "rotate"),
-             ("4 cache", "keys, values of earlier calls", "(B, H, S, D)", None),
-             ("5 content-position", "q + u; extra logits", "(B, H, T, S)", "content-position"),
-             ("6 bias seam", "+ b_h(i, j)", "(H, T, S)", "bias"),
-             ("7 attention", "softmax(c q·k + b, mask) v", "(B, H, T, D)", None),
-             ("8 output", "merge heads, · W_o", "(B, T, d_model)", None)]
+    steps = [("1 input seam", "x + p", "input", "(B, T, d_model)"),
+             ("2 projections", "x W_q, x W_k, x W_v", None, "(B, H, T, D)"),
+             ("3 rotate seam", "R(i) q, R(j) k", "rotate", "(B, H, T, D)"),
+             ("4 cache", "keys, values of earlier calls", None, "(B, H, S, D)"),
+             ("5 content-position", "q + u; extra logits", "content-position", "(B, H, T, S)"),
+             ("6 bias seam", "+ b_h(i, j)", "bias", "(H, T, S)"),
+             ("7 attention", "softmax(c q·k + b, mask) v", None, "(B, H, T, D)"),
+             ("8 output", "merge heads, · W_o", None, "(B, T, d_model)")]
     fig, ax = _canvas(10, 3.6, (0, 10.4), (-0.3, 3.4))
-    for k, (name, what, shape, seam) in enumerate(steps):
-        row, col = divmod(k, 4)
-        x, y = 0.2 + col * 2.6, 2.0 - row * 1.75
-        color = SEAM_COLORS.get(seam, "#eeeeee")
-        _box(ax, x, y, 2.1, 1.0, f"{name}\n{what}", color, fontsize=8.5, text_color="white" if seam else "black")
-        ax.text(x + 1.05, y - 0.12, shape, ha="center", va="top", fontsize=7.5, family="monospace", color="0.35")
-        if col:
-            _arrow(ax, x - 0.5, y + 0.5, x, y + 0.5)
-    _arrow(ax, 0.2 + 3 * 2.6 + 1.05, 2.0 - 0.35, 0.2 + 1.05, 0.25 + 1.0, ls="--", style="-|>")
+    _step_grid(ax, steps, height=1.0, row_step=1.75)
     ax.text(5.2, 3.25, "MultiHeadAttention(x): the numbered steps of its code; coloured boxes are seams a scheme fills",
             ha="center", fontsize=9)
     return svg(fig)
@@ -126,25 +133,15 @@ def layer_flow() -> str:
 def gradient_flow() -> str:
     """The backward: dy through the steps in reverse, each handing the parameters' gradients out."""
     stages = [("dy", "(B, T, d_model)", None, ""),
-              ("8 output projection", "dy W_o^T", None, "wo, bo"),
-              ("7 attention_backward", "dq, dk, dv, dbias", None, "scheme.table, .slopes"),
-              ("5 content-position", "extra_backward", "content-position", "scheme.u, .v, .w_r, …"),
+              ("8 output projection", "dy W_o^T", None, "grads: wo, bo"),
+              ("7 attention_backward", "dq, dk, dv, dbias", None, "grads: scheme.table, .slopes"),
+              ("5 content-position", "extra_backward", "content-position", "grads: scheme.u, .v, .w_r, …"),
               ("3 rotate seam", "R(m)^T dq, R(m)^T dk", "rotate", ""),
-              ("2 projections", "x^T dq, x^T dk, x^T dv", None, "wq, wk, wv (+ bq, bk, bv)"),
-              ("1 input seam", "embed_backward", "input", "scheme.table (learned)"),
+              ("2 projections", "x^T dq, x^T dk, x^T dv", None, "grads: wq, wk, wv (+ bq, bk, bv)"),
+              ("1 input seam", "embed_backward", "input", "grads: scheme.table (learned)"),
               ("dx", "(B, T, d_model)", None, "")]
     fig, ax = _canvas(10, 3.9, (0, 10.4), (-0.6, 3.5))
-    for k, (name, what, seam, params) in enumerate(stages):
-        row, col = divmod(k, 4)
-        x, y = 0.2 + col * 2.6, 2.0 - row * 1.9
-        color = SEAM_COLORS.get(seam, "#eeeeee")
-        _box(ax, x, y, 2.1, 0.9, f"{name}\n{what}", color, fontsize=8, text_color="white" if seam else "black")
-        if col:
-            _arrow(ax, x - 0.5, y + 0.45, x, y + 0.45, color="#c44e52")
-        if params:
-            ax.text(x + 1.05, y - 0.1, f"grads: {params}", ha="center", va="top", fontsize=6.8, family="monospace",
-                    color="0.3")
-    _arrow(ax, 0.2 + 3 * 2.6 + 1.05, 2.0 - 0.42, 0.2 + 1.05, 0.1 + 0.9, ls="--", color="#c44e52")
+    _step_grid(ax, stages, height=0.9, row_step=1.9, color="#c44e52", fontsize=8)
     ax.text(5.2, 3.3, "layer.backward(ctx, dy): the forward's steps in reverse (red); each hands out its parameters' "
             "gradients", ha="center", fontsize=9)
     return svg(fig)

@@ -136,18 +136,19 @@ def _environment(r: _Reader, name: str, style: str) -> float:
     return sum(colw) + size * 1.0 * max(0, ncols - 1)
 
 
+_NESTING = ("{", "}", "\\begin", "\\end")
+
+
+def _nesting(tok: str, depth: int, env: int) -> tuple[int, int]:
+    """The brace depth and the environment depth after ``tok``."""
+    return depth + (tok == "{") - (tok == "}"), env + (tok == "\\begin") - (tok == "\\end")
+
+
 def _split(tokens: list[str], sep: str) -> list[list[str]]:
     """Split at ``sep`` outside braces and nested environments."""
     out, cur, depth, env = [], [], 0, 0
     for tok in tokens:
-        if tok == "{":
-            depth += 1
-        elif tok == "}":
-            depth -= 1
-        elif tok == "\\begin":
-            env += 1
-        elif tok == "\\end":
-            env -= 1
+        depth, env = _nesting(tok, depth, env)
         if tok == sep and depth == 0 and env == 0:
             out.append(cur)
             cur = []
@@ -265,14 +266,9 @@ def _top_level(tokens: list[str]):
     i = 0
     while i < len(tokens):
         tok = tokens[i]
-        if tok == "{":
-            depth += 1
-        elif tok == "}":
-            depth -= 1
-        elif tok == "\\begin":
-            env += 1
-        elif tok == "\\end":
-            env -= 1
+        depth, env = _nesting(tok, depth, env)
+        if tok in _NESTING:
+            pass
         elif tok == "\\left":
             if depth == 0 and env == 0 and lr == 0 and prev_atom_end and i > 0:
                 points.append((i, "mul"))
@@ -338,14 +334,9 @@ def _open_outer(tex: str):
     toks = _tokens(tex)
     best, depth, lr, env, start = None, 0, 0, 0, None
     for i, tok in enumerate(toks):
-        if tok == "{":
-            depth += 1
-        elif tok == "}":
-            depth -= 1
-        elif tok == "\\begin":
-            env += 1
-        elif tok == "\\end":
-            env -= 1
+        depth, env = _nesting(tok, depth, env)
+        if tok in _NESTING:
+            pass
         elif tok == "\\left" and depth == 0 and env == 0:
             if lr == 0:
                 start = i if i + 1 < len(toks) and toks[i + 1] in ("(", "[") else None
