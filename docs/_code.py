@@ -85,6 +85,8 @@ def source_url(module: str, page: str) -> str:
     """The URL of ``module``'s source page relative to the built page of ``page`` (``schemes/alibi.md``)."""
     here = posixpath.dirname(page) if page.endswith("index.md") else page[: -len(".md")]
     target = f"source/{module.split('.', 1)[1]}"
+    if not (ROOT / "docs" / f"{target}.md").is_file():
+        raise ValueError(f"module {module} has no source page: add docs/{target}.md (as the others) and its nav line")
     return posixpath.relpath(target, here or ".") + "/"
 
 
