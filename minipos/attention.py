@@ -1,7 +1,10 @@
 """Scaled dot-product attention, knowing no position scheme.
 
-Every scheme of minipos plugs into attention through one of four seams (input, rotate, bias,
-content-position). This module is what they plug into; it sees only
+Every scheme of minipos plugs into attention at one or more of its places: the four common seams
+(input, rotate, bias, content-position), the value seam (Shaw et al.), the mask (NoPE reads
+position from a causal one; sliding windows and chunks restrict it) and the logit temperature
+(``scale``; YaRN's attention factor, Llama 4's query temperature). This module is what they plug
+into; it sees only
 
     logits[..., h, t, s] = scale * q[..., h, t, :] . k[..., h, s, :] + bias[..., h, t, s]
     weights = softmax(logits where mask else -inf, axis=-1)          (a -inf bias masks its key too)

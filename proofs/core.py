@@ -88,6 +88,8 @@ import numpy as np
 import sympy as sp
 from sympy.core.function import AppliedUndef, UndefinedFunction
 
+from . import layout
+
 __all__ = [
     "theorem", "Theorem", "Proof", "Chain", "Result", "REGISTRY",
     "ProofFailure", "StepFalse", "StepUnproven", "TieMismatch", "MissingCode",
@@ -338,11 +340,14 @@ class Chain:
         self.proof.steps += 1
         return self
 
-    def latex(self) -> str:
+    def latex(self, width: float | None = None) -> str:
         """An ``aligned`` block: the start, then ``= expr`` rows with their reasons; a row whose
         LaTeX equals the row before it is merged into that row (its reason appended). A start
         with a reason of its own is a line of its own, left-aligned with the ``=`` below it, so
-        that a wide start does not push the rest of the chain to the right."""
+        that a wide start does not push the rest of the chain to the right.
+
+        width: fit the block within about this many ems (:func:`proofs.layout.chain`: reasons
+        under their rows, long rows broken); ``None`` keeps every row on one line."""
         start = _tex(self.start if self.start_shown is None else self.start_shown)
         rows = [[start, self.reason]]              # [LaTeX, reason]; the first row is the start
         for row in self.rows:
@@ -351,14 +356,8 @@ class Chain:
                 rows[-1][1] = "; ".join(r for r in (rows[-1][1], row.reason) if r)
             else:
                 rows.append([tex, row.reason])
-        if len(rows) == 1 or rows[0][1]:         # the start on a line of its own, flush with the "="
-            lines = [f"& {rows[0][0]} && {_text(rows[0][1])}"]
-            rest = rows[1:]
-        else:
-            lines = [f"{rows[0][0]} &= {rows[1][0]} && {_text(rows[1][1])}"]
-            rest = rows[2:]
-        lines += [f" &= {tex} && {_text(reason)}" for tex, reason in rest]
-        return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+        alone = len(rows) == 1 or bool(rows[0][1])   # the start on a line of its own, flush with the "="
+        return layout.chain([(tex, _text(reason)) for tex, reason in rows], width, alone)
 
 
 def _tex(x) -> str:
@@ -420,11 +419,17 @@ class _Refutation:
     case: object = None
     fold: object = None
 
-    def latex(self) -> str:
+    def latex(self, width: float | None = None) -> str:
+        """``lhs|_at = left != right = rhs|_at`` with the reason; ``width`` as for :meth:`Chain.latex`
+        (the two sides then on lines of their own)."""
         at = ", ".join(f"{sp.latex(k)} = {sp.latex(v)}" for k, v in self.at.items())
-        return (f"\\begin{{aligned}}\n\\left.{sp.latex(self.lhs)}\\right|_{{{at}}} &= {sp.latex(self.left)}"
-                f" \\neq {sp.latex(self.right)} = \\left.{sp.latex(self.rhs)}\\right|_{{{at}}}"
-                f" && {_text(self.reason)}\n\\end{{aligned}}")
+        lhs, rhs = f"\\left.{sp.latex(self.lhs)}\\right|_{{{at}}}", f"\\left.{sp.latex(self.rhs)}\\right|_{{{at}}}"
+        one_line = (f"\\begin{{aligned}}\n{lhs} &= {sp.latex(self.left)}"
+                    f" \\neq {sp.latex(self.right)} = {rhs}"
+                    f" && {_text(self.reason)}\n\\end{{aligned}}")
+        if width is None or layout.width(one_line) <= width:
+            return one_line
+        return layout.refutation(lhs, sp.latex(self.left), sp.latex(self.right), rhs, _text(self.reason), width)
 
 
 @dataclass
@@ -435,7 +440,7 @@ class _Requirement:
     case: object = None
     fold: object = None
 
-    def latex(self) -> str:
+    def latex(self, width: float | None = None) -> str:
         return ""  # not mathematics: :func:`latex_of` leaves it out, the docs list it
 
 

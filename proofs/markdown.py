@@ -48,6 +48,9 @@ from . import core
 __all__ = ["derivation", "report", "quote_test", "svg", "ProofNotPassed"]
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|$])")
+WIDTH = 36
+"""The width, in ems, that a rendered chain is broken to fit (:mod:`proofs.layout`): the site's text
+column at a 1280-pixel window, inside an admonition, with room to spare."""
 _svg_ids = itertools.count()
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -123,7 +126,7 @@ def _checked_block(blocks) -> list[str]:
                 label(_case_note(b.case))
         if b.fold is not None:
             label(b.fold)
-        body.append(_display(b.latex()))
+        body.append(_display(b.latex(width=WIDTH)))
     if facts:
         body.append("\n".join(f"- {_inline(reason + _where(name, values, checked))}"
                                for reason, (name, values, checked) in facts.items()))
@@ -136,7 +139,7 @@ def _render(result: core.Result, title: str | None) -> str:
     body = [f"**{_inline(result.statement)}**"]
     if th.latex_statement:
         body.append(_display(th.latex_statement))
-    body += [_display(b.latex()) for b in result.blocks if not _folded(b)]
+    body += [_display(b.latex(width=WIDTH)) for b in result.blocks if not _folded(b)]
     labels, checked = _checked_block([b for b in result.blocks if _folded(b)])
     if checked:
         summary = _inline("checked: " + "; ".join(labels))

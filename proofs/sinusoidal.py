@@ -161,8 +161,8 @@ def split_permutation(D):
                r"PE_{split}(pos) &= P\,PE_{interleaved}(pos) && (P x)_j = x_{perm[j]},\ "
                r"perm = (0, 2, \dots, D - 2, 1, 3, \dots, D - 1) \\"
                r"w^{t2t}_{D/2-1} = base^{-1} &\neq base^{-(D-2)/D} = w_{D/2-1} && \text{tensor2tensor's "
-               r"} w^{t2t}_i = base^{-i/(D/2 - 1)} \text{: the lowest frequencies differ, so no column "
-               r"permutation maps one table onto the other}"
+               r"} w^{t2t}_i = base^{-i/(D/2 - 1)} \text{: the lowest frequencies} \\"
+               r"& && \text{differ, so no column permutation maps one table onto the other}"
                r"\end{aligned}")
 def _(p):
     for D in p.cases(D=[4, 2, 6, 8]):

@@ -261,6 +261,10 @@ def test_wide_derivations_scroll_at_full_size_in_a_browser():
     drv = webdriver.Chrome(options=opts, service=Service(executable_path=str(CHROMEDRIVER)))
     try:
         drv.set_script_timeout(60)
+        # A phone's width: at 1280 px the derivations are broken into lines that fit the column
+        # (proofs.layout), so the wide ones to check are those of a narrow screen.
+        drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
         drv.get(f"http://127.0.0.1:{server.server_address[1]}/schemes/rope/")
         assert drv.execute_async_script("""const done = arguments[arguments.length - 1];
             (function wait() { const mj = window.MathJax;
