@@ -13,7 +13,7 @@ pytest.importorskip("pygments")
 griffe = pytest.importorskip("griffe")
 
 from docs._code import beside, source_of, source_url  # noqa: E402
-from docs.hooks.rst_docstrings import rst_to_markdown  # noqa: E402
+from docs.build.rst_docstrings import rst_to_markdown  # noqa: E402
 from minipos import alibi  # noqa: E402
 
 
