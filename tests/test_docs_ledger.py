@@ -134,3 +134,21 @@ def test_the_site_ledger_builds_and_every_seed_entry_names_what_it_rests_on():
     tested = [e for e in lab if e.p is not None]
     assert all(e.p_holm >= e.p for e in tested)
     json.dumps([e.to_json() for e in led.values()])
+
+
+def test_a_fact_is_read_not_tested(records):
+    full, twice, write = records
+    for s in range(3):
+        write(full, "markov", "learned", s, {64: 0.01})
+    rec = json.loads((full / "markov-learned-s0.json").read_text())
+    rec["results"]["base"]["lengths"].append({"length": 128, "status": "cannot run", "reason": "64 rows"})
+    for s in range(3):
+        (full / f"markov-learned-s{s}.json").write_text(json.dumps(rec))
+    L._read.cache_clear()
+    cannot = L.Fact("F1", "p.md", "learned cannot run at 2L", (L.Value("markov", "learned", 128),),
+                    lambda got: all(v is None for v in got["markov/learned/128"]))
+    e = _verdict(cannot)
+    assert e.verdict == "confirmed" and e.p is None and "cannot run" in e.evidence
+    wrong = L.Fact("F2", "p.md", "learned runs at 2L", cannot.values_,
+                   lambda got: all(v is not None for v in got["markov/learned/128"]))
+    assert _verdict(wrong).verdict == "refuted"

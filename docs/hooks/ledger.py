@@ -45,7 +45,7 @@ ALPHA = 0.05
 LENGTH_TASKS = ("markov", "retrieval")
 """The tasks whose past-L claims are checked on twice the budget."""
 
-__all__ = ["Entry", "Value", "Less", "Below", "Above", "LedgerError", "ALPHA", "student_sf", "welch", "paired",
+__all__ = ["Entry", "Value", "Less", "Below", "Above", "Fact", "LedgerError", "ALPHA", "student_sf", "welch", "paired",
            "one_sample", "holm", "seed_values", "build", "entries", "entry", "check", "href", "table", "unconfirmed",
            "write_json",
            "FULL", "TWICE"]
@@ -274,6 +274,24 @@ class Above(Below):
     below = False
 
 
+@dataclass(frozen=True)
+class Fact:
+    """A lab claim that no sampling can move, checked by reading the records: ``check(records)`` gets
+    ``{str(value): per-seed values}`` for ``values`` (each None where a record is missing, each value None
+    where the scheme cannot run) and returns whether the claim holds. "A learned table of L rows cannot
+    run at 2L" is one; an ordering of two noisy numbers is not (``Less``)."""
+
+    id: str
+    page: str
+    claim: str
+    values_: tuple
+    check: object
+    asserted: bool = False
+
+    def values(self):
+        return self.values_
+
+
 def _fmt(values) -> str:
     if values is None:
         return "not yet measured"
@@ -288,6 +306,14 @@ def _lab_entry(c) -> Entry:
     e.records = sorted({f"lab/results/full/{v.task}-{_split(v.row)[0]}-s{s}.json" for v in c.values() for s in SEEDS})
     got = [seed_values(v) for v in c.values()]
     e.numbers = {str(v): vals for v, vals in zip(c.values(), got)}
+    if isinstance(c, Fact):
+        e.test = "read from the records (no sampling can change it)"
+        if any(g is None for g in got):
+            e.verdict, e.evidence = "not yet measured", "the records are not all written yet"
+        else:
+            e.verdict = "confirmed" if c.check(e.numbers) else "refuted"
+            e.evidence = "; ".join(f"{k}: {_fmt(v)}" for k, v in e.numbers.items())
+        return e
     if any(g is None for g in got):
         e.verdict, e.evidence = "not yet measured", "the records are not all written yet"
         return e
