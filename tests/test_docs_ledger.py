@@ -152,3 +152,21 @@ def test_a_fact_is_read_not_tested(records):
     wrong = L.Fact("F2", "p.md", "learned runs at 2L", cannot.values_,
                    lambda got: all(v is not None for v in got["markov/learned/128"]))
     assert _verdict(wrong).verdict == "refuted"
+
+
+def test_a_sentence_follows_its_entry_and_links_it(records, monkeypatch):
+    """``either`` states the ordering only while the entry is confirmed; ``mark`` links it with its verdict."""
+    full, twice, write = records
+    claim = L.Less("X9", "schemes/p.md", "alibi below rope at L", L.Value("markov", "alibi", 64),
+                   L.Value("markov", "rope", 64))
+    for s in range(3):
+        write(full, "markov", "alibi", s, {64: 0.01 + 0.001 * s})
+        write(full, "markov", "rope", s, {64: 0.50 + 0.01 * s})
+    monkeypatch.setattr(L, "build", lambda: {"X9": _verdict(claim)})
+    said = L.either("X9", "schemes/p.md", "ALiBi is lower", "both near 0.01 and 0.5")
+    assert said.startswith("ALiBi is lower ([X9: confirmed, Holm p = ") and "(../../claims/#x9))" in said
+    for s in range(3):
+        write(full, "markov", "rope", s, {64: 0.01 + 0.002 * s})                 # no longer resolved
+    L._read.cache_clear()
+    said = L.either("X9", "schemes/p.md", "ALiBi is lower", "0.011 against 0.012")
+    assert said.startswith("0.011 against 0.012 ([X9: not resolved")

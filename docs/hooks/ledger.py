@@ -47,7 +47,7 @@ LENGTH_TASKS = ("markov", "retrieval")
 
 __all__ = ["Entry", "Value", "Less", "Below", "Above", "Fact", "LedgerError", "ALPHA", "student_sf", "welch", "paired",
            "one_sample", "holm", "seed_values", "build", "entries", "entry", "check", "href", "table", "unconfirmed",
-           "write_json",
+           "write_json", "mark", "either",
            "FULL", "TWICE"]
 
 
@@ -423,6 +423,25 @@ def href(id: str, page: str) -> str:
     must be the built site's (directory URLs)."""
     entry(id)
     return "../" * (page.count("/") + 1) + f"claims/#{id.lower()}"
+
+
+def mark(id: str, page: str) -> str:
+    """The inline mark a sentence of ``page`` carries for the entry ``id`` it rests on: its verdict and,
+    for a tested claim, the Holm-adjusted p, linked to the ledger (``[M10: confirmed, Holm p = 0.004](...)``).
+    """
+    e = entry(id)
+    p = "" if e.p_holm is None else f", Holm p = {e.p_holm:.2g}"
+    return f"([{id}: {e.verdict}{p}]({href(id, page)}))"
+
+
+def either(id: str, page: str, holds: str, otherwise: str) -> str:
+    """A page's sentence that rests on the lab entry ``id``: ``holds`` when the entry is confirmed, else
+    ``otherwise`` (which states both numbers and draws no ordering), each followed by its ``mark``. A page
+    draws an ordering this way, so that what it states follows the ledger's verdict instead of the build
+    failing when more records move a p-value; an entry the page must state as a fact is ``asserted``
+    instead (``check``)."""
+    text = holds if entry(id).verdict == "confirmed" else otherwise
+    return f"{text} {mark(id, page)}"
 
 
 def table(page: str, kinds=("lab",), ids=None) -> str:
