@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minipos import terminal
+
 from . import record as records
 from . import schemes as scheme_specs
 from .model import ACTIVATIONS, Model
@@ -65,6 +67,11 @@ class UsageError(ValueError):
     """A command line the lab refuses; ``main`` reports it as argparse does (one line, exit status 2)."""
 
 
+AT_MOST = 2**63 - 1
+"""The largest value of any integer setting: NumPy's int64 holds no larger one (a size that fits it but
+not the machine is refused by the memory check)."""
+
+
 def _integer(least: int):
     def parse(text):
         try:
@@ -73,6 +80,8 @@ def _integer(least: int):
             value = None
         if value is None or value < least:
             raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {text!r}")
+        if value > AT_MOST:
+            raise argparse.ArgumentTypeError(f"must be an integer <= {AT_MOST} (2**63 - 1), got {text!r}")
         return value
     return parse
 
@@ -109,9 +118,12 @@ def _name(allowed):
 def _csv(item, *, increasing: bool = False):
     """A comma list of ``item``s: at least one, none twice (and, if ``increasing``, each larger than the last)."""
     def parse(text):
-        values = tuple(item(v.strip()) for v in text.split(",") if v.strip())
-        if not values:
+        words = [v.strip() for v in text.split(",")]
+        if not any(words):
             raise argparse.ArgumentTypeError(f"needs at least one entry, got {text!r}")
+        if not all(words):
+            raise argparse.ArgumentTypeError(f"has an empty entry (two commas, or one at an end), got {text!r}")
+        values = tuple(item(v) for v in words)
         twice = sorted({v for v in values if values.count(v) > 1}, key=str)
         if twice:
             raise argparse.ArgumentTypeError(f"lists {', '.join(map(str, twice))} more than once")
@@ -144,7 +156,7 @@ class _OnceBool(argparse.BooleanOptionalAction):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m lab", usage="%(prog)s [options]  (--help lists them)",
+    p = terminal.ArgumentParser(prog="python -m lab", usage="%(prog)s [options]  (--help lists them)",
                                 description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, one seed, then check the numbers are sane")
@@ -245,7 +257,7 @@ def _build(what: str, make, *args, **kwargs):
     try:
         return make(*args, **kwargs)
     except OSError as error:
-        raise UsageError(f"{what}: {error.strerror or error}: {error.filename}") from None
+        raise UsageError(f"{what}: {error.strerror or error}" + (f": {error.filename}" if error.filename else "")) from None
     except (ValueError, TypeError, RuntimeError) as error:
         raise UsageError(f"{what}: {error}") from None
 
@@ -268,10 +280,11 @@ def _fits_memory(s: Settings, vocab: int) -> None:
     longest = max(s.lengths()) if s.scheme != "learned" else s.length           # learned cannot run past L
     if s.scheme == "rope" and s.extensions:
         longest = max(longest, s.finetune_factor * s.length)
-    parts = {"the parameters, their gradients and AdamW's moments":
+    parts = {"--d-model, --d-ff, --num-layers: the parameters, their gradients and AdamW's moments":
              16 * (vocab * d * (1 if s.tied else 2) + N * (4 * d * d + 2 * d * f)),
-             "a training batch's logits": 4 * s.batch * s.length * vocab,
-             f"each head's {longest} x {longest} attention weights at length {longest}": 4 * N * H * longest ** 2}
+             "--batch, --length: a training batch's logits": 4 * s.batch * s.length * vocab,
+             f"--length, --eval-factors: each head's {longest} x {longest} attention weights at length {longest}":
+             4 * N * H * longest ** 2}
     if s.task == "markov":
         parts["the Markov source's tables"] = 16 * s.vocab ** (s.order + 1)
     if s.task == "retrieval":
@@ -311,10 +324,11 @@ def check_runs(base: Settings, lists: dict) -> None:
         if name == "markov" and (s.order > 20 or s.vocab ** s.order > 1 << 20):           # before building it
             raise UsageError(f"--vocab {s.vocab} --order {s.order}: a Markov source has vocab**order contexts, "
                              f"at most 2**20")
-        task = None if name == "markov" else _build(f"--tasks {name}", s.make_task)
+        what = "--text" if name == "text" and s.text else f"--tasks {name}"       # the error names the file
+        task = None if name == "markov" else _build(what, s.make_task)
         for scheme in lists["schemes"]:
             _fits_memory(replace(s, scheme=scheme), s.vocab if task is None else task.vocab_size)
-        task = task or _build(f"--tasks {name}", s.make_task)
+        task = task or _build(what, s.make_task)
         _fits_lengths(s, task, lists["schemes"])
     tokens = np.zeros((1, min(base.length, 2)), np.int64)
     for scheme in lists["schemes"]:
@@ -370,6 +384,38 @@ def plan(args) -> tuple[Settings, dict, Path]:
     return base, lists, out
 
 
+def read_records(out: Path, *, strict: bool) -> list:
+    """Every record in ``out`` (``<task>-<scheme>-s<seed>.json``), each read and validated (``record.read``)
+    and named for its own run. ``strict`` (``--summarize``): the first file that is not such a record is a
+    ``UsageError`` naming it; otherwise (the summary after a run, beside records of other versions) it is
+    skipped with one line on stderr."""
+    found = []
+    for path in sorted(out.glob("*-s*.json")):
+        try:
+            rec = records.read(path)
+            s = rec["settings"]
+            if path.name != f"{s['task']}-{s['scheme']}-s{s['seed']}.json":
+                raise ValueError(f"holds the run {s['task']}-{s['scheme']}-s{s['seed']}, not the one its name says")
+        except (OSError, ValueError) as error:                           # not a record of this version
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            if strict:
+                raise UsageError(f"--out {out}: {path.name}: {reason}") from None
+            print(f"skipping {path}: {reason}", file=sys.stderr)
+            continue
+        found.append(rec)
+    return found
+
+
+def summary_of(found: list, out: Path) -> dict:
+    """``summarize(found)``; records it cannot summarize together (a run twice) are a ``UsageError``."""
+    if not found:
+        raise UsageError(f"--out {out}: holds no record that can be read, so no summary")
+    try:
+        return summarize(found)
+    except ValueError as error:
+        raise UsageError(f"--out {out}: {error}") from None
+
+
 def verify_records(paths, progress: bool = True) -> int:
     """``--verify``: rerun each record's command and print how its numbers compare with the record.
 
@@ -396,6 +442,11 @@ def verify_records(paths, progress: bool = True) -> int:
 
 
 def main(argv=None) -> int:
+    """Run ``python -m lab``; return its exit status (a closed pipe ends it quietly, a full disk in one line)."""
+    return terminal.run(_main, argv, prog="python -m lab")
+
+
+def _main(argv) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -407,6 +458,8 @@ def main(argv=None) -> int:
                 raise UsageError(f"--verify lists {', '.join(twice)} more than once")
         else:
             base, lists, out = plan(args)
+            if args.summarize:
+                summary = summary_of(read_records(out, strict=True), out)
     except UsageError as error:
         p.error(str(error))
     if args.verify:
@@ -444,14 +497,13 @@ def main(argv=None) -> int:
         if problems:
             print("\n".join(problems), file=sys.stderr)
         return 1 if problems else 0
-    found = []
-    for path in sorted(out.glob("*-s*.json")):
+    if not args.summarize:
         try:
-            found.append(records.read(path))
-        except (OSError, ValueError) as error:                           # not a record of this version
-            print(f"skipping {path}: {error}", file=sys.stderr)
-    summary = summarize(found)
-    records.write_json(out / "summary.json", summary)
+            summary = summary_of(read_records(out, strict=False), out)
+        except UsageError as error:
+            print(f"python -m lab: {error}", file=sys.stderr)
+            return 1
+    records.write_json(out / "summary.json", summary)                  # OSError (a full disk): one line, by run
     print(format_table(summary))
     print(f"{len(ran)} runs in {time.perf_counter() - start:.0f} s; records in {out}/")
     if problems:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minipos import terminal
+
 __all__ = ["PACKAGE", "VERSION", "SHA256", "HOLDOUT_EVERY", "ORIGIN", "files", "load", "PROSE", "data_dir",
            "fetch_prose", "load_prose", "CORPORA", "main"]
 
@@ -220,9 +222,17 @@ USAGE = "usage: python -m lab.corpus fetch [--deb FILE]"
 
 
 def main(argv=None) -> int:
-    """``python -m lab.corpus fetch [--deb FILE]``: prepare the prose corpus (``fetch_prose``)."""
+    """``python -m lab.corpus fetch [--deb FILE]``: prepare the prose corpus (``fetch_prose``); a closed
+    pipe ends it quietly, output onto a full disk is one line (``minipos.terminal.run``)."""
+    return terminal.run(_main, argv, prog="python -m lab.corpus")
+
+
+def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     deb = None
+    if argv in (["--help"], ["-h"]):
+        print(USAGE)
+        return 0
     if argv[:1] != ["fetch"] or len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--deb"):
         print(USAGE, file=sys.stderr)
         return 2

@@ -59,6 +59,7 @@ from pathlib import Path
 import numpy as np
 
 import minipos
+from minipos import safe_io
 
 __all__ = ["SCHEMA", "HELDOUT_SCHEDULES", "write", "write_json", "read", "validate", "versions", "source_commit",
            "cpu", "blas_core", "comparable", "SOURCE"]
@@ -71,6 +72,9 @@ TOP = ("schema", "command", "settings", "task", "model", "scheme", "seed", "vers
        "seconds")
 TIMING = ("seconds",)
 """Fields that measure the machine, not the model: they differ between reruns."""
+
+TASKS = ("markov", "retrieval", "text", "prose")
+"""The tasks a record may be of (``lab.tasks``)."""
 
 HELDOUT_SCHEDULES = ("plateau", "budget")
 """The schedules whose records hold a held-out curve, ``converged`` and ``stopping``: both measure the
@@ -163,18 +167,6 @@ def write(path, record: dict) -> Path:
     return write_json(path, record)
 
 
-def _new_temp(path: Path) -> tuple[int, Path]:
-    """``(fd, name)`` of a new file ``<path>.<random>.tmp`` beside ``path``, opened for writing with
-    the mode the umask gives a new file (``0o666 & ~umask``; ``mkstemp`` would give 0600)."""
-    for _ in range(100):
-        tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
-
-
 def dumps(obj) -> str:
     """``obj`` as indented JSON, with every list of numbers on one line (a record holds thousands of
     per-sequence numbers: one a line would make it several times longer)."""
@@ -194,38 +186,41 @@ def dumps(obj) -> str:
 
 
 def write_json(path, obj) -> Path:
-    """Write ``obj`` as JSON to ``path`` through a temp file in the same directory and ``os.replace``,
-    so a reader never sees a torn file and an interrupted write leaves the old one. The file gets the
-    umask's mode, as any new file does."""
+    """Write ``obj`` as JSON to ``path`` through a temp file in the same directory, flushed and renamed
+    over it (``minipos.safe_io.write_atomic``), so a reader never sees a torn file and an interrupted or
+    failed write leaves the old one. The file gets the umask's mode, as any new file does. A full disk is
+    an ``OSError`` whose one line names the file."""
     obj = _clean(obj)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _new_temp(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(obj))
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise safe_io.cannot_write(error, path) from None
+    safe_io.write_atomic(path, dumps(obj) + "\n")
     return path
 
 
 def read(path) -> dict:
-    """The record at ``path``, validated. Raises ``OSError`` if the file cannot be read and
-    ``ValueError`` saying what is wrong if it is not a record: empty, not UTF-8, not JSON (cut short
-    or damaged), or not following the schema (``validate``)."""
+    """The record at ``path``, validated. Raises ``OSError`` if there is no such file and ``ValueError``
+    saying what is wrong (in words that do not repeat the path) if it cannot be read as a record: not a
+    regular file (a directory, a FIFO, a device), larger than ``safe_io.MAX_BYTES``, empty, not UTF-8,
+    not strict JSON (cut short or damaged, NaN, nested too deep), or not following the schema
+    (``validate``). Reads go through ``minipos.safe_io``, so none of these can hang or exhaust memory."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"not UTF-8 text, so not a record ({error})") from None
-    if not text.strip():
+        data = safe_io.read_bytes(path)
+    except safe_io.FileError as error:
+        raise ValueError(error.reason) from None
+    if not data.strip():
         raise ValueError("an empty file, not a record")
     try:
-        record = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not valid JSON, so cut short or damaged ({error})") from None
+        record = safe_io.loads_json(data)
+    except safe_io.FileError as error:
+        reason = error.reason
+        if reason.startswith("is not valid JSON"):
+            reason = "not valid JSON, so cut short or damaged" + reason[len("is not valid JSON"):]
+        elif reason.startswith("is not UTF-8"):
+            reason = "not UTF-8 text, so not a record" + reason[len("is not UTF-8 text"):]
+        raise ValueError(reason) from None
     validate(record)
     return record
 
@@ -383,6 +378,15 @@ def validate(record: dict) -> None:
     _keys(record["scheme"], ("name",), "scheme")
     _keys(record["model"], ("vocab", "d_model", "num_heads", "num_layers"), "model")
     task = record["task"]["name"]
+    if task not in TASKS:
+        _fail("task.name", f"must be one of {', '.join(TASKS)}, got {task!r}")
+    for key, value in (("task", task), ("seed", record["seed"])):    # settings.scheme may name a variant (t5@source)
+        if record["settings"][key] != value or isinstance(record["settings"][key], bool):
+            _fail(f"settings.{key}", f"must agree with the record's {key} ({value!r}), got {record['settings'][key]!r}")
+    if isinstance(record["seed"], bool) or not isinstance(record["seed"], int) or record["seed"] < 0:
+        _fail("seed", f"must be an integer >= 0, got {record['seed']!r}")
+    if not isinstance(record["settings"]["scheme"], str) or not record["settings"]["scheme"]:
+        _fail("settings.scheme", f"must be a non-empty string, got {record['settings']['scheme']!r}")
     if task == "markov":
         _keys(record["floor"], ("entropy_rate", "unigram", "order1"), "floor")
         for k in ("entropy_rate", "unigram", "order1"):

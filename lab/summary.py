@@ -84,6 +84,15 @@ def summarize(records: list) -> dict:
     (``fixed_budget``); retrieval rows add ``offsets`` ``{length: {offset:
     spread}}`` and ``seen`` ``{length: {offset: seen in training}}``. A spread is ``_spread``'s dict.
     """
+    runs = [(r["task"]["name"], r["settings"]["scheme"], r["seed"]) for r in records]
+    twice = sorted({run for run in runs if runs.count(run) > 1})
+    if twice:                                                             # a seed counted twice is not a spread
+        raise ValueError("the records hold the same run more than once (a seed counted twice would narrow the "
+                         "spread): " + ", ".join(f"{t}-{s}-s{n}" for t, s, n in twice))
+    unknown = sorted({t for t, _, _ in runs if t not in METRIC})
+    if unknown:
+        raise ValueError(f"unknown task {', '.join(map(repr, unknown))} in the records; the tasks are "
+                         f"{', '.join(METRIC)}")
     groups = {}
     for rec in sorted(records, key=lambda r: (r["task"]["name"], r["settings"]["scheme"], r["seed"])):
         task, name = rec["task"]["name"], rec["settings"]["scheme"]

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minipos import safe_io
+
 from . import corpus
 
 __all__ = ["MarkovSource", "KeyValueRecall", "TextSource", "stationary_distribution", "entropy"]
@@ -285,7 +287,11 @@ class TextSource:
                            "version": source["version"], "sha256": data["sha256"], "files": data["files"]}
             self.vocab, self.alphabet = len(symbols), bytes(symbols.tolist())
         else:
-            text = Path(path).read_text(encoding="utf-8")
+            data = safe_io.read_bytes(path)                             # a regular file, within the size cap
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}: is not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r})") from None
             if len(text) < 64:
                 raise ValueError(f"{path}: need at least 64 characters of text, got {len(text)}")
             chars = sorted(set(text))

@@ -151,7 +151,10 @@ def rerun_argv(command: str, out_dir) -> tuple[dict, list]:
     ``python -m lab`` arguments with ``--out out_dir``, run by this interpreter."""
     if not isinstance(command, str):
         raise TypeError(f"command must be a string, got {type(command).__name__}")
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError as error:                                           # an unclosed quote, say
+        raise ValueError(f"command is not a shell command line ({error}): {command!r}") from None
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     while words and _ASSIGNMENT.match(words[0]):
         name, value = words.pop(0).split("=", 1)

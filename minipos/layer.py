@@ -290,8 +290,11 @@ class MultiHeadAttention:
 
     def _checked_rotate(self, rotate, x, got):
         """``got``, what the seam ``rotate`` returned for ``x``, if it is a finite array of ``x``'s shape
-        and dtype; else ``ValueError``/``TypeError`` naming the seam and the scheme."""
-        return check_like(got, self.scheme, f"{rotate.__name__}(x, positions, seq_len=)", x, "(B, H, T, D)")
+        and dtype; else ``ValueError``/``TypeError`` naming the seam and the scheme. The seam is named by
+        the scheme's attribute that ``rotate`` is (a scheme may assign any function to ``rotate_q``)."""
+        seam = next((n for n in ("rotate_q", "rotate_k", "rotate_q_backward", "rotate_k_backward")
+                     if getattr(self.scheme, n, None) == rotate), getattr(rotate, "__name__", "rotate"))
+        return check_like(got, self.scheme, f"{seam}(x, positions, seq_len=)", x, "(B, H, T, D)")
 
     def _content_position(self, q, k, q_pos, k_pos):
         """Step 5: the scheme's ``content_position``, ``(q_c, extra)`` (the query used against content,

@@ -114,6 +114,9 @@ def _check_class(cls) -> None:
     """``cls`` a ``Scheme`` subclass whose ``seams`` and ``terms`` are tuples of known names."""
     if not (isinstance(cls, type) and issubclass(cls, Scheme)):
         raise TypeError(f"cls must be a subclass of minipos.seams.Scheme, got {cls!r}")
+    if cls is Scheme:
+        raise TypeError("cls must be a subclass of minipos.seams.Scheme setting its own name, not Scheme itself "
+                        "(NoPE is the registered scheme without position)")
     for attr, known in (("seams", SEAMS), ("terms", TERMS)):
         value = getattr(cls, attr)
         if not isinstance(value, tuple) or not all(isinstance(v, str) and v in known for v in value):

@@ -275,6 +275,7 @@ class LearnedAbsolute(Scheme):
         self.std = check_float(std, "std", minimum=0.0)
 
     def bind(self, layer, rng):
+        check_alloc((self.max_positions, layer.d_model), np.float64, "max_positions (rows of d_model)")
         super().bind(layer, rng)
         self.table = learned_table(self.max_positions, self.d_model, seed=int(rng.integers(2 ** 31)),
                                               std=self.std, dtype=layer.dtype)  # (max_positions, d_model)

@@ -1052,6 +1052,29 @@ def _to_dev_full(args) -> Cli:
     return Cli(done.returncode, "", done.stderr)
 
 
+# --------------------------------------------------------------------------- the second round: tools/campaign.py
+
+def _round_two():
+    """``tools/campaign.py``'s generated calls over the registry, the evidence readers, the lab's flags and
+    records, and a custom scheme's garbage seam returns on the dense and blockwise paths (the others run
+    ``python tools/campaign.py``): every one clear or accepted."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import campaign
+    calls = campaign.build(["registry", "evidence", "lab", "seams"])
+    fast_paths = [c for c in calls if c[0] != "seams" or c[1].endswith((", dense causal", ", blockwise"))]
+    return campaign, fast_paths
+
+
+def test_the_hostile_campaign_second_round():
+    campaign, calls = _round_two()
+    bad = []
+    for surface, label, call, expect in calls:
+        kind, detail = campaign.classify(call, expect, 30)
+        if kind not in ("clear", "accepted"):
+            bad.append(f"{kind} [{surface}] {label}: {detail[:200]}")
+    assert len(calls) >= 550 and not bad, "\n".join(bad)
+
+
 # --------------------------------------------------------------------------- running it
 
 @pytest.mark.parametrize("label, call, expect", CASES, ids=[c[0] for c in CASES])

@@ -65,3 +65,35 @@ def test_the_smallest_and_largest_allowed_tours_run():
     limits = cli.TOUR_LIMITS
     rows = tour(d_model=limits["d_model"], heads=limits["heads"], seq_len=limits["seq_len"], seed=cli.MAX_SEED)
     assert len(rows) == every and all(r["output_norm"] > 0 for r in rows)
+
+
+# python -m lab and python -m lab.corpus: a closed pipe and a full stdout, as the other commands
+import io                                                                # noqa: E402
+import os                                                                # noqa: E402
+from contextlib import redirect_stdout                                   # noqa: E402
+
+
+class _ClosedPipe(io.TextIOBase):
+    def writable(self):
+        return True
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("lab.__main__", ["--print-commands", "--tasks", "markov", "--schemes", "rope", "--seeds", "0"]),
+    ("lab.corpus", ["--help"]),
+])
+def test_the_lab_commands_end_quietly_on_a_closed_pipe_and_in_one_line_on_a_full_disk(capsys, module, argv):
+    import importlib
+    main = importlib.import_module(module).main
+    with redirect_stdout(_ClosedPipe()):
+        assert main(argv) == 1                                           # ends, without a word
+    assert capsys.readouterr().err == ""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    with open("/dev/full", "w") as full, redirect_stdout(full):
+        assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "Traceback" not in err

@@ -144,9 +144,15 @@ def test_position_change_is_paired_within_each_seed(monkeypatch):
 
 
 def test_position_loss_takes_the_floor_off_where_the_task_has_one(monkeypatch):
-    _positions(monkeypatch, "markov", [[2.0, 2.0, 1.0, 1.0]], floor=[1.0, 0.5, 0.5, 0.5])
+    _positions(monkeypatch, "markov", [[2.0, 2.0, 1.0, 1.0]] * 2, floor=[1.0, 0.5, 0.5, 0.5])
     assert evidence.position_excess("x", 32) == [(0, 8, 1.0), (8, 16, 1.5), (16, 24, 0.5), (24, 32, 0.5)]
     assert evidence.position_change("markov", "x", 32, (0, 8), (8, 16)).mean == pytest.approx(0.5)
+
+
+def test_a_change_over_one_seed_is_refused_not_given_a_nan_standard_error(monkeypatch):
+    _positions(monkeypatch, "markov", [[2.0, 2.0, 1.0, 1.0]], floor=[1.0, 0.5, 0.5, 0.5])
+    with pytest.raises(evidence.EvidenceError, match="over 1 seed has no spread"):
+        evidence.position_change("markov", "x", 32, (0, 8), (8, 16))
 
 
 def _two_budgets(monkeypatch, before, after, after_seeds=None):

@@ -2,6 +2,7 @@
 damaged record is a failed check of ``--verify``, and records are written atomically with the
 umask's mode. Nothing here trains: the training entry point is replaced where a command would run."""
 
+import errno
 import json
 import os
 import signal
@@ -87,7 +88,15 @@ def _damaged(tmp_path):
     text = GOOD.read_text()
     good = json.loads(text)
     files = {"missing.json": (None, "No such file or directory"),
-             "a-directory.json": (None, "Is a directory"),
+             "a-directory.json": (None, "is not a regular file (a directory)"),
+             "a-fifo.json": (None, "is not a regular file (a FIFO)"),                 # read, it would hang
+             "dev-zero.json": (None, "is not a regular file (a character device)"),  # read, it would fill memory
+             "deep.json": (b"[" * 100_000 + b"]" * 100_000, "nests lists and objects deeper than 64 levels"),
+             "nan.json": ('{"schema": NaN}', "holds NaN"),
+             "open-quote.json": (json.dumps({**good, "command": good["command"] + " '"}),
+                                 "command is not a shell command line (No closing quotation)"),
+             "unknown-task.json": (json.dumps({**good, "task": {**good["task"], "name": "zzz"}}),
+                                   "task.name: must be one of markov, retrieval, text, prose, got 'zzz'"),
              "empty.json": ("", "an empty file"),
              "truncated.json": (text[:len(text) // 2], "not valid JSON, so cut short or damaged"),
              "binary.json": (b"\x89PNG\r\n\x1a\n\xff", "not UTF-8"),
@@ -101,6 +110,10 @@ def _damaged(tmp_path):
     for name, (content, _) in files.items():
         if name == "a-directory.json":
             (tmp_path / name).mkdir()
+        elif name == "a-fifo.json":
+            os.mkfifo(tmp_path / name)
+        elif name == "dev-zero.json":
+            (tmp_path / name).symlink_to("/dev/zero")
         elif isinstance(content, bytes):
             (tmp_path / name).write_bytes(content)
         elif content is not None:
@@ -192,6 +205,7 @@ def files(tmp_path):
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "notes.txt").write_text("no records here")
+    os.mkfifo(tmp_path / "fifo")
     return tmp_path
 
 
@@ -283,12 +297,17 @@ BAD = [
     ("--verify {files}/a-file --jobs 2", "got --jobs"),
     ("--summarize --out {files}/records --print-commands", "got --print-commands"),
     # missing files, directories in place of files, empty or unsuitable files
-    ("--text {files}/missing.txt", "--tasks text: No such file or directory: {files}/missing.txt"),
-    ("--text {files}", "--tasks text: Is a directory: {files}"),
+    ("--text {files}/missing.txt", "--text: No such file or directory: {files}/missing.txt"),
+    ("--text {files}", "--text: {files}: is not a regular file (a directory)"),
+    ("--text /dev/zero", "--text: /dev/zero: is not a regular file (a character device)"),
+    ("--text {files}/fifo", "--text: {files}/fifo: is not a regular file (a FIFO)"),
+    ("--seeds 0,,1", "argument --seeds: has an empty entry (two commas, or one at an end), got '0,,1'"),
+    ("--seeds 1180591620717411303424", "argument --seeds: must be an integer <= 9223372036854775807"),
+    ("--steps 1000000000000000000000000000000", "argument --steps: must be an integer <= 9223372036854775807"),
     ("--text ''", "argument --text: must name a path, got ''"),
     ("--text {files}/empty.txt", "need at least 64 characters of text, got 0"),
     ("--text {files}/short.txt", "need at least 64 characters of text, got 9"),
-    ("--text {files}/binary.txt", "--tasks text: 'utf-8' codec can't decode"),
+    ("--text {files}/binary.txt", "--text: {files}/binary.txt: is not UTF-8 text (byte 128: b'\\x80')"),
     ("--text {files}/small.txt", ("--text {files}/small.txt: its heldout part has 96 characters, fewer than the 1025 "
                                   "a sequence of 1024 needs")),
     ("--text {files}/small.txt --length 8 --eval-factors 1,2 --finetune-factor 200 --batch 400 --schemes rope",
@@ -381,11 +400,12 @@ def test_out_is_made_and_checked_before_the_runs_and_holds_no_probe(cli, monkeyp
         return {}
 
     monkeypatch.setattr(cli, "run_one", run_one)
+    # the stand-in runs write no record: there is nothing to summarize, and no empty summary is written
     assert cli.main(["--tasks", "markov,retrieval", "--schemes", "rope, alibi", "--seeds", "2,0", "--out", str(out),
-                     "--no-progress", "--jobs", "1"]) == 0
+                     "--no-progress", "--jobs", "1"]) == 1
     assert seen == [(t, s, n) for t in ("markov", "retrieval") for s in ("rope", "alibi") for n in (2, 0)]
-    assert [p.name for p in out.iterdir()] == ["summary.json"]
-    assert "8 runs in" in capsys.readouterr().out
+    assert list(out.iterdir()) == []
+    assert capsys.readouterr().err == f"python -m lab: --out {out}: holds no record that can be read, so no summary\n"
 
 
 def test_a_run_that_fails_or_is_interrupted_ends_in_one_line(cli, monkeypatch, tmp_path, capsys):
@@ -407,12 +427,68 @@ def test_a_run_that_fails_or_is_interrupted_ends_in_one_line(cli, monkeypatch, t
 
 def test_summarize_takes_a_directory_of_records(cli, tmp_path, capsys):
     (tmp_path / GOOD.name).write_text(GOOD.read_text())
-    (tmp_path / "retrieval-x-s0.json").mkdir()                           # not a record: skipped, said so
     assert cli.main(["--summarize", "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert "0 runs in" in out and "quick check" not in out
-    assert err.startswith(f"skipping {tmp_path / 'retrieval-x-s0.json'}: ") and "Traceback" not in err
+    assert "0 runs in" in out and "quick check" not in out and err == ""
     assert json.loads((tmp_path / "summary.json").read_text())["markov"]["rows"]["nope"]["seeds"] == [0]
+
+
+def _copy_named(directory, name, edit=None):
+    doc = json.loads(GOOD.read_text())
+    if edit:
+        edit(doc)
+    (directory / name).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: (d / "retrieval-x-s0.json").mkdir(), "retrieval-x-s0.json: is not a regular file (a directory)"),
+    (lambda d: os.mkfifo(d / "markov-x-s0.json"), "markov-x-s0.json: is not a regular file (a FIFO)"),
+    (lambda d: (d / "markov-x-s0.json").symlink_to("/dev/zero"), "is not a regular file (a character device)"),
+    (lambda d: (d / "markov-x-s0.json").write_bytes(b"[" * 100_000 + b"]" * 100_000), "deeper than 64 levels"),
+    (lambda d: _copy_named(d, "markov-nope-s1.json"), "markov-nope-s1.json: holds the run markov-nope-s0, not the one"),
+    (lambda d: _copy_named(d, "zzz-nope-s0.json", lambda r: (r["task"].update(name="zzz"), r["settings"].update(
+        task="zzz"))), "task.name: must be one of markov, retrieval, text, prose, got 'zzz'"),
+    (lambda d: _copy_named(d, "markov-nope-s1.json", lambda r: r.update(seed=1)),
+     "settings.seed: must agree with the record's seed (1), got 0"),
+])
+def test_summarize_refuses_in_one_line_a_file_that_is_not_a_record_of_its_name(cli, tmp_path, capsys, make, words):
+    # a summary that skipped it, or counted one seed twice, would stand as evidence it is not
+    (tmp_path / GOOD.name).write_text(GOOD.read_text())
+    make(tmp_path)
+    assert _usage_error(cli, ["--summarize", "--out", str(tmp_path)], capsys).startswith(
+        f"python -m lab: error: --out {tmp_path}: ")
+    assert not (tmp_path / "summary.json").exists()
+    with pytest.raises(SystemExit):
+        cli.main(["--summarize", "--out", str(tmp_path)])
+    assert words in capsys.readouterr().err
+
+
+def test_a_summary_refuses_one_run_twice_and_an_unknown_task():
+    from lab import summary
+    record = records.read(GOOD)
+    with pytest.raises(ValueError, match="the same run more than once .*: markov-nope-s0"):
+        summary.summarize([record, record])
+    odd = json.loads(json.dumps(record))
+    odd["task"]["name"] = "zzz"
+    with pytest.raises(ValueError, match="unknown task 'zzz'"):
+        summary.summarize([odd])
+
+
+def test_a_full_disk_is_one_line_naming_the_file(cli, tmp_path, monkeypatch, capsys):
+    (tmp_path / GOOD.name).write_text(GOOD.read_text())
+    real = os.write
+
+    def full(fd, data):
+        if fd > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match=f"cannot write {tmp_path / 'x.json'}: No space left on device"):
+        records.write_json(tmp_path / "x.json", {"a": 1})
+    capsys.readouterr()
+    assert _usage_error(cli, ["--summarize", "--out", str(tmp_path)], capsys) == (
+        f"python -m lab: error: --out {tmp_path}: cannot write there (No space left on device)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [GOOD.name]     # no summary, no temp file left
 
 
 def test_help_states_the_ranges(cli, capsys):

@@ -24,12 +24,15 @@ and their rows are not usable.
 from __future__ import annotations
 
 import functools
-import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from lab.summary import METRIC
+from minipos import safe_io
 
 FULL = Path(__file__).resolve().parents[2] / "lab" / "results" / "full"
 TEXT_12000 = FULL.parent / "text-12000"
@@ -57,42 +60,106 @@ class Cell:
     """Whether every seed of the row converged and learned its task (schema 2); see ``usable``."""
     where: str = ""
 
+    def __post_init__(self):
+        for name in ("mean", "se"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"Cell.{name} must be a finite number, got {value!r}")
+        if self.se < 0:
+            raise ValueError(f"Cell.se must be >= 0, got {self.se!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"Cell.n must be an integer >= 1 (seeds), got {self.n!r}")
+
     def __format__(self, spec: str) -> str:
         """``f"{c:.3f}"`` gives ``0.056 ± 0.004``; ``f"{c:.0%}"`` gives ``100% ± 0%``."""
         spec = spec or ".3f"
         return f"{format(self.mean, spec)} ± {format(self.se, spec)}"
 
 
+def _where(where, name: str = "where") -> Path:
+    """``where``, a ``Path``, or ``TypeError`` naming ``name`` (a str would miss the readers' cache)."""
+    if isinstance(where, Path):
+        return where
+    raise TypeError(f"{name} must be a pathlib.Path (a directory of lab records), got {type(where).__name__} {where!r}")
+
+
+def _read(path: Path):
+    """The strict JSON document at ``path`` through ``safe_io`` (a regular file within the size and nesting
+    caps), every refusal an ``EvidenceError`` naming the file."""
+    try:
+        return safe_io.read_json(path)
+    except FileNotFoundError:
+        raise EvidenceError(f"{path} is missing: the pages read the lab's committed records") from None
+    except (safe_io.FileError, OSError) as error:
+        raise EvidenceError(f"{path}: cannot be read: {getattr(error, 'reason', None) or error}") from None
+
+
 @functools.lru_cache(maxsize=None)
 def summary(where: Path = FULL) -> dict:
     """The ``summary.json`` of the records in ``where`` (default the protocol's, ``FULL``; raises
-    ``EvidenceError`` if it is missing)."""
-    path = where / "summary.json"
-    if not path.exists():
-        raise EvidenceError(f"{path} is missing: the pages read the lab's committed records")
-    return json.loads(path.read_text(encoding="utf-8"))
+    ``EvidenceError`` if it is missing, unreadable or not a summary: an object of tasks, each with its
+    ``rows``)."""
+    path = _where(where) / "summary.json"
+    doc = _read(path)
+    if not isinstance(doc, dict):
+        raise EvidenceError(f"{path}: a summary is an object of tasks, got {type(doc).__name__}")
+    for task, value in doc.items():
+        if not isinstance(value, dict) or not isinstance(value.get("rows"), dict):
+            raise EvidenceError(f"{path}: task {task!r} must be an object with an object of rows")
+    return doc
+
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_@.-]*")
 
 
 @functools.lru_cache(maxsize=None)
 def record(task: str, scheme: str, seed: int = 0, where: Path = FULL) -> dict:
-    """One run's record, ``<task>-<scheme>-s<seed>.json`` in ``where``."""
-    path = where / f"{task}-{scheme}-s{seed}.json"
-    if not path.exists():
-        raise EvidenceError(f"{path} is missing")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """One run's record, ``<task>-<scheme>-s<seed>.json`` in ``where`` (an object; ``EvidenceError`` if it
+    is missing or unreadable)."""
+    for name, value in (("task", task), ("scheme", scheme)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+        if not _NAME.fullmatch(value) or ".." in value:
+            raise ValueError(f"{name} must be a run's name (lowercase letters, digits, '_', '-', '@'), got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    path = _where(where) / f"{task}-{scheme}-s{seed}.json"
+    doc = _read(path)
+    if not isinstance(doc, dict):
+        raise EvidenceError(f"{path}: a record is an object, got {type(doc).__name__}")
+    return doc
 
 
 def _row(task: str, row: str, where: Path = FULL) -> dict:
-    rows = summary(where)[task]["rows"]
+    for name, value in (("task", task), ("row", row)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    doc = summary(where)
+    if task not in doc:
+        raise EvidenceError(f"the summary has no task {task!r} (tasks: {', '.join(doc)})")
+    rows = doc[task]["rows"]
     if row not in rows:
         raise EvidenceError(f"the {task} summary has no row {row!r} (rows: {', '.join(rows)})")
+    if not isinstance(rows[row], dict):
+        raise EvidenceError(f"{task}/{row}: a row is an object, got {type(rows[row]).__name__}")
     return rows[row]
+
+
+def _count(r: dict, key: str, where: str) -> int:
+    value = r.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EvidenceError(f"{where}: {key} must be a count of seeds (an integer >= 0), got {value!r}")
+    return value
 
 
 def recorded(names, where: Path = FULL) -> list:
     """The rows among ``names`` that every task of the summary in ``where`` has, in order: a scheme the
     registry puts in the protocol (``lab=True``) before the lab has run it has none yet, and a page
     lists it as not yet measured (``not_yet_measured``) instead of failing on its missing row."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be a list of row names, got {names!r}")
     tasks = summary(where).values()
     return [n for n in names if all(n in t.get("rows", {}) for t in tasks)]
 
@@ -107,10 +174,11 @@ def usable(task: str, row: str, where: Path = FULL) -> bool:
     """Whether every seed of ``row`` converged and learned ``task`` at L (schema-2 records say; older
     records do not, and their rows are not usable)."""
     r = _row(task, row, where)
+    n = len(seeds(task, row, where))
     if "converged" not in r or "learned" not in r:
         return False
-    n = len(r["seeds"])
-    return n > 0 and r["converged"] + r.get("fixed", 0) == n and r["learned"] == n
+    counts = [_count(r, k, f"{task}/{row}") for k in ("converged", "fixed", "learned")]
+    return n > 0 and counts[0] + counts[1] == n and counts[2] == n
 
 
 def _cell(raw, where: str, ok: bool = False) -> Cell | None:
@@ -122,21 +190,32 @@ def _cell(raw, where: str, ok: bool = False) -> Cell | None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise EvidenceError(f"{where}: expected a cell over n >= 1 seeds, got n = {n!r}")
     if "se" in raw:
-        se = raw["se"]
+        se = _finite(raw["se"], where + " se")
     elif n > 1 and "sd" in raw:
         se = _finite(raw["sd"], where + " sd") / math.sqrt(n)
     else:
         raise EvidenceError(f"{where}: a cell of {n} seed(s) without a standard error")
-    return Cell(_finite(raw["mean"], where + " mean"), _finite(se, where + " se"), n, ok, where)
+    if se < 0:
+        raise EvidenceError(f"{where}: a standard error (se, or sd) must be >= 0, got {raw.get('se', raw.get('sd'))!r}")
+    return Cell(_finite(raw["mean"], where + " mean"), se, n, ok, where)
 
 
 def cell(task: str, row: str, length: int, where: Path = FULL) -> Cell | None:
     """Loss above the floor (``markov``), accuracy (``retrieval``) or held-out loss (``text``) of ``row``
     at ``length``, from the records in ``where``; ``None`` where the scheme cannot run there."""
+    _length(length)
     cells = _row(task, row, where)["lengths"]
+    if not isinstance(cells, dict):
+        raise EvidenceError(f"{task}/{row}: lengths must be an object of length -> cell, got {cells!r}")
     if str(length) not in cells:
         raise EvidenceError(f"{task}/{row} has no length {length} (lengths: {', '.join(cells)})")
     return _cell(cells[str(length)], f"{task}/{row}/{length}", usable(task, row, where))
+
+
+def _length(length, name: str = "length") -> int:
+    if isinstance(length, bool) or not isinstance(length, int):
+        raise TypeError(f"{name} must be an int (tokens), got {type(length).__name__} {length!r}")
+    return length
 
 
 def offsets(row: str, length: int) -> dict[int, Cell]:
@@ -184,7 +263,13 @@ def seen(length: int, offset: int | None = None, row: str = "rope") -> bool:
 
 
 def seeds(task: str, row: str, where: Path = FULL) -> list[int]:
-    return list(_row(task, row, where)["seeds"])
+    """The seeds of ``row``'s records: distinct integers >= 0 (``EvidenceError`` otherwise)."""
+    got = _row(task, row, where).get("seeds")
+    if not isinstance(got, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in got):
+        raise EvidenceError(f"{task}/{row}: seeds must be a list of integers >= 0, got {got!r}")
+    if len(set(got)) != len(got):
+        raise EvidenceError(f"{task}/{row}: a seed is listed twice in {got} (each seed is one run)")
+    return list(got)
 
 
 def floor() -> dict:
@@ -271,6 +356,10 @@ def position_change(task: str, scheme: str, length: int, before: tuple[int, int]
     spread holds their sampling noise as well as the seeds'. On text, where a window of the corpus
     starts at a random byte, a model that reads a fixed number of tokens back has the same loss at every
     position past that number: a change past L is what the extra context did."""
+    for name, span in (("before", before), ("after", after)):
+        if not (isinstance(span, tuple) and len(span) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                   for v in span)):
+            raise TypeError(f"{name} must be a (start, end) pair of ints, got {span!r}")
     edges, per_seed = _position_seeds(task, scheme, length)
 
     def mean(p, span):
@@ -284,7 +373,9 @@ def position_change(task: str, scheme: str, length: int, before: tuple[int, int]
     values = [mean(p, after) - mean(p, before) for p in per_seed]
     n = len(values)
     m = sum(values) / n
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    if n < 2:
+        raise EvidenceError(f"{task}/{scheme}/{length}: a change over {n} seed has no spread to give its standard error")
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     return Cell(m, sd / math.sqrt(n), n, usable(task, scheme),
                 f"{task}/{scheme}/{length}/positions {after[0]}-{after[1]} less {before[0]}-{before[1]}")
 
@@ -295,6 +386,7 @@ def paired_change(task: str, scheme: str, length: int, before: Path, after: Path
     two sets must hold the same seeds. A seed's two runs share their initialisation and evaluation
     sequences (both are seeded by the seed alone), so the difference is paired and ``se`` is the spread
     of the differences, ``sd / sqrt(n)``. ``None`` where the scheme cannot run at ``length``."""
+    before, after = _where(before, "before"), _where(after, "after")
     ours = seeds(task, scheme, before)
     if seeds(task, scheme, after) != ours:
         raise EvidenceError(f"{task}/{scheme}: {before.name} has seeds {ours}, {after.name} "
@@ -312,7 +404,9 @@ def paired_change(task: str, scheme: str, length: int, before: Path, after: Path
     values = [b - a for a, b in pairs]
     n = len(values)
     m = sum(values) / n
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    if n < 2:
+        raise EvidenceError(f"{task}/{scheme}/{length}: a change over {n} seed has no spread to give its standard error")
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     return Cell(m, sd / math.sqrt(n), n, usable(task, scheme, before) and usable(task, scheme, after),
                 f"{task}/{scheme}/{length}: {after.name} less {before.name}")
 
@@ -332,6 +426,8 @@ def ordered(smaller: Cell, larger: Cell, statement: str) -> None:
     for c in (smaller, larger):
         if c is None:
             raise EvidenceError(f"cannot order a scheme that cannot run: {statement}")
+        if not isinstance(c, Cell):
+            raise TypeError(f"ordered compares two Cells (or None), got {type(c).__name__} {c!r}: {statement}")
         if not c.usable:
             raise EvidenceError(f"{c.where or 'a cell'} comes from runs that did not all converge and learn "
                                 f"the task; no ordering is drawn from it: {statement}")
@@ -342,6 +438,8 @@ def ordered(smaller: Cell, larger: Cell, statement: str) -> None:
 
 def claim(holds: bool, statement: str) -> None:
     """Fail the build with ``statement`` unless the records bear it out."""
+    if not isinstance(holds, (bool, np.bool_)):
+        raise TypeError(f"holds must be a bool (the statement checked), got {type(holds).__name__} {holds!r}: {statement}")
     if not holds:
         raise EvidenceError(f"the lab records no longer support: {statement}")
 
