@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from minipos import terminal
+from minipos.terminal import plain
 
 from . import record as records
 from . import schemes as scheme_specs
@@ -157,7 +158,7 @@ class _OnceBool(argparse.BooleanOptionalAction):
 
 def parser() -> argparse.ArgumentParser:
     p = terminal.ArgumentParser(prog="python -m lab", usage="%(prog)s [options]  (--help lists them)",
-                                description=__doc__.split("\n\n")[0],
+                                description=plain(__doc__.split("\n\n")[0]),   # --help without reST
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, one seed, then check the numbers are sane")
     p.add_argument("--out", action=_Once, type=_path, default=None,

@@ -36,6 +36,7 @@ The scheme class the layer runs, ``ALiBi``, is at the bottom of this module.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_positive_int, check_result
 from .seams import Scheme
@@ -62,7 +63,8 @@ def check_slopes(slopes) -> np.ndarray:
     return slopes
 
 
-def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
+def alibi_bias(slopes: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+               symmetric: bool = False) -> np.ndarray:
     """The ALiBi bias ``b[h, t, s] = -m_h (i_t - j_s)`` (or ``-m_h |i_t - j_s|``), ``(H, T, S)``.
 
     slopes: ``(H,)``, finite (e.g. ``alibi_slopes(H)``). q_positions, k_positions: an int T / S
@@ -85,7 +87,8 @@ def alibi_bias(slopes, q_positions, k_positions, *, symmetric: bool = False) -> 
     return check_result(bias, "slopes times the distances")
 
 
-def alibi_bias_backward(dbias, q_positions, k_positions, *, symmetric: bool = False) -> np.ndarray:
+def alibi_bias_backward(dbias: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                        symmetric: bool = False) -> np.ndarray:
     """The gradient of the slopes for the bias gradient ``dbias`` ``(..., H, T, S)``: ``(H,)``.
 
     ALiBi's slopes are fixed in the paper; a variant that learns them (per head) gets this
@@ -108,7 +111,7 @@ def alibi_bias_backward(dbias, q_positions, k_positions, *, symmetric: bool = Fa
     return check_result(dslopes, "the slopes' gradient for this dbias").astype(dbias.dtype, copy=False)
 
 
-def alibi_bias_key_only(slopes, k_positions) -> np.ndarray:
+def alibi_bias_key_only(slopes: ArrayLike, k_positions: ArrayLike) -> np.ndarray:
     """The ``+m_h · j`` form of fairseq's ALiBi and BLOOM's ``build_alibi_tensor``: ``(H, 1, S)``.
 
     Not equal to ``alibi_bias`` as logits: it lacks the per-row constant ``-m_h i``. After a

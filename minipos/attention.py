@@ -40,7 +40,10 @@ fully masked row gives zero weights and a zero output, never NaN. Outputs keep t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (as_float_array, check_alloc, check_axis, check_bool, check_broadcast, check_callable,
                       check_float, check_int, check_positive_int, check_qkv, check_result, Overflow)
@@ -49,7 +52,7 @@ __all__ = ["softmax", "causal_mask", "attention", "blockwise_attention", "softma
            "blockwise_attention_backward"]
 
 
-def softmax(x, axis: int = -1) -> np.ndarray:
+def softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax along ``axis``.
 
     ``x`` may hold ``-inf`` (a masked entry); a slice that is ``-inf`` throughout gives zeros
@@ -85,7 +88,9 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     return s <= t + (S - T)  # (T, S)
 
 
-def attention(q, k, v, *, bias=None, mask=None, scale=None, return_weights: bool = False, value_fn=None, sinks=None):
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, bias: ArrayLike | None = None, mask: ArrayLike | None = None,
+              scale: float | None = None, return_weights: bool = False, value_fn: Callable | None = None,
+              sinks: ArrayLike | None = None):
     """Multi-head scaled dot-product attention with an additive bias and a boolean mask.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``.
@@ -249,9 +254,10 @@ def _block_term(fn, name: str, qs: slice, ks: slice, target: tuple, *, boolean: 
     return value
 
 
-def blockwise_attention(q, k, v, *, bias_fn=None, mask_fn=None, causal: bool = False, scale=None,
+def blockwise_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, bias_fn: Callable | None = None,
+                        mask_fn: Callable | None = None, causal: bool = False, scale: float | None = None,
                         block_size: int = 256, q_offset: int | None = None, return_lse: bool = False,
-                        value_fn=None, sinks=None):
+                        value_fn: Callable | None = None, sinks: ArrayLike | None = None):
     """``attention`` by the online softmax over query and key blocks, never holding ``(T, S)``.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; v: ``(..., H, S, Dv)``. Returns ``(..., H, T, Dv)``.
@@ -361,7 +367,7 @@ def _online_update(m, l, o, x, v_blk, value=None):
 
 # --------------------------------------------------------------------------- gradients
 
-def softmax_backward(p, dp, axis: int = -1) -> np.ndarray:
+def softmax_backward(p: ArrayLike, dp: ArrayLike, axis: int = -1) -> np.ndarray:
     """The gradient of ``softmax`` at output ``p``: ``dx = p * (dp - sum(p * dp))`` along ``axis``.
 
     The Jacobian of softmax is ``diag(p) - p p^T`` (proved in ``proofs.gradients``), symmetric, so
@@ -385,8 +391,9 @@ def _reduce_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=stretched, keepdims=True) if stretched else grad
 
 
-def attention_backward(q, k, v, dout, *, bias=None, mask=None, scale=None, value_fn=None, value_grad_fn=None,
-                       sinks=None):
+def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, dout: ArrayLike, *, bias: ArrayLike | None = None,
+                       mask: ArrayLike | None = None, scale: float | None = None, value_fn: Callable | None = None,
+                       value_grad_fn: Callable | None = None, sinks: ArrayLike | None = None):
     """The gradients of ``attention(q, k, v, bias=bias, mask=mask, scale=scale, value_fn=value_fn,
     sinks=sinks)`` for ``dout``.
 
@@ -446,9 +453,11 @@ def _check_grad(grad, like: np.ndarray, name: str) -> np.ndarray:
     return grad.astype(like.dtype, copy=False)
 
 
-def blockwise_attention_backward(q, k, v, out, lse, dout, *, bias_fn=None, mask_fn=None, causal: bool = False,
-                                 scale=None, block_size: int = 256, q_offset: int | None = None,
-                                 bias_grad_fn=None, value_grad_fn=None, sinks=None):
+def blockwise_attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, out: ArrayLike, lse: ArrayLike,
+                                 dout: ArrayLike, *, bias_fn: Callable | None = None, mask_fn: Callable | None = None,
+                                 causal: bool = False, scale: float | None = None, block_size: int = 256,
+                                 q_offset: int | None = None, bias_grad_fn: Callable | None = None,
+                                 value_grad_fn: Callable | None = None, sinks: ArrayLike | None = None):
     """The gradients of ``blockwise_attention`` (FlashAttention-2, Dao 2023, arXiv:2307.08691, Alg. 2).
 
     Takes the forward's arguments, its output ``out`` and ``lse`` (``return_lse=True``) and the

@@ -87,9 +87,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (
     cast_grad,
@@ -156,7 +157,7 @@ def _check_span(att_span, name: str = "att_span") -> int:
     return att_span
 
 
-def make_log_bucket_position(relative_pos, bucket_size: int, max_position: int, *,
+def make_log_bucket_position(relative_pos: ArrayLike, bucket_size: int, max_position: int, *,
                              precision: str = "float32") -> np.ndarray:
     """Log buckets of DeBERTa v2/v3: exact for ``|r| <= bucket_size // 2``, logarithmic beyond.
 
@@ -197,8 +198,8 @@ def make_log_bucket_position(relative_pos, bucket_size: int, max_position: int, 
     return np.where(np.abs(r) <= mid, r, np.sign(r) * log_pos.astype(np.int64))
 
 
-def relative_positions(q_positions, k_positions, *, bucket_size: int = -1,
-                       max_position: int = -1, precision: str = "float32") -> np.ndarray:
+def relative_positions(q_positions: ArrayLike, k_positions: ArrayLike, *, bucket_size: int = -1, max_position: int = -1,
+                       precision: str = "float32") -> np.ndarray:
     """``relative_pos[i, j] = q_positions[i] - k_positions[j]``, log-bucketed when both
     ``bucket_size > 0`` and ``max_position > 0`` (as in the reference).
 
@@ -268,7 +269,7 @@ def spans_from_config(*, position_buckets: int = -1, max_relative_positions: int
     return buckets, max_rel, _check_span(max_rel, max_key)
 
 
-def relative_index(relative_pos, att_span: int) -> np.ndarray:
+def relative_index(relative_pos: ArrayLike, att_span: int) -> np.ndarray:
     """The paper's delta (Eq. 3): ``clip(relative_pos + att_span, 0, 2 * att_span - 1)``.
 
     relative_pos: integer array, any shape (``i - j``, possibly bucketed). Returns int64.
@@ -322,7 +323,7 @@ def c2p_args(q, pos_key, relative_pos, att_span):
     return q, pos_key, _index_for(relative_pos, att_span, (*lead, H, T, S), f"T from q of shape {q.shape}")
 
 
-def c2p_term(q, pos_key, relative_pos, att_span: int) -> np.ndarray:
+def c2p_term(q: ArrayLike, pos_key: ArrayLike, relative_pos: ArrayLike, att_span: int) -> np.ndarray:
     """Unscaled content-to-position term ``q_i . pos_key[delta(i, j)]`` (Eq. 4, second term).
 
     q: ``(..., H, T, D)``; pos_key: ``(H, 2 * att_span, D)`` (relative embeddings through the key
@@ -352,7 +353,7 @@ def p2c_args(k, pos_query, relative_pos, att_span):
     return k, pos_query, _index_for(relative_pos, att_span, (*lead, H, T, S), f"S from k of shape {k.shape}")
 
 
-def p2c_term(k, pos_query, relative_pos, att_span: int) -> np.ndarray:
+def p2c_term(k: ArrayLike, pos_query: ArrayLike, relative_pos: ArrayLike, att_span: int) -> np.ndarray:
     """Unscaled position-to-content term as the code computes it: ``k_j . pos_query[delta(i, j)]``.
 
     The paper's Eq. 4 writes ``delta(j, i)`` here; the code's gather-and-transpose gives
@@ -404,8 +405,8 @@ def _check_qk(q, k):
     return q, k
 
 
-def disentangled_scores(q, k, pos_key, pos_query, relative_pos, *, att_span: int,
-                        pos_att_type=("c2p", "p2c")) -> np.ndarray:
+def disentangled_scores(q: ArrayLike, k: ArrayLike, pos_key: ArrayLike, pos_query: ArrayLike, relative_pos: ArrayLike,
+                        *, att_span: int, pos_att_type: str | Sequence[str] = ("c2p", "p2c")) -> np.ndarray:
     """Scaled DeBERTa logits ``(c2c + c2p + p2c) / sqrt(D * (1 + len(pos_att_type)))``.
 
     q: ``(..., H, T, D)``; k: ``(..., H, S, D)``; pos_key, pos_query: ``(H, 2 * att_span, D)``
@@ -442,8 +443,9 @@ def _qk_source(q: np.ndarray, k: np.ndarray) -> str:
     return f"T from q of shape {q.shape}, S from k of shape {k.shape}"
 
 
-def disentangled_scores_definitional(q, k, pos_key, pos_query, relative_pos, *, att_span: int,
-                                     pos_att_type=("c2p", "p2c"),
+def disentangled_scores_definitional(q: ArrayLike, k: ArrayLike, pos_key: ArrayLike, pos_query: ArrayLike,
+                                     relative_pos: ArrayLike, *, att_span: int,
+                                     pos_att_type: str | Sequence[str] = ("c2p", "p2c"),
                                      p2c_convention: str = "code") -> np.ndarray:
     """Eq. 4 as the paper writes it: gather the vectors ``K^r_delta`` / ``Q^r_delta`` per pair.
 
@@ -523,7 +525,7 @@ def _p2c_adjoint(k, pos_query, idx, dout):
     return dk, dpos_query
 
 
-def c2p_term_backward(q, pos_key, relative_pos, att_span: int, dout):
+def c2p_term_backward(q: ArrayLike, pos_key: ArrayLike, relative_pos: ArrayLike, att_span: int, dout: ArrayLike):
     """Gradients of ``c2p_term`` (same arguments) for the output gradient dout ``(..., H, T, S)``.
 
     Returns ``(dq, dpos_key)`` of shapes ``(..., H, T, D)`` and ``(H, 2 * att_span, D)``. The
@@ -540,7 +542,7 @@ def c2p_term_backward(q, pos_key, relative_pos, att_span: int, dout):
     return cast_grad(dq, q, "q", "q, pos_key"), cast_grad(dpos_key, pos_key, "pos_key", "q, pos_key")
 
 
-def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
+def p2c_term_backward(k: ArrayLike, pos_query: ArrayLike, relative_pos: ArrayLike, att_span: int, dout: ArrayLike):
     """Gradients of ``p2c_term`` (same arguments) for the output gradient dout ``(..., H, T, S)``.
 
     Returns ``(dk, dpos_query)`` of shapes ``(..., H, S, D)`` and ``(H, 2 * att_span, D)``. The
@@ -557,8 +559,9 @@ def p2c_term_backward(k, pos_query, relative_pos, att_span: int, dout):
     return cast_grad(dk, k, "k", "k, pos_query"), cast_grad(dpos_query, pos_query, "pos_query", "k, pos_query")
 
 
-def disentangled_scores_backward(q, k, pos_key, pos_query, relative_pos, dout, *, att_span: int,
-                                 pos_att_type=("c2p", "p2c")):
+def disentangled_scores_backward(q: ArrayLike, k: ArrayLike, pos_key: ArrayLike, pos_query: ArrayLike,
+                                 relative_pos: ArrayLike, dout: ArrayLike, *, att_span: int,
+                                 pos_att_type: str | Sequence[str] = ("c2p", "p2c")):
     """Gradients of ``disentangled_scores`` (same arguments) for the output gradient dout ``(..., H, T, S)``.
 
     Returns ``(dq, dk, dpos_key, dpos_query)`` of the shapes of q ``(..., H, T, D)``, k

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_float_array, as_positions, check_alloc, check_float, check_positive_int, check_result
 from .seams import Scheme
@@ -51,7 +52,7 @@ from .seams import Scheme
 __all__ = ["fire_psi", "fire_distance", "fire_mlp", "fire_bias", "fire_bias_backward", "FIRE"]
 
 
-def fire_psi(x, c) -> np.ndarray:
+def fire_psi(x: ArrayLike, c: float) -> np.ndarray:
     """``ψ(x) = log(|c x| + 1)``, float64, the shape of ``x`` (any real array; ``c`` a real number)."""
     c = check_float(c, "c")
     x = as_float_array(x, "x").astype(np.float64)
@@ -77,7 +78,7 @@ def _distance_parts(q, k, c, threshold, eps):
     return r, n, d, m
 
 
-def fire_distance(q_positions, k_positions, *, c: float = 0.1, threshold: float = 512.0,
+def fire_distance(q_positions: ArrayLike, k_positions: ArrayLike, *, c: float = 0.1, threshold: float = 512.0,
                   eps: float = 1e-6) -> np.ndarray:
     """The normalised distance ``u = ψ(i - j) / (ψ(max(L, i)) + ε)`` ``(T, S)``, float64.
 
@@ -111,7 +112,7 @@ def _hidden(u, w1, b1):
     return u[..., None] * w1[0].astype(np.float64) + b1.astype(np.float64)
 
 
-def fire_mlp(u, w1, b1, w2, b2) -> np.ndarray:
+def fire_mlp(u: ArrayLike, w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike) -> np.ndarray:
     """``f_θ(u)`` per head, ``(H, T, S)``: ``ReLU(u w1 + b1) w2 + b2`` for every entry of ``u`` ``(T, S)``.
 
     w1 ``(1, W)``, b1 ``(W,)``, w2 ``(W, H)``, b2 ``(H,)``; computed in float64, returned in the
@@ -127,8 +128,8 @@ def fire_mlp(u, w1, b1, w2, b2) -> np.ndarray:
     return check_result(np.ascontiguousarray(out), "the FIRE bias")
 
 
-def fire_bias(w1, b1, w2, b2, q_positions, k_positions, *, c: float = 0.1, threshold: float = 512.0,
-              eps: float = 1e-6) -> np.ndarray:
+def fire_bias(w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike, q_positions: ArrayLike,
+              k_positions: ArrayLike, *, c: float = 0.1, threshold: float = 512.0, eps: float = 1e-6) -> np.ndarray:
     """The FIRE bias ``(H, T, S)``: ``f_θ(ψ(i - j) / (ψ(max(L, i)) + ε))`` (``fire_mlp`` of ``fire_distance``).
 
     w1 ``(1, W)``, b1 ``(W,)``, w2 ``(W, H)``, b2 ``(H,)``: the MLP (``mlp.0``, ``mlp.2`` of the
@@ -140,8 +141,9 @@ def fire_bias(w1, b1, w2, b2, q_positions, k_positions, *, c: float = 0.1, thres
     return fire_mlp(u, w1, b1, w2, b2)
 
 
-def fire_bias_backward(dbias, w1, b1, w2, b2, q_positions, k_positions, *, c: float = 0.1,
-                       threshold: float = 512.0, eps: float = 1e-6) -> dict:
+def fire_bias_backward(dbias: ArrayLike, w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike,
+                       q_positions: ArrayLike, k_positions: ArrayLike, *, c: float = 0.1, threshold: float = 512.0,
+                       eps: float = 1e-6) -> dict:
     """The gradients of ``fire_bias`` for the bias gradient ``dbias`` ``(..., H, T, S)`` (leading dims
     summed): ``{"w1", "b1", "w2", "b2"}`` of the weights' shapes and dtypes, and ``"c"`` and
     ``"threshold"`` (``L``) as Python floats. Same arguments as ``fire_bias``.

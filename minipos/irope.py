@@ -39,18 +39,19 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (as_float_array, as_positions, check_bool, check_float, check_int, check_overflow,
                       check_positive_int, check_span)
 from .masks import chunk_mask
 from .rope_scaling import Rotary
-from .seams import NoPE
+from .seams import NoPE, Scheme
 
 __all__ = ["attn_temperature", "apply_attn_temperature", "apply_attn_temperature_backward", "chunk_mask",
            "use_rope", "llama4_layer", "smollm3_layer", "NoPETemperature"]
 
 
-def attn_temperature(positions, *, attn_scale: float = 0.1, floor_scale: float = 8192,
+def attn_temperature(positions: ArrayLike, *, attn_scale: float = 0.1, floor_scale: float = 8192,
                      float32: bool = False) -> np.ndarray:
     """``tau(i) = log1p(floor((i + 1) / floor_scale)) * attn_scale + 1`` for each position, ``(T,)`` float64.
 
@@ -85,7 +86,7 @@ def _scales(x, name, positions, kwargs):
         return tau[:, None].astype(x.dtype)                                      # (T, 1)
 
 
-def apply_attn_temperature(q, positions, *, attn_scale: float = 0.1, floor_scale: float = 8192,
+def apply_attn_temperature(q: ArrayLike, positions: ArrayLike, *, attn_scale: float = 0.1, floor_scale: float = 8192,
                            float32: bool = False) -> np.ndarray:
     """The queries ``q`` ``(..., T, D)`` scaled row by row: ``q_i * tau(i)``, in q's floating dtype.
 
@@ -99,8 +100,8 @@ def apply_attn_temperature(q, positions, *, attn_scale: float = 0.1, floor_scale
     return check_overflow(out, "the scaled queries q * tau(i)", "q or attn_scale")
 
 
-def apply_attn_temperature_backward(dy, positions, *, attn_scale: float = 0.1, floor_scale: float = 8192,
-                                    float32: bool = False) -> np.ndarray:
+def apply_attn_temperature_backward(dy: ArrayLike, positions: ArrayLike, *, attn_scale: float = 0.1,
+                                    floor_scale: float = 8192, float32: bool = False) -> np.ndarray:
     """The gradient of ``apply_attn_temperature`` for the output gradient ``dy`` ``(..., T, D)``.
 
     The map is diagonal, ``y_i = tau(i) q_i``, so ``dq_i = tau(i) dy_i``.
@@ -231,7 +232,7 @@ LLAMA4_THETA, SMOLLM3_THETA = 500_000.0, 2_000_000.0
 the ``rope_theta`` default of transformers 4), for a config dict that leaves it out."""
 
 
-def llama4_layer(config: dict, layer_idx: int):
+def llama4_layer(config: dict, layer_idx: int) -> tuple[Scheme, dict]:
     """``(scheme, layer_kwargs)`` of layer ``layer_idx`` of a Llama 4 text config (``Llama4TextConfig``).
 
     RoPE layers: ``Rotary(layout="interleaved", scaling=rope_parameters)`` (Llama 4 rotates pairs
@@ -268,7 +269,7 @@ def llama4_layer(config: dict, layer_idx: int):
     return NoPE(), kwargs
 
 
-def smollm3_layer(config: dict, layer_idx: int):
+def smollm3_layer(config: dict, layer_idx: int) -> tuple[Scheme, dict]:
     """``(scheme, layer_kwargs)`` of layer ``layer_idx`` of a SmolLM3 config (``SmolLM3Config``).
 
     RoPE layers: ``Rotary(layout="half", scaling=rope_parameters)`` (HF's ``rotate_half``); NoPE layers:

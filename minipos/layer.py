@@ -67,6 +67,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_float, check_float_dtype,
                       check_int, check_positive_int, check_result, check_span)
@@ -117,10 +118,9 @@ class MultiHeadAttention:
     ``minipos.local_global``, ``minipos.masks`` and ``docs/local-global.md``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None,
-                 head_dim: int | None = None, bias: bool = False, seed: int = 0, dtype=np.float64,
-                 block_size: int | None = None, num_kv_heads: int | None = None,
-                 attention_chunk: int | None = None, sliding_window: int | None = None,
+    def __init__(self, d_model: int, num_heads: int, *, scheme: Scheme | None = None, head_dim: int | None = None,
+                 bias: bool = False, seed: int = 0, dtype: DTypeLike = np.float64, block_size: int | None = None,
+                 num_kv_heads: int | None = None, attention_chunk: int | None = None, sliding_window: int | None = None,
                  scale: float | None = None, sinks: bool = False):
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
@@ -219,8 +219,9 @@ class MultiHeadAttention:
         cache._owner = weakref.ref(self)
         return cache
 
-    def __call__(self, x, *, positions=None, mask=None, causal: bool = False, cache: KVCache | None = None,
-                 return_weights: bool = False, return_context: bool = False):
+    def __call__(self, x: ArrayLike, *, positions: ArrayLike | None = None, mask: ArrayLike | None = None,
+                 causal: bool = False, cache: KVCache | None = None, return_weights: bool = False,
+                 return_context: bool = False):
         """Attend ``x`` ``(B, T, d_model)`` to itself (and to the cache); return ``(B, T, d_model)``.
 
         positions: ``(T,)`` integer positions of the queries; default ``cache.seen + arange(T)``
@@ -370,7 +371,7 @@ class MultiHeadAttention:
 
     # ----------------------------------------------------------------------- backward
 
-    def backward(self, ctx: "Context", dy) -> dict:
+    def backward(self, ctx: "Context", dy: ArrayLike) -> dict:
         """The gradients of a pass for the output gradient ``dy`` ``(B, T, d_model)``.
 
         ctx: the ``Context`` returned by ``layer(x, ..., return_context=True)``. Returns a dict keyed

@@ -30,6 +30,7 @@ import numpy as np
 from ._checks import check_bool, check_choice, check_float, check_int, check_positive_int, check_span
 from .masks import sliding_window_mask
 from .rope_scaling import Rotary
+from .seams import Scheme
 
 __all__ = ["sliding_window_mask", "gemma3_attention", "gemma3_layer_types", "gemma3_rope_parameters"]
 
@@ -113,7 +114,7 @@ def gemma3_rope_parameters(config: dict, layer_type: str) -> dict:
     return found
 
 
-def gemma3_attention(config: dict, layer_idx: int):
+def gemma3_attention(config: dict, layer_idx: int) -> tuple[Scheme, dict]:
     """``(scheme, kwargs)`` of layer ``layer_idx`` of a Gemma 3 text config (a ``config.json`` dict
     or ``Gemma3TextConfig(...).to_dict()``): ``MultiHeadAttention(scheme=scheme, **kwargs)``.
 

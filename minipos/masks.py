@@ -14,13 +14,14 @@ a padding mask for one block of queries and keys at a time: the layer's mask, wh
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_positions, check_span
 
 __all__ = ["sliding_window_mask", "chunk_mask", "block_mask_fn"]
 
 
-def sliding_window_mask(q_positions, k_positions, window: int) -> np.ndarray:
+def sliding_window_mask(q_positions: ArrayLike, k_positions: ArrayLike, window: int) -> np.ndarray:
     """Boolean ``(T, S)``: query ``t`` may attend key ``s`` iff ``q_t - window < k_s <= q_t``.
 
     q_positions: ``(T,)``, k_positions: ``(S,)`` integer positions; window: ``W >= 1``, the number
@@ -33,7 +34,7 @@ def sliding_window_mask(q_positions, k_positions, window: int) -> np.ndarray:
     return _window(q, k, window)
 
 
-def chunk_mask(q_positions, k_positions, chunk: int) -> np.ndarray:
+def chunk_mask(q_positions: ArrayLike, k_positions: ArrayLike, chunk: int) -> np.ndarray:
     """Chunked attention's rule ``(T, S)`` bool: query at ``i`` may see key at ``j`` iff ``i // C == j // C``.
 
     Not causal by itself: the layer ANDs it with the causal and padding masks, as HF's
@@ -44,7 +45,8 @@ def chunk_mask(q_positions, k_positions, chunk: int) -> np.ndarray:
     return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
 
 
-def block_mask_fn(mask, causal: bool, q_positions, k_positions, *, window=None, chunk=None):
+def block_mask_fn(mask: ArrayLike | None, causal: bool, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                  window: int | None = None, chunk: int | None = None):
     """``allowed(q_slice, k_slice)``: the boolean mask of one block, ``(1, 1, tq, tk)`` or
     ``(B, 1, tq, tk)``, or ``None`` where every key is allowed.
 

@@ -56,6 +56,7 @@ Biases (``bias=True``, HF ``attention_bias``) exist on ``q_a_proj``, ``kv_a_proj
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from . import rope, rope_scaling
 from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_even_int, check_float,
@@ -102,7 +103,7 @@ def _normalised(x, eps: float):
     return r, n
 
 
-def rms_norm(x, weight, *, eps: float = 1e-6) -> np.ndarray:
+def rms_norm(x: ArrayLike, weight: ArrayLike, *, eps: float = 1e-6) -> np.ndarray:
     """``weight * x / sqrt(mean(x^2) + eps)`` over the last axis (Zhang & Sennrich 2019; HF ``*RMSNorm``).
 
     x: ``(..., D)``; weight: ``(D,)``. Returns ``(..., D)`` in x's dtype, for any finite x (a row
@@ -116,7 +117,8 @@ def rms_norm(x, weight, *, eps: float = 1e-6) -> np.ndarray:
     return check_overflow(out, "rms_norm's output weight * x / rms(x)", "weight")
 
 
-def rms_norm_backward(x, weight, dy, *, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+def rms_norm_backward(x: ArrayLike, weight: ArrayLike, dy: ArrayLike, *,
+                      eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
     """``(dx, dweight)`` of ``rms_norm(x, weight)`` for the output gradient ``dy`` ``(..., D)``, in
     the dtypes of ``x`` and ``weight``.
 
@@ -240,10 +242,10 @@ class MultiHeadLatentAttention(MultiHeadAttention):
     ``backward`` returns ``"x"`` and every weight above by its attribute name.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int,
-                 qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: int | None = None,
-                 scheme: DecoupledRotary | None = None, bias: bool = False, eps: float = 1e-6, seed: int = 0,
-                 dtype=np.float64, block_size: int | None = None):
+    def __init__(self, d_model: int, num_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
+                 v_head_dim: int, q_lora_rank: int | None = None, scheme: DecoupledRotary | None = None,
+                 bias: bool = False, eps: float = 1e-6, seed: int = 0, dtype: DTypeLike = np.float64,
+                 block_size: int | None = None):
         self.kv_lora_rank = check_positive_int(kv_lora_rank, "kv_lora_rank")
         self.q_lora_rank = None if q_lora_rank is None else check_positive_int(q_lora_rank, "q_lora_rank")
         self.qk_nope_head_dim = check_positive_int(qk_nope_head_dim, "qk_nope_head_dim")
@@ -386,7 +388,7 @@ class MultiHeadLatentAttention(MultiHeadAttention):
 # (one key/value head of width r_kv + D_R and r_kv). An inference form: it has no backward;
 # training runs through the layer, whose result it equals (tests/test_mla.py).
 
-def latent_kv(layer: MultiHeadLatentAttention, x, positions) -> tuple[np.ndarray, np.ndarray]:
+def latent_kv(layer: MultiHeadLatentAttention, x: ArrayLike, positions: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """The latent cache entries of the tokens ``x`` ``(B, T, d_model)`` at ``positions`` ``(T,)``:
     ``(c_kv (B, T, r_kv), k_rope (B, T, D_R))``, the normed latent and the rope key rotated by its
     position (HF 5.x caches the same two arrays; its ``k_rope`` is in its output order, see the
@@ -401,8 +403,8 @@ def latent_kv(layer: MultiHeadLatentAttention, x, positions) -> tuple[np.ndarray
     return c_kv, k_rope                                                   # (B, T, r_kv), (B, T, D_R)
 
 
-def absorbed_attention(layer: MultiHeadLatentAttention, x, positions, c_kv, k_rope, k_positions, *,
-                       causal: bool = True) -> np.ndarray:
+def absorbed_attention(layer: MultiHeadLatentAttention, x: ArrayLike, positions: ArrayLike, c_kv: ArrayLike,
+                       k_rope: ArrayLike, k_positions: ArrayLike, *, causal: bool = True) -> np.ndarray:
     """The layer's output ``(B, T, d_model)`` for the queries ``x`` at ``positions`` against a latent
     cache ``c_kv`` ``(B, S, r_kv)``, ``k_rope`` ``(B, S, D_R)`` at ``k_positions`` ``(S,)`` (the
     queries' own entries included), with ``W_UK`` absorbed into the query and ``W_UV`` into the output.

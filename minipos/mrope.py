@@ -40,7 +40,10 @@ The scheme class the layer runs, ``MRotary``, is at the bottom of this module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_bool, check_float, check_int,
                       check_ndim)
@@ -60,7 +63,7 @@ def check_section(mrope_section, name: str = "mrope_section") -> tuple:
     return tuple(check_int(n, f"{name}[{s}]", minimum=0) for s, n in enumerate(mrope_section))
 
 
-def mrope_streams(mrope_section, *, interleaved: bool = False) -> np.ndarray:
+def mrope_streams(mrope_section: Sequence[int], *, interleaved: bool = False) -> np.ndarray:
     """Which stream owns each frequency: int64 ``(D/2,)`` of 0 (temporal), 1 (height), 2 (width).
 
     mrope_section: ``[n_t, n_h, n_w]``, the number of frequencies of each stream (D/2 in all).
@@ -100,7 +103,8 @@ def stream_positions(positions, T: int | None = None, *, allow_negative: bool = 
     return pos
 
 
-def mrope_angles(positions, inv_freq, mrope_section, *, interleaved: bool = False) -> np.ndarray:
+def mrope_angles(positions: ArrayLike, inv_freq: ArrayLike, mrope_section: Sequence[int], *,
+                 interleaved: bool = False) -> np.ndarray:
     """The angles ``positions[s(i), t] · θ_i``, float64 ``(T, D/2)``.
 
     positions: integers ``(3, T)`` (temporal, height, width), or ``(T,)`` for three equal streams.
@@ -139,7 +143,8 @@ def cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_
     return x, np.concatenate([cos, cos], -1).astype(x.dtype), np.concatenate([sin, sin], -1).astype(x.dtype)
 
 
-def apply_mrope(x, positions, mrope_section, *, base: float = 10000.0, inv_freq=None, interleaved: bool = False,
+def apply_mrope(x: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int], *, base: float = 10000.0,
+                inv_freq: ArrayLike | None = None, interleaved: bool = False,
                 attention_factor: float = 1.0) -> np.ndarray:
     """Rotate ``x`` by M-RoPE: ``x ⊙ [cos | cos] + rotate_half(x) ⊙ [sin | sin]`` of ``mrope_angles``.
 
@@ -154,8 +159,9 @@ def apply_mrope(x, positions, mrope_section, *, base: float = 10000.0, inv_freq=
         return x * cos + rotate_half(x) * sin                               # (..., T, D): Eq. 34
 
 
-def apply_mrope_backward(dy, positions, mrope_section, *, base: float = 10000.0, inv_freq=None,
-                         interleaved: bool = False, attention_factor: float = 1.0) -> np.ndarray:
+def apply_mrope_backward(dy: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int], *, base: float = 10000.0,
+                         inv_freq: ArrayLike | None = None, interleaved: bool = False,
+                         attention_factor: float = 1.0) -> np.ndarray:
     """The gradient of ``apply_mrope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair rotated back.
 
     ``apply_mrope`` is linear in x, pair i rotated by its own angle, so ``dx = f R^T dy`` with the
@@ -206,8 +212,9 @@ def _check_block(label, index, grid, merge, step, start, run_start, run_length):
         raise ValueError(f"{what} at position {last:.4g}, beyond the 2**62 positions may reach")
 
 
-def mrope_positions(token_types, *, image_grid_thw=None, video_grid_thw=None, spatial_merge_size: int = 2,
-                    video_time_intervals=None) -> tuple[np.ndarray, int]:
+def mrope_positions(token_types: ArrayLike, *, image_grid_thw: ArrayLike | None = None,
+                    video_grid_thw: ArrayLike | None = None, spatial_merge_size: int = 2,
+                    video_time_intervals: ArrayLike | None = None) -> tuple[np.ndarray, int]:
     """The M-RoPE positions of one sequence and its decoding offset: ``(positions (3, T), delta)``.
 
     token_types: ``(T,)`` ints, 0 text, 1 image, 2 video (HF ``mm_token_type_ids``); each run of

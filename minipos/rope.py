@@ -103,9 +103,11 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (
     as_float_array,
@@ -168,7 +170,7 @@ def as_inv_freq(inv_freq, name: str = "inv_freq") -> np.ndarray:
     return inv_freq.astype(np.float64, copy=False)
 
 
-def rope_angles(positions, inv_freq) -> np.ndarray:
+def rope_angles(positions: ArrayLike, inv_freq: ArrayLike) -> np.ndarray:
     """The rotation angles m θ_i, float64 ``(T, D/2)`` = outer(positions, inv_freq).
 
     positions: an int n (meaning ``arange(n)``) or integer positions ``(T,)``; negative entries
@@ -190,8 +192,8 @@ def _pair_indices(dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
     return i, i + dim // 2       # (i, i + D/2)
 
 
-def rotation_matrix(position: int, dim: int, *, base: float = 10000.0,
-                    layout: str = "interleaved", inv_freq=None) -> np.ndarray:
+def rotation_matrix(position: int, dim: int, *, base: float = 10000.0, layout: str = "interleaved",
+                    inv_freq: ArrayLike | None = None) -> np.ndarray:
     """The definitional block-diagonal R(m) of Eq. 15, float64 ``(D, D)``, D = ``dim``.
 
     Pair i = (a, b) (``(2i, 2i+1)`` for "interleaved", ``(i, i + D/2)`` for "half") carries the
@@ -225,7 +227,7 @@ def check_inv_freq_len(inv_freq, rotary_dim: int, label: str = "rotary_dim") -> 
     return inv_freq
 
 
-def rotate_half(x) -> np.ndarray:
+def rotate_half(x: ArrayLike) -> np.ndarray:
     """[x_1 | x_2] -> [-x_2 | x_1] on the last axis (the "half" layout's rotation by 90°).
 
     x: ``(..., D)``, D even. Same shape and dtype. HF ``rotate_half``.
@@ -238,7 +240,7 @@ def rotate_half(x) -> np.ndarray:
     return np.concatenate([-x2, x1], axis=-1)
 
 
-def rotate_every_two(x) -> np.ndarray:
+def rotate_every_two(x: ArrayLike) -> np.ndarray:
     """(x_0, x_1, x_2, x_3, …) -> (-x_1, x_0, -x_3, x_2, …): the "interleaved" rotation by 90°.
 
     x: ``(..., D)``, D even. Same shape and dtype. GPT-J ``rotate_every_two``.
@@ -284,8 +286,8 @@ def check_angles(pos: np.ndarray, inv_freq: np.ndarray, factor: float) -> None:
                          "frequencies are too large for these positions")
 
 
-def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
-               rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
+def apply_rope(x: ArrayLike, positions: ArrayLike, *, base: float = 10000.0, inv_freq: ArrayLike | None = None,
+               layout: str = "interleaved", rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
     """Rotate ``x`` by R(m) at each position m: Eq. 34, ``x ⊙ cos(mΘ) + rot(x) ⊙ sin(mΘ)``.
 
     x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``. positions: ``(T,)`` integers (negative
@@ -313,8 +315,9 @@ def apply_rope(x, positions, *, base: float = 10000.0, inv_freq=None, layout: st
     return np.concatenate([rotated, x[..., R:]], axis=-1)                       # (..., T, D)
 
 
-def apply_rope_backward(dy, positions, *, base: float = 10000.0, inv_freq=None, layout: str = "interleaved",
-                        rotary_dim: int | None = None, attention_factor: float = 1.0) -> np.ndarray:
+def apply_rope_backward(dy: ArrayLike, positions: ArrayLike, *, base: float = 10000.0,
+                        inv_freq: ArrayLike | None = None, layout: str = "interleaved", rotary_dim: int | None = None,
+                        attention_factor: float = 1.0) -> np.ndarray:
     """The gradient of ``apply_rope`` for the output gradient ``dy`` ``(..., T, D)``: ``R(m)^T dy``.
 
     ``apply_rope`` is linear in x, ``y = f R(m) x`` on the rotated part (f the attention factor)
@@ -395,7 +398,7 @@ def _permute_heads(w, num_heads, head_dim, rotary_dim, inverse: bool) -> np.ndar
     return heads[..., perm].reshape(w.shape)                       # (..., H*D)
 
 
-def interleaved_to_half_weights(w, num_heads: int, head_dim: int | None = None, *,
+def interleaved_to_half_weights(w: ArrayLike, num_heads: int, head_dim: int | None = None, *,
                                 rotary_dim: int | None = None) -> np.ndarray:
     """Convert a q or k projection from the "interleaved" to the "half" RoPE layout.
 
@@ -413,7 +416,7 @@ def interleaved_to_half_weights(w, num_heads: int, head_dim: int | None = None, 
     return _permute_heads(w, num_heads, head_dim, rotary_dim, inverse=False)
 
 
-def half_to_interleaved_weights(w, num_heads: int, head_dim: int | None = None, *,
+def half_to_interleaved_weights(w: ArrayLike, num_heads: int, head_dim: int | None = None, *,
                                 rotary_dim: int | None = None) -> np.ndarray:
     """Convert a q or k projection from the "half" to the "interleaved" RoPE layout.
 
@@ -429,7 +432,7 @@ def half_to_interleaved_weights(w, num_heads: int, head_dim: int | None = None, 
 PRECISIONS = ("float16", "bfloat16", "float32", "float64")
 
 
-def to_bfloat16(x) -> np.ndarray:
+def to_bfloat16(x: ArrayLike) -> np.ndarray:
     """Round ``x`` to the nearest bfloat16, ties to even; float32 array holding those values.
 
     bfloat16 is the top 16 bits of a float32: 1 sign, 8 exponent and 7 stored significand bits
@@ -503,7 +506,8 @@ def _angle_error_in(precision: str, pos: np.ndarray, inv_freq: np.ndarray, exact
                       trig.max(axis=1), err.max(axis=0))
 
 
-def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32")) -> dict:
+def angle_error(positions: ArrayLike, inv_freq: ArrayLike, *,
+                dtypes: Sequence[str] = ("float16", "bfloat16", "float32")) -> dict:
     """How far angles m θ_i computed in low precision are from float64, per precision.
 
     Computed the way a framework does it in that dtype: positions and ``inv_freq`` are each cast
@@ -524,7 +528,7 @@ def angle_error(positions, inv_freq, *, dtypes=("float16", "bfloat16", "float32"
         return {name: _angle_error_in(name, pos, inv_freq, exact) for name in names}
 
 
-def long_term_decay(dim: int, distances, *, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+def long_term_decay(dim: int, distances: ArrayLike, *, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
     """RoFormer's relative upper bound (§3.4.3, Fig. 2) and the all-ones score, per distance.
 
     dim: even head dim D. distances: relative distances m = n - m' (real, any shape ``(...)``),

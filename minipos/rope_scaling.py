@@ -86,6 +86,7 @@ import inspect
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (
     as_float_array,
@@ -167,7 +168,7 @@ def _ntk_base(base: float, ratio: float, dim: int, names: str) -> float:
     return base * ratio ** exponent  # b' = b r^(D/(D-2))
 
 
-def linear(dim: int, *, base: float = 10000.0, factor: float):
+def linear(dim: int, *, base: float = 10000.0, factor: float) -> tuple[np.ndarray, float]:
     """Position interpolation (PI, arXiv:2306.15595 Sec. 2.2): ``w_i / factor``, attention factor 1.
 
     Returns ``(inv_freq, 1.0)``, ``inv_freq`` float64 ``(D/2,)``.
@@ -177,7 +178,7 @@ def linear(dim: int, *, base: float = 10000.0, factor: float):
     return _checked_inv_freq(inv_freq / factor, "base and factor"), 1.0  # theta(m) = (m / s) w_i
 
 
-def ntk(dim: int, *, base: float = 10000.0, factor: float):
+def ntk(dim: int, *, base: float = 10000.0, factor: float) -> tuple[np.ndarray, float]:
     """Static NTK-aware scaling: RoPE with base ``base * factor^(D/(D-2))``, attention factor 1.
 
     The exponent keeps ``w_0 = 1`` and divides the lowest frequency ``w_{D/2-1}`` by exactly
@@ -190,7 +191,7 @@ def ntk(dim: int, *, base: float = 10000.0, factor: float):
 
 
 def dynamic(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
-            seq_len: int):
+            seq_len: int) -> tuple[np.ndarray, float]:
     """Dynamic NTK scaling at the current length ``seq_len`` (HF ``_compute_dynamic_ntk_parameters``).
 
     With ``L = original_max_position_embeddings`` (HF reads the config's top-level
@@ -266,7 +267,8 @@ def _interpolation_args(dim, base, factor, original_max_position_embeddings):
 
 def yarn(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
          beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float | None = None,
-         mscale_all_dim: float | None = None, attention_factor: float | None = None, truncate: bool = True):
+         mscale_all_dim: float | None = None, attention_factor: float | None = None,
+         truncate: bool = True) -> tuple[np.ndarray, float]:
     """YaRN (arXiv:2309.00071), exactly HF's ``_compute_yarn_parameters``.
 
     ``inv_freq = (1 - g_i) w_i / s + g_i w_i`` (Sec. 3.2) with ``g_i = 1 - ramp_i`` (HF's
@@ -289,7 +291,7 @@ def yarn(dim: int, *, base: float = 10000.0, factor: float, original_max_positio
 
 
 def llama3(dim: int, *, base: float = 10000.0, factor: float, original_max_position_embeddings: int,
-           low_freq_factor: float = 1.0, high_freq_factor: float = 4.0):
+           low_freq_factor: float = 1.0, high_freq_factor: float = 4.0) -> tuple[np.ndarray, float]:
     """Llama 3.1 frequency-dependent interpolation (HF ``_compute_llama3_parameters``).
 
     With wavelength ``lam_i = 2 pi / w_i`` and ``L = original_max_position_embeddings``: pairs with
@@ -323,9 +325,9 @@ def _check_factor_list(values, name: str, size: int) -> np.ndarray:
     return arr
 
 
-def longrope(dim: int, *, base: float = 10000.0, short_factor, long_factor,
+def longrope(dim: int, *, base: float = 10000.0, short_factor: ArrayLike, long_factor: ArrayLike,
              original_max_position_embeddings: int, max_position_embeddings: int, seq_len: int,
-             factor: float | None = None, attention_factor: float | None = None):
+             factor: float | None = None, attention_factor: float | None = None) -> tuple[np.ndarray, float]:
     """LongRoPE (arXiv:2402.13753) as in Phi-3, exactly HF's ``_compute_longrope_parameters``.
 
     ``inv_freq = w_i / long_factor[i]`` when ``seq_len > original_max_position_embeddings``, else

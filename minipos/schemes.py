@@ -181,8 +181,8 @@ def _check_config(cls, config, what: str) -> dict:
     return dict(config)
 
 
-def register(cls, *, example: Callable[[int], dict] | None = None, config_names: Mapping[str, str] | None = None,
-             lab: bool = False) -> Entry:
+def register(cls: type[Scheme], *, example: Callable[[int], dict] | None = None,
+             config_names: Mapping[str, str] | None = None, lab: bool = False) -> Entry:
     """Add the scheme class ``cls`` under ``cls.name``; return its ``Entry``.
 
     Everything is checked here, before anything is added (an error names the argument):
@@ -211,7 +211,7 @@ def unregister(name: str) -> None:
     del ENTRIES[name]
 
 
-def config_keys(cls) -> dict:
+def config_keys(cls: type[Scheme]) -> dict:
     """The keyword arguments of a scheme class and their defaults (``inspect.Parameter.empty``: none)."""
     if not (isinstance(cls, type) and issubclass(cls, Scheme)):
         raise TypeError(f"cls must be a subclass of minipos.seams.Scheme, got {type(cls).__name__} {cls!r}")

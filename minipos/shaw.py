@@ -44,6 +44,7 @@ The scheme class the layer runs, ``Shaw``, is at the bottom of this module.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_int, check_overflow
 from .seams import Scheme
@@ -52,7 +53,7 @@ __all__ = ["relative_buckets", "relative_logits", "relative_logits_pairwise", "r
            "relative_values_pairwise", "relative_logits_backward", "relative_values_backward", "Shaw"]
 
 
-def relative_buckets(q_positions, k_positions, max_relative_position: int) -> np.ndarray:
+def relative_buckets(q_positions: ArrayLike, k_positions: ArrayLike, max_relative_position: int) -> np.ndarray:
     """The table row of every pair: ``clip(j - i, k) + k`` ``(T, S)``, in ``0 ... 2k``.
 
     q_positions ``(T,)``, k_positions ``(S,)``: integer positions (negative allowed, any int64:
@@ -117,7 +118,8 @@ def _sum_outer(g, a):
     return g.reshape(-1, g.shape[-1]).T @ a.reshape(-1, a.shape[-1])
 
 
-def relative_logits(q, w_k, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+def relative_logits(q: ArrayLike, w_k: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                    max_relative_position: int) -> np.ndarray:
     """The key term of Eq. 4, unscaled: ``q_i . a^K_ij`` ``(..., H, T, S)``, by the efficient form.
 
     q: ``(..., H, T, D)``; w_k: ``(2k + 1, D)``; positions ``(T,)``, ``(S,)``.
@@ -130,7 +132,8 @@ def relative_logits(q, w_k, q_positions, k_positions, *, max_relative_position: 
     return _gather(check_overflow(per_bucket, "q . a^K", "q or w_k"), buckets)   # (..., H, T, S)
 
 
-def relative_logits_pairwise(q, w_k, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+def relative_logits_pairwise(q: ArrayLike, w_k: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                             max_relative_position: int) -> np.ndarray:
     """``relative_logits`` as Eq. 4 writes it: ``a^K`` gathered to ``(T, S, D)``, then ``q_i . a^K_ij``."""
     buckets = relative_buckets(q_positions, k_positions, max_relative_position)
     q = _check_pairs(q, "q", buckets, "D")
@@ -140,7 +143,8 @@ def relative_logits_pairwise(q, w_k, q_positions, k_positions, *, max_relative_p
     return check_overflow(out, "q . a^K", "q or w_k")
 
 
-def relative_values(weights, w_v, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+def relative_values(weights: ArrayLike, w_v: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                    max_relative_position: int) -> np.ndarray:
     """The value term of Eq. 3: ``sum_j weights_ij a^V_ij`` ``(..., H, T, D)``, by the efficient form.
 
     weights: ``(..., H, T, S)`` (the attention weights, or any block of them: the term is linear
@@ -154,7 +158,8 @@ def relative_values(weights, w_v, q_positions, k_positions, *, max_relative_posi
     return check_overflow(out, "sum_j weights_ij a^V_ij", "weights or w_v")
 
 
-def relative_values_pairwise(weights, w_v, q_positions, k_positions, *, max_relative_position: int) -> np.ndarray:
+def relative_values_pairwise(weights: ArrayLike, w_v: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                             max_relative_position: int) -> np.ndarray:
     """``relative_values`` as Eq. 3 writes it: ``a^V`` gathered to ``(T, S, D)``, then summed over j."""
     buckets = relative_buckets(q_positions, k_positions, max_relative_position)
     weights = _check_pairs(weights, "weights", buckets)
@@ -164,7 +169,8 @@ def relative_values_pairwise(weights, w_v, q_positions, k_positions, *, max_rela
     return check_overflow(out, "sum_j weights_ij a^V_ij", "weights or w_v")
 
 
-def relative_logits_backward(q, w_k, q_positions, k_positions, dlogits, *, max_relative_position: int):
+def relative_logits_backward(q: ArrayLike, w_k: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike,
+                             dlogits: ArrayLike, *, max_relative_position: int):
     """The gradients of ``relative_logits`` for ``dlogits`` ``(..., H, T, S)``: ``(dq, dw_k)``.
 
     The adjoint of the gather is the sum per bucket: ``g = bucket_sum(dlogits)`` ``(..., T, 2k+1)``,
@@ -183,7 +189,8 @@ def relative_logits_backward(q, w_k, q_positions, k_positions, dlogits, *, max_r
             check_overflow(dw_k, "the gradient of w_k", "dlogits or q"))
 
 
-def relative_values_backward(weights, w_v, q_positions, k_positions, dout, *, max_relative_position: int):
+def relative_values_backward(weights: ArrayLike, w_v: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike,
+                             dout: ArrayLike, *, max_relative_position: int):
     """The gradients of ``relative_values`` for ``dout`` ``(..., H, T, D)``: ``(dweights, dw_v)``.
 
     ``dweights_ij = dout_i . a^V_ij`` is a gather of ``dout @ w^V^T``; ``dw^V[r]`` sums

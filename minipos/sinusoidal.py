@@ -66,6 +66,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ._checks import (as_float_array, as_positions, check_alloc, check_choice, check_float, check_float_dtype,
                       check_int, check_positive_int)
@@ -133,7 +134,8 @@ def _table_positions(positions, dim: int) -> np.ndarray:
     return pos
 
 
-def sinusoidal_table(positions, dim: int, *, base: float = 10000.0, layout: str = "interleaved") -> np.ndarray:
+def sinusoidal_table(positions: ArrayLike, dim: int, *, base: float = 10000.0,
+                     layout: str = "interleaved") -> np.ndarray:
     """The sinusoidal position table ``(T, D)`` in float64.
 
     positions: an int T (meaning ``arange(T)``) or an integer array ``(T,)``; negative entries
@@ -156,7 +158,7 @@ def sinusoidal_table(positions, dim: int, *, base: float = 10000.0, layout: str 
 
 
 def learned_table(num_positions: int, dim: int, *, seed: int = 0, std: float = 0.02,
-                  dtype=np.float64) -> np.ndarray:
+                  dtype: DTypeLike = np.float64) -> np.ndarray:
     """A learned absolute table ``(P, D)`` drawn from ``normal(0, std)`` (HF's re-initialisation, std 0.02;
     GPT-2's own code draws ``wpe`` at std 0.01, BERT's a truncated normal at 0.02).
 
@@ -179,7 +181,7 @@ def learned_table(num_positions: int, dim: int, *, seed: int = 0, std: float = 0
     return table
 
 
-def absolute_embedding(table, positions) -> np.ndarray:
+def absolute_embedding(table: ArrayLike, positions: ArrayLike) -> np.ndarray:
     """Rows of a learned table at ``positions``: ``(T, D)`` (or ``(..., T, D)``), table's dtype.
 
     table: ``(P, D)``. positions: an int T (meaning ``arange(T)``) or an integer array ``(T,)``
@@ -205,7 +207,7 @@ def _embedding_args(table, positions) -> tuple[np.ndarray, np.ndarray]:
     return table, pos
 
 
-def absolute_embedding_backward(table, positions, dout) -> np.ndarray:
+def absolute_embedding_backward(table: ArrayLike, positions: ArrayLike, dout: ArrayLike) -> np.ndarray:
     """The gradient of ``absolute_embedding(table, positions)`` for the output gradient ``dout``.
 
     dout: ``(..., T, D)``, the shape of the forward's output (positions' shape plus D). Returns

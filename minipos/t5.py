@@ -64,6 +64,7 @@ import functools
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_float_array, as_positions, check_alloc, check_bool, check_int, check_result
 from .seams import Scheme
@@ -159,7 +160,7 @@ def _first_distances(per_dir: int, max_distance: int, exact: bool) -> np.ndarray
     return first
 
 
-def relative_position_bucket(relative_position, *, bidirectional: bool = True, num_buckets: int = 32,
+def relative_position_bucket(relative_position: ArrayLike, *, bidirectional: bool = True, num_buckets: int = 32,
                              max_distance: int = 128, exact: bool = False) -> np.ndarray:
     """T5's bucket of each relative position ``n = key - query``.
 
@@ -206,8 +207,8 @@ def check_table(table, num_buckets) -> np.ndarray:
     return table
 
 
-def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_buckets: int = 32,
-            max_distance: int = 128, exact: bool = False) -> np.ndarray:
+def t5_bias(table: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *, bidirectional: bool = True,
+            num_buckets: int = 32, max_distance: int = 128, exact: bool = False) -> np.ndarray:
     """The T5 bias ``(H, T, S)``: ``out[h, t, s] = table[bucket(k_s - q_t), h]``.
 
     table: ``(K, H)`` float (T5's ``relative_attention_bias.weight``); the result keeps its dtype.
@@ -225,8 +226,8 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional: bool = True, num_
     return np.ascontiguousarray(np.moveaxis(table[buckets], -1, 0))     # (T, S, H) -> (H, T, S)
 
 
-def t5_bias_backward(dbias, q_positions, k_positions, *, bidirectional: bool = True, num_buckets: int = 32,
-                     max_distance: int = 128, exact: bool = False) -> np.ndarray:
+def t5_bias_backward(dbias: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *, bidirectional: bool = True,
+                     num_buckets: int = 32, max_distance: int = 128, exact: bool = False) -> np.ndarray:
     """The gradient of the table for the bias gradient ``dbias`` ``(..., H, T, S)``: ``dtable (K, H)``.
 
     ``t5_bias`` copies ``table[bucket(k_s - q_t), h]`` to every pair, so the table's gradient is the

@@ -76,6 +76,7 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (as_float_array, as_positions, cast_grads, check_alloc, check_dout, check_float, check_int,
                       check_overflow, float_dtype)
@@ -123,7 +124,7 @@ def relative_embeddings(k_len: int, d_model: int, *, base: float = 10000.0,
     return sinusoidal_table(distances, d_model, base=base, layout="split")  # (S, d_model)  R
 
 
-def relative_heads(table, w_r, num_heads: int) -> np.ndarray:
+def relative_heads(table: ArrayLike, w_r: ArrayLike, num_heads: int) -> np.ndarray:
     """Project R by W_R and split it into heads: r[h, s] = (table @ w_r)[s, h*D:(h+1)*D].
 
     table: (S, d_model), e.g. ``relative_embeddings``; w_r: (d_model, H*D), the reference's
@@ -145,7 +146,7 @@ def relative_heads(table, w_r, num_heads: int) -> np.ndarray:
     return projected.reshape(S, H, D).transpose(1, 0, 2)  # (H, S, D)
 
 
-def rel_shift(x) -> np.ndarray:
+def rel_shift(x: ArrayLike) -> np.ndarray:
     """The pad-reshape-slice relative shift of the Transformer-XL code, on (..., T, S).
 
     Pad one zero column on the left (..., T, S+1), view the buffer as (..., S+1, T), drop the
@@ -218,7 +219,7 @@ def _as_position_args(q, r, v):
     return q, r, _as_shaped(v, "v", (H, D), "(H, D)", q)
 
 
-def position_scores(q, r, v) -> np.ndarray:
+def position_scores(q: ArrayLike, r: ArrayLike, v: ArrayLike) -> np.ndarray:
     """Terms (b) + (d), unscaled: out[..., h, i, j] = (q_i + v_h) . W_R R_{(M+i)-j}.
 
     q: (..., H, T, D); r: (H, S, D), the projected R at descending distances (r[h, s] is distance
@@ -241,7 +242,7 @@ def _as_xl_args(q, k, r, u, v):
     return q, k, r, u, _as_shaped(v, "v", (H, D), "(H, D)", q)
 
 
-def xl_scores(q, k, r, u, v) -> np.ndarray:
+def xl_scores(q: ArrayLike, k: ArrayLike, r: ArrayLike, u: ArrayLike, v: ArrayLike) -> np.ndarray:
     """Unscaled Transformer-XL logits (a)+(b)+(c)+(d) = (q_i + u) . k_j + (q_i + v) . r_{(M+i)-j}.
 
     q: (..., H, T, D), the last T of S positions; k: (..., H, S, D); r: (H, S, D), the projected
@@ -258,8 +259,8 @@ def xl_scores(q, k, r, u, v) -> np.ndarray:
     return scores
 
 
-def xl_position_logits(q, v, w_r, q_positions, k_positions, *, base: float = 10000.0,
-                       clamp_len: int | None = None) -> np.ndarray:
+def xl_position_logits(q: ArrayLike, v: ArrayLike, w_r: ArrayLike, q_positions: ArrayLike, k_positions: ArrayLike, *,
+                       base: float = 10000.0, clamp_len: int | None = None) -> np.ndarray:
     """Terms (b) + (d), unscaled, exact for EVERY pair: (q_i + v) . W_R R_{i-j}, shape (..., H, T, S).
 
     q: (..., H, T, D); v: (H, D); w_r: (d_model, H*D); q_positions (T,), k_positions (S,) integer
@@ -340,7 +341,8 @@ def _pair_distances(q_positions, k_positions, T: int, S: int, clamp_len) -> np.n
     return n
 
 
-def xl_terms(q, k, w_r, u, v, *, q_positions=None, k_positions=None, base: float = 10000.0,
+def xl_terms(q: ArrayLike, k: ArrayLike, w_r: ArrayLike, u: ArrayLike, v: ArrayLike, *,
+             q_positions: ArrayLike | None = None, k_positions: ArrayLike | None = None, base: float = 10000.0,
              clamp_len: int | None = None) -> XLTerms:
     """The four terms of A^rel_{i,j}, gathering R_{i-j} for every (query, key) pair.
 
@@ -374,7 +376,8 @@ def xl_terms(q, k, w_r, u, v, *, q_positions=None, k_positions=None, base: float
     return terms
 
 
-def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=None,
+def xl_scores_definitional(q: ArrayLike, k: ArrayLike, w_r: ArrayLike, u: ArrayLike, v: ArrayLike, *,
+                           q_positions: ArrayLike | None = None, k_positions: ArrayLike | None = None,
                            base: float = 10000.0, clamp_len: int | None = None) -> np.ndarray:
     """A^rel = (a) + (b) + (c) + (d) from ``xl_terms``, unscaled, shape (..., H, T, S).
 
@@ -396,7 +399,7 @@ def xl_scores_definitional(q, k, w_r, u, v, *, q_positions=None, k_positions=Non
 # gradients, each in its input's floating dtype; no state is kept between the two passes.
 
 
-def rel_shift_backward(dy) -> np.ndarray:
+def rel_shift_backward(dy: ArrayLike) -> np.ndarray:
     """The adjoint of ``rel_shift``: dx (..., T, S) with ``sum(rel_shift(x) * dy) == sum(x * dx)`` for all x, dy.
 
     ``rel_shift`` is linear, and its output has its input's shape (..., T, S), so dy alone fixes
@@ -448,7 +451,7 @@ def _position_adjoint(q, r, v, dout):
     return dqv, dr, head_sum(dqv)  # dv = sum over ... and T of d(q + v)
 
 
-def position_scores_backward(q, r, v, dout):
+def position_scores_backward(q: ArrayLike, r: ArrayLike, v: ArrayLike, dout: ArrayLike):
     """Gradients of ``position_scores(q, r, v)`` for the output gradient dout (..., H, T, S).
 
     Returns (dq, dr, dv) of shapes (..., H, T, D), (H, S, D), (H, D). With BD = (q + v) r^T and
@@ -467,7 +470,7 @@ def position_scores_backward(q, r, v, dout):
     return cast_grads("q, r, v", q=(dq, q), r=(dr, r), v=(dv, v))
 
 
-def xl_scores_backward(q, k, r, u, v, dout):
+def xl_scores_backward(q: ArrayLike, k: ArrayLike, r: ArrayLike, u: ArrayLike, v: ArrayLike, dout: ArrayLike):
     """Gradients of ``xl_scores(q, k, r, u, v)`` for the output gradient dout (..., H, T, S).
 
     Returns (dq, dk, dr, du, dv) of the shapes of q (..., H, T, D), k (..., H, S, D),
@@ -488,7 +491,8 @@ def xl_scores_backward(q, k, r, u, v, dout):
     return cast_grads("q, k, r, u, v", q=(dq, q), k=(dk, k), r=(dr, r), u=(du, u), v=(dv, v))
 
 
-def xl_position_logits_backward(q, v, w_r, q_positions, k_positions, dout, *, base: float = 10000.0,
+def xl_position_logits_backward(q: ArrayLike, v: ArrayLike, w_r: ArrayLike, q_positions: ArrayLike,
+                                k_positions: ArrayLike, dout: ArrayLike, *, base: float = 10000.0,
                                 clamp_len: int | None = None):
     """Gradients of ``xl_position_logits`` (same arguments) for the output gradient dout (..., H, T, S).
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (
     as_float_array,
@@ -83,7 +84,7 @@ def xpos_zeta(dim: int) -> np.ndarray:
     return np.divide(np.add(zeta, 0.4 * dim, out=zeta), 1.4 * dim, out=zeta)  # (2i/D + 0.4) / 1.4
 
 
-def xpos_scale(positions, dim: int, *, scale_base: float = 512) -> np.ndarray:
+def xpos_scale(positions: ArrayLike, dim: int, *, scale_base: float = 512) -> np.ndarray:
     """The query scales ``zeta_i^(n/g)``, float64 ``(T, D/2)``, g = ``scale_base``; keys use 1 / it.
 
     positions: an int T (meaning ``arange(T)``) or integer exponents ``n`` ``(T,)``, negative
@@ -141,8 +142,8 @@ def _pair_scales(x: np.ndarray, name: str, positions, scale_base, downscale, sca
     return pos, scale
 
 
-def apply_xpos(x, positions, *, base: float = 10000.0, scale_base: float = 512, downscale: bool = False,
-               scale_offset: int = 0) -> np.ndarray:
+def apply_xpos(x: ArrayLike, positions: ArrayLike, *, base: float = 10000.0, scale_base: float = 512,
+               downscale: bool = False, scale_offset: int = 0) -> np.ndarray:
     """Rotate ``x`` as interleaved RoPE and scale pair i by ``zeta_i^(+-(n - scale_offset)/g)``.
 
     x: ``(..., T, D)``, D even, e.g. q or k ``(B, H, T, D)``. positions: ``(T,)`` integers or an
@@ -169,7 +170,7 @@ def apply_xpos_with(rope, x, positions, base, scale_base, downscale, scale_offse
     return out
 
 
-def apply_xpos_backward(dy, positions, *, base: float = 10000.0, scale_base: float = 512,
+def apply_xpos_backward(dy: ArrayLike, positions: ArrayLike, *, base: float = 10000.0, scale_base: float = 512,
                         downscale: bool = False, scale_offset: int = 0) -> np.ndarray:
     """The gradient of ``apply_xpos`` (same positions and keywords) for the output gradient dy.
 

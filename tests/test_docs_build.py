@@ -105,6 +105,24 @@ def test_a_character_the_subsets_lack_fails_naming_it(tmp_path):
     assert "python -m docs.build fonts" in found[0]
 
 
+@pytest.mark.skipif(not all(Path(src).is_file() for _, src, _ in fonts.RANGES.values()),
+                    reason=f"the source fonts are not installed (Debian: {fonts.DEBIAN_PACKAGES})")
+def test_remade_subsets_keep_what_they_held_and_add_what_a_page_shows(tmp_path):
+    # A page that no longer shows ❌ (a verdict the lab's records changed) must not drop it from the
+    # subset: the next build, where the mark is back, would fail. 龍 (U+9F8D) is on no committed page.
+    out = tmp_path / "fonts"
+    shutil.copytree(ROOT / "docs" / "assets" / "fonts", out)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<p>龍 ✅</p>")
+    before = {face: fonts.covered(out / f"{face}.woff") for face in fonts.RANGES}
+    fonts.rebuild(site, out)
+    for face in fonts.RANGES:
+        assert before[face] - {ord(" ")} <= fonts.covered(out / f"{face}.woff")
+    assert ord("龍") in fonts.covered(out / "minipos-cjk.woff")
+    assert ord("❌") in fonts.covered(out / "minipos-emoji.woff")
+
+
 def test_fonts_css_serves_each_subset_for_exactly_its_characters():
     css = (ROOT / "docs" / "assets" / "fonts" / "fonts.css").read_text()
     for face in fonts.RANGES:

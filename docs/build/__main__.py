@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from minipos.terminal import plain
+
 from . import BuildError, finish, fonts
 
 
@@ -51,7 +53,7 @@ def build(generator: str, config: Path) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m docs.build", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m docs.build", description=plain(__doc__.splitlines()[0]))
     p.add_argument("what", nargs="?", default="mkdocs", choices=["mkdocs", "zensical", "fonts"],
                    help="the generator to build with (default mkdocs), or fonts: remake the font subsets")
     p.add_argument("-f", "--config-file", type=Path, default=Path("mkdocs.yml"), metavar="CONFIG",

@@ -15,7 +15,8 @@ other character falls through to the theme's own fonts.
 ``problems(site)`` is a build step: every character of a built page in the ranges below
 (``RANGES``) must be in the subset that serves it, or the build fails naming the characters and the
 pages. ``python -m docs.build fonts`` remakes the subsets and ``fonts.css`` from a built site (with
-the two Debian packages installed), and says which characters the source fonts lack.
+the two Debian packages installed), keeping the characters the subsets already hold, and says which
+characters the source fonts lack.
 """
 
 from __future__ import annotations
@@ -137,14 +138,18 @@ CSS_HEAD = """/* Offline fonts for the characters a reader's system may lack (do
 
 
 def rebuild(site: Path, out: Path = HERE) -> list[str]:
-    """Remake every face's subset and ``fonts.css`` in ``out`` from the characters of the built ``site``;
-    the lines to report (what each face holds, and any character its source font lacks)."""
+    """Remake every face's subset and ``fonts.css`` in ``out`` from the characters of the built ``site``,
+    keeping those the subset in ``out`` already holds: the characters a page shows can depend on the
+    lab's records (the article-table's verdict marks), and one build without a mark must not make the
+    next build, with it again, fail. The lines to report (what each face holds, and any character its
+    source font lacks)."""
     report, css = [], [CSS_HEAD]
     for face, chars in needed(site).items():
         _, source, index = RANGES[face]
         if not Path(source).is_file():
             raise FileNotFoundError(f"{source} is missing: apt-get install {DEBIAN_PACKAGES}")
-        codes = sorted(ord(c) for c in chars) or [ord(" ")]
+        kept = covered(out / f"{face}.woff") - {ord(" ")}
+        codes = sorted({ord(c) for c in chars} | kept) or [ord(" ")]
         data, have = _subset(source, index, codes)
         _write(out / f"{face}.woff", data)
         lacking = sorted(set(codes) - set(have) - {ord(" ")})
