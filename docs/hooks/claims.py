@@ -85,8 +85,6 @@ LAB = [
     Less("P4", EXTRA, "prose: ALiBi's loss at 16L is below sinusoidal's", mk("prose", "alibi", 16),
          mk("prose", "sinusoidal", 16)),
     # the orderings the other pages draw beyond the ones above (each costs the family power: few, none asserted)
-    Below("D1", "index.md", "NoPE: within 0.1 nats of the floor at L (forgetting the symbol two back costs 0.61)",
-          mk("markov", "nope", 1), 0.1),
     Less("D2", "schemes/rope.md", "RoPE with linear interpolation by 2 is closer to the floor at 2L after its short "
          "fine-tune than without it", mk("markov", "rope +pi-finetune", 2), mk("markov", "rope +linear", 2)),
     Less("D3", "rope-frequencies.md", "without fine-tuning, NTK-aware scaling is closer to the floor at 2L than linear "
