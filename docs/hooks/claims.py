@@ -13,7 +13,7 @@ that fails stops the build.
 
 from __future__ import annotations
 
-from .ledger import Above, Below, Entry, LedgerError, Less, Value
+from .ledger import Above, Below, Entry, Fact, LedgerError, Less, Value
 
 L = 64
 FAR = 1017                       # the farthest retrieval offset at 16L = 1024 tokens
@@ -84,6 +84,17 @@ LAB = [
     Less("P3", EXTRA, "prose: ALiBi's loss at 16L is below RoPE's", mk("prose", "alibi", 16), mk("prose", "rope", 16)),
     Less("P4", EXTRA, "prose: ALiBi's loss at 16L is below sinusoidal's", mk("prose", "alibi", 16),
          mk("prose", "sinusoidal", 16)),
+    # the orderings the other pages draw beyond the ones above (each costs the family power: few, none asserted)
+    Less("D2", "schemes/rope.md", "RoPE with linear interpolation by 2 is closer to the floor at 2L after its short "
+         "fine-tune than without it", mk("markov", "rope +pi-finetune", 2), mk("markov", "rope +linear", 2)),
+    Less("D3", "rope-frequencies.md", "without fine-tuning, NTK-aware scaling is closer to the floor at 2L than linear "
+         "interpolation", mk("markov", "rope +ntk", 2), mk("markov", "rope +linear", 2)),
+    Less("D4", "schemes/alibi.md", "at 16L ALiBi reads a value written 1017 tokens back less often than one written "
+         "L = 64 back", mk("retrieval", "alibi", 16, FAR), mk("retrieval", "alibi", 16, L)),
+    # facts read from the records (outside the Holm family)
+    Fact("F1", "schemes/sinusoidal.md", "a learned table of L rows cannot run at 2L",
+         (mk("markov", "learned", 2),), lambda got: all(v is not None and all(x is None for x in v)
+                                                         for v in got.values())),
 ]
 """The lab claims. ``asserted`` claims are stated as facts by their page, which fails to build unless
 they are confirmed; the others are shown with their numbers whatever their verdict."""
