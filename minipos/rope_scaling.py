@@ -333,7 +333,10 @@ def longrope(dim: int, *, base: float = 10000.0, short_factor: ArrayLike, long_f
     ``inv_freq = w_i / long_factor[i]`` when ``seq_len > original_max_position_embeddings``, else
     ``w_i / short_factor[i]``. ``factor`` defaults to ``max_position_embeddings / L`` (an explicit
     ``factor`` key wins, as in HF); the attention factor defaults to ``sqrt(1 + ln s / ln L)``
-    (1 if ``s == 1``). Returns ``(inv_freq, attention_factor)``, ``inv_freq`` float64 ``(D/2,)``.
+    (1 if ``s == 1``); an explicit ``attention_factor`` is returned as it is. A scale ``s < 1`` (an
+    explicit ``factor`` below 1, or ``max_position_embeddings < L`` without one) raises ``ValueError``
+    naming that key; HF would use the attention factor 1 there. Returns ``(inv_freq, attention_factor)``,
+    ``inv_freq`` float64 ``(D/2,)``.
     """
     inv_freq = _base_inv_freq(dim, base)
     L = _check_length(original_max_position_embeddings, "original_max_position_embeddings", minimum=2)

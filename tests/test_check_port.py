@@ -66,7 +66,8 @@ def test_a_t5_bucket_is_named_by_its_distance():
         return off + np.searchsorted(first, m, side="right") - 1
 
     report = check_port.run_family("t5_bucket", off_by_one_at_91)
-    assert report.failed == ["bidirectional_32_128"] and len(report.skipped) == 9
+    others = len(check_port.load_family("t5_bucket")["cases"]) - 1          # every other case is skipped
+    assert report.failed == ["bidirectional_32_128"] and len(report.skipped) == others
     assert report.mismatches == [
         "t5_bucket/bidirectional_32_128: bucket: 2 of 697 values differ, max |got - expected| 1 (tolerance atol 0 "
         "+ rtol 0 |expected|); n = -91: expected 15, got 14; n = 91: expected 31, got 30"]

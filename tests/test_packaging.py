@@ -72,7 +72,7 @@ def test_the_wheel_carries_the_spec_where_spec_dir_looks():
     assert sorted(wheel["packages"]) == ["minipos", "proofs"]
     force = wheel["force-include"]
     assert force["spec/vectors"] == "minipos/spec/vectors"
-    for name in ("schema.json", "catalogue.md", "README.md"):
+    for name in ("schema.json", "catalogue.md", "formulas.md", "README.md"):
         assert force[f"spec/{name}"] == f"minipos/spec/{name}"
         assert (ROOT / "spec" / name).is_file()
     assert (ROOT / "minipos" / "py.typed").is_file()

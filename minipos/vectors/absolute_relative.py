@@ -83,6 +83,17 @@ T5_CONFIGS = ((True, 32, 128), (False, 32, 128), (True, 32, 256), (True, 64, 256
               (True, 128, 1024), (True, 33, 128), (False, 48, 300))
 
 
+T5_SMALLEST = (  # (bidirectional, num_buckets, max_distance, note): E = 1 exact bucket, or M = E + 1
+    (False, 2, 8, "causal, 2 buckets (P = 2, E = 1): 0 for n >= 0, 1 for every n < 0"),
+    (False, 3, 8, "causal, 3 buckets (P = 3, E = 1): one exact bucket, two log buckets"),
+    (True, 4, 8, "bidirectional, 4 buckets (P = 2, E = 1): 0 for n = 0, 1 for n < 0, 3 for n > 0; bucket 2 "
+     "(n = +0) unused"),
+    (True, 5, 8, "bidirectional, 5 buckets: as 4 (P = floor(5/2) = 2), bucket 4 never used"),
+    (True, 32, 9, "bidirectional, max_distance 9 = E + 1, the smallest allowed for 32 buckets"),
+    (False, 32, 17, "causal, max_distance 17 = E + 1, the smallest allowed for 32 buckets"),
+)
+
+
 def _t5_bucket_cases():
     n = _distances()
     cases = [_case(f"{'bidirectional' if b else 'causal'}_{k}_{m}", "n = key - query: all of -300..300 "
@@ -96,6 +107,11 @@ def _t5_bucket_cases():
                            "reference, 12 in exact arithmetic", {"relative_position": near},
                            {"bidirectional": False, "num_buckets": 15, "max_distance": 636, "exact": exact},
                            EXACT))
+    small = np.arange(-40, 41)
+    for b, k, m, note in T5_SMALLEST:                          # spec 1.2.0: the smallest configurations defined
+        cases.append(_case(f"{'bidirectional' if b else 'causal'}_{k}_{m}", f"{note}; n = -40 ... 40",
+                           {"relative_position": small},
+                           {"bidirectional": b, "num_buckets": k, "max_distance": m, "exact": False}, EXACT))
     return cases
 
 
@@ -176,12 +192,30 @@ def _deberta_relative_run(inputs, params):
     return {"relative_pos": deberta.relative_positions(inputs["q_positions"], inputs["k_positions"], **params)}
 
 
+DEBERTA_PINNED = (  # spec 1.2.0: (name, bucket_size, max_position, relative_pos, note)
+    ("float32_ceil_74_1000", 74, 1000, np.concatenate([np.arange(-340, -325), np.arange(-115, -105),
+                                                       np.arange(105, 115), np.arange(325, 340)]),
+     "mid 37, (M - 1)/mid = 27: at |r| = 111 = 37 * 3 and 333 = 37 * 9 the real quotient is exactly 12 and 24, "
+     "float32 gives 12 and 24 (buckets 49, 61), float64 gives 12.000000000000002 and 24.000000000000004 "
+     "(buckets 50, 62)"),
+    ("float32_ceil_19_22", 19, 22, np.arange(-52, 53),
+     "mid 9, (M - 1)/mid = 7/3: at |r| = 49 the real quotient is exactly 16 (49/9 = (7/3)^2), float64 gives 16 "
+     "(bucket 25), float32 gives 16.000002 (bucket 26)"),
+    ("bucket_size_2", 2, 8, np.arange(-12, 13), "mid 1, mid - 1 = 0: every |r| >= 1 is bucket sign(r) * 1"),
+    ("bucket_size_3", 3, 8, np.arange(-12, 13), "mid = 3 // 2 = 1, as bucket_size 2"),
+    ("max_position_mid_plus_2", 4, 4, np.arange(-12, 13), "the smallest max_position allowed, mid + 2 = 4 "
+     "(M - 1 = 3 > mid = 2)"),
+)
+
+
 def _deberta_bucket_cases():
     r = _distances()
     return [_case(f"buckets_{b}_{m}", "relative positions -300..300 and log-spaced out to +-10^5; "
                   "float32 arithmetic as in transformers", {"relative_pos": r},
                   {"bucket_size": b, "max_position": m}, EXACT)
-            for b, m in ((256, 512), (4, 8), (64, 128), (512, 1024), (10, 20))]
+            for b, m in ((256, 512), (4, 8), (64, 128), (512, 1024), (10, 20))] + [
+        _case(name, note, {"relative_pos": r}, {"bucket_size": b, "max_position": m}, EXACT)
+        for name, b, m, r, note in DEBERTA_PINNED]
 
 
 def _deberta_bucket_run(inputs, params):

@@ -30,7 +30,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # .../m
 def spec_dir() -> str:
     """The directory of the golden vectors that come with this minipos, which ``minipos vectors check``
     checks when it is given no directory: ``minipos/spec/vectors`` inside an installed wheel (with
-    ``schema.json``, ``catalogue.md`` and ``README.md`` beside it), or ``spec/vectors`` next to the
+    ``schema.json``, ``formulas.md``, ``catalogue.md`` and ``README.md`` beside it), or ``spec/vectors`` next to the
     package in a checkout or an unpacked sdist. Raises ``FileNotFoundError`` naming both places when
     neither is a directory."""
     places = [os.path.join(_PACKAGE, "spec", "vectors"), os.path.join(os.path.dirname(_PACKAGE), "spec", "vectors")]

@@ -33,7 +33,7 @@ from .rotary import (_mrope_cases, _mrope_grad_run, _mrope_layer_cases, _mrope_l
                      _rope_scaling_cases, _rope_scaling_run, _rope_scores_cases, _rope_scores_run, _xpos_cases,
                      _xpos_run, _xpos_scores_cases, _xpos_scores_run)
 
-SPEC_VERSION = "1.1.0"
+SPEC_VERSION = "1.2.0"
 
 # The float32 tolerance of each family, and of the cases whose error is of another size (large
 # positions): about ten times the largest error |got - expected| / (1 + |expected|) of a float32

@@ -89,6 +89,14 @@ def _rope_scores_run(inputs, params):
     return {"scores": np.einsum("htd,hsd->hts", q, k)}                  # (H, T, S)
 
 
+LONGROPE_PINNED = (  # spec 1.2.0: (name, seq_len, keys) of the attention factor's three sources
+    ("scale_1", 4096, dict(max_position_embeddings=4096)),              # s = 4096 / 4096 = 1: factor 1
+    ("explicit_factor_8", 4097, dict(max_position_embeddings=131072, factor=8.0)),   # s = 8, not 32
+    ("explicit_factor_1", 4097, dict(max_position_embeddings=131072, factor=1.0)),   # s = 1, not 32
+    ("explicit_attention_factor", 4097, dict(max_position_embeddings=131072, attention_factor=1.25)),
+)
+
+
 def _rope_scaling_cases():
     rng = np.random.default_rng(10)
     short, long = (np.round(rng.uniform(1.0, 2.0, 8) * GRID) / GRID).tolist(), \
@@ -118,9 +126,20 @@ def _rope_scaling_cases():
                                                  beta_fast=1024.0, beta_slow=0.125)),
               ("yarn_ramp_zero_width", "yarn", dict(dim=8, factor=4.0, original_max_position_embeddings=64,
                                                     beta_fast=32.0, beta_slow=20.0))]
+    specs += [(f"longrope_{name}", "longrope", dict(dim=16, short_factor=short, long_factor=long,
+                                                   original_max_position_embeddings=4096, seq_len=n, **kw))
+              for name, n, kw in LONGROPE_PINNED]
     notes = {"yarn_ramp_clamped": "; the ramp's ends, floor(low) = -1 and ceil(high) = 8, clamped to 0 and "
                                   "dim - 1 = 7 (HF's find_correction_range clamps to dim - 1, not dim/2 - 1): "
                                   "ramp i/7 for i = 0 ... 3",
+             "longrope_scale_1": "; max_position_embeddings = original_max_position_embeddings, so s = 1 and "
+                                 "the attention factor is 1",
+             "longrope_explicit_factor_8": "; an explicit factor 8 wins over max_position_embeddings / L = 32: "
+                                           "sqrt(1 + ln 8 / ln 4096) = sqrt(1.25)",
+             "longrope_explicit_factor_1": "; an explicit factor 1 wins over max_position_embeddings / L = 32: "
+                                           "the attention factor is 1",
+             "longrope_explicit_attention_factor": "; an explicit attention_factor 1.25 is returned as it is "
+                                                   "(s = 32 would give sqrt(1 + 5/12))",
              "yarn_ramp_zero_width": "; both ends at 0 (floor(-0.50), ceil(-0.29)): HF's guard low == high "
                                      "-> high += 0.001, so the ramp is 0, 1, 1, 1"}
     return [_case(name, f"{kind}: (inv_freq, attention_factor)" + notes.get(name, ""), {},
