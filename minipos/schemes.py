@@ -32,6 +32,7 @@ from .deberta import DeBERTa
 from .fire import FIRE
 from .irope import NoPETemperature
 from .mrope import MRotary
+from .prope import ProportionalRotary
 from .rope_scaling import Rotary
 from .seams import SEAMS, TERMS, NoPE, Scheme
 from .shaw import Shaw
@@ -259,3 +260,9 @@ register(NoPETemperature, example=lambda L: {"floor_scale": max(1, L // 8)},
 # FIRE's threshold L starts at the reference code's 512 for 2048-token training, a quarter of the length.
 register(FIRE, example=lambda L: {"init_L": L / 4}, lab=True,
          config_names={k: f"{k} (the reference FIRE module's argument)" for k in ("mlp_width", "init_c", "init_L")})
+# p-RoPE: Gemma 4's global layers rotate a quarter of the frequencies; the example's half leaves one of the two
+# pairs of the contract's head dim 4 rotating and one not.
+register(ProportionalRotary, example=lambda L: {"partial_rotary_factor": 0.5},
+         config_names={"base": "rope_parameters['rope_theta']",
+                       "partial_rotary_factor": "rope_parameters['partial_rotary_factor'] (rope_type 'proportional')",
+                       "factor": "rope_parameters['factor']"})
