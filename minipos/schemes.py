@@ -250,7 +250,10 @@ register(DeBERTa, lab=True, config_names={k: k for k in ("position_buckets", "ma
 register(Rotary, example=lambda L: {"layout": "half"}, lab=True,
          config_names={"base": "rope_theta", "scaling": "rope_parameters (transformers 5), rope_scaling (4)"})
 register(XPos, lab=True, config_names={"scale_base": "xpos_scale_base (torchscale)"})
-register(MRotary, config_names={"mrope_section": "rope_parameters['mrope_section']", "base": "rope_theta"})
+register(MRotary, config_names={"mrope_section": "rope_parameters['mrope_section']", "base": "rope_theta",
+                                "interleaved": "Qwen3-VL and later (rope_parameters['mrope_interleaved'])",
+                                "rotary_dim": "int(head_dim * rope_parameters['partial_rotary_factor'])",
+                                "layout": "'interleaved' for GLM-4V (rotate_half_llm), else 'half'"})
 register(Shaw, example=lambda L: {"max_relative_position": 16},
          config_names={"max_relative_position": "max_relative_position (tensor2tensor hparams)"})
 # Llama 4's temperature steps up every floor_scale positions (8192 there, a small share of its context);

@@ -191,7 +191,10 @@ def _xpos_scores_run(inputs, params):
 
 MROPE_TYPES = [0] * 2 + [1] * 6 + [0] * 2 + [1] * 3 + [0] * 2   # text, image 1x4x6, text, image 1x6x2, text
 MROPE_IMAGES = [[1, 4, 6], [1, 6, 2]]
-MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True))
+MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True),
+                ("qwen3_5_interleaved_partial", [1, 1, 0], True, {"rotary_dim": 4}),
+                ("glm4v_split_partial", [1, 0, 1], False, {"rotary_dim": 4, "layout": "interleaved"}))
+"""(label, mrope_section, interleaved[, the scheme's other keywords]) at d_model 16, 2 heads (head dim 8)."""
 
 
 def _mrope_streams():
@@ -256,8 +259,8 @@ def _mrope_layer_cases(grad: bool = False):
     pos = _mrope_streams()
     T = pos.shape[1]
     cases = []
-    for label, section, inter in MROPE_LAYERS:
-        config = {"mrope_section": section, "interleaved": inter}
+    for label, section, inter, *extra in MROPE_LAYERS:
+        config = {"mrope_section": section, "interleaved": inter, **(extra[0] if extra else {})}
         layer = MultiHeadAttention(16, 2, scheme=MRotary(**config), bias=True)
         inputs = {"x": _grid(rng, (BATCH, T, 16)), "positions": pos}
         inputs.update({n: _grid(rng, getattr(layer, n).shape, 0.25) for n in ("wq", "wk", "wv", "wo", "bq", "bk",
