@@ -96,14 +96,16 @@ def mrope_streams(mrope_section, *, interleaved: bool = False) -> np.ndarray:
     return streams
 
 
-def stream_positions(positions, T: int | None = None, *, allow_negative: bool = True) -> np.ndarray:
-    """Integer positions ``(3, T)``; a ``(T,)`` array means three equal streams (text)."""
+def stream_positions(positions, T: int | None = None, *, allow_negative: bool = True, streams: int = 3) -> np.ndarray:
+    """Integer positions ``(streams, T)``; a ``(T,)`` array means equal streams (text). ``streams``: 3 for
+    M-RoPE (temporal, height, width), 2 for a vision tower's 2-D RoPE (rows, columns)."""
     pos = as_positions(positions, "positions", allow_negative=allow_negative, ndim=None)
     if pos.ndim == 1:
-        pos = np.broadcast_to(pos, (3, pos.shape[0]))                       # text: t = h = w
-    if pos.ndim != 2 or pos.shape[0] != 3 or (T is not None and pos.shape[1] != T):
-        want = "(3, T)" if T is None else f"(3, {T}) or ({T},)"
-        raise ValueError(f"positions must have shape {want} (temporal, height, width rows), got {pos.shape}")
+        pos = np.broadcast_to(pos, (streams, pos.shape[0]))                 # text: t = h = w
+    if pos.ndim != 2 or pos.shape[0] != streams or (T is not None and pos.shape[1] != T):
+        want = f"({streams}, T)" if T is None else f"({streams}, {T}) or ({T},)"
+        rows = "temporal, height, width rows" if streams == 3 else "rows, then columns" if streams == 2 else "streams"
+        raise ValueError(f"positions must have shape {want} ({rows}), got {pos.shape}")
     return pos
 
 

@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .alibi import ALiBi
+from .axial import AxialRotary
 from .deberta import DeBERTa
 from .fire import FIRE
 from .irope import NoPETemperature
@@ -269,3 +270,5 @@ register(ProportionalRotary, example=lambda L: {"partial_rotary_factor": 0.5},
          config_names={"base": "rope_parameters['rope_theta']",
                        "partial_rotary_factor": "rope_parameters['partial_rotary_factor'] (rope_type 'proportional')",
                        "factor": "rope_parameters['factor']"})
+register(AxialRotary, config_names={"base": "vision_config.rope_parameters['rope_theta'] (rope_type 'axial')",
+                                    "layout": "the vision tower's family: 'pixtral', 'gemma4' or 'llama4'"})

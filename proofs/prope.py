@@ -109,9 +109,10 @@ def _(p):
 @theorem("prope.limits", "p = 1 is RoPE (every pair rotates, half layout) and p = 0 rotates nothing (NoPE)",
          checks=(APPLY,))
 def _(p):
-    for pr in p.cases(p=[1.0, 0.0]):
-        k = int(pr * 8 // 2)
-        p.claim(sp.Integer(k), sp.Integer(4 if pr == 1 else 0), f"$k = \\lfloor p D / 2 \\rfloor$ at D = 8, p = {pr}")
+    p.claim(sp.floor(p_ * D_ / 2).subs(p_, 1), D_ / 2, "$p = 1$: $k = \\lfloor D/2 \\rfloor = D/2$ pairs, all of them "
+            "($D$ even)", by="simplify", shown=("\\lfloor p D / 2 \\rfloor \\big|_{p = 1}", None))
+    p.require(code.rotated_pairs(8, 1.0) == 4 and code.rotated_pairs(8, 0.0) == 0 and code.rotated_pairs(512, 0.25) == 64,
+              "rotated_pairs: every pair at p = 1, none at p = 0, 64 of 256 at Gemma 4's D = 512, p = 1/4")
     rng = np.random.default_rng(6)
     x, pos = rng.normal(size=(2, 5, 8)), np.array([0, 3, 11, 200, -7])
     p.tie(APPLY, expected=lambda pr: (rope_code.apply_rope(x, pos, layout="half") if pr == 1 else x),
