@@ -1,12 +1,13 @@
-"""The cases of the rotary schemes: RoPE, its scalings, xPos, and multimodal RoPE (M-RoPE) from its
-positions to the layer (``mrope_layer``, ``mrope_layer_grad``).
+"""The cases of the rotary schemes: RoPE, its scalings, xPos, multimodal RoPE (M-RoPE) from its
+positions to the layer (``mrope_layer``, ``mrope_layer_grad``), and the vision towers' 2-D RoPE
+(``axial_rope``, ``axial_rope_grad``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import mrope, rope, rope_scaling, xpos
+from .. import axial, mrope, rope, rope_scaling, xpos
 from ..layer import MRotary, MultiHeadAttention
 from ._layer_cases import BATCH, _agree_with_differences, _build_layer, _causal_only, _in_chunks, _many
 from .cases import EXACT, GRID, _case, _grid, tol
@@ -298,3 +299,31 @@ def _mrope_layer_grad_run(inputs, params):
     _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=_causal_only(params), return_context=True)
     grads = layer.backward(ctx, inputs["dy"])
     return {k: grads[k] for k in ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]}
+
+
+# --------------------------------------------------------------------------- 2-D (axial) RoPE
+
+def _axial_cases(grad: bool = False):
+    """Each layout on a 3 x 4 grid (rows, then columns) and on Llama 4's grid counted from 1 with its class
+    token at (0, 0); x or dy ``(H, T, D)``, D = 16."""
+    rng = np.random.default_rng(27 if grad else 28)
+    name = "dy" if grad else "x"
+    what = "dx = R^T dy, each pair turned back" if grad else "x rotated"
+    grids = {"pixtral": axial.axial_positions(3, 4), "gemma4": axial.axial_positions(3, 4),
+             "llama4": axial.axial_positions(3, 3, start=1, class_token=True)}
+    notes = {"pixtral": "pairs (i, i + D/2); rows the even RoPE frequencies base^(-4i/D), columns the odd ones",
+             "gemma4": "each half of the head a D/2-dim half-layout RoPE, the first by the column, the second by "
+                       "the row",
+             "llama4": "complex pairs (2i, 2i + 1), columns first, f_i = base^(-4i/D) for both axes; positions from "
+                       "1, the class token (last) at (0, 0): unrotated"}
+    return [_case(f"{layout}_d16", f"{what}; layout {layout!r}: {notes[layout]}; positions (2, T) of a grid, row-major",
+                  {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos}, {"layout": layout, "base": 100.0})
+            for layout, pos in grids.items()]
+
+
+def _axial_run(inputs, params):
+    return {"out": axial.apply_axial_rope(inputs["x"], inputs["positions"], **params)}
+
+
+def _axial_grad_run(inputs, params):
+    return {"dx": axial.apply_axial_rope_backward(inputs["dy"], inputs["positions"], **params)}
