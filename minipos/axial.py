@@ -13,7 +13,8 @@ pair i, the features ``(a_i, b_i)``, by the angle ``p_{s(i)} ω_i``, where ``s(i
     y_a = x_a cos(p_{s(i)} ω_i) - x_b sin(p_{s(i)} ω_i),   y_b = x_b cos(…) + x_a sin(…)
 
 The layouts differ in which features pair, which axis owns a pair and which frequency it has
-(D the head dim, a multiple of 4; q = D/4 pairs per axis; θ_j = base^(-2j/D); f_j = base^(-4j/D),
+(D the head dim, a multiple of 4, or for Pixtral any even D, the rows then taking ceil(D/4) pairs;
+q = D/4 pairs per axis; θ_j = base^(-2j/D); f_j = base^(-4j/D),
 the frequencies of a D/2-dim RoPE):
 
     layout    pairs (a_i, b_i), i < q, then i >= q           axis      ω_i, i < q, then i >= q
@@ -59,24 +60,30 @@ AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4")
 ROW, COLUMN = 0, 1
 
 
-def _check_dim(head_dim, name: str = "head_dim") -> int:
+def _check_dim(head_dim, layout: str, name: str = "head_dim") -> int:
+    """D: a multiple of 4 (D/4 pairs per axis); Pixtral's layout also takes D = 2 mod 4, as HF's code does
+    (``chunk(2)`` of the D/2 frequencies gives the rows the one more: ceil(D/4) pairs, the columns floor(D/4))."""
     D = check_positive_int(head_dim, name)
+    if layout == "pixtral" and D % 2 == 0:
+        return D
     if D % 4:
-        raise ValueError(f"{name} must be a multiple of 4 for 2-D RoPE (D/4 pairs per axis), got {D}")
+        raise ValueError(f"{name} must be a multiple of 4 for 2-D RoPE in the {layout!r} layout (D/4 pairs per axis; "
+                         f"'pixtral' also takes an even D), got {D}")
     return D
 
 
 def axial_pairs(head_dim: int, *, base: float = 10000.0, layout: str = "pixtral"):
     """``(a, b, axis, omega)``, each ``(D/2,)``: pair i is features ``(a[i], b[i])``, turned by
     ``positions[axis[i]] * omega[i]`` (axis 0 the row, 1 the column). Int64, int64, int64, float64."""
-    D = _check_dim(head_dim)
-    base = check_float(base, "base", positive=True)
     check_choice(layout, "layout", AXIAL_LAYOUTS)
+    D = _check_dim(head_dim, layout)
+    base = check_float(base, "base", positive=True)
     q, i = D // 4, np.arange(D // 4)
     if layout == "pixtral":                                            # half layout over D, θ alternating
         theta = rope_inv_freq(D, base=base)                            # θ_j = base^(-2j/D), (D/2,)
-        a = np.arange(D // 2)
-        return a, a + D // 2, np.repeat([ROW, COLUMN], q), np.concatenate([theta[0::2], theta[1::2]])
+        a, rows = np.arange(D // 2), len(theta[0::2])                  # rows: ceil(D/4) pairs
+        return (a, a + D // 2, np.repeat([ROW, COLUMN], [rows, D // 2 - rows]),
+                np.concatenate([theta[0::2], theta[1::2]]))
     f = rope_inv_freq(D // 2, base=base)                               # f_j = base^(-2j/(D/2)), (D/4,)
     omega, axis = np.concatenate([f, f]), np.repeat([COLUMN, ROW], q)  # columns first
     if layout == "gemma4":                                             # each half a D/2-dim half-layout RoPE
@@ -112,8 +119,9 @@ def _turn(x, positions, base, layout, name, sign):
     x = as_float_array(x, name)
     check_ndim(x, name, 2, "(..., T, D)")
     *_, T, D = x.shape
-    if D % 4 or D < 4:
-        raise ValueError(f"{name} must have a head dim D that is a multiple of 4 (last axis) for 2-D RoPE, got {D}")
+    if D % (2 if layout == "pixtral" else 4) or D < 2:
+        raise ValueError(f"{name} must have a head dim D (last axis) that is a multiple of 4 for 2-D RoPE in the "
+                         f"{layout!r} layout ('pixtral': even), got {D}")
     a, b, _, _ = axial_pairs(D, base=base, layout=layout)
     angles = axial_angles(_stream_positions(positions, T), D, base=base, layout=layout)   # (T, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), sign * np.sin(angles).astype(x.dtype)
@@ -127,7 +135,8 @@ def _turn(x, positions, base, layout, name, sign):
 def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
     """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns).
 
-    layout: "pixtral", "gemma4" or "llama4" (the table of the module docstring); D a multiple of 4.
+    layout: "pixtral", "gemma4" or "llama4" (the table of the module docstring); D a multiple of 4 (even
+    for "pixtral").
     Returns ``(..., T, D)`` in x's floating dtype.
     """
     return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0)
@@ -178,7 +187,7 @@ class AxialRotary(Scheme):
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
-        _check_dim(self.head_dim)
+        _check_dim(self.head_dim, self.layout)
         axial_pairs(self.head_dim, base=self.base, layout=self.layout)          # the frequencies are finite
 
     def cache_tag(self, seq_len):

@@ -74,12 +74,14 @@ def _pixtral_config(D, theta):
 
 
 @needs_torch
-def test_pixtral_matches_transformers():
+@pytest.mark.parametrize("D", [32, 6])
+def test_pixtral_matches_transformers(D):
+    # D = 6: HF's chunk(2) of the 3 frequencies gives the rows 2 pairs (θ_0, θ_2), the columns 1 (θ_1)
     from transformers.models.pixtral import modeling_pixtral as mp
-    D, theta = 32, 10000.0
+    theta = 10000.0
     rotary = mp.PixtralVisionRotaryEmbedding(_pixtral_config(D, theta))
     omega = axial.axial_pairs(D, base=theta, layout="pixtral")[3]
-    np.testing.assert_allclose(omega, _np(rotary.inv_freq), rtol=1e-7)      # HF: float32, cat(θ[0::2], θ[1::2])
+    np.testing.assert_allclose(omega, _np(rotary.inv_freq), rtol=3e-7)      # HF: float32, cat(θ[0::2], θ[1::2])
     pos = axial.axial_positions(3, 5)                                       # HF meshgrid(..., indexing="ij")
     q, k = np.random.default_rng(2).standard_normal((2, 1, 2, pos.shape[1], D))
     # HF's recomposition and apply_rotary_pos_emb, with float64 angles of the frequencies checked above
@@ -151,17 +153,19 @@ def test_llama4_vision_matches_transformers():
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: axial.axial_pairs(6), ValueError, "multiple of 4"),
+    (lambda: axial.axial_pairs(6, layout="gemma4"), ValueError, "multiple of 4"),
+    (lambda: axial.axial_pairs(7), ValueError, "multiple of 4"),
     (lambda: axial.axial_pairs(8, layout="qwen"), ValueError, "layout"),
     (lambda: axial.axial_pairs(8, base=0.0), ValueError, "base"),
-    (lambda: axial.apply_axial_rope(np.ones((2, 6)), [0, 1]), ValueError, "x"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 6)), [0, 1], layout="llama4"), ValueError, "x"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 5)), [0, 1]), ValueError, "x"),
     (lambda: axial.apply_axial_rope(np.ones((2, 8)), np.zeros((3, 2), int)), ValueError, "positions"),
     (lambda: axial.apply_axial_rope(np.ones((2, 8)), np.zeros((2, 3), int)), ValueError, "positions"),
     (lambda: axial.apply_axial_rope_backward(np.ones(8), [0]), ValueError, "dy"),
     (lambda: axial.axial_positions(0, 3), ValueError, "height"),
     (lambda: axial.axial_positions(2, 3, class_token=1), TypeError, "class_token"),
     (lambda: AxialRotary(layout="pixtral2"), ValueError, "layout"),
-    (lambda: MultiHeadAttention(12, 2, scheme=AxialRotary()), ValueError, "head_dim"),
+    (lambda: MultiHeadAttention(12, 2, scheme=AxialRotary(layout="gemma4")), ValueError, "head_dim"),
     (lambda: MultiHeadAttention(16, 2, scheme=AxialRotary())(np.ones((1, 3, 16)), positions=np.zeros((3, 3), int)),
      ValueError, "rows, then columns"),
 ])
