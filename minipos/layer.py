@@ -32,8 +32,9 @@ module of the same names as ``ops``. A layer whose projections are not one matri
 (``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project`` and
 ``_project_backward``).
 
-With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)`` and feed step 3
-only; the mask and the cache then follow the sequence order.
+With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)``, with a two-stream one
+(2-D RoPE, ``AxialRotary``: rows, then columns) ``(2, T)``; they feed step 3 only, and the mask and
+the cache then follow the sequence order.
 
 Weights are ``(d_in, d_out)`` and used as ``x @ W``; the projection columns are laid out head by
 head (column ``h * D + d``), exactly as the ``view(B, T, H, D)`` of HF/fairseq/Meta code. To load a
@@ -237,8 +238,8 @@ class MultiHeadAttention:
         return_context = check_bool(return_context, "return_context")
         self.attention_scale()                                                  # the scheme's scale, checked first
         sc = self.scheme
-        rot_pos = positions                                                     # (T,), or (3, T) for M-RoPE
-        if rot_pos.ndim == 2:                                                   # M-RoPE: mask, cache by sequence order
+        rot_pos = positions                                                     # (T,), or (3, T), (2, T)
+        if rot_pos.ndim == 2:                                                   # streams: mask, cache by sequence order
             positions = (0 if cache is None else cache.seen) + np.arange(x.shape[1])
         past = np.zeros(0, np.int64) if cache is None else cache.positions
         k_pos = np.concatenate([past, positions])                               # (S,) key positions
@@ -525,7 +526,7 @@ class MultiHeadAttention:
         return self.scheme.extra_backward(ctx.q, ctx.k, ctx.positions, ctx.k_positions, qs, ks, ds, add)
 
     def _check_call(self, x, positions, mask, causal, cache, return_weights):
-        """Every argument of a call checked once: ``(x, positions (T,) or (3, T), mask, causal)``, the mask
+        """Every argument of a call checked once: ``(x, positions (T,), (3, T) or (2, T), mask, causal)``, the mask
         as ``(B, 1, 1, S)`` or ``(B, 1, T, S)`` (or ``None``)."""
         x = as_float_array(x, "x")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
@@ -547,8 +548,9 @@ class MultiHeadAttention:
         seen = 0 if cache is None else cache.seen
         if positions is None:
             positions = np.arange(seen, seen + T)
-        elif self.scheme.position_streams > 1:                                  # M-RoPE: (3, T), or (T,) for t = h = w
-            positions = stream_positions(positions, T, allow_negative=False)
+        elif self.scheme.position_streams > 1:                                  # M-RoPE (3, T), 2-D RoPE (2, T), or (T,)
+            streams = self.scheme.position_streams
+            positions = stream_positions(positions, T, allow_negative=False, streams=streams)
         else:
             positions = as_positions(positions, "positions", length=T)
         if mask is not None:
@@ -591,5 +593,5 @@ class Context:
     out: np.ndarray            # attention's output (B, H, T, Dv)
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
     merged: np.ndarray         # (B, T, H*Dv)
-    rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), or (3, T) for M-RoPE; None = positions
+    rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), (3, T) or (2, T); None = positions
     configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it

@@ -22,6 +22,12 @@ stream owns; ``mrope_streams`` gives the assignment s(i):
   ``i % 3 == 2`` and ``i < 3 n_w``, temporal otherwise: T H W T H W … T T T T, so each stream spans
   fast and slow frequencies. ``[24, 20, 20]`` for D = 128.
 
+Partial rotary M-RoPE (``rotary_dim`` R < D, HF ``int(head_dim * partial_rotary_factor)``): the first
+R features rotate with θ_i = base^(-2i/R), i < R/2, the section counts R/2 frequencies, and the last
+D - R features pass through (Qwen3.5: interleaved, R = D/4, ``[11, 11, 10]``; GLM-4V: split, R = D/2,
+``[8, 12, 12]``). GLM-4V also pairs features (2i, 2i + 1) (``layout="interleaved"``: HF
+``cos.repeat_interleave(2)`` with ``rotate_half_llm``) where the Qwen models pair (i, i + R/2).
+
 Each stream's share of the score is a plain RoPE score on its own pairs, so ⟨R(p_q) q, R(p_k) k⟩
 depends on the three differences ``p_q - p_k`` only; with three equal streams (text tokens) it is
 RoPE itself.
@@ -45,9 +51,10 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import (POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_bool, check_float, check_int,
-                      check_ndim)
-from .rope import as_inv_freq, check_angles, overflow_raises, rope_inv_freq, rotate_half
+from ._checks import (POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_bool, check_choice,
+                      check_even_int, check_float, check_int, check_ndim)
+from .rope import (LAYOUTS, as_inv_freq, check_angles, check_rotary_dim, overflow_raises, rope_inv_freq,
+                   rotate_every_two, rotate_half)
 from .seams import Scheme
 
 __all__ = ["STREAMS", "mrope_streams", "mrope_angles", "apply_mrope", "apply_mrope_backward", "mrope_positions",
@@ -92,14 +99,16 @@ def mrope_streams(mrope_section: Sequence[int], *, interleaved: bool = False) ->
     return streams
 
 
-def stream_positions(positions, T: int | None = None, *, allow_negative: bool = True) -> np.ndarray:
-    """Integer positions ``(3, T)``; a ``(T,)`` array means three equal streams (text)."""
+def stream_positions(positions, T: int | None = None, *, allow_negative: bool = True, streams: int = 3) -> np.ndarray:
+    """Integer positions ``(streams, T)``; a ``(T,)`` array means equal streams (text). ``streams``: 3 for
+    M-RoPE (temporal, height, width), 2 for a vision tower's 2-D RoPE (rows, columns)."""
     pos = as_positions(positions, "positions", allow_negative=allow_negative, ndim=None)
     if pos.ndim == 1:
-        pos = np.broadcast_to(pos, (3, pos.shape[0]))                       # text: t = h = w
-    if pos.ndim != 2 or pos.shape[0] != 3 or (T is not None and pos.shape[1] != T):
-        want = "(3, T)" if T is None else f"(3, {T}) or ({T},)"
-        raise ValueError(f"positions must have shape {want} (temporal, height, width rows), got {pos.shape}")
+        pos = np.broadcast_to(pos, (streams, pos.shape[0]))                 # text: t = h = w
+    if pos.ndim != 2 or pos.shape[0] != streams or (T is not None and pos.shape[1] != T):
+        want = f"({streams}, T)" if T is None else f"({streams}, {T}) or ({T},)"
+        rows = "temporal, height, width rows" if streams == 3 else "rows, then columns" if streams == 2 else "streams"
+        raise ValueError(f"positions must have shape {want} ({rows}), got {pos.shape}")
     return pos
 
 
@@ -123,54 +132,72 @@ def mrope_angles(positions: ArrayLike, inv_freq: ArrayLike, mrope_section: Seque
     return own * inv_freq                                                   # (T, D/2): p_{s(i)} θ_i
 
 
-def cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, name):
-    """``(x, cos, sin)``: x checked ``(..., T, D)``, cos and sin ``(T, D)`` in the half layout, times the factor."""
+def cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, name, rotary_dim=None,
+            layout="half"):
+    """``(x, cos, sin, R, rot)``: x checked ``(..., T, D)``; cos and sin ``(T, R)`` in ``layout`` (times the
+    factor) for the first R = ``rotary_dim`` features (default D); ``rot`` the layout's 90° rotation."""
     x = as_float_array(x, name)
     check_ndim(x, name, 2, "(..., T, D)")
     *_, T, D = x.shape
-    if D % 2 or D < 2:
+    check_choice(layout, "layout", LAYOUTS)
+    if rotary_dim is None and (D % 2 or D < 2):
         raise ValueError(f"{name} must have an even head dim D >= 2 (last axis) for M-RoPE, got D = {D}")
+    R = check_rotary_dim(rotary_dim, D, name)
     if inv_freq is None:
-        inv_freq = rope_inv_freq(D, base=base)
+        inv_freq = rope_inv_freq(R, base=base)                             # θ_i = base^(-2i/R)
     elif base != 10000.0:
         raise ValueError("pass either base or inv_freq, not both (inv_freq already fixes the frequencies)")
     inv_freq = as_inv_freq(inv_freq)
-    if len(inv_freq) != D // 2:
-        raise ValueError(f"inv_freq must have length D/2 = {D // 2}, got length {len(inv_freq)}")
+    if len(inv_freq) != R // 2:
+        label = "D/2" if rotary_dim is None else "rotary_dim/2"
+        raise ValueError(f"inv_freq must have length {label} = {R // 2}, got length {len(inv_freq)}")
     factor = check_float(attention_factor, "attention_factor", positive=True)
     angles = mrope_angles(stream_positions(positions, T), inv_freq, mrope_section, interleaved=interleaved)
-    cos, sin = factor * np.cos(angles), factor * np.sin(angles)            # (T, D/2)
-    return x, np.concatenate([cos, cos], -1).astype(x.dtype), np.concatenate([sin, sin], -1).astype(x.dtype)
+    cos, sin = factor * np.cos(angles), factor * np.sin(angles)            # (T, R/2)
+    if layout == "half":                                                   # θ_0 … θ_{R/2-1} twice
+        cos, sin, rot = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), rotate_half
+    else:                                                                  # θ_0 θ_0 θ_1 θ_1 … (GLM-4V)
+        cos, sin, rot = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1), rotate_every_two
+    return x, cos.astype(x.dtype), sin.astype(x.dtype), R, rot
 
 
 def apply_mrope(x: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int], *, base: float = 10000.0,
-                inv_freq: ArrayLike | None = None, interleaved: bool = False,
-                attention_factor: float = 1.0) -> np.ndarray:
+                inv_freq: ArrayLike | None = None, interleaved: bool = False, attention_factor: float = 1.0,
+                rotary_dim: int | None = None, layout: str = "half") -> np.ndarray:
     """Rotate ``x`` by M-RoPE: ``x ⊙ [cos | cos] + rotate_half(x) ⊙ [sin | sin]`` of ``mrope_angles``.
 
-    x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``, half layout (pairs (i, i + D/2), HF
-    ``rotate_half``). positions: ``(3, T)`` integers (temporal, height, width), or ``(T,)`` meaning
-    three equal streams (plain RoPE). mrope_section: ``[n_t, n_h, n_w]`` adding up to D/2.
-    interleaved: Qwen3-VL's assignment (see ``mrope_streams``). inv_freq: ``(D/2,)`` replacing
-    ``base^(-2i/D)``. attention_factor multiplies cos and sin. Returns ``(..., T, D)`` in x's dtype.
+    x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``. positions: ``(3, T)`` integers (temporal, height,
+    width), or ``(T,)`` meaning three equal streams (plain RoPE). mrope_section: ``[n_t, n_h, n_w]``
+    adding up to R/2. interleaved: Qwen3-VL's assignment (see ``mrope_streams``). inv_freq: ``(R/2,)``
+    replacing ``base^(-2i/R)``. attention_factor multiplies cos and sin. rotary_dim: rotate only the
+    first R features (even, <= D; default D), the rest pass through (partial rotary M-RoPE: GLM-4V,
+    Qwen3.5, HF ``partial_rotary_factor``). layout: "half" (pairs (i, i + R/2), HF ``rotate_half``;
+    the Qwen VL models) or "interleaved" (pairs (2i, 2i + 1), ``cos.repeat_interleave(2)`` and
+    ``rotate_half_llm``: GLM-4V). Returns ``(..., T, D)`` in x's dtype.
     """
-    x, cos, sin = cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "x")
+    x, cos, sin, R, rot = cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "x",
+                                  rotary_dim, layout)
+    x_rot = x[..., :R]                                                      # (..., T, R)
     with overflow_raises(x.dtype):
-        return x * cos + rotate_half(x) * sin                               # (..., T, D): Eq. 34
+        rotated = x_rot * cos + rot(x_rot) * sin                            # (..., T, R): Eq. 34
+    return np.concatenate([rotated, x[..., R:]], axis=-1)                   # (..., T, D)
 
 
 def apply_mrope_backward(dy: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int], *, base: float = 10000.0,
-                         inv_freq: ArrayLike | None = None, interleaved: bool = False,
-                         attention_factor: float = 1.0) -> np.ndarray:
+                         inv_freq: ArrayLike | None = None, interleaved: bool = False, attention_factor: float = 1.0,
+                         rotary_dim: int | None = None, layout: str = "half") -> np.ndarray:
     """The gradient of ``apply_mrope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair rotated back.
 
     ``apply_mrope`` is linear in x, pair i rotated by its own angle, so ``dx = f R^T dy`` with the
-    adjoint of ``rotate_half`` being ``-rotate_half``: ``dx = dy ⊙ cos - rotate_half(dy) ⊙ sin``.
-    Same arguments as ``apply_mrope``; returns ``(..., T, D)`` in dy's dtype.
+    adjoint of ``rot`` being ``-rot``: ``dx = dy ⊙ cos - rot(dy) ⊙ sin`` on the rotated features, ``dy``
+    on the rest. Same arguments as ``apply_mrope``; returns ``(..., T, D)`` in dy's dtype.
     """
-    dy, cos, sin = cos_sin(dy, positions, mrope_section, base, inv_freq, interleaved, attention_factor, "dy")
+    dy, cos, sin, R, rot = cos_sin(dy, positions, mrope_section, base, inv_freq, interleaved, attention_factor,
+                                   "dy", rotary_dim, layout)
+    dy_rot = dy[..., :R]                                                    # (..., T, R)
     with overflow_raises(dy.dtype, "dy"):
-        return dy * cos - rotate_half(dy) * sin                             # (..., T, D): R^T dy
+        rotated = dy_rot * cos - rot(dy_rot) * sin                          # (..., T, R): R^T dy
+    return np.concatenate([rotated, dy[..., R:]], axis=-1)                  # (..., T, D)
 
 
 def _grids(grid_thw, name: str) -> list:
@@ -280,53 +307,65 @@ def mrope_decode_positions(cache_length: int, length: int, delta: int) -> np.nda
 # --------------------------------------------------------------------------- the scheme the layer runs
 
 class MRotary(Scheme):
-    """Multimodal RoPE (the functions above): half-layout RoPE whose frequencies are shared by three
-    position streams, temporal, height and width (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with ``interleaved``).
+    """Multimodal RoPE (the functions above): RoPE whose frequencies are shared by three position
+    streams, temporal, height and width (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with ``interleaved``;
+    partial rotary with ``rotary_dim``: Qwen3.5 interleaved, GLM-4V split in the interleaved ``layout``).
 
     The layer's ``positions`` are then ``(3, T)`` (``mrope_positions``; a ``(T,)``
     array means three equal streams, i.e. text) and serve the rotate seam only: the causal mask and
     the KV cache follow the sequence order (0, 1, ... continuing the cache), as HF's mask follows
     ``cache_position``. Decode after a cache with ``mrope_decode_positions(cache_length, T, delta)``.
-    ``mrope_section`` ``[n_t, n_h, n_w]`` adds up to head_dim/2 (HF ``rope_parameters["mrope_section"]``);
-    ``None`` scales the model's default to the head dim: Qwen2-VL's [16, 24, 24] or, interleaved,
-    Qwen3-VL's [24, 20, 20] at head_dim 128 (n_h = n_w = 3/16 resp. 5/32 of head_dim, n_t the rest).
+    ``mrope_section`` ``[n_t, n_h, n_w]`` adds up to R/2 (HF ``rope_parameters["mrope_section"]``), R the
+    rotated features: ``rotary_dim`` (HF ``int(head_dim * partial_rotary_factor)``), default head_dim;
+    ``None`` scales the model's default to R: Qwen2-VL's [16, 24, 24] or, interleaved,
+    Qwen3-VL's [24, 20, 20] at R = 128 (n_h = n_w = 3/16 resp. 5/32 of R, n_t the rest).
+    ``layout``: "half" (the Qwen VL models) or "interleaved" (GLM-4V), as ``apply_mrope``.
     """
 
     name = "mrope"
     seams = ("rotate",)
     position_streams = 3
 
-    def __init__(self, *, mrope_section=None, base: float = 10000.0, interleaved: bool = False):
+    def __init__(self, *, mrope_section=None, base: float = 10000.0, interleaved: bool = False,
+                 rotary_dim: int | None = None, layout: str = "half"):
         self.mrope_section = None if mrope_section is None else list(check_section(mrope_section))
         self.base = check_float(base, "base", positive=True)
         self.interleaved = check_bool(interleaved, "interleaved")
+        self.rotary_dim = None if rotary_dim is None else check_even_int(rotary_dim, "rotary_dim")
+        self.layout = check_choice(layout, "layout", LAYOUTS)
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
-        half = self.head_dim // 2
-        if self.head_dim % 2:
+        if self.rotary_dim is None and self.head_dim % 2:
             raise ValueError(f"M-RoPE needs an even head dim, got head_dim = {self.head_dim}")
-        if self.mrope_section is None:                       # the model's proportions at this head dim
+        R = self.head_dim if self.rotary_dim is None else self.rotary_dim
+        if R > self.head_dim:
+            raise ValueError(f"rotary_dim must be <= head_dim ({self.head_dim}), got {R}")
+        half = R // 2
+        if self.mrope_section is None:                       # the model's proportions at this rotary dim
             n = 3 * half // 8 if not self.interleaved else 5 * half // 16
             self.mrope_section = [half - 2 * n, n, n]
         if sum(self.mrope_section) != half:
-            raise ValueError(f"mrope_section {self.mrope_section} must add up to head_dim/2 = {half}")
+            what = "head_dim/2" if self.rotary_dim is None else "rotary_dim/2"
+            raise ValueError(f"mrope_section {self.mrope_section} must add up to {what} = {half}")
         mrope_streams(self.mrope_section, interleaved=self.interleaved)   # refuses a bad interleaving
-        self.inv_freq = rope_inv_freq(self.head_dim, base=self.base)
+        self.inv_freq = rope_inv_freq(R, base=self.base)
 
     def cache_tag(self, seq_len):
-        return self.inv_freq.tobytes(), tuple(self.mrope_section), self.interleaved
+        return self.inv_freq.tobytes(), tuple(self.mrope_section), self.interleaved, self.rotary_dim, self.layout
 
     def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (3, T)
-        return apply_mrope(x, positions, self.mrope_section, inv_freq=self.inv_freq,
-                                 interleaved=self.interleaved)
+        return apply_mrope(x, positions, self.mrope_section, inv_freq=self.inv_freq, interleaved=self.interleaved,
+                           rotary_dim=self.rotary_dim, layout=self.layout)
 
     def _apply_backward(self, dx, positions, *, seq_len):             # R^T
         return apply_mrope_backward(dx, positions, self.mrope_section, inv_freq=self.inv_freq,
-                                          interleaved=self.interleaved)
+                                    interleaved=self.interleaved, rotary_dim=self.rotary_dim, layout=self.layout)
 
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward
 
     def __repr__(self) -> str:
-        return f"MRotary(mrope_section={self.mrope_section}, interleaved={self.interleaved})"
+        extra = "" if self.rotary_dim is None else f", rotary_dim={self.rotary_dim}"
+        extra += "" if self.layout == "half" else f", layout={self.layout!r}"
+        return f"MRotary(mrope_section={self.mrope_section}, interleaved={self.interleaved}{extra})"

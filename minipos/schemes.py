@@ -28,10 +28,12 @@ from typing import Callable
 import numpy as np
 
 from .alibi import ALiBi
+from .axial import AxialRotary
 from .deberta import DeBERTa
 from .fire import FIRE
 from .irope import NoPETemperature
 from .mrope import MRotary
+from .prope import ProportionalRotary
 from .rope_scaling import Rotary
 from .seams import SEAMS, TERMS, NoPE, Scheme
 from .shaw import Shaw
@@ -252,7 +254,10 @@ register(DeBERTa, lab=True, config_names={k: k for k in ("position_buckets", "ma
 register(Rotary, example=lambda L: {"layout": "half"}, lab=True,
          config_names={"base": "rope_theta", "scaling": "rope_parameters (transformers 5), rope_scaling (4)"})
 register(XPos, lab=True, config_names={"scale_base": "xpos_scale_base (torchscale)"})
-register(MRotary, config_names={"mrope_section": "rope_parameters['mrope_section']", "base": "rope_theta"})
+register(MRotary, config_names={"mrope_section": "rope_parameters['mrope_section']", "base": "rope_theta",
+                                "interleaved": "Qwen3-VL and later (rope_parameters['mrope_interleaved'])",
+                                "rotary_dim": "int(head_dim * rope_parameters['partial_rotary_factor'])",
+                                "layout": "'interleaved' for GLM-4V (rotate_half_llm), else 'half'"})
 register(Shaw, example=lambda L: {"max_relative_position": 16},
          config_names={"max_relative_position": "max_relative_position (tensor2tensor hparams)"})
 # Llama 4's temperature steps up every floor_scale positions (8192 there, a small share of its context);
@@ -262,3 +267,11 @@ register(NoPETemperature, example=lambda L: {"floor_scale": max(1, L // 8)},
 # FIRE's threshold L starts at the reference code's 512 for 2048-token training, a quarter of the length.
 register(FIRE, example=lambda L: {"init_L": L / 4}, lab=True,
          config_names={k: f"{k} (the reference FIRE module's argument)" for k in ("mlp_width", "init_c", "init_L")})
+# p-RoPE: Gemma 4's global layers rotate a quarter of the frequencies; the example's half leaves one of the two
+# pairs of the contract's head dim 4 rotating and one not.
+register(ProportionalRotary, example=lambda L: {"partial_rotary_factor": 0.5},
+         config_names={"base": "rope_parameters['rope_theta']",
+                       "partial_rotary_factor": "rope_parameters['partial_rotary_factor'] (rope_type 'proportional')",
+                       "factor": "rope_parameters['factor']"})
+register(AxialRotary, config_names={"base": "vision_config.rope_parameters['rope_theta'] (rope_type 'axial')",
+                                    "layout": "the vision tower's family: 'pixtral', 'gemma4' or 'llama4'"})

@@ -121,6 +121,8 @@ AXES = {
     "local_global_grad": {"x": "btd", "sinks": "h"},
     "mla": {"y": "btd"},
     "mla_grad": {"x": "btd"},
+    "axial_rope": {"out": "htd"},
+    "axial_rope_grad": {"dx": "htd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value
@@ -145,6 +147,7 @@ OUTPUT_GRADIENT = {
     "irope_layer_grad": "dy",
     "local_global_grad": "dy",
     "mla_grad": "dy",
+    "axial_rope_grad": "dy",
 }
 
 

@@ -28,7 +28,7 @@ from .gradients import (_alibi_grad_cases, _alibi_grad_run, _attention_grad_case
 from .layers import (_irope_grad_cases, _irope_grad_run, _irope_layer_cases, _irope_layer_run, _layer_cases,
                      _layer_grad_cases, _layer_grad_run, _layer_run, _local_global_cases, _local_global_grad_run,
                      _local_global_run, _mla_cases, _mla_grad_cases, _mla_grad_run, _mla_run, _shaw_layer_cases)
-from .rotary import (_mrope_cases, _mrope_grad_run, _mrope_layer_cases, _mrope_layer_grad_run, _mrope_layer_run,
+from .rotary import (_axial_cases, _axial_grad_run, _axial_run, _mrope_cases, _mrope_grad_run, _mrope_layer_cases, _mrope_layer_grad_run, _mrope_layer_run,
                      _mrope_positions_cases, _mrope_positions_run, _mrope_run, _rope_cases, _rope_run,
                      _rope_scaling_cases, _rope_scaling_run, _rope_scores_cases, _rope_scores_run, _xpos_cases,
                      _xpos_run, _xpos_scores_cases, _xpos_scores_run)
@@ -57,6 +57,7 @@ FLOAT32_TOLERANCE = {
     "rope/half_heads_base_500000": 2e-4, "rope/half_inv_freq_llama3_factor_1": 1e-4,
     "irope_layer": 2e-6, "irope_layer_grad": 1e-5,
     "local_global": 2e-6, "local_global_grad": 1e-5,
+    "axial_rope": 1e-6, "axial_rope_grad": 1e-6,
 }
 
 
@@ -142,6 +143,11 @@ FAMILIES = {
                           "and cached decoding", _mrope_layer_cases, _mrope_layer_run),
     "mrope_layer_grad": Family("minipos.layer.MultiHeadAttention.backward", "the layer's backward with MRotary",
                                lambda: _mrope_layer_cases(grad=True), _mrope_layer_grad_run),
+    "axial_rope": Family("minipos.axial.apply_axial_rope", "2-D RoPE of vision towers on (..., T, D): positions "
+                         "(2, T) of rows and columns, Pixtral's, Gemma 4's and Llama 4's layouts", _axial_cases,
+                         _axial_run),
+    "axial_rope_grad": Family("minipos.axial.apply_axial_rope_backward", "2-D RoPE's backward R^T dy",
+                              lambda: _axial_cases(grad=True), _axial_grad_run),
     "shaw_logits": Family("minipos.shaw.relative_logits", "Shaw et al.'s key term q_i . a^K_ij (H, T, S), "
                           "unscaled, a^K_ij = w_k[clip(j - i, k) + k]",
                           lambda: _shaw_cases("q", lambda T, S: (2, T, 4)), _shaw_logits_run),

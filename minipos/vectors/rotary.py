@@ -1,12 +1,13 @@
-"""The cases of the rotary schemes: RoPE, its scalings, xPos, and multimodal RoPE (M-RoPE) from its
-positions to the layer (``mrope_layer``, ``mrope_layer_grad``).
+"""The cases of the rotary schemes: RoPE, its scalings, xPos, multimodal RoPE (M-RoPE) from its
+positions to the layer (``mrope_layer``, ``mrope_layer_grad``), and the vision towers' 2-D RoPE
+(``axial_rope``, ``axial_rope_grad``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import mrope, rope, rope_scaling, xpos
+from .. import axial, mrope, rope, rope_scaling, xpos
 from ..layer import MRotary, MultiHeadAttention
 from ._layer_cases import BATCH, _agree_with_differences, _build_layer, _causal_only, _in_chunks, _many
 from .cases import EXACT, GRID, _case, _grid, tol
@@ -210,7 +211,10 @@ def _xpos_scores_run(inputs, params):
 
 MROPE_TYPES = [0] * 2 + [1] * 6 + [0] * 2 + [1] * 3 + [0] * 2   # text, image 1x4x6, text, image 1x6x2, text
 MROPE_IMAGES = [[1, 4, 6], [1, 6, 2]]
-MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True))
+MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True),
+                ("qwen3_5_interleaved_partial", [1, 1, 0], True, {"rotary_dim": 4}),
+                ("glm4v_split_partial", [1, 0, 1], False, {"rotary_dim": 4, "layout": "interleaved"}))
+"""(label, mrope_section, interleaved[, the scheme's other keywords]) at d_model 16, 2 heads (head dim 8)."""
 
 
 def _mrope_streams():
@@ -275,8 +279,8 @@ def _mrope_layer_cases(grad: bool = False):
     pos = _mrope_streams()
     T = pos.shape[1]
     cases = []
-    for label, section, inter in MROPE_LAYERS:
-        config = {"mrope_section": section, "interleaved": inter}
+    for label, section, inter, *extra in MROPE_LAYERS:
+        config = {"mrope_section": section, "interleaved": inter, **(extra[0] if extra else {})}
         layer = MultiHeadAttention(16, 2, scheme=MRotary(**config), bias=True)
         inputs = {"x": _grid(rng, (BATCH, T, 16)), "positions": pos}
         inputs.update({n: _grid(rng, getattr(layer, n).shape, 0.25) for n in ("wq", "wk", "wv", "wo", "bq", "bk",
@@ -314,3 +318,31 @@ def _mrope_layer_grad_run(inputs, params):
     _, ctx = layer(inputs["x"], positions=inputs["positions"], causal=_causal_only(params), return_context=True)
     grads = layer.backward(ctx, inputs["dy"])
     return {k: grads[k] for k in ["x", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]}
+
+
+# --------------------------------------------------------------------------- 2-D (axial) RoPE
+
+def _axial_cases(grad: bool = False):
+    """Each layout on a 3 x 4 grid (rows, then columns) and on Llama 4's grid counted from 1 with its class
+    token at (0, 0); x or dy ``(H, T, D)``, D = 16."""
+    rng = np.random.default_rng(27 if grad else 28)
+    name = "dy" if grad else "x"
+    what = "dx = R^T dy, each pair turned back" if grad else "x rotated"
+    grids = {"pixtral": axial.axial_positions(3, 4), "gemma4": axial.axial_positions(3, 4),
+             "llama4": axial.axial_positions(3, 3, start=1, class_token=True)}
+    notes = {"pixtral": "pairs (i, i + D/2); rows the even RoPE frequencies base^(-4i/D), columns the odd ones",
+             "gemma4": "each half of the head a D/2-dim half-layout RoPE, the first by the column, the second by "
+                       "the row",
+             "llama4": "complex pairs (2i, 2i + 1), columns first, f_i = base^(-4i/D) for both axes; positions from "
+                       "1, the class token (last) at (0, 0): unrotated"}
+    return [_case(f"{layout}_d16", f"{what}; layout {layout!r}: {notes[layout]}; positions (2, T) of a grid, row-major",
+                  {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos}, {"layout": layout, "base": 100.0})
+            for layout, pos in grids.items()]
+
+
+def _axial_run(inputs, params):
+    return {"out": axial.apply_axial_rope(inputs["x"], inputs["positions"], **params)}
+
+
+def _axial_grad_run(inputs, params):
+    return {"dx": axial.apply_axial_rope_backward(inputs["dy"], inputs["positions"], **params)}

@@ -1,0 +1,206 @@
+r"""2-D (axial) RoPE for vision towers: each patch turns some pairs by its row, the others by its column.
+
+Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transformer", arXiv:2403.13298
+(§3.2, "axial frequency"); the code of the vision towers minipos matches, transformers 5.24's
+``PixtralVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``) with
+``apply_rotary_pos_emb``, ``Gemma4VisionRotaryEmbedding`` with ``apply_multidimensional_rope``, and
+``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``.
+
+The rotation. A patch at row r and column c (``positions`` ``(2, T)``: rows, then columns) rotates
+pair i, the features ``(a_i, b_i)``, by the angle ``p_{s(i)} ω_i``, where ``s(i)`` is 0 (row) or
+1 (column): Eq. 15 of RoFormer, one 2x2 block per pair,
+
+    y_a = x_a cos(p_{s(i)} ω_i) - x_b sin(p_{s(i)} ω_i),   y_b = x_b cos(…) + x_a sin(…)
+
+The layouts differ in which features pair, which axis owns a pair and which frequency it has
+(D the head dim, a multiple of 4, or for Pixtral any even D, the rows then taking ceil(D/4) pairs;
+q = D/4 pairs per axis; θ_j = base^(-2j/D); f_j = base^(-4j/D),
+the frequencies of a D/2-dim RoPE):
+
+    layout    pairs (a_i, b_i), i < q, then i >= q           axis      ω_i, i < q, then i >= q
+    pixtral   (i, i + D/2)           (rotate_half over D)      row, col  θ_{2i}, then θ_{2(i-q)+1}
+    gemma4    (i, i + q), then       (rotate_half on           col, row  f_i, then f_{i-q}
+              (D/2 + i - q, D/2 + i)  each half of the head)
+    llama4    (2i, 2i + 1)           (complex pairs)           col, row  f_i, then f_{i-q}
+
+Pixtral splits RoPE's D/2 frequencies between the axes alternately (rows the even ones, columns the
+odd ones, HF ``cat([inv_freq[0::2], inv_freq[1::2]])``), in the half layout over the whole head.
+Gemma 4 cuts the head into two halves and runs a D/2-dim half-layout RoPE on each, the first half
+by the column (its processor's ``position_ids[..., 0]``, the x of ``meshgrid(..., indexing="xy")``),
+the second by the row. Llama 4 uses the same frequencies as Gemma 4 in the interleaved (complex)
+layout, columns first, and counts positions from 1: its class token, last, gets angle 0
+(``axial_positions(h, w, start=1, class_token=True)``).
+
+Why it is relative in each axis: every block is a rotation, B(a)^T B(b) = B(b - a), so
+
+    <R(r, c) q, R(r', c') k> = q^T R(r' - r, c' - c) k,
+
+a function of the row offset and the column offset separately (``proofs.axial``), not of the
+distance between the patches in the flattened sequence.
+
+Conventions: positions ``(2, T)`` integers (negative allowed), a ``(T,)`` array meaning row =
+column; x ``(..., T, D)``; frequencies and angles in float64 (HF: float32), outputs in x's dtype.
+The scheme class the layer runs, ``AxialRotary``, is at the bottom; the layer takes its positions
+``(2, T)`` (``causal=False`` for a vision tower). Docs page: "2-D (axial) RoPE".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import (as_float_array, as_positions, check_bool, check_choice, check_float, check_int, check_ndim,
+                      check_positive_int)
+from .rope import check_angles, overflow_raises, rope_inv_freq
+from .seams import Scheme
+
+__all__ = ["AXIAL_LAYOUTS", "axial_pairs", "axial_angles", "apply_axial_rope", "apply_axial_rope_backward",
+           "axial_positions", "AxialRotary"]
+
+AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4")
+ROW, COLUMN = 0, 1
+
+
+def _check_dim(head_dim, layout: str, name: str = "head_dim") -> int:
+    """D: a multiple of 4 (D/4 pairs per axis); Pixtral's layout also takes D = 2 mod 4, as HF's code does
+    (``chunk(2)`` of the D/2 frequencies gives the rows the one more: ceil(D/4) pairs, the columns floor(D/4))."""
+    D = check_positive_int(head_dim, name)
+    if layout == "pixtral" and D % 2 == 0:
+        return D
+    if D % 4:
+        raise ValueError(f"{name} must be a multiple of 4 for 2-D RoPE in the {layout!r} layout (D/4 pairs per axis; "
+                         f"'pixtral' also takes an even D), got {D}")
+    return D
+
+
+def axial_pairs(head_dim: int, *, base: float = 10000.0, layout: str = "pixtral"):
+    """``(a, b, axis, omega)``, each ``(D/2,)``: pair i is features ``(a[i], b[i])``, turned by
+    ``positions[axis[i]] * omega[i]`` (axis 0 the row, 1 the column). Int64, int64, int64, float64."""
+    check_choice(layout, "layout", AXIAL_LAYOUTS)
+    D = _check_dim(head_dim, layout)
+    base = check_float(base, "base", positive=True)
+    q, i = D // 4, np.arange(D // 4)
+    if layout == "pixtral":                                            # half layout over D, θ alternating
+        theta = rope_inv_freq(D, base=base)                            # θ_j = base^(-2j/D), (D/2,)
+        a, rows = np.arange(D // 2), len(theta[0::2])                  # rows: ceil(D/4) pairs
+        return (a, a + D // 2, np.repeat([ROW, COLUMN], [rows, D // 2 - rows]),
+                np.concatenate([theta[0::2], theta[1::2]]))
+    f = rope_inv_freq(D // 2, base=base)                               # f_j = base^(-2j/(D/2)), (D/4,)
+    omega, axis = np.concatenate([f, f]), np.repeat([COLUMN, ROW], q)  # columns first
+    if layout == "gemma4":                                             # each half a D/2-dim half-layout RoPE
+        a = np.concatenate([i, D // 2 + i])
+        return a, a + q, axis, omega
+    a = 2 * np.arange(D // 2)                                          # llama4: complex pairs (2i, 2i + 1)
+    return a, a + 1, axis, omega
+
+
+def _stream_positions(positions, T=None) -> np.ndarray:
+    pos = as_positions(positions, "positions", allow_negative=True, ndim=None)
+    if pos.ndim == 1:
+        pos = np.broadcast_to(pos, (2, pos.shape[0]))                   # row = column
+    if pos.ndim != 2 or pos.shape[0] != 2 or (T is not None and pos.shape[1] != T):
+        want = "(2, T)" if T is None else f"(2, {T}) or ({T},)"
+        raise ValueError(f"positions must have shape {want} (rows, then columns), got {pos.shape}")
+    return pos
+
+
+def axial_angles(positions, head_dim: int, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
+    """The angles ``positions[axis[i], t] * omega[i]`` of ``axial_pairs``, float64 ``(T, D/2)``.
+
+    positions: integers ``(2, T)`` (rows, then columns), or ``(T,)`` meaning row = column.
+    """
+    pos = _stream_positions(positions)                                 # (2, T)
+    _, _, axis, omega = axial_pairs(head_dim, base=base, layout=layout)
+    check_angles(pos, omega, 1.0)
+    return pos[axis].T.astype(np.float64) * omega                      # (T, D/2): p_{s(i)} ω_i
+
+
+def _turn(x, positions, base, layout, name, sign):
+    """Each pair of ``x`` turned by ``sign`` times its angle (``sign = -1``: the transpose)."""
+    x = as_float_array(x, name)
+    check_ndim(x, name, 2, "(..., T, D)")
+    *_, T, D = x.shape
+    if D % (2 if layout == "pixtral" else 4) or D < 2:
+        raise ValueError(f"{name} must have a head dim D (last axis) that is a multiple of 4 for 2-D RoPE in the "
+                         f"{layout!r} layout ('pixtral': even), got {D}")
+    a, b, _, _ = axial_pairs(D, base=base, layout=layout)
+    angles = axial_angles(_stream_positions(positions, T), D, base=base, layout=layout)   # (T, D/2)
+    cos, sin = np.cos(angles).astype(x.dtype), sign * np.sin(angles).astype(x.dtype)
+    y = np.empty_like(x)
+    with overflow_raises(x.dtype, name):
+        y[..., a] = x[..., a] * cos - x[..., b] * sin                 # [[cos, -sin],
+        y[..., b] = x[..., b] * cos + x[..., a] * sin                 #  [sin,  cos]] on (x_a, x_b)
+    return y
+
+
+def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
+    """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns).
+
+    layout: "pixtral", "gemma4" or "llama4" (the table of the module docstring); D a multiple of 4 (even
+    for "pixtral").
+    Returns ``(..., T, D)`` in x's floating dtype.
+    """
+    return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0)
+
+
+def apply_axial_rope_backward(dy, positions, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
+    """The gradient of ``apply_axial_rope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair turned back."""
+    return _turn(dy, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "dy", -1.0)
+
+
+def axial_positions(height: int, width: int, *, start: int = 0, class_token: bool = False) -> np.ndarray:
+    """The positions ``(2, T)`` of a ``height`` x ``width`` grid of patches, row-major (rows, then columns).
+
+    ``start``: the first row and column (0: Pixtral's ``meshgrid(arange(h), arange(w), indexing="ij")``
+    and Gemma 4's; 1: Llama 4's ``img_idx // idx + 1``, ``img_idx % idx + 1``). ``class_token``: one
+    more token, last, at (0, 0), i.e. unrotated when ``start = 1`` (Llama 4's ``ID_CLS_TOKEN``).
+    T = height * width (+ 1). Int64.
+    """
+    h = check_positive_int(height, "height")
+    w = check_positive_int(width, "width")
+    start = check_int(start, "start")
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")          # (h, w) each
+    pos = start + np.stack([rows.reshape(-1), cols.reshape(-1)])                  # (2, h w)
+    if check_bool(class_token, "class_token"):
+        pos = np.concatenate([pos, np.zeros((2, 1), np.int64)], axis=1)           # (2, h w + 1)
+    return pos.astype(np.int64)
+
+
+class AxialRotary(Scheme):
+    """2-D (axial) RoPE: each patch's q and k turned by its row and its column (``apply_axial_rope``).
+
+    The layer's positions are ``(2, T)``, rows then columns (``axial_positions``; a ``(T,)`` array
+    means row = column) and serve the rotate seam only; a vision tower is called with
+    ``causal=False``. base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4" or "llama4".
+    No learned parameters.
+    """
+
+    name = "axial-rope"
+    seams = ("rotate",)
+    position_streams = 2
+    sign_convention = (r"per axis as RoPE, $q^\top R(r_j - r_i, c_j - c_i)\, k$; positions rows, then columns",
+                       r"HF `PixtralVisionRotaryEmbedding`, `Gemma4VisionRotaryEmbedding`, "
+                       r"`Llama4VisionRotaryEmbedding`")
+
+    def __init__(self, *, base: float = 10000.0, layout: str = "pixtral"):
+        self.base = check_float(base, "base", positive=True)
+        self.layout = check_choice(layout, "layout", AXIAL_LAYOUTS)
+
+    def bind(self, layer, rng):
+        super().bind(layer, rng)
+        _check_dim(self.head_dim, self.layout)
+        axial_pairs(self.head_dim, base=self.base, layout=self.layout)          # the frequencies are finite
+
+    def cache_tag(self, seq_len):
+        return self.base, self.layout
+
+    def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (2, T)
+        return apply_axial_rope(x, positions, base=self.base, layout=self.layout)
+
+    def _apply_backward(self, dx, positions, *, seq_len):             # R^T
+        return apply_axial_rope_backward(dx, positions, base=self.base, layout=self.layout)
+
+    rotate_q = rotate_k = _apply
+    rotate_q_backward = rotate_k_backward = _apply_backward
+
+    def __repr__(self) -> str:
+        return f"AxialRotary(layout={self.layout!r}, base={self.base:g})"

@@ -1,0 +1,114 @@
+r"""2-D (axial) RoPE for vision towers (Pixtral, Gemma 4, Llama 4; Heo et al. 2024, arXiv:2403.13298).
+
+A patch at row r and column c turns pair i, features (a_i, b_i), by B(p_{s(i)} ω_i), p_0 = r, p_1 = c:
+R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r ω_i) or B(c ω_i).
+
+- Relative in each axis separately: B(a)^T B(b) = B(b - a) blockwise, so
+  <R(r, c) q, R(r', c') k> = q^T R(r' - r, c' - c) k, unchanged by a shift of the rows alone or of the
+  columns alone; not a function of the distance in the flattened sequence.
+- The frequencies: Pixtral's rows take RoPE's even-indexed θ_{2i} = base^(-4i/D), its columns the
+  odd-indexed θ_{2i+1} = base^(-4i/D) base^(-2/D); Gemma 4 and Llama 4 give both axes
+  f_i = base^(-2i/(D/2)) = base^(-4i/D), a D/2-dim RoPE's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from minipos import axial as code
+
+from .core import theorem
+from .rope import B, B_T, B_shown
+
+PAIRS, APPLY = "minipos.axial.axial_pairs", "minipos.axial.apply_axial_rope"
+base = sp.Symbol("base", positive=True)
+D_ = sp.Symbol("D", integer=True, positive=True)
+i_ = sp.Symbol("i", integer=True, nonnegative=True)
+r, c, r2, c2, w = sp.symbols("r c r' c' omega", real=True)
+
+
+def table(D, layout, b_=base):
+    """The layouts' table (module docstring of minipos.axial), written out: [(a, b, axis, ω)] per pair."""
+    q = D // 4
+    theta = [b_ ** sp.Rational(-2 * j, D) for j in range(D // 2)]
+    f = [b_ ** sp.Rational(-4 * j, D) for j in range(q)]
+    if layout == "pixtral":
+        return [(i, i + D // 2, 0 if i < q else 1, theta[2 * i] if i < q else theta[2 * (i - q) + 1])
+                for i in range(D // 2)]
+    if layout == "gemma4":
+        return [(i, i + q, 1, f[i]) if i < q else (D // 2 + i - q, D // 2 + i, 0, f[i - q]) for i in range(D // 2)]
+    return [(2 * i, 2 * i + 1, 1 if i < q else 0, f[i % q]) for i in range(D // 2)]
+
+
+def R2(row, col, D, layout, b_=base):
+    """R(row, col), (D, D): block [[cos, -sin], [sin, cos]] of angle p_{axis} ω on features (a, b)."""
+    M = sp.zeros(D, D)
+    for a, b, axis, om in table(D, layout, b_):
+        ang = (row if axis == 0 else col) * om
+        M[a, a], M[a, b], M[b, a], M[b, b] = sp.cos(ang), -sp.sin(ang), sp.sin(ang), sp.cos(ang)
+    return M
+
+
+@theorem("axial.relative.per_axis",
+         "<R(r, c) q, R(r', c') k> = q^T R(r' - r, c' - c) k: relative in the rows and in the columns separately, "
+         "unchanged by a shift of either axis alone, and not a function of the flattened distance",
+         checks=(APPLY,))
+def _(p):
+    (p.derive(sp.MatMul(B_T(r * w), B(r2 * w), evaluate=False), "a row pair, frequency $\\omega$")
+      .step(sp.MatMul(B_shown(-r * w), B(r2 * w), evaluate=False), "$B(a)^T = B(-a)$")
+      .step(B((r2 - r) * w), "$B(a) B(b) = B(a + b)$: the row offset only", by="trig"))
+    p.claim(sp.MatMul(B_T(c * w), B(c2 * w), evaluate=False), B((c2 - c) * w),
+            "a column pair likewise: the column offset only", by="trig")
+    for layout in p.cases(layout=["pixtral", "gemma4", "llama4"]):
+        p.claim(R2(r, c, 4, layout).T * R2(r2, c2, 4, layout), R2(r2 - r, c2 - c, 4, layout),
+                "D = 4, blockwise: $R(r, c)^T R(r', c') = R(r' - r, c' - c)$", by="trig")
+    qv = sp.Matrix([1, 0, 0, 0])
+    score = (qv.T * R2(r, c, 4, "pixtral").T * R2(r2, c2, 4, "pixtral") * qv)[0, 0]
+    p.refute(score.subs({r: 0, c: 3, r2: 1, c2: 0}), score.subs({r: 0, c: 0, r2: 0, c2: 1}), {base: 100},
+             "on a 4-wide grid, (0, 3) -> (1, 0) and (0, 0) -> (0, 1) are both one step apart in the sequence: "
+             "$\\cos 1 \\ne 1$")
+    rng = np.random.default_rng(7)
+    qn, kn = rng.normal(size=8), rng.normal(size=8)
+    pts = [(0, 0, 0, 0), (2, 5, 7, 1), (9, 0, 3, 12), (-4, 6, 30, -8)]
+    for layout in ("pixtral", "gemma4", "llama4"):
+        want = (sp.Matrix(qn).T * R2(r2 - r, c2 - c, 8, layout, 10000) * sp.Matrix(kn))[0, 0]
+        p.tie(APPLY, expected=want, symbols=(r, c, r2, c2), points=pts, rtol=1e-10,
+              call=lambda f, a, b, a2, b2, layout=layout: (f(qn[None], np.array([[a], [b]]), layout=layout)[0]
+                                                           @ f(kn[None], np.array([[a2], [b2]]), layout=layout)[0]),
+              reason=f"score = q^T R(r' - r, c' - c) k, {layout}, D = 8")
+    pos_q, pos_k = np.array([[0, 3, 5], [1, 4, 0]]), np.array([[2, 2, 7], [6, 0, 3]])
+    for layout in ("pixtral", "gemma4", "llama4"):
+        def scores(shift, layout=layout):
+            qs = code.apply_axial_rope(np.tile(qn, (3, 1)), pos_q + shift, layout=layout)
+            ks = code.apply_axial_rope(np.tile(kn, (3, 1)), pos_k + shift, layout=layout)
+            return qs @ ks.T
+        p.require(all(np.allclose(scores(np.array([[sr], [sc]])), scores(0), rtol=1e-12, atol=1e-12)
+                      for sr, sc in ((5, 0), (0, 9), (-3, 40))),
+                  f"apply_axial_rope, {layout}: shifting the rows alone, the columns alone, or both, leaves "
+                  "every score unchanged")
+
+
+@theorem("axial.frequencies",
+         "Pixtral: rows θ_{2i} = base^(-4i/D), columns θ_{2i+1} = base^(-4i/D) base^(-2/D) (RoPE's even and odd "
+         "frequencies); Gemma 4 and Llama 4: both axes f_i = base^(-2i/(D/2)) = base^(-4i/D)",
+         checks=(PAIRS,))
+def _(p):
+    (p.derive(base ** (-2 * (2 * i_) / D_), "Pixtral's row frequency $\\theta_{2i}$",
+              shown="\\theta_{2i} = base^{-2 (2i) / D}")
+      .step(base ** (-4 * i_ / D_), "$2 \\cdot 2i = 4i$", by="simplify"))
+    (p.derive(base ** (-2 * (2 * i_ + 1) / D_), "Pixtral's column frequency $\\theta_{2i+1}$")
+      .step(base ** (-4 * i_ / D_) * base ** (-2 / D_), "$b^{x + y} = b^x b^y$", by="simplify"))
+    p.claim(base ** (-2 * i_ / (D_ / 2)), base ** (-4 * i_ / D_), "a $D/2$-dim RoPE's $f_i$", by="simplify",
+            shown=("f_i = base^{-2i / (D/2)}", None))
+    for layout in ("pixtral", "gemma4", "llama4"):
+        def expected(D, b_, layout=layout):
+            rows = table(D, layout, b_)
+            return np.array([[a, b, axis, float(om)] for a, b, axis, om in rows])
+        p.tie(PAIRS, expected=expected, points=[(8, 10000.0), (16, 100.0), (64, 1e6)], rtol=1e-14, atol=0.0,
+              call=lambda f, D, b_, layout=layout: np.stack([x.astype(float) for x in f(D, base=b_, layout=layout)],
+                                                            axis=-1),
+              reason=f"{layout}: pairs, axes and frequencies against the table")
+    om = code.axial_pairs(16, layout="pixtral")[3]
+    p.require(np.allclose(om[:4], code.axial_pairs(16, layout="llama4")[3][:4], rtol=1e-15, atol=0.0),
+              "Pixtral's row frequencies are Gemma 4's and Llama 4's f_i; its columns sit half a step lower")

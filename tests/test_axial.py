@@ -1,0 +1,195 @@
+"""2-D (axial) RoPE (minipos.axial): hand-worked values, the three vision towers' layouts against transformers 5.24
+(Pixtral's, Gemma 4's and Llama 4's rotary embeddings and their apply functions; Pixtral's attention with copied
+weights), relative in each axis, the layer with positions (2, T), bad input, and proofs fed a wrong formula. The
+contract suite (test_contract.py) gives it the rest: finite differences, fast, cache, blockwise, golden case."""
+
+import math
+
+import numpy as np
+import pytest
+
+from minipos import axial
+from minipos.layer import AxialRotary, MultiHeadAttention
+
+from _torch import _np, _t, copy_projections, needs_torch, torch
+
+
+def test_hand_worked_pixtral_and_llama4():
+    # D = 4, base 100: one pair per axis. Pixtral: θ_j = 100^(-2j/4) = (1, 0.1); pair 0 = (0, 2) by the row with
+    # θ_0 = 1, pair 1 = (1, 3) by the column with θ_1 = 0.1. Row 2, column 30: angles 2 and 3.
+    x = np.array([[1.0, 1.0, 0.0, 0.0]])
+    y = axial.apply_axial_rope(x, np.array([[2], [30]]), base=100.0, layout="pixtral")
+    np.testing.assert_allclose(y[0], [math.cos(2), math.cos(3), math.sin(2), math.sin(3)], rtol=1e-15)
+    # Llama 4 (and Gemma 4): f = (1,) per axis (a 2-dim RoPE's), columns first. Llama 4 pairs (0, 1) by the
+    # column (angle 30), (2, 3) by the row (angle 2); Gemma 4 pairs (0, 1) by the column, (2, 3) by the row too.
+    x = np.array([[1.0, 0.0, 1.0, 0.0]])
+    for layout in ("llama4", "gemma4"):
+        y = axial.apply_axial_rope(x, np.array([[2], [30]]), base=100.0, layout=layout)
+        np.testing.assert_allclose(y[0], [math.cos(30), math.sin(30), math.cos(2), math.sin(2)], rtol=1e-15,
+                                   err_msg=layout)
+
+
+def test_positions_of_a_grid():
+    np.testing.assert_array_equal(axial.axial_positions(2, 3), [[0, 0, 0, 1, 1, 1], [0, 1, 2, 0, 1, 2]])
+    # Llama 4: counted from 1, the class token last at (0, 0), i.e. unrotated
+    np.testing.assert_array_equal(axial.axial_positions(2, 2, start=1, class_token=True),
+                                  [[1, 1, 2, 2, 0], [1, 2, 1, 2, 0]])
+
+
+@pytest.mark.parametrize("layout", axial.AXIAL_LAYOUTS)
+def test_scores_depend_on_the_row_and_column_offsets_separately(layout):
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 16))
+
+    def score(pq, pk):
+        return float(axial.apply_axial_rope(q[None], np.array(pq)[:, None], layout=layout)[0]
+                     @ axial.apply_axial_rope(k[None], np.array(pk)[:, None], layout=layout)[0])
+    base = score([3, 5], [7, 1])
+    assert math.isclose(score([3 + 11, 5 - 4], [7 + 11, 1 - 4]), base, rel_tol=1e-12)    # any shift per axis
+    # not a function of the flattened distance: on a 4-wide grid, (0, 3) -> (1, 0) and (0, 0) -> (0, 1) are
+    # both one step apart in the sequence
+    assert not math.isclose(score([0, 3], [1, 0]), score([0, 0], [0, 1]), rel_tol=1e-6)
+    dy = rng.standard_normal((5, 16))
+    x, pos = rng.standard_normal((5, 16)), axial.axial_positions(1, 5)
+    lhs = np.sum(axial.apply_axial_rope(x, pos, layout=layout) * dy)
+    rhs = np.sum(x * axial.apply_axial_rope_backward(dy, pos, layout=layout))
+    assert math.isclose(lhs, rhs, rel_tol=1e-12)                                        # the backward is R^T
+
+
+def test_the_layer_takes_rows_and_columns():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 6, 32))
+    pos = axial.axial_positions(2, 3)
+    layer = MultiHeadAttention(32, 2, scheme=AxialRotary(layout="gemma4"), seed=0)
+    moved = layer(x, positions=pos + np.array([[4], [9]]))
+    np.testing.assert_allclose(moved, layer(x, positions=pos), rtol=1e-12, atol=1e-12)
+    # a transposed grid is another input: rows and columns are not interchangeable
+    assert not np.allclose(layer(x, positions=pos[::-1]), layer(x, positions=pos))
+
+
+def _pixtral_config(D, theta):
+    from transformers.models.pixtral.configuration_pixtral import PixtralVisionConfig
+    return PixtralVisionConfig(hidden_size=2 * D, num_attention_heads=2, head_dim=D, intermediate_size=8,
+                               rope_parameters={"rope_type": "axial", "rope_theta": theta})
+
+
+@needs_torch
+@pytest.mark.parametrize("D", [32, 6])
+def test_pixtral_matches_transformers(D):
+    # D = 6: HF's chunk(2) of the 3 frequencies gives the rows 2 pairs (θ_0, θ_2), the columns 1 (θ_1)
+    from transformers.models.pixtral import modeling_pixtral as mp
+    theta = 10000.0
+    rotary = mp.PixtralVisionRotaryEmbedding(_pixtral_config(D, theta))
+    omega = axial.axial_pairs(D, base=theta, layout="pixtral")[3]
+    np.testing.assert_allclose(omega, _np(rotary.inv_freq), rtol=3e-7)      # HF: float32, cat(θ[0::2], θ[1::2])
+    pos = axial.axial_positions(3, 5)                                       # HF meshgrid(..., indexing="ij")
+    q, k = np.random.default_rng(2).standard_normal((2, 1, 2, pos.shape[1], D))
+    # HF's recomposition and apply_rotary_pos_emb, with float64 angles of the frequencies checked above
+    freqs = _t(pos.T.copy())[..., None].double() * _t(omega)               # position_ids (T, 2): (T, 2, D/2)
+    cos, sin = rotary.recomposition_frequencies(freqs.cos()), rotary.recomposition_frequencies(freqs.sin())
+    want_q, want_k = (_np(t) for t in mp.apply_rotary_pos_emb(_t(q), _t(k), cos, sin, unsqueeze_dim=0))
+    np.testing.assert_allclose(axial.apply_axial_rope(q, pos, base=theta), want_q, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(axial.apply_axial_rope(k, pos, base=theta), want_k, rtol=1e-13, atol=1e-13)
+    with torch.no_grad():                                                   # the module as it runs: float32 angles
+        cos32, sin32 = rotary(_t(q), _t(pos.T.copy()))
+    want_q = _np(mp.apply_rotary_pos_emb(_t(q), _t(k), cos32, sin32, unsqueeze_dim=0)[0])
+    np.testing.assert_allclose(axial.apply_axial_rope(q, pos, base=theta), want_q, rtol=1e-5, atol=1e-5)
+
+
+@needs_torch
+def test_pixtral_attention_with_copied_weights_matches_transformers():
+    from transformers.models.pixtral import modeling_pixtral as mp
+    D, theta = 16, 10000.0
+    cfg = _pixtral_config(D, theta)
+    cfg._attn_implementation = "sdpa"                                       # sdpa stays in float64
+    torch.manual_seed(0)
+    ref = mp.PixtralAttention(cfg).double().eval()
+    rotary = mp.PixtralVisionRotaryEmbedding(cfg)
+    pos = axial.axial_positions(3, 4)
+    x = np.random.default_rng(3).standard_normal((1, pos.shape[1], 2 * D))
+    _, _, _, omega = axial.axial_pairs(D, base=theta, layout="pixtral")
+    freqs = _t(pos.T.copy())[..., None].double() * _t(omega)
+    cs = (rotary.recomposition_frequencies(freqs.cos()), rotary.recomposition_frequencies(freqs.sin()))
+    with torch.no_grad():
+        want = _np(ref(_t(x), position_embeddings=cs, attention_mask=None)[0])   # one image: no mask
+    layer = MultiHeadAttention(2 * D, 2, scheme=AxialRotary(base=theta, layout="pixtral"), bias=False)
+    copy_projections(layer, ref)
+    np.testing.assert_allclose(layer(x, positions=pos, causal=False), want, rtol=1e-12, atol=1e-12)
+
+
+@needs_torch
+def test_gemma4_vision_matches_transformers():
+    from transformers.models.gemma4 import configuration_gemma4 as cg, modeling_gemma4 as mg
+    D, theta = 32, 100.0
+    cfg = cg.Gemma4VisionConfig(hidden_size=2 * D, num_attention_heads=2, head_dim=D, intermediate_size=8,
+                                rope_parameters={"rope_type": "axial", "rope_theta": theta})
+    rotary = mg.Gemma4VisionRotaryEmbedding(cfg)
+    _, _, _, omega = axial.axial_pairs(D, base=theta, layout="gemma4")
+    np.testing.assert_allclose(omega[:D // 4], _np(rotary.inv_freq), rtol=1e-7)   # f_j = base^(-2j/(D/2))
+    pos = axial.axial_positions(3, 5)
+    hf_ids = _t(pos[::-1].T.copy())[None]                                   # (1, T, 2): x = column, then y = row
+    x = np.random.default_rng(4).standard_normal((1, pos.shape[1], 2, D))   # HF: (B, T, H, D)
+    freqs = hf_ids[..., None].double() * _t(omega[:D // 4])                # (1, T, 2, D/4), float64 angles
+    cos, sin = rotary.recomposition_frequencies(freqs.cos()), rotary.recomposition_frequencies(freqs.sin())
+    want = _np(mg.apply_multidimensional_rope(_t(x), cos, sin, hf_ids, unsqueeze_dim=2))
+    got = axial.apply_axial_rope(x.transpose(0, 2, 1, 3), pos, base=theta, layout="gemma4").transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+@needs_torch
+def test_llama4_vision_matches_transformers():
+    from transformers.models.llama4 import configuration_llama4 as cl, modeling_llama4 as ml
+    D, side, theta = 16, 3, 10000.0
+    cfg = cl.Llama4VisionConfig(hidden_size=2 * D, num_attention_heads=2, image_size=side * 4, patch_size=4,
+                                rope_parameters={"rope_type": "default", "rope_theta": theta})
+    freqs_ci = ml.Llama4VisionRotaryEmbedding(cfg).freqs_ci                 # complex64: float32 angles
+    pos = axial.axial_positions(side, side, start=1, class_token=True)      # from 1; the class token at (0, 0)
+    T = pos.shape[1]
+    q = np.random.default_rng(5).standard_normal((1, T, 2, D))               # HF: (B, T, H, D)
+    want, _ = ml.vision_apply_rotary_emb(_t(q), _t(q), freqs_ci)
+    got = axial.apply_axial_rope(q.transpose(0, 2, 1, 3), pos, base=theta, layout="llama4").transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, _np(want), rtol=1e-5, atol=1e-5)       # HF rotates in float32
+    np.testing.assert_array_equal(got[:, -1], q[:, -1])                     # the class token is not rotated
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: axial.axial_pairs(6, layout="gemma4"), ValueError, "multiple of 4"),
+    (lambda: axial.axial_pairs(7), ValueError, "multiple of 4"),
+    (lambda: axial.axial_pairs(8, layout="qwen"), ValueError, "layout"),
+    (lambda: axial.axial_pairs(8, base=0.0), ValueError, "base"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 6)), [0, 1], layout="llama4"), ValueError, "x"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 5)), [0, 1]), ValueError, "x"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 8)), np.zeros((3, 2), int)), ValueError, "positions"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 8)), np.zeros((2, 3), int)), ValueError, "positions"),
+    (lambda: axial.apply_axial_rope_backward(np.ones(8), [0]), ValueError, "dy"),
+    (lambda: axial.axial_positions(0, 3), ValueError, "height"),
+    (lambda: axial.axial_positions(2, 3, class_token=1), TypeError, "class_token"),
+    (lambda: AxialRotary(layout="pixtral2"), ValueError, "layout"),
+    (lambda: MultiHeadAttention(12, 2, scheme=AxialRotary(layout="gemma4")), ValueError, "head_dim"),
+    (lambda: MultiHeadAttention(16, 2, scheme=AxialRotary())(np.ones((1, 3, 16)), positions=np.zeros((3, 3), int)),
+     ValueError, "rows, then columns"),
+])
+def test_bad_input_is_refused_naming_the_argument(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
+    pytest.importorskip("sympy")
+    from _proof_support import proof_failure
+    from proofs.core import ProofFailure, TieMismatch
+
+    # Pixtral's axes swapped (columns on the even frequencies): the table's tie fails.
+    real = axial.axial_pairs
+
+    def swapped(head_dim, *, base=10000.0, layout="pixtral"):
+        a, b, axis, omega = real(head_dim, base=base, layout=layout)
+        return a, b, 1 - axis if layout == "pixtral" else axis, omega
+    err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", swapped)
+    assert isinstance(err, TieMismatch) and "pixtral" in str(err)
+    monkeypatch.undo()
+    # One position for both axes (the row's, as a 1-D RoPE over the flattened index would): not relative per axis.
+    good = axial.apply_axial_rope
+    err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope",
+                        lambda x, pos, **kw: good(x, np.broadcast_to(np.asarray(pos)[:1], np.shape(pos)), **kw))
+    assert isinstance(err, ProofFailure) and "axial.relative.per_axis" in str(err)
