@@ -397,6 +397,10 @@ def _mistral(c):
 
 
 def _phi3(c):
+    for key in ("rope_scaling", "rope_parameters"):             # Phi3Config: the older names of LongRoPE
+        params = c.data.get(key)
+        if isinstance(params, dict) and (params.get("rope_type") or params.get("type")) in ("su", "yarn"):
+            c.data = {**c.data, key: {**{k: v for k, v in params.items() if k != "type"}, "rope_type": "longrope"}}
     return _dense(c, bias="none", window="all")
 
 
@@ -424,7 +428,7 @@ def _wrap(c: _Config, build):
 
 def _gemma3(c):
     _refuse(c, ("attn_logit_softcapping", "use_bidirectional_attention"))
-    data = dict(c.data)
+    data = {**c.defaults, **{k: v for k, v in c.data.items() if v is not None}}   # Gemma3TextConfig's defaults
     if data.get("rope_parameters") is not None and not set(data["rope_parameters"]) & set(LAYER_TYPES):
         flat = dict(data["rope_parameters"])                                 # one dict for both layer types
         data["rope_parameters"] = {"full_attention": flat, "sliding_attention": flat}
@@ -548,7 +552,8 @@ FAMILIES = {
     "qwen2": Family(_qwen2, {"rope_theta": 10000.0, "max_position_embeddings": 32768, "max_window_layers": 28}),
     "qwen3": Family(_qwen3, {"rope_theta": 10000.0, "max_position_embeddings": 32768, "max_window_layers": 28,
                              "head_dim": 128}),
-    "gemma3_text": Family(_gemma3, {"rope_theta": 1_000_000.0}),
+    "gemma3_text": Family(_gemma3, {"rope_theta": 1_000_000.0, "num_attention_heads": 8, "num_key_value_heads": 4,
+                                    "head_dim": 256, "rms_norm_eps": 1e-6, "max_position_embeddings": 131072}),
     "cohere2": Family(_cohere2, {"rope_theta": 10000.0, "max_position_embeddings": 8192}),
     "smollm3": Family(_smollm3, {"rope_theta": 2_000_000.0, "max_position_embeddings": 32768}),
     "llama4_text": Family(_llama4, {"rope_theta": 500_000.0, "max_position_embeddings": 131072, "head_dim": 128}),
