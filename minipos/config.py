@@ -201,16 +201,36 @@ class Model:
             rows.append([str(s.index), s.layer_type, heads, s.position, ", ".join(mask), "; ".join(notes)])
         return rows
 
-    def describe(self, width: int | None = None) -> str:
-        """The per-layer table (heads shown as ``query/key-value x head_dim``), then the notes."""
+    def describe(self, width: int | None = None, *, runs: bool = False) -> str:
+        """The per-layer table (heads shown as ``query/key-value x head_dim``), then the notes; at most
+        ``width`` columns where the words allow (default 200). ``runs=True`` shows the layers that are
+        alike as one row, their indices listed (``"0-4, 6-10"``, ``"1, 3, ..., 23"``)."""
         head = ["layer", "type", "heads", "position", "mask", "notes"]
+        rows = self.rows()
+        if runs:                                                # alike layers: one row, their indices listed
+            groups = {}
+            for row in rows:
+                groups.setdefault(tuple(row[1:]), []).append(int(row[0]))
+            rows = [[_indices(ix), *key] for key, ix in groups.items()]
         lines = [f"{self.model_type}: {len(self.specs)} decoder layers"]
-        lines += terminal.table(head, self.rows(), width=width or 200, details=(5,))
+        lines += terminal.table(head, rows, width=width or 200, details=(5,))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"Model(model_type={self.model_type!r}, layers={len(self.specs)})"
+
+
+def _indices(ix: list) -> str:
+    """Layer indices, short: ``"0-4, 6-10"``, or ``"1, 3, ..., 23"`` for a progression of 4 or more."""
+    if len(ix) >= 4 and len({b - a for a, b in zip(ix, ix[1:])}) == 1 and ix[1] - ix[0] > 1:
+        return f"{ix[0]}, {ix[1]}, ..., {ix[-1]}"
+    runs, start = [], ix[0]
+    for a, b in zip(ix, ix[1:] + [None]):
+        if b != a + 1:
+            runs.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(runs)
 
 
 # --------------------------------------------------------------------------- RoPE parameters
