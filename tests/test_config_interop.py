@@ -278,3 +278,25 @@ def test_qwen2_vl_mrope_sections():
     pos = torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy())
     model, seen = _run_model(Qwen2VLTextModel, cfg, position_ids=pos)
     _compare(cfg, model, seen, positions=positions)
+
+
+SHIPPED = ["cohere2", "deepseek-v3", "gemma-3-4b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "mistral-7b-v0.1",
+           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_config_reads_the_same_through_transformers_config_class(name):
+    # The raw config.json and transformers' config object built from it (which fills its class's defaults,
+    # moves rope_theta/rope_scaling into rope_parameters and writes layer_types) give the same table.
+    # Phi-3-vision's legacy "su" file is left out: transformers 5.24's AutoConfig.for_model refuses it
+    # (original_max_position_embeddings missing inside rope_parameters); minipos reads it (test_config.py).
+    import json
+    import os
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "configs", f"{name}.json")
+    with open(path) as f:
+        data = json.load(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.AutoConfig.for_model(**data)
+    table = lambda m: [line for line in m.describe(width=300).splitlines() if not line.startswith("note:")]  # noqa: E731
+    assert table(mconfig.read(hf)) == table(mconfig.read(path))
