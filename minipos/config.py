@@ -516,7 +516,7 @@ def _llama4(c):
         else:
             t = (scheme.attn_scale, scheme.floor_scale)
             specs.append(LayerSpec(i, kind, MultiHeadAttention, kwargs,
-                                   lambda t=t: type(scheme)(attn_scale=t[0], floor_scale=t[1], float32=True),
+                                   lambda t=t, cls=type(scheme): cls(attn_scale=t[0], floor_scale=t[1], float32=True),
                                    f"NoPE, temperature 1 + {t[0]:g} log1p(floor((i+1)/{t[1]:g}))"))
     return specs
 
