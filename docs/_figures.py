@@ -33,7 +33,8 @@ SEAM_COLORS = {"input": "#4c72b0", "rotate": "#dd8452", "content-position": "#55
 
 __all__ = ["seams_overview", "layer_flow", "gradient_flow", "mask_patterns", "mrope_sections", "mla_head",
            "shaw_buckets", "layouts", "porting_flow", "mistakes_picture", "adding_scheme", "conformance_grid",
-           "proof_families", "blockwise_tiles", "irope_stack", "comparison_map", "permutation_picture"]
+           "proof_families", "blockwise_tiles", "irope_stack", "comparison_map", "permutation_picture",
+           "model_stacks"]
 
 
 # --------------------------------------------------------------------------- drawing helpers
@@ -536,5 +537,44 @@ def permutation_picture(T: int = 6) -> str:
         ax.set_xlabel("key"), ax.set_ylabel("query")
     fig.suptitle(f"no position scheme (NoPE), no mask: permuting the tokens {perm.tolist()} only permutes the "
                  f"weights (largest difference {np.abs(wp - w[np.ix_(perm, perm)]).max():.1e})", fontsize=9)
+    fig.tight_layout()
+    return svg(fig)
+
+
+# --------------------------------------------------------------------------- models read from their configs
+
+STACK_COLORS = {"RoPE": "#dd8452", "RoPE + window": "#4c72b0", "RoPE + chunks": "#c44e52", "NoPE": "#8172b3",
+                "M-RoPE": "#55a868", "MLA": "#937860"}
+
+
+def _stack_kind(spec) -> str:
+    if spec.position.startswith("MLA"):
+        return "MLA"
+    if spec.position.startswith("M-RoPE"):
+        return "M-RoPE"
+    if spec.position.startswith("NoPE"):
+        return "NoPE"
+    if spec.kwargs.get("attention_chunk"):
+        return "RoPE + chunks"
+    return "RoPE + window" if spec.kwargs.get("sliding_window") else "RoPE"
+
+
+def model_stacks(names, layers: int = 24) -> str:
+    """The first ``layers`` decoder layers of each model of docs/configs/ (``names``), one row a model,
+    each layer coloured by what ``minipos.config.read`` built for it."""
+    from minipos import config
+
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(names) + 1.0))
+    for row, name in enumerate(names):
+        model = config.read(ROOT / "docs" / "configs" / f"{name}.json")
+        for spec in model.specs[:layers]:
+            ax.add_patch(plt.Rectangle((spec.index, -row - 0.4), 0.9, 0.8, fc=STACK_COLORS[_stack_kind(spec)]))
+        ax.text(-0.5, -row, name, ha="right", va="center", fontsize=8)
+    ax.set_xlim(-9, layers), ax.set_ylim(-len(names) + 0.4, 1.4)
+    ax.axis("off")
+    for i, (kind, color) in enumerate(STACK_COLORS.items()):
+        ax.add_patch(plt.Rectangle((i * 4, 0.7), 0.9, 0.5, fc=color))
+        ax.text(i * 4 + 1.2, 0.95, kind, va="center", fontsize=7.5)
+    ax.set_title(f"layers 0 to {layers - 1} of each model, as minipos.config.read builds them", fontsize=9)
     fig.tight_layout()
     return svg(fig)

@@ -15,22 +15,25 @@ Every scheme enters attention through one of five seams (``minipos.seams``: inpu
 content-position, value); ``minipos.schemes`` lists the schemes once, each class at the bottom of the
 module of its math, and this package exports every registered class by name (``minipos.ALiBi``).
 Beside them, the layer's own machinery of today's models: grouped-query heads, sliding windows,
-chunks, sinks (minipos.local_global), StreamingLLM's cache (minipos.streaming) and DeepSeek's latent
-attention (minipos.mla).
+chunks, sinks (minipos.local_global), StreamingLLM's cache (minipos.streaming), DeepSeek's latent
+attention (minipos.mla) and per-head q/k norms (minipos.qk_norm); minipos.config reads a model's
+config.json into its layers.
 """
 
 __version__ = "0.1.0"
 
 from . import (alibi, attention, cache, deberta, irope, local_global, masks, mrope, rope, rope_scaling,  # noqa: E402
                schemes, seams, shaw, sinusoidal, t5, transformer_xl, xpos)
-from . import layer, mla, streaming  # noqa: E402  (built on the layer)
+from . import layer, mla, qk_norm, streaming  # noqa: E402  (built on the layer)
+from . import config  # noqa: E402  (builds the layers of a model's config)
 from .attention import causal_mask, softmax  # noqa: E402
 from .cache import KVCache  # noqa: E402
 from .layer import MultiHeadAttention  # noqa: E402
 from .schemes import ENTRIES, SCHEMES, class_named  # noqa: E402
 
-_MODULES = ("alibi", "attention", "cache", "deberta", "irope", "layer", "local_global", "masks", "mla", "mrope", "rope",
-            "rope_scaling", "schemes", "seams", "shaw", "sinusoidal", "streaming", "t5", "transformer_xl", "xpos")
+_MODULES = ("alibi", "attention", "cache", "config", "deberta", "irope", "layer", "local_global", "masks", "mla", "mrope",
+            "qk_norm", "rope", "rope_scaling", "schemes", "seams", "shaw", "sinusoidal", "streaming", "t5",
+            "transformer_xl", "xpos")
 __all__ = [
     "__version__", *_MODULES,
     *dict.fromkeys(m for m in (e.cls.__module__.rpartition(".")[2] for e in ENTRIES.values()) if m not in _MODULES),

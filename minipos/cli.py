@@ -1,5 +1,6 @@
 """The ``minipos`` command: ``minipos tour`` compares every position scheme, measured now and as the
-lab recorded it; ``minipos vectors`` exports or checks the golden vectors.
+lab recorded it; ``minipos vectors`` exports or checks the golden vectors (``--config``: one model's);
+``minipos config CONFIG.json`` prints what a model does with positions, layer by layer.
 
 ``minipos tour`` builds every position scheme, runs one input through a full
 ``MultiHeadAttention`` forward pass with each, and prints a comparison computed live:
@@ -39,6 +40,7 @@ from importlib import resources
 import numpy as np
 
 from . import __version__, safe_io, terminal, vectors
+from . import config as model_config
 from ._checks import check_int
 from .layer import MultiHeadAttention
 from .mla import DecoupledRotary, MultiHeadLatentAttention
@@ -318,7 +320,7 @@ def parser() -> argparse.ArgumentParser:
     namespace's ``command_parser``, for usage errors found after parsing)."""
     top = terminal.ArgumentParser(prog="minipos", description=terminal.plain(__doc__.split("\n\n")[0]))
     top.add_argument("--version", action="version", version=f"minipos {__version__}")
-    sub = top.add_subparsers(dest="command", metavar="{tour,vectors}")
+    sub = top.add_subparsers(dest="command", metavar="{tour,vectors,config}")
     p_tour = sub.add_parser("tour", help="run every scheme through one attention layer and compare",
                             description="Run every scheme through one attention layer and compare them, measured "
                             "now, beside what the lab recorded for small trained models. The sizes are limited so "
@@ -348,10 +350,17 @@ def parser() -> argparse.ArgumentParser:
                                  "read as untrusted (regular files only, size and nesting caps, validated against the "
                                  "schema) before a case runs.")
     p_export.add_argument("dir", metavar="DIR", help="the directory to write")
+    p_export.add_argument("--config", metavar="CONFIG.json", help="write instead the golden vectors of one model's "
+                          "attention layers, read from its config.json (model_layers.json)")
     p_check.add_argument("dir", metavar="DIR", nargs="?", help="the directory of family files to check (default: the "
                          "spec shipped with minipos)")
     for p in (p_export, p_check):
         p.set_defaults(command_parser=p)
+    p_config = sub.add_parser("config", help="print what a model does with positions, layer by layer, from its "
+                              "config.json", description="Read a model's config.json (minipos.config.read) and print "
+                              "its attention layers' position machinery, one row per decoder layer.")
+    p_config.add_argument("path", metavar="CONFIG.json", help="the model's config.json")
+    p_config.set_defaults(command_parser=p_config)
     return top
 
 
@@ -372,6 +381,16 @@ def _main(argv) -> int:
         return 0
     if args.command == "vectors":
         return vectors.main(args)
+    if args.command == "config":
+        try:
+            print(model_config.read(args.path).describe(width=terminal.columns()))
+        except OSError as err:                                   # one line, no traceback
+            print(f"minipos config: error: cannot read {args.path}: {err.strerror or err}", file=sys.stderr)
+            return 1
+        except (ValueError, TypeError) as err:
+            print(f"minipos config: error: {err}", file=sys.stderr)
+            return 1
+        return 0
     try:
         check_tour_args(args.d_model, args.heads, args.seq_len, args.seed,
                         names={k: f"--{k.replace('_', '-')}" for k in ("d_model", "heads", "seq_len", "seed")})

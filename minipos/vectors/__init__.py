@@ -17,6 +17,8 @@ The submodules, one job each:
 - ``schema``: ``SCHEMA`` (= ``spec/schema.json``) and ``validate``.
 - ``files``: ``export``, the safe reading of a file (``parse``) and where the shipped vectors are
   (``spec_dir``).
+- ``model``: the optional family ``model_layers``, one model's layers read from its config
+  (``export_model``, ``minipos vectors export --config``); not part of the shipped spec.
 - ``checker``: ``check``, ``check_families``, ``check_document`` and the ``minipos vectors``
   command (``main``).
 
@@ -25,11 +27,12 @@ The submodules, one job each:
 
 from .checker import FamilyCheck, Mismatch, check, check_document, check_families, format_mismatches, main
 from .codec import MAX_ARRAY_VALUES, MAX_NDIM, decode, encode
-from .files import MAX_DEPTH, MAX_FILE_BYTES, build_family, export, family_cases, parse, spec_dir
-from .registry import FAMILIES, FLOAT32_TOLERANCE, SPEC_VERSION
+from .files import MAX_DEPTH, MAX_FILE_BYTES, build_family, build_model_document, export, export_model, family_cases, parse, spec_dir
+from .registry import FAMILIES, FLOAT32_TOLERANCE, OPTIONAL_FAMILIES, SPEC_VERSION
 from .schema import MAX_TOLERANCE, SCHEMA, SpecError, validate
 
 __all__ = ["SPEC_VERSION", "FAMILIES", "SCHEMA", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_TOLERANCE",
            "MAX_ARRAY_VALUES", "MAX_NDIM", "FLOAT32_TOLERANCE", "Mismatch", "FamilyCheck", "SpecError",
-           "encode", "decode", "validate", "parse", "family_cases", "build_family", "export", "spec_dir", "check",
+           "encode", "decode", "validate", "parse", "family_cases", "build_family", "export", "OPTIONAL_FAMILIES",
+           "build_model_document", "export_model", "spec_dir", "check",
            "check_families", "check_document", "format_mismatches", "main"]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from .. import safe_io
 from ._text import _short
 from .codec import decode
-from .registry import FAMILIES, SPEC_VERSION
+from .registry import FAMILIES, OPTIONAL_FAMILIES, SPEC_VERSION, family_of
 from .schema import MAX_TOLERANCE, SpecError, validate
 
 
@@ -18,8 +18,9 @@ def _check_family(name, argname: str = "name") -> str:
     """``name`` if it is a known family, else raise naming ``argname`` and the known families."""
     if not isinstance(name, str):
         raise TypeError(f"{argname} must be a family name (str), got {type(name).__name__} {_short(name)}")
-    if name not in FAMILIES:
-        raise ValueError(f"{argname}: unknown family {_short(name)}; the families are {sorted(FAMILIES)}")
+    if name not in FAMILIES and name not in OPTIONAL_FAMILIES:
+        raise ValueError(f"{argname}: unknown family {_short(name)}; the families are "
+                         f"{sorted(FAMILIES) + sorted(OPTIONAL_FAMILIES)}")
     return name
 
 
@@ -85,7 +86,7 @@ def _run_family(family: str, inputs: dict, params: dict) -> dict:
     naming the first such name, or a name the run needs and the case lacks.
     """
     recorded = {group: _Recorded(data, group, family) for group, data in (("inputs", inputs), ("params", params))}
-    got = FAMILIES[family].run(recorded["inputs"], recorded["params"])
+    got = family_of(family).run(recorded["inputs"], recorded["params"])
     for group, seen in recorded.items():
         unread = [k for k in seen if k not in seen.read]
         if unread:
@@ -129,12 +130,12 @@ def _decode_document(doc, name: str | None = None) -> list:
     family = doc["family"]
     if name is not None and family != name:
         raise SpecError(f"holds family {family!r}, but its file name says {name!r}")
-    if family not in FAMILIES:
+    if family not in FAMILIES and family not in OPTIONAL_FAMILIES:
         raise SpecError(f"holds family {family!r}, which this minipos does not know; the families are "
-                        f"{sorted(FAMILIES)}")
-    if doc["function"] != FAMILIES[family].function:
+                        f"{sorted(FAMILIES) + sorted(OPTIONAL_FAMILIES)}")
+    if doc["function"] != family_of(family).function:
         raise SpecError(f"says function {_short(doc['function'])}, but family {family!r} records "
-                        f"{FAMILIES[family].function}")
+                        f"{family_of(family).function}")
     if doc["spec_version"].split(".")[0] != SPEC_VERSION.split(".")[0]:
         raise SpecError(f"has spec_version {doc['spec_version']!r}; this minipos reads {SPEC_VERSION}")
     seen = set()

@@ -17,8 +17,8 @@ import numpy as np
 from .. import __version__
 from ._guards import _check_directory, _check_families, _check_family, _decode_case, _decode_document, _run_family
 from ._text import _short
-from .files import _read_regular_file, export, parse, spec_dir
-from .registry import FAMILIES, SPEC_VERSION
+from .files import _read_regular_file, export, export_model, parse, spec_dir
+from .registry import FAMILIES, OPTIONAL_FAMILIES, SPEC_VERSION
 from .schema import MAX_TOLERANCE, SCHEMA, SpecError, _validate
 
 
@@ -159,11 +159,15 @@ def check_families(directory, families=None) -> list:
     if not os.path.isdir(directory):
         raise ValueError(f"directory {directory!r} does not exist or is not a directory")
     root = os.path.realpath(directory)
+    if families is None:                               # an optional family (one model's) is checked when present
+        present = {os.path.splitext(e)[0] for e in os.listdir(directory) if e.endswith(".json")}
+        optional = [n for n in OPTIONAL_FAMILIES if n in present]
+        names = optional if optional and not present & set(FAMILIES) else names + optional
     results = [_check_file(directory, root, name) for name in names]
     if families is None:
         for entry in sorted(os.listdir(directory)):
             stem, ext = os.path.splitext(entry)
-            if ext == ".json" and not entry.startswith(".") and stem not in FAMILIES:
+            if ext == ".json" and not entry.startswith(".") and stem not in FAMILIES and stem not in OPTIONAL_FAMILIES:
                 path = os.path.join(directory, entry)
                 results.append(FamilyCheck(stem, path, mismatches=(Mismatch(
                     stem, "-", detail=f"{path}: not a family this minipos knows; the families are "
@@ -200,7 +204,9 @@ def main(args) -> int:
     command = f"minipos vectors {args.vectors_command}"
     directory = args.dir
     try:
-        if args.vectors_command == "export":
+        if args.vectors_command == "export" and getattr(args, "config", None) is not None:
+            paths = export_model(directory, args.config)
+        elif args.vectors_command == "export":
             paths = export(directory)
         else:
             directory = spec_dir() if directory is None else directory    # no DIR: the vectors shipped
@@ -208,6 +214,10 @@ def main(args) -> int:
     except (ValueError, TypeError, OSError) as err:
         print(f"{command}: error: {err}", file=sys.stderr)
         return 1
+    if args.vectors_command == "export" and getattr(args, "config", None) is not None:
+        print(f"wrote {paths[0]}: the golden vectors of {args.config}'s attention layers; check them with "
+              f"minipos vectors check {directory}")
+        return 0
     if args.vectors_command == "export":
         size = sum(os.path.getsize(p) for p in paths)
         print(f"wrote {len(paths)} families ({size / 1e6:.2f} MB) to {directory}, spec {SPEC_VERSION}")

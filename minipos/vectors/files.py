@@ -18,7 +18,8 @@ import numpy as np
 from .. import __version__, safe_io
 from ._guards import _check_directory, _check_families, _check_family, _decode_document, _run_family
 from .codec import encode
-from .registry import FAMILIES, FLOAT32_TOLERANCE, SPEC_VERSION
+from . import model
+from .registry import FAMILIES, FLOAT32_TOLERANCE, OPTIONAL_FAMILIES, SPEC_VERSION
 from .schema import SpecError
 
 
@@ -101,7 +102,7 @@ _TEMP_FILE = re.compile(r"^\.[a-z0-9_]+\.json\.[0-9]+\.[0-9a-f]{8}\.tmp$")  # .r
 
 
 def _family_files() -> set:
-    return {f"{name}.json" for name in FAMILIES}
+    return {f"{name}.json" for name in (*FAMILIES, *OPTIONAL_FAMILIES)}
 
 
 def _check_export_target(directory: str) -> None:
@@ -173,6 +174,33 @@ def export(directory, families=None) -> list:
     names = _check_families(families)
     _check_export_target(directory)
     texts = {name: _dumps(build_family(name)) + "\n" for name in names}  # may fail: nothing written yet
+    return _write_all(directory, texts)
+
+
+def build_model_document(config) -> dict:
+    """The JSON document of family ``model_layers`` for the model ``config`` describes (a path to its
+    config.json, the dict, or a transformers config object): ``minipos.vectors.model``."""
+    cases = [_encode_case(case, _run_family(model.FAMILY, case["inputs"], case["params"]))
+             for case in model.cases(config)]
+    doc = {"format": "minipos-vectors", "spec_version": SPEC_VERSION, "minipos_version": __version__,
+           "family": model.FAMILY, "function": model.FUNCTION, "description": model.DESCRIPTION, "cases": cases}
+    _decode_document(doc, model.FAMILY)  # export writes only what check accepts
+    return doc
+
+
+def export_model(directory, config) -> list:
+    """Write ``model_layers.json``, the golden vectors of the model ``config`` describes, into
+    ``directory`` (absent, empty, or holding only family files), atomically as ``export``; return
+    its path in a list. ``minipos vectors check directory`` recomputes it."""
+    directory = _check_directory(directory)
+    _check_export_target(directory)
+    texts = {model.FAMILY: _dumps(build_model_document(config)) + "\n"}
+    return _write_all(directory, texts)
+
+
+def _write_all(directory: str, texts: dict) -> list:
+    """Each ``<name>.json`` of ``texts`` written through a temp file and a rename (``export``)."""
+    names = list(texts)
     os.makedirs(directory, exist_ok=True)
     for entry in os.listdir(directory):
         if _TEMP_FILE.match(entry):  # left by an export that was killed

@@ -28,7 +28,9 @@ from .gradients import (_alibi_grad_cases, _alibi_grad_run, _attention_grad_case
 from .layers import (_irope_grad_cases, _irope_grad_run, _irope_layer_cases, _irope_layer_run, _layer_cases,
                      _layer_grad_cases, _layer_grad_run, _layer_run, _local_global_cases, _local_global_grad_run,
                      _local_global_run, _mla_cases, _mla_grad_cases, _mla_grad_run, _mla_run, _shaw_layer_cases)
-from .rotary import (_axial_cases, _axial_grad_run, _axial_run, _mrope_cases, _mrope_grad_run, _mrope_layer_cases, _mrope_layer_grad_run, _mrope_layer_run,
+from . import model as _model
+from .rotary import (_axial_cases, _axial_grad_run, _axial_run, _mrope_cases, _mrope_grad_run, _mrope_layer_cases,
+                     _mrope_layer_grad_run, _mrope_layer_run,
                      _mrope_positions_cases, _mrope_positions_run, _mrope_run, _rope_cases, _rope_run,
                      _rope_scaling_cases, _rope_scaling_run, _rope_scores_cases, _rope_scores_run, _xpos_cases,
                      _xpos_run, _xpos_scores_cases, _xpos_scores_run)
@@ -175,3 +177,20 @@ FAMILIES = {
     "mla_grad": Family("minipos.mla.MultiHeadLatentAttention.backward", "the MLA layer's backward: the gradient "
                        "of x and of every weight, the RMSNorms' included", _mla_grad_cases, _mla_grad_run),
 }
+
+
+def _built_from_a_config() -> list:
+    raise ValueError("family 'model_layers' is built from a model's config: minipos vectors export --config "
+                     "CONFIG.json DIR (minipos.vectors.export_model)")
+
+
+OPTIONAL_FAMILIES = {
+    _model.FAMILY: Family(_model.FUNCTION, _model.DESCRIPTION, _built_from_a_config, _model.run),
+}
+"""Families that are no part of the shipped spec: written for one model (``export_model``), checked
+when a directory holds them, never required there."""
+
+
+def family_of(name: str) -> Family:
+    """The ``Family`` called ``name``, of the spec or optional (the caller has checked the name)."""
+    return FAMILIES[name] if name in FAMILIES else OPTIONAL_FAMILIES[name]

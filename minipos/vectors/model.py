@@ -1,0 +1,116 @@
+"""Golden vectors of one model's attention layers, read from its config (``minipos vectors export
+--config CONFIG.json DIR``): the family ``model_layers``, one file ``model_layers.json``.
+
+It is not part of the spec minipos ships (``FAMILIES``): a porter writes it for the model they port,
+and ``minipos vectors check DIR`` recomputes it like any family. One case per distinct layer of the
+model (the first layer of each kind: a local and a global layer, a RoPE and a NoPE layer, ...), each
+a forward pass of the layer ``minipos.config.read`` builds, on a *narrowed* copy of the config: the
+width (``hidden_size`` 16), the heads (2 query heads, 1 or 2 key/value heads: grouped-query or not,
+as the model) and MLA's latent ranks (8) are made small so that the weights fit in a file; every
+position setting (head dim, RoPE parameters, windows, chunks, temperature, sinks, layer pattern) is
+the model's. The case records that config in ``params.config`` and the layer index in
+``params.layer``. Positions step by a stride chosen so that seven tokens reach past the smallest of
+the model's window, chunk, temperature floor and original training length (scaled RoPE), so each of
+them changes the output; M-RoPE layers get three streams of different strides.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import config as model_config
+from ..mla import MultiHeadLatentAttention
+from .cases import _case, _grid, tol
+
+FAMILY = "model_layers"
+FUNCTION = "minipos.config.read"
+DESCRIPTION = ("one model's attention layers as minipos.config.read builds them from its config (narrowed: "
+               "hidden_size 16, 2 heads), one forward pass per kind of layer at strided positions")
+BATCH, LENGTH, WIDTH = 2, 7, 16
+FLOAT32 = 1e-2   # positions reach the model's windows and original lengths (thousands): float32 angles err there
+
+
+def narrowed(text: dict, model_type: str) -> dict:
+    """The text config with its widths made small and every position setting kept (module docstring)."""
+    small = dict(text, model_type=model_type)
+    heads = small.get("num_attention_heads") or 1
+    kv = small.get("num_key_value_heads") or heads
+    if small.get("head_dim") is None and "kv_lora_rank" not in small and small.get("hidden_size"):
+        small["head_dim"] = small["hidden_size"] // heads                 # kept when the width shrinks
+    small.update(hidden_size=WIDTH, num_attention_heads=2, num_key_value_heads=1 if kv < heads else 2)
+    for key in ("kv_lora_rank", "q_lora_rank"):
+        if small.get(key):
+            small[key] = min(small[key], 8)
+    return small
+
+
+def _stride(spec, text: dict) -> int:
+    """A position stride that takes ``LENGTH`` tokens past the smallest length of the layer's machinery."""
+    kw, lengths = spec.kwargs, []
+    lengths += [kw[k] for k in ("sliding_window", "attention_chunk") if kw.get(k)]
+    params = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    for p in [params, *(v for v in params.values() if isinstance(v, dict))]:
+        if p.get("original_max_position_embeddings"):
+            lengths.append(p["original_max_position_embeddings"])
+    if text.get("original_max_position_embeddings"):
+        lengths.append(text["original_max_position_embeddings"])
+    if "temperature" in spec.position:
+        lengths.append(text.get("floor_scale") or 8192)
+    return max(1, math.ceil(2 * min(lengths) / (LENGTH - 1))) if lengths else 1
+
+
+def _weights(layer) -> list:
+    """The names of the layer's weight attributes that are set (the sinks included)."""
+    names = [n for n in layer._weight_shapes() if getattr(layer, n) is not None]
+    return names + (["sinks"] if getattr(layer, "sinks", None) is not None else [])
+
+
+def cases(config) -> list:
+    """The ``model_layers`` cases of ``config`` (anything ``minipos.config.read`` takes)."""
+    model = model_config.read(config)
+    small = narrowed(model.config, model.model_type)
+    narrow = model_config.read(small)
+    seen, out = set(), []
+    for spec in narrow.specs:
+        key = (spec.layer_type, spec.cls, spec.position, tuple(sorted((k, repr(v)) for k, v in spec.kwargs.items())),
+               spec.no_bias)
+        if key in seen:
+            continue
+        seen.add(key)
+        rng = np.random.default_rng(1000 + spec.index)
+        layer = spec.build()
+        stride = _stride(spec, small)
+        steps = np.arange(LENGTH) * stride
+        positions = (np.stack([steps, steps // 2, (steps * 3) // 4]) if layer.scheme.position_streams == 3
+                     else steps)
+        inputs = {"x": _grid(rng, (BATCH, LENGTH, WIDTH)), "positions": positions.astype(np.int64)}
+        for name in _weights(layer):
+            value = getattr(layer, name)
+            base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
+            inputs[name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
+        kind = "MultiHeadLatentAttention" if isinstance(layer, MultiHeadLatentAttention) else type(layer).__name__
+        note = (f"{model.model_type} layer {spec.index} ({spec.layer_type}; {spec.position}) as {kind}, narrowed to "
+                f"hidden_size {WIDTH}; causal, positions {positions.tolist()}")
+        out.append(_case(f"layer{spec.index}_{spec.layer_type}", note, inputs,
+                         {"config": small, "layer": spec.index}, tol(1e-9, FLOAT32)))
+    return out
+
+
+def run(inputs, params) -> dict:
+    """``{"y": (B, T, hidden_size)}``: the case's layer, its weights set from ``inputs``, on ``x`` at
+    ``positions``, causal. An input that is no weight of the layer is refused by name."""
+    model = model_config.read(dict(params["config"]))
+    index = params["layer"]
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(model.specs):
+        raise ValueError(f"params.layer must be a layer index below {len(model.specs)}, got {index!r}")
+    layer = model.specs[index].build()
+    names = _weights(layer)
+    unknown = sorted(set(inputs) - set(names) - {"x", "positions"})
+    if unknown:
+        raise ValueError(f"inputs: {unknown[0]!r} is not a weight of this layer; it has {names}")
+    for name in names:
+        if name in inputs:
+            setattr(layer, name, inputs[name])
+    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=True)}

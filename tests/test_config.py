@@ -1,0 +1,267 @@
+"""``minipos.config.read`` without transformers: what it reads from a config, what it refuses and how it
+says so, the table it prints, the q/k-norm layer's backward, the ``minipos config`` command and the
+``model_layers`` golden vectors. Expected values come from the configs themselves (the published
+keys of the models in docs/configs/) and from transformers' rules as its config classes state them
+(quoted where used); the layers' outputs are checked against transformers in test_config_interop.py."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from minipos import cli, config, vectors
+from minipos.irope import NoPETemperature
+from minipos.mla import MultiHeadLatentAttention
+from minipos.mrope import MRotary
+from minipos.qk_norm import QKNormAttention
+from minipos.rope_scaling import Rotary
+from minipos.seams import NoPE
+
+CONFIGS = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "configs")
+
+
+def _shipped(name):
+    return os.path.join(CONFIGS, f"{name}.json")
+
+
+def _load(name):
+    with open(_shipped(name)) as f:
+        return json.load(f)
+
+
+def _narrow(m):
+    """The model at hidden_size 16 and 2 heads, every position setting kept (the golden vectors' narrowing)."""
+    from minipos.vectors.model import narrowed
+    return config.read(narrowed(m.config, m.model_type))
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "num_hidden_layers": 2, "rope_parameters": {"rope_type": "default", "rope_theta": 100.0}}
+
+
+# --- what is read --------------------------------------------------------------------------------
+
+def test_llama31_reads_its_llama3_scaling_from_transformers4_keys():
+    m = config.read(_shipped("llama-3.1-8b"))
+    assert len(m.layers) == 32 and m.vision is None
+    kw, scheme = m.specs[5].kwargs, m.specs[5].scheme()
+    assert (kw["num_heads"], kw["num_kv_heads"], kw["head_dim"]) == (32, 8, 128)   # 4096 / 32
+    assert isinstance(scheme, Rotary) and scheme.layout == "half"
+    assert scheme.base == 500000.0 and scheme.scaling_kind == "llama3"
+    assert scheme.scaling_args["original_max_position_embeddings"] == 8192
+    layer = _narrow(m).layers[5]                             # built at hidden_size 16: the same machinery
+    assert layer.head_dim == 128 and layer.scheme.scaling_kind == "llama3"
+
+
+def test_layers_are_built_when_indexed_and_kept():
+    m = config.read(_shipped("deepseek-v3"))             # 61 layers of 128 heads: nothing built by read
+    assert "0 built" in repr(m.layers)
+    kw = m.specs[0].kwargs
+    assert (kw["q_lora_rank"], kw["kv_lora_rank"], kw["qk_rope_head_dim"]) == (1536, 512, 64)
+    small = _narrow(m)
+    first = small.layers[0]
+    assert small.layers[0] is first and isinstance(first, MultiHeadLatentAttention) and "1 built" in repr(small.layers)
+    assert (first.kv_lora_rank, first.qk_nope_head_dim, first.qk_rope_head_dim) == (8, 128, 64)
+
+
+def test_gemma3_local_and_global_layers_with_the_config_class_defaults():
+    m = config.read(_shipped("gemma-3-4b"))              # the hub file leaves heads to Gemma3TextConfig
+    types = [s.layer_type for s in m.specs]
+    assert types.count("full_attention") == 5 and types[5] == "full_attention"  # every sixth layer (pattern 6)
+    kw = m.specs[0].kwargs
+    assert (kw["num_heads"], kw["num_kv_heads"], kw["head_dim"]) == (8, 4, 256)
+    local, glob = _narrow(m).layers[0], _narrow(m).layers[5]
+    assert isinstance(local, QKNormAttention) and local.norm_offset == 1.0
+    assert local.sliding_window == 1024 and glob.sliding_window is None
+    assert local.scheme.base == 10000.0 and local.scheme.scaling_kind is None     # rope_local_base_freq
+    assert glob.scheme.base == 1e6 and glob.scheme.scaling_kind == "linear"
+    assert local.scale == 256 ** -0.5                                             # query_pre_attn_scalar
+    assert any("vision tower" in n for n in m.notes)
+
+
+def test_cohere2_sliding_layers_rotate_interleaved_and_global_layers_have_no_rope():
+    m = _narrow(config.read(_shipped("cohere2")))
+    kinds = [type(m.layers[i].scheme) for i in range(4)]
+    assert kinds == [Rotary, Rotary, Rotary, NoPE]                                # (i + 1) % 4 == 0: global
+    assert m.layers[0].scheme.layout == "interleaved" and m.layers[3].sliding_window is None
+
+
+def test_llama4_irope():
+    m = config.read(_shipped("llama-4-scout"))
+    assert m.model_type == "llama4_text"
+    m = _narrow(m)
+    assert m.layers[0].attention_chunk == 8192 and isinstance(m.layers[0], QKNormAttention)
+    nope = m.layers[3]                                                            # no_rope_layer_interval 4
+    assert isinstance(nope.scheme, NoPETemperature) and nope.attention_chunk is None
+    assert (nope.scheme.attn_scale, nope.scheme.floor_scale) == (0.1, 8192)
+
+
+def test_gpt_oss_sinks_biases_and_alternating_windows():
+    m = _narrow(config.read(_shipped("gpt-oss-20b")))
+    assert [m.layers[i].sliding_window for i in range(2)] == [128, None]
+    assert m.layers[0].sinks.shape == (2,) and m.layers[0].bq is not None
+    assert m.layers[0].scheme.scaling_kind == "yarn"
+
+
+def test_qwen2_vl_mrope_and_qkv_biases_only():
+    m = config.read(_shipped("qwen2-vl-2b"))
+    layer = m.layers[0]                                      # 1536 wide, 12 heads: 38 MB, built
+    assert isinstance(layer.scheme, MRotary) and layer.scheme.mrope_section == [16, 24, 24]
+    assert layer.bq is not None and layer.bo is None                              # Qwen2: o_proj has no bias
+    y = layer(np.zeros((1, 3, 1536)), positions=np.array([[0, 1, 2], [0, 1, 1], [0, 0, 1]]), causal=True)
+    assert y.shape == (1, 3, 1536)
+
+
+def test_phi3_su_is_longrope_and_its_window_is_hf_s():
+    m = _narrow(config.read(_shipped("phi-3-vision-128k-text")))
+    layer = m.layers[0]
+    assert layer.scheme.scaling_kind == "longrope" and layer.sliding_window == 131072
+    assert layer.scheme.scaling_args["original_max_position_embeddings"] == 4096  # the top-level copy
+
+
+def test_smollm3_every_fourth_layer_is_nope():
+    m = config.read(_shipped("smollm3-3b"))
+    assert [type(s.scheme()) for s in m.specs[:4]] == [Rotary, Rotary, Rotary, NoPE]
+
+
+def test_a_dict_and_a_config_object_read_alike():
+    class Fake:                                            # duck-typed: anything with to_dict()
+        def to_dict(self):
+            return dict(LLAMA)
+    assert config.read(Fake()).describe() == config.read(LLAMA).describe()
+
+
+def test_transformers5_nested_rope_parameters_per_layer_type():
+    cfg = {**LLAMA, "model_type": "gemma3_text", "num_hidden_layers": 2, "head_dim": 8, "sliding_window": 4,
+           "query_pre_attn_scalar": 8, "layer_types": ["sliding_attention", "full_attention"],
+           "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                               "full_attention": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                                  "original_max_position_embeddings": 16}}}
+    m = config.read(cfg)
+    assert m.layers[0].scheme.base == 10.0 and m.layers[1].scheme.scaling_kind == "yarn"
+
+
+# --- what is refused ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, words", [
+    ({"model_type": "bert"}, ["'bert'", "not a family"]),
+    ({"rope_parameters": {"rope_type": "su2", "rope_theta": 1.0}}, ["'su2'", "model_type 'llama'"]),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0}}, ["proportional", "not support yet"]),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1.0, "factor": 2.0, "low_freq_factor": 1.0}},
+     ["low_freq_factor", "model_type 'llama'"]),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
+                          "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "not support yet"]),
+    ({"model_type": "qwen3_vl"}, ["qwen3_vl", "not support yet"]),
+    ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
+    ({"model_type": "deepseek_v32"}, ["indexer", "not support yet"]),
+    ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),
+    ({"model_type": None}, ["model_type"]),
+])
+def test_what_it_does_not_understand_is_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**LLAMA, **change})
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_settings_no_layer_models_are_refused():
+    cfg = {**LLAMA, "model_type": "gemma3_text", "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8}
+    with pytest.raises(ValueError, match="attn_logit_softcapping.*not modelled"):
+        config.read(cfg)
+    with pytest.raises(ValueError, match="mrope_interleaved.*not support yet"):
+        config.read({**LLAMA, "model_type": "qwen2_vl", "rope_parameters": {
+            "rope_type": "default", "rope_theta": 1.0, "mrope_section": [1, 1, 0], "mrope_interleaved": True}})
+    with pytest.raises(ValueError, match="layer_types.*'chunked_attention'"):
+        config.read({**LLAMA, "model_type": "gpt_oss", "layer_types": ["chunked_attention"] * 2})
+    with pytest.raises(TypeError, match="config\\['attention_bias'\\] must be true or false"):
+        config.read({**LLAMA, "attention_bias": "false"})
+    with pytest.raises(TypeError, match="config must be"):
+        config.read(42)
+
+
+# --- the table and the command ---------------------------------------------------------------------
+
+def test_describe_has_one_row_per_layer_and_the_models_settings():
+    text = config.read(_shipped("gpt-oss-20b")).describe(width=400)
+    lines = text.splitlines()
+    assert lines[0] == "gpt_oss: 24 decoder layers"
+    rows = [line for line in lines if line[:1].isdigit()]
+    assert len(rows) == 24
+    assert "window 128 (i-128 < j <= i)" in rows[0] and "window" not in rows[1]
+    assert "sinks" in rows[0] and "yarn(factor=32" in rows[0]
+
+
+def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    assert cli.main(["config", _shipped("llama-4-scout")]) == 0
+    out = capsys.readouterr().out
+    assert "llama4_text: 48 decoder layers" in out and "chunks of 8192" in out
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({**LLAMA, "rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0}}))
+    assert cli.main(["config", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not support yet" in err and "Traceback" not in err
+
+
+# --- the q/k norm layer ---------------------------------------------------------------------------
+
+def test_qk_norm_backward_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    layer = QKNormAttention(16, 4, num_kv_heads=2, scheme=Rotary(layout="half"), norm_offset=1.0, norm_eps=1e-5)
+    layer.q_norm, layer.k_norm = rng.uniform(-0.5, 0.5, 4), rng.uniform(-0.5, 0.5, 4)
+    x, dy = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 5, 16))
+    _, ctx = layer(x, causal=True, return_context=True)
+    grads = layer.backward(ctx, dy)
+    for name in ("q_norm", "k_norm", "wq", "wk", "x"):
+        a = x if name == "x" else getattr(layer, name)
+        e, h = rng.standard_normal(a.shape), 1e-6
+        saved = a.copy()
+        a[...] = saved + h * e
+        plus = layer(x, causal=True)
+        a[...] = saved - h * e
+        minus = layer(x, causal=True)
+        a[...] = saved
+        fd = np.sum((plus - minus) * dy) / (2 * h)
+        assert abs(np.sum(grads[name] * e) - fd) <= 1e-6 * max(1.0, abs(fd)), name
+
+
+def test_qk_norm_off_is_the_plain_layer():
+    layer = QKNormAttention(16, 4, scheme=Rotary(), seed=3)
+    layer.q_norm = layer.k_norm = None
+    from minipos.layer import MultiHeadAttention
+    plain = MultiHeadAttention(16, 4, scheme=Rotary(), seed=3)
+    x = np.random.default_rng(1).standard_normal((1, 6, 16))
+    np.testing.assert_array_equal(layer(x, causal=True), plain(x, causal=True))
+
+
+def test_qk_norm_by_hand():
+    # One head, D = 2, q = (3, 4): rms = sqrt((9 + 16) / 2) = 3.5355..., so q / rms = (0.8485, 1.1314).
+    layer = QKNormAttention(2, 1, norm_eps=1e-300)
+    layer.wq = np.array([[3.0, 4.0], [0.0, 0.0]])
+    q, _, _ = layer._project(np.array([[[1.0, 0.0]]]))                             # x = (1, 0): q = (3, 4)
+    np.testing.assert_allclose(q[0, 0, 0], [3 / np.sqrt(12.5), 4 / np.sqrt(12.5)], rtol=1e-12)
+
+
+# --- golden vectors of one model -------------------------------------------------------------------
+
+def test_model_vectors_round_trip_and_a_changed_value_fails(tmp_path):
+    out = tmp_path / "v"
+    assert cli.main(["vectors", "export", "--config", _shipped("gemma-3-4b"), str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["model_layers.json"]
+    assert vectors.check(str(out)) == []
+    doc = json.loads((out / "model_layers.json").read_text())
+    names = [c["name"] for c in doc["cases"]]
+    assert names == ["layer0_sliding_attention", "layer5_full_attention"]       # one case per kind of layer
+    params = doc["cases"][0]["params"]
+    assert params["config"]["sliding_window"] == 1024 and params["config"]["hidden_size"] == 16
+    doc["cases"][0]["expected"]["y"]["data"][0] += 1e-3
+    (out / "model_layers.json").write_text(json.dumps(doc))
+    assert len(vectors.check(str(out))) == 1
+
+
+def test_model_vectors_positions_reach_the_window():
+    from minipos.vectors import model
+    case = model.cases(_shipped("mistral-7b-v0.1"))[0]
+    positions = case["inputs"]["positions"]
+    assert positions[-1] > 4096 > positions[1] - positions[0]                      # the window of 4096 bites

@@ -1,0 +1,302 @@
+"""``minipos.config.read`` against transformers 5.24: for each family the reader supports, a tiny
+model of that family is built by transformers (its config class, its decoder with random
+weights, float64), run on random inputs, and the input and output of each layer's attention
+module are captured with a forward hook, so the masks and the position embeddings are those the
+model itself builds. The weights are copied into the layer ``read`` builds for the same config, and
+its output on the captured input must match the module's within atol 1e-6 for every layer (and so
+for every layer type). Skipped when torch or transformers is missing.
+
+Where transformers computes in float32 inside a float64 model (cos and sin from float32 angles,
+the q/k RMSNorms, Llama 4's L2 norm), agreement is to float32 accuracy, well inside 1e-6 at these
+sizes; the q/k norms are replaced by their float64 formula so that they are compared exactly."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from minipos import config as mconfig  # noqa: E402
+from minipos.mla import MultiHeadLatentAttention  # noqa: E402
+from minipos.qk_norm import QKNormAttention  # noqa: E402
+
+B, T = 2, 12
+ATOL = 1e-6
+
+
+def _float64_norm(norm, offset=0.0):
+    """An HF RMSNorm module's formula in float64 (HF casts to float32 first)."""
+    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
+
+    def forward(h):
+        n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        w = getattr(norm, "weight", None)
+        return n if w is None else n * (offset + w)
+    norm.forward = forward
+
+
+def _randomize(attn):
+    """Every parameter of the attention module drawn away from its init (biases, sinks and norm weights
+    included, so that each is compared)."""
+    with torch.no_grad():
+        for name, p in attn.named_parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+            elif "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.5)
+
+
+def _capture(model, layers):
+    """Forward hooks on each decoder layer's ``self_attn``: ``{i: (hidden_states in, output)}``."""
+    seen, hooks = {}, []
+    for i, layer in enumerate(layers):
+        def hook(module, args, kwargs, out, i=i):
+            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            seen[i] = (x.detach().numpy().copy(), out[0].detach().numpy().copy())
+        hooks.append(layer.self_attn.register_forward_hook(hook, with_kwargs=True))
+    return seen, hooks
+
+
+def _run_model(model_cls, cfg, *, attn="sdpa", position_ids=None, seed=0, norm_offset=0.0):
+    torch.manual_seed(seed)
+    cfg._attn_implementation = attn
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = model_cls(cfg).double().eval()
+    layers = model.layers
+    for layer in layers:
+        for name in ("mlp",):                                             # MoE kernels refuse float64; not compared
+            if hasattr(layer, name):
+                getattr(layer, name).forward = lambda h, *a, **k: torch.zeros_like(h)
+        _randomize(layer.self_attn)
+        for name in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm"):
+            if getattr(layer.self_attn, name, None) is not None:
+                _float64_norm(getattr(layer.self_attn, name), norm_offset if name in ("q_norm", "k_norm") else 0.0)
+        if getattr(layer.self_attn, "qk_norm", None) is not None:
+            _float64_norm(layer.self_attn.qk_norm)
+    seen, hooks = _capture(model, layers)
+    x = torch.from_numpy(np.random.default_rng(seed).standard_normal((B, T, cfg.hidden_size)))
+    kwargs = {} if position_ids is None else {"position_ids": position_ids}
+    with torch.no_grad():
+        model(inputs_embeds=x, use_cache=False, **kwargs)
+    for h in hooks:
+        h.remove()
+    return model, seen
+
+
+def _w(lin):
+    return lin.weight.detach().numpy().T.copy()
+
+
+def _copy(ref, layer):
+    """HF attention module -> the minipos layer: ``W = weight.T``, each bias, norm and sink it has."""
+    if isinstance(layer, MultiHeadLatentAttention):
+        pairs = {"wkv_a": ref.kv_a_proj_with_mqa, "wkv_b": ref.kv_b_proj, "wo": ref.o_proj}
+        pairs.update({"wq": ref.q_proj} if getattr(ref, "q_proj", None) is not None
+                     else {"wq_a": ref.q_a_proj, "wq_b": ref.q_b_proj})
+        for name, lin in pairs.items():
+            setattr(layer, name, _w(lin))
+        layer.kv_a_norm = ref.kv_a_layernorm.weight.detach().numpy().copy()
+        if getattr(ref, "q_a_layernorm", None) is not None:
+            layer.q_a_norm = ref.q_a_layernorm.weight.detach().numpy().copy()
+        return
+    if hasattr(ref, "qkv_proj"):                                       # Phi-3: one fused projection
+        w = ref.qkv_proj.weight.detach().numpy()
+        q, kv = layer.wq.shape[1], layer.wk.shape[1]
+        layer.wq, layer.wk, layer.wv = w[:q].T.copy(), w[q:q + kv].T.copy(), w[q + kv:].T.copy()
+        layer.wo = _w(ref.o_proj)
+    else:
+        for n in "qkvo":
+            lin = getattr(ref, f"{n}_proj")
+            setattr(layer, "w" + n, _w(lin))
+            if lin.bias is not None:
+                setattr(layer, "b" + n, lin.bias.detach().numpy().copy())
+            else:
+                assert getattr(layer, "b" + n) is None, f"the layer has b{n}; the model has none"
+    if isinstance(layer, QKNormAttention):
+        for n in ("q_norm", "k_norm"):
+            norm = getattr(ref, n, None)
+            if norm is not None:
+                setattr(layer, n, norm.weight.detach().numpy().copy())
+    if getattr(ref, "sinks", None) is not None:
+        layer.sinks = ref.sinks.detach().numpy().copy()
+
+
+def _compare(cfg, model, seen, positions=None):
+    """Every layer of ``read(cfg)`` against the captured module; returns the layer types compared."""
+    model_positions = mconfig.read(cfg)
+    assert len(model_positions.layers) == len(model.layers)
+    kinds = set()
+    for i, ref_layer in enumerate(model.layers):
+        x, want = seen[i]
+        layer = model_positions.layers[i]
+        _copy(ref_layer.self_attn, layer)
+        p = np.arange(T) if positions is None else positions
+        got = layer(x, positions=p, causal=True)
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        assert np.max(np.abs(want)) > 0.1                                # a comparison that can fail
+        kinds.add(model_positions.specs[i].layer_type)
+    return kinds
+
+
+def _cfg(cls, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**kw)
+
+
+SMALL = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=16, vocab_size=8)
+
+
+def test_llama3_scaling():
+    cfg = _cfg(transformers.LlamaConfig, **SMALL, num_hidden_layers=2, head_dim=8, max_position_embeddings=64,
+               rope_parameters={"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
+    model, seen = _run_model(transformers.LlamaModel, cfg)
+    assert _compare(cfg, model, seen) == {"full_attention"}
+
+
+def test_llama_attention_bias_and_dynamic_ntk():
+    cfg = _cfg(transformers.LlamaConfig, **SMALL, num_hidden_layers=1, head_dim=8, max_position_embeddings=6,
+               attention_bias=True, rope_parameters={"rope_type": "dynamic", "rope_theta": 100.0, "factor": 2.0})
+    model, seen = _run_model(transformers.LlamaModel, cfg)
+    _compare(cfg, model, seen)                                           # T = 12 > 6: the NTK base grows
+
+
+def test_mistral_sliding_window():
+    cfg = _cfg(transformers.MistralConfig, **SMALL, num_hidden_layers=2, head_dim=8, sliding_window=4,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model, seen = _run_model(transformers.MistralModel, cfg)
+    assert _compare(cfg, model, seen) == {"sliding_attention"}
+    assert mconfig.read(cfg).layers[0].sliding_window == 4               # HF's convention: W keys
+
+
+def test_qwen2_biases_and_window_layers():
+    cfg = _cfg(transformers.Qwen2Config, **SMALL, num_hidden_layers=3, use_sliding_window=True, sliding_window=3,
+               max_window_layers=1, rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                                     "original_max_position_embeddings": 4})
+    model, seen = _run_model(transformers.Qwen2Model, cfg)
+    assert _compare(cfg, model, seen) == {"full_attention", "sliding_attention"}
+
+
+def test_qwen3_qk_norm():
+    cfg = _cfg(transformers.Qwen3Config, **SMALL, num_hidden_layers=2, head_dim=8,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model, seen = _run_model(transformers.Qwen3Model, cfg)
+    _compare(cfg, model, seen)
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    layer.q_norm = layer.k_norm = None                                   # the norms switched off: it differs
+    assert np.max(np.abs(layer(x, causal=True) - want)) > 1e-3
+
+
+def test_phi3_longrope_partial_rotary():
+    half = int(8 * 0.5) // 2
+    params = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+              "short_factor": [1.0 + 0.1 * i for i in range(half)], "long_factor": [2.0 + i for i in range(half)],
+              "original_max_position_embeddings": 8}
+    cfg = _cfg(transformers.Phi3Config, **SMALL, pad_token_id=0, num_hidden_layers=2, max_position_embeddings=64,
+               original_max_position_embeddings=8, rope_parameters=params, partial_rotary_factor=0.5)
+    model, seen = _run_model(transformers.Phi3Model, cfg)
+    _compare(cfg, model, seen)                                           # T = 12 > 8: the long factors
+    assert mconfig.read(cfg).layers[0].scheme.rotary_dim == 4
+
+
+def test_phi3_sliding_window():
+    cfg = _cfg(transformers.Phi3Config, **SMALL, pad_token_id=0, num_hidden_layers=1, sliding_window=5)
+    model, seen = _run_model(transformers.Phi3Model, cfg)
+    assert _compare(cfg, model, seen) == {"sliding_attention"}
+
+
+def test_gemma3_local_and_global_layers():
+    cfg = _cfg(transformers.Gemma3TextConfig, **SMALL, num_hidden_layers=6, head_dim=8, sliding_window=3,
+               query_pre_attn_scalar=12, rope_parameters={
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                   "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}})
+    model, seen = _run_model(transformers.Gemma3TextModel, cfg, norm_offset=1.0)
+    assert _compare(cfg, model, seen) == {"full_attention", "sliding_attention"}
+
+
+def test_cohere2_sliding_rope_and_global_nope():
+    cfg = _cfg(transformers.Cohere2Config, **SMALL, num_hidden_layers=4, head_dim=8, sliding_window=4,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0}, attention_bias=True)
+    model, seen = _run_model(transformers.Cohere2Model, cfg)
+    assert _compare(cfg, model, seen) == {"full_attention", "sliding_attention"}
+    assert mconfig.read(cfg).specs[3].position.startswith("NoPE")
+
+
+def test_smollm3_nope_layers():
+    cfg = _cfg(transformers.SmolLM3Config, **SMALL, pad_token_id=0, num_hidden_layers=4,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model, seen = _run_model(transformers.SmolLM3Model, cfg)
+    _compare(cfg, model, seen)
+    assert [s.position.startswith("NoPE") for s in mconfig.read(cfg).specs] == [False, False, False, True]
+
+
+def test_llama4_irope_chunks_nope_and_temperature():
+    cfg = _cfg(transformers.Llama4TextConfig, **SMALL, num_hidden_layers=4, head_dim=8, attention_chunk_size=5,
+               floor_scale=4, attn_scale=0.3, intermediate_size_mlp=16, num_local_experts=2,
+               rope_parameters={"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
+    model, seen = _run_model(transformers.Llama4TextModel, cfg)
+    assert _compare(cfg, model, seen) == {"chunked_attention", "full_attention"}
+
+
+def test_gpt_oss_sinks_window_and_yarn():
+    cfg = _cfg(transformers.GptOssConfig, **SMALL, num_hidden_layers=2, head_dim=8, sliding_window=3,
+               num_local_experts=2, num_experts_per_tok=1,
+               rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "beta_fast": 8.0,
+                                "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4})
+    model, seen = _run_model(transformers.GptOssModel, cfg, attn="eager")   # the sinks' reference path
+    assert _compare(cfg, model, seen) == {"full_attention", "sliding_attention"}
+
+
+@pytest.mark.parametrize("q_lora_rank, interleave", [(16, True), (None, False)])
+def test_deepseek_v3_mla(q_lora_rank, interleave):
+    cfg = _cfg(transformers.DeepseekV3Config, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
+               intermediate_size=16, moe_intermediate_size=8, vocab_size=8, num_hidden_layers=2,
+               first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+               q_lora_rank=q_lora_rank, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
+               rope_interleave=interleave, rope_parameters={
+                   "rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+                   "mscale": 1.0, "mscale_all_dim": 0.5, "beta_fast": 8.0, "beta_slow": 1.0})
+    model, seen = _run_model(transformers.DeepseekV3Model, cfg)
+    _compare(cfg, model, seen)
+
+
+def test_qwen2_vl_mrope_sections():
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLTextModel
+    cfg = _cfg(transformers.Qwen2VLTextConfig, **SMALL, num_hidden_layers=2,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 1, 1]})
+    rng = np.random.default_rng(3)
+    positions = np.cumsum(rng.integers(0, 3, (3, T)), axis=1)            # three different streams
+    pos = torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy())
+    model, seen = _run_model(Qwen2VLTextModel, cfg, position_ids=pos)
+    _compare(cfg, model, seen, positions=positions)
+
+
+SHIPPED = ["cohere2", "deepseek-v3", "gemma-3-4b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "mistral-7b-v0.1",
+           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_config_reads_the_same_through_transformers_config_class(name):
+    # The raw config.json and transformers' config object built from it (which fills its class's defaults,
+    # moves rope_theta/rope_scaling into rope_parameters and writes layer_types) give the same table.
+    # Phi-3-vision's legacy "su" file is left out: transformers 5.24's AutoConfig.for_model refuses it
+    # (original_max_position_embeddings missing inside rope_parameters); minipos reads it (test_config.py).
+    import json
+    import os
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "configs", f"{name}.json")
+    with open(path) as f:
+        data = json.load(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.AutoConfig.for_model(**data)
+    table = lambda m: [line for line in m.describe(width=300).splitlines() if not line.startswith("note:")]  # noqa: E731
+    assert table(mconfig.read(hf)) == table(mconfig.read(path))
