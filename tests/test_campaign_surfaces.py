@@ -993,8 +993,20 @@ for label, edit, words in [
          Ok(lambda r: len(r) == 1) if words is None else Named(words))
 case("conformance report.probe with probes an int", lambda: report.probe("x", "y", probes=3),
      Named("probes", (TypeError,)))
+def _transformers_absent() -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        version("transformers")
+        version("torch")
+    except PackageNotFoundError:
+        return True
+    return False
+
+
+# where the library is absent (the test extra alone), the runner says so first, before it looks at --out
 case("conformance run.py an --out it cannot make", lambda: run_process(
-    [RUN, "--libraries", "transformers", "--out", "/proc/minipos-cannot-make"]), Usage("minipos-cannot-make"))
+    [RUN, "--libraries", "transformers", "--out", "/proc/minipos-cannot-make"]),
+    Usage("not installed" if _transformers_absent() else "minipos-cannot-make"))
 
 case("output onto a full disk: python -m minipos tour", lambda: _to_dev_full(
     ["-m", "minipos", "tour", "--d-model", "8", "--heads", "2", "--seq-len", "4"]), Usage("No space left on device"))

@@ -176,7 +176,8 @@ def test_the_conformance_runner_names_a_missing_library_before_any_work(tmp_path
         pytest.skip("torchtune is installed here")
     assert run.main(["--libraries", "torchtune", "--out", str(tmp_path / "out")]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err == ("conformance: error: not installed: torchtune (for torchtune); install the pinned "
+    absent = ", ".join(run.missing(["torchtune"])["torchtune"])          # torchtune, and torch where it is absent too
+    assert out == "" and err == (f"conformance: error: not installed: {absent} (for torchtune); install the pinned "
                                  f"set into an environment of its own: {run.INSTALL.split(': ', 1)[1]}\n")
     assert not (tmp_path / "out").exists()
 
