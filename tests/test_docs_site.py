@@ -53,7 +53,7 @@ PAGES = sorted(str(p.parent.relative_to(SITE)).replace("\\", "/") for p in SITE.
 PAGES = ["" if p == "." else p + "/" for p in PAGES if not p.startswith(("assets", "search"))]
 # The source pages are the Python files as highlighted code, all built by one block: one stands for them.
 PAGES = [p for p in PAGES if not p.startswith("source/") or p == "source/attention/"]
-NOT_TEACHING = ("api/", "source/", "check-port/")
+NOT_TEACHING = ("api/", "source/", "check-port/", "claims/")   # reference pages: tables, not teaching
 SOURCE_PAGES = sorted(str(p.parent.relative_to(SITE)) + "/" for p in (SITE / "source").glob("*/index.html"))
 NO_PICTURE = {
     # The lab's pages: their content (and figures) belong to the lab's records and are edited there.

@@ -117,8 +117,9 @@ CITE = {
            "worsens shortly past the training length; ALiBi's does not (arXiv:2108.12409)"),
     "C6": ("Press, Smith, Lewis 2022, §4.1: the T5 bias improves perplexity until inputs about twice the training "
            "length, then degrades (arXiv:2108.12409)"),
-    "C7": ("Chen et al. 2023, §2.3 and Fig. 2: extrapolating RoPE past the training length gives attention "
-           "scores orders of magnitude larger than inside it; position interpolation instead "
+    "C7": ("Chen et al. 2023, §2.2 and Table 1: LLaMA's perplexity past its 2048 training positions \u201cmay "
+           "shoot up\u201d (above 10^3 at 4096); Fig. 2 illustrates why with a score function of RoPE's form "
+           "fitted to random values, not with LLaMA's scores; position interpolation (§2.3) instead "
            "(arXiv:2306.15595)"),
     "C8": ("Barbero et al. 2024: RoPE's decay \u201cis unlikely to be the core reason\u201d why it helps "
            "(arXiv:2410.06205)"),

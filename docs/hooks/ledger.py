@@ -422,7 +422,9 @@ def href(id: str, page: str) -> str:
     ``"schemes/alibi.md"``): markdown printed by a code block is not rewritten by mkdocs, so a link in it
     must be the built site's (directory URLs)."""
     entry(id)
-    return "../" * (page.count("/") + 1) + f"claims/#{id.lower()}"
+    # mkdocs's directory URLs: "index.md" is built at the site's root, "a/index.md" at /a/, "a/b.md" at /a/b/
+    depth = page.count("/") + (0 if page == "index.md" or page.endswith("/index.md") else 1)
+    return "../" * depth + f"claims/#{id.lower()}"
 
 
 def mark(id: str, page: str) -> str:
