@@ -63,7 +63,8 @@ def _(p):
                 shown=("P^\\top R_{mla}(m)\\, P", None))
     D, R = 6, 4
     p.claim(R_index(m, D, R).T * R_index(n, D, R), R_index(n - m, D, R),
-            "blockwise $B(a)^T B(b) = B(b - a)$; the pass-through block is $I$", by="trig")
+            "blockwise $B(a)^T B(b) = B(b - a)$; the pass-through block is $I$", by="trig",
+            shown=("R_{index}(m)^\\top R_{index}(n)", "R_{index}(n - m)"))      # the 6 x 6 product is too wide to show
     rng = np.random.default_rng(9)
     qv, kv = rng.normal(size=8), rng.normal(size=8)
     pts = [(0, 0), (3, 7), (40, 2), (-5, 100)]
