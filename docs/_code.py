@@ -83,11 +83,11 @@ def source_of(name: str, *, docstring: bool = False) -> tuple[str, str, int]:
 
 def source_url(module: str, page: str) -> str:
     """The URL of ``module``'s source page relative to the built page of ``page`` (``schemes/alibi.md``)."""
-    here = posixpath.dirname(page) if page.endswith("index.md") else page[: -len(".md")]
+    from docs.hooks.links import site_url
     target = f"source/{module.split('.', 1)[1]}"
     if not (ROOT / "docs" / f"{target}.md").is_file():
         raise ValueError(f"module {module} has no source page: add docs/{target}.md (as the others) and its nav line")
-    return posixpath.relpath(target, here or ".") + "/"
+    return site_url(page, target)
 
 
 def _code_html(src: str) -> str:

@@ -170,3 +170,16 @@ def test_a_sentence_follows_its_entry_and_links_it(records, monkeypatch):
     L._read.cache_clear()
     said = L.either("X9", "schemes/p.md", "ALiBi is lower", "0.011 against 0.012")
     assert said.startswith("0.011 against 0.012 ([X9: not resolved")
+
+
+def test_links_from_code_output_follow_the_generator(monkeypatch):
+    """mkdocs leaves code-block output alone (built URLs); Zensical rewrites it from the source folder.
+    Expected values worked by hand from the built layout: schemes/alibi.md is built at schemes/alibi/."""
+    from docs.hooks.links import site_url
+    monkeypatch.delenv("MINIPOS_DOCS_GENERATOR", raising=False)
+    assert site_url("schemes/alibi.md", "claims", "m5") == "../../claims/#m5"
+    assert site_url("index.md", "claims", "m5") == "claims/#m5"
+    assert site_url("claims.md", "claims.json", file=True) == "../claims.json"
+    monkeypatch.setenv("MINIPOS_DOCS_GENERATOR", "zensical")
+    assert site_url("schemes/alibi.md", "claims", "m5") == "../claims/#m5"
+    assert site_url("article-table.md", "source/alibi") == "source/alibi/"

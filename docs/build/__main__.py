@@ -41,7 +41,7 @@ def site_dir(config: Path) -> Path:
 
 def build(generator: str, config: Path) -> int:
     """Run ``generator`` on ``config``; for Zensical, which ignores ``hooks:``, then ``finish``."""
-    env = dict(os.environ, MPLBACKEND="Agg", NO_MKDOCS_2_WARNING="1")
+    env = dict(os.environ, MPLBACKEND="Agg", NO_MKDOCS_2_WARNING="1", MINIPOS_DOCS_GENERATOR=generator)
     command = [sys.executable, "-m", generator, "build", "--strict", "-f", str(config)]
     if generator == "zensical":
         command.append("--clean")      # the pages' code runs again: a cached page could hide a failure

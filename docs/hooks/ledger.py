@@ -421,10 +421,9 @@ def href(id: str, page: str) -> str:
     """The URL of entry ``id`` on the ledger page, relative to the built ``page`` (``"extrapolation.md"``,
     ``"schemes/alibi.md"``): markdown printed by a code block is not rewritten by mkdocs, so a link in it
     must be the built site's (directory URLs)."""
+    from .links import site_url
     entry(id)
-    # mkdocs's directory URLs: "index.md" is built at the site's root, "a/index.md" at /a/, "a/b.md" at /a/b/
-    depth = page.count("/") + (0 if page == "index.md" or page.endswith("/index.md") else 1)
-    return "../" * depth + f"claims/#{id.lower()}"
+    return site_url(page, "claims", id.lower())
 
 
 def mark(id: str, page: str) -> str:
