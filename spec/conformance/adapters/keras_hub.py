@@ -182,6 +182,9 @@ def _scaling_layer(params):
                                     pretraining_sequence_length=params["original_max_position_embeddings"],
                                     dtype="float64")
     if kind == "longrope":
+        require("factor" not in params and "attention_factor" not in params,
+                "Phi3SuScaledRotaryEmbedding takes no explicit factor or attention_factor: it derives the "
+                "attention factor from max_sequence_length / pretraining_sequence_length")
         return Phi3SuScaledRotaryEmbedding(list(params["short_factor"]), list(params["long_factor"]),
                                            max_sequence_length=params["max_position_embeddings"],
                                            pretraining_sequence_length=params["original_max_position_embeddings"],
