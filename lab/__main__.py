@@ -1,6 +1,7 @@
 """``python -m lab``: train small models at L and test them at L..16L, every scheme, several seeds.
 
-    python -m lab                      the full protocol (markov, retrieval, text, prose; every scheme; seeds 0,1,2)
+    python -m lab                      the full protocol (markov, retrieval, text, prose; every scheme; each
+                                       task's seeds: 0-4 for markov and retrieval, 0-2 for text and prose)
     python -m lab --quick              the whole pipeline on tiny settings, then sanity checks
     python -m lab --tasks markov --schemes rope,alibi --seeds 0      a slice
     python -m lab --tasks text --text FILE                           your own text, character level
@@ -38,12 +39,12 @@ from . import record as records
 from . import schemes as scheme_specs
 from .model import ACTIVATIONS, Model
 from .pool import commands, default_jobs, run_all
-from .run import QUICK, TASK_DEFAULTS, Settings, record_path, run_one
+from .run import QUICK, TASK_DEFAULTS, TASK_SEEDS, Settings, record_path, run_one
 from .summary import check_sane, format_table, summarize
 
 LISTS = {"task": "tasks", "scheme": "schemes", "seed": "seeds"}
 TASKS = ("markov", "retrieval", "text", "prose")
-PROTOCOL = {"tasks": TASKS, "schemes": scheme_specs.NAMES, "seeds": (0, 1, 2)}
+PROTOCOL = {"tasks": TASKS, "schemes": scheme_specs.NAMES, "seeds": None}     # seeds: each task's TASK_SEEDS
 QUICK_PROTOCOL = {"tasks": ("markov", "retrieval"), "schemes": scheme_specs.ORDER, "seeds": (0,)}
 
 AT_LEAST = {"seeds": 0, "length": 1, "eval_factors": 1, "d_model": 1, "num_heads": 1, "num_layers": 1, "d_ff": 1,
@@ -467,7 +468,7 @@ def _main(argv) -> int:
         return verify_records(args.verify, progress=not args.no_progress)
     runs = [] if args.summarize else [replace(for_task(base, task, args), scheme=scheme, seed=seed)
                                        for task in lists["tasks"] for scheme in lists["schemes"]
-                                       for seed in lists["seeds"]]
+                                       for seed in (lists["seeds"] or TASK_SEEDS[task])]
     if args.print_commands:
         print("\n".join(commands(runs, out)))
         return 0

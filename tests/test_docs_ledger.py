@@ -87,7 +87,7 @@ def _verdict(claim):
 
 def test_a_resolved_ordering_is_confirmed_and_one_that_moves_with_training_is_not(records):
     full, twice, write = records
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         write(full, "markov", "alibi", s, {64: 0.01, 256: 0.02 + 0.001 * s})
         write(full, "markov", "rope", s, {64: 0.01, 256: 0.50 + 0.01 * s})
     claim = L.Less("X1", "p.md", "alibi below rope at 4L", L.Value("markov", "alibi", 256), L.Value("markov", "rope", 256))
@@ -103,7 +103,7 @@ def test_a_resolved_ordering_is_confirmed_and_one_that_moves_with_training_is_no
 
 def test_an_unresolved_or_incomplete_claim_is_not_confirmed(records):
     full, twice, write = records
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         write(full, "markov", "alibi", s, {64: 0.01 + 0.02 * s})
         write(full, "markov", "rope", s, {64: 0.02 + 0.02 * s})
     claim = L.Less("X2", "p.md", "alibi below rope at L", L.Value("markov", "alibi", 64), L.Value("markov", "rope", 64))
@@ -117,7 +117,7 @@ def test_an_unresolved_or_incomplete_claim_is_not_confirmed(records):
 
 def test_one_scheme_at_two_lengths_is_paired_over_seeds(records):
     full, twice, write = records
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         write(full, "markov", "rope", s, {64: 0.01 * s, 128: 0.01 * s + 0.1 + 0.001 * s})
     e = L._lab_entry(L.Less("X3", "p.md", "rope rises", L.Value("markov", "rope", 64), L.Value("markov", "rope", 128)))
     assert e.test.startswith("paired") and e.p < 0.001                 # Welch would not resolve it at this spread
@@ -138,11 +138,11 @@ def test_the_site_ledger_builds_and_every_seed_entry_names_what_it_rests_on():
 
 def test_a_fact_is_read_not_tested(records):
     full, twice, write = records
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         write(full, "markov", "learned", s, {64: 0.01})
     rec = json.loads((full / "markov-learned-s0.json").read_text())
     rec["results"]["base"]["lengths"].append({"length": 128, "status": "cannot run", "reason": "64 rows"})
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         (full / f"markov-learned-s{s}.json").write_text(json.dumps(rec))
     L._read.cache_clear()
     cannot = L.Fact("F1", "p.md", "learned cannot run at 2L", (L.Value("markov", "learned", 128),),
@@ -159,13 +159,13 @@ def test_a_sentence_follows_its_entry_and_links_it(records, monkeypatch):
     full, twice, write = records
     claim = L.Less("X9", "schemes/p.md", "alibi below rope at L", L.Value("markov", "alibi", 64),
                    L.Value("markov", "rope", 64))
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         write(full, "markov", "alibi", s, {64: 0.01 + 0.001 * s})
         write(full, "markov", "rope", s, {64: 0.50 + 0.01 * s})
     monkeypatch.setattr(L, "build", lambda: {"X9": _verdict(claim)})
     said = L.either("X9", "schemes/p.md", "ALiBi is lower", "both near 0.01 and 0.5")
     assert said.startswith("ALiBi is lower ([X9: confirmed, Holm p = ") and "(../../claims/#x9))" in said
-    for s in range(3):
+    for s in L.TASK_SEEDS["markov"]:
         write(full, "markov", "rope", s, {64: 0.01 + 0.002 * s})                 # no longer resolved
     L._read.cache_clear()
     said = L.either("X9", "schemes/p.md", "ALiBi is lower", "0.011 against 0.012")

@@ -519,3 +519,15 @@ def test_each_task_takes_its_own_budget_unless_a_flag_or_quick_sets_one(capsys):
     assert _option(["--tasks", "markov", "--steps", "9600"], capsys, "--schedule") == ["budget"]
     assert _option(["--tasks", "text", "--quick"], capsys) == ["40"]
     assert _option(["--tasks", "text", "--quick"], capsys, "--eval-tokens") == ["512"]
+
+
+def test_each_task_runs_its_own_seeds_unless_seeds_is_given(capsys):
+    # The stated seeds (lab/README.md, Seeds): 0-4 on Markov and retrieval, 0-2 on text and prose.
+    from lab import __main__ as cli
+    assert cli.main(["--print-commands", "--schemes", "alibi", "--tasks", "markov,retrieval,text,prose"]) == 0
+    seeds = [(line.split("--tasks ")[1].split()[0], line.split("--seeds ")[1].split()[0])
+             for line in capsys.readouterr().out.splitlines()]
+    assert seeds == [("markov", s) for s in "01234"] + [("retrieval", s) for s in "01234"] + \
+        [("text", s) for s in "012"] + [("prose", s) for s in "012"]
+    assert cli.main(["--print-commands", "--schemes", "alibi", "--tasks", "markov", "--seeds", "7"]) == 0
+    assert [line.split("--seeds ")[1].split()[0] for line in capsys.readouterr().out.splitlines()] == ["7"]

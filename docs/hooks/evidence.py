@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.run import TASK_SEEDS
 from lab.summary import METRIC
 from minipos import safe_io
 
@@ -450,8 +451,10 @@ TWICE = FULL.parent / "twice"
 """Seed 0 of every scheme of Markov and retrieval trained on twice the budget: the doubling check."""
 
 
-def present(task: str, names, where: Path = FULL, seeds=(0, 1, 2)) -> list:
-    """The rows among ``names`` whose every seed has a record of ``task`` in ``where`` at schema 3."""
+def present(task: str, names, where: Path = FULL, seeds=None) -> list:
+    """The rows among ``names`` whose every seed (default: the task's ``TASK_SEEDS``) has a record of
+    ``task`` in ``where`` at schema 3."""
+    seeds = TASK_SEEDS[task] if seeds is None else seeds
     out = []
     for n in names:
         scheme = n.partition(" +")[0]
@@ -463,7 +466,7 @@ def present(task: str, names, where: Path = FULL, seeds=(0, 1, 2)) -> list:
 
 
 def ready(task: str, names, where: Path = FULL) -> bool:
-    """Whether every row of ``names`` has all three seeds of ``task`` recorded at schema 3."""
+    """Whether every row of ``names`` has every seed of ``task`` (``TASK_SEEDS``) recorded at schema 3."""
     return len(present(task, names, where)) == len(list(names))
 
 

@@ -7,7 +7,8 @@ renders them. ``kind`` says what the evidence is:
 - ``lab``: an ordering or a number read from the lab's records (``lab/results``). The unit of a lab
   test is the training run: each seed gives one value of the metric (loss above the floor on Markov,
   held-out loss on text and prose, accuracy on retrieval), itself a mean over evaluation sequences.
-  Two schemes are compared by Welch's t-test on their seeds' values, one-sided; one scheme at two
+  The seeds are the task's (``lab.run.TASK_SEEDS``: five on Markov and retrieval, three on text and
+  prose). Two schemes are compared by Welch's t-test on their seeds' values, one-sided; one scheme at two
   lengths, whose seeds are the same models, by the paired t-test on the per-seed differences,
   one-sided; a value against a stated threshold by the one-sample t-test, one-sided. The p-values of
   all the lab entries of the site are Holm-adjusted together (``holm``), and a lab claim is
@@ -34,13 +35,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lab.run import TASK_DEFAULTS
+from lab.run import TASK_DEFAULTS, TASK_SEEDS
 from lab.summary import METRIC
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = ROOT / "lab" / "results" / "full"
 TWICE = ROOT / "lab" / "results" / "twice"
-SEEDS = (0, 1, 2)
 ALPHA = 0.05
 LENGTH_TASKS = ("markov", "retrieval")
 """The tasks whose past-L claims are checked on twice the budget."""
@@ -48,7 +48,7 @@ LENGTH_TASKS = ("markov", "retrieval")
 __all__ = ["Entry", "Value", "Less", "Below", "Above", "Fact", "LedgerError", "ALPHA", "student_sf", "welch", "paired",
            "one_sample", "holm", "seed_values", "build", "entries", "entry", "check", "href", "table", "unconfirmed",
            "write_json", "mark", "either",
-           "FULL", "TWICE"]
+           "FULL", "TWICE", "TASK_SEEDS"]
 
 
 class LedgerError(AssertionError):
@@ -180,10 +180,11 @@ def _metric(rec: dict, v: Value):
     return cells[0]["accuracy"]
 
 
-def seed_values(v: Value, where: Path | None = None, seeds=SEEDS) -> list | None:
-    """The metric of ``v`` for each seed in ``where`` (default ``FULL``; None when any record is missing),
-    each None where the scheme cannot run."""
+def seed_values(v: Value, where: Path | None = None, seeds=None) -> list | None:
+    """The metric of ``v`` for each seed (default: its task's ``TASK_SEEDS``) in ``where`` (default ``FULL``;
+    None when any record is missing), each None where the scheme cannot run."""
     where = FULL if where is None else where
+    seeds = TASK_SEEDS[v.task] if seeds is None else seeds
     scheme, _ = _split(v.row)
     out = []
     for s in seeds:
@@ -199,7 +200,7 @@ def complete(v: Value, where: Path | None = None) -> bool:
     where = FULL if where is None else where
     scheme, _ = _split(v.row)
     budget = TASK_DEFAULTS[v.task]["steps"]
-    for s in SEEDS:
+    for s in TASK_SEEDS[v.task]:
         rec = _record(v.task, scheme, s, where)
         if rec is None or rec["schema"] != "minipos-lab/3":
             return False
@@ -303,7 +304,8 @@ def _fmt(values) -> str:
 def _lab_entry(c) -> Entry:
     """The test of one lab claim, before the Holm adjustment."""
     e = Entry(c.id, c.page, c.claim, "lab", asserted=c.asserted)
-    e.records = sorted({f"lab/results/full/{v.task}-{_split(v.row)[0]}-s{s}.json" for v in c.values() for s in SEEDS})
+    e.records = sorted({f"lab/results/full/{v.task}-{_split(v.row)[0]}-s{s}.json" for v in c.values()
+                        for s in TASK_SEEDS[v.task]})
     got = [seed_values(v) for v in c.values()]
     e.numbers = {str(v): vals for v, vals in zip(c.values(), got)}
     if isinstance(c, Fact):
