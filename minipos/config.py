@@ -31,6 +31,9 @@ llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with th
 gpt_oss                         sinks, biases, alternating sliding/full layers, YaRN
 deepseek_v3                     multi-head latent attention with decoupled RoPE (``rope_interleave``)
 qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
+qwen3_vl_text (qwen3_vl)        interleaved M-RoPE (T H W T H W ..., ``mrope_section``, default [24, 20, 20];
+                                HF interleaves whatever ``mrope_interleaved`` says), Qwen3's q/k norm
+qwen3_vl_moe_text               the same (Qwen3-VL MoE, read through ``qwen3_vl_moe``)
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -41,7 +44,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (``rope_type`` ``"proportional"``, interleaved M-RoPE, 2-D / axial RoPE,
+minipos does not have yet (GLM-4.xV's and ERNIE-4.5-VL's M-RoPE, 2-D / axial RoPE,
 DeepSeek-V3.2's indexer) raise ``ValueError`` saying "not supported yet". Docs: "What does my model
 do with positions?" (``docs/my-model.md``).
 """
@@ -51,7 +54,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import safe_io, terminal
@@ -71,9 +74,9 @@ ROPE_TYPES = ("default", *REGISTRY)
 
 NOT_YET = {
     "proportional": "proportional RoPE (p-RoPE: only a fraction of the frequencies rotate)",
-    "mrope_interleaved": "interleaved M-RoPE (Qwen3-VL and later)",
-    "qwen3_vl": "interleaved M-RoPE (Qwen3-VL and later)", "qwen3_vl_moe": "interleaved M-RoPE (Qwen3-VL MoE)",
+    "mrope_interleaved": "interleaved M-RoPE in a family whose M-RoPE is split (Qwen3-VL's is read: qwen3_vl)",
     "glm4v": "GLM-4.xV's M-RoPE layout", "glm4v_moe": "GLM-4.xV's M-RoPE layout",
+    "ernie4_5_vl_moe": "ERNIE-4.5-VL's M-RoPE layout",
     "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout", "pixtral": "2-D / axial RoPE (Pixtral's vision encoder)",
     "deepseek_v32": "DeepSeek-V3.2's indexer RoPE", "gemma3n": "Gemma 3n's position machinery",
     "llama_4_scaling_beta": "the position-dependent query scale of llama_4_scaling_beta (Ministral 3)",
@@ -436,6 +439,40 @@ def _qwen2_vl(c):
     return _dense(c, bias="qkv", window="types", mrope=True)
 
 
+def _without_mrope_flag(c: _Config) -> _Config:
+    """``c`` with ``mrope_interleaved`` taken out of its RoPE parameters (``rope_parameters`` or, in a
+    transformers 4 file, ``rope_scaling``): for the families whose HF rotary always interleaves, the
+    flag changes nothing (HF ``Qwen3VLTextRotaryEmbedding`` never reads it)."""
+    data = dict(c.data)
+    for key in ("rope_parameters", "rope_scaling"):
+        if isinstance(data.get(key), dict):
+            data[key] = {k: v for k, v in data[key].items() if k != "mrope_interleaved"}
+    return _Config(data, c.model_type, c.defaults)
+
+
+def _qwen3_vl(c):
+    """Qwen3-VL and Qwen3-VL-MoE text decoders: Qwen3's layer (per-head q/k RMSNorm, ``attention_bias`` on
+    all four projections, no window) with interleaved M-RoPE, HF's default section [24, 20, 20]."""
+    c = _without_mrope_flag(c)
+    params = rope_parameters(c)
+    extra = set(params) - {"rope_type", "rope_theta", "mrope_section"}
+    if params["rope_type"] != "default" or extra:
+        raise c.error(f"interleaved M-RoPE with rope_type {params['rope_type']!r} and rope_parameters "
+                      f"{sorted(extra)}: minipos' MRotary takes mrope_section and rope_theta only")
+    section, theta = list(params.get("mrope_section") or [24, 20, 20]), params["rope_theta"]   # HF's default
+    sizes = _sizes(c)
+    try:
+        MultiHeadAttention(scheme=MRotary(mrope_section=section, base=theta, interleaved=True),
+                           **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"rope_parameters['mrope_section']: {err}") from None
+    specs = _dense(c, bias="attention_bias", window="none", qk_norm=True)
+    position = (f"M-RoPE half, interleaved (T H W T H W ...), theta {theta:g}, sections {section} (t, h, w); "
+                "positions (3, T)")
+    return [replace(s, scheme=lambda: MRotary(mrope_section=section, base=theta, interleaved=True),
+                    position=position) for s in specs]
+
+
 def _wrap(c: _Config, build):
     """``build()`` with its ValueError/TypeError prefixed by the model type (from minipos' own readers)."""
     try:
@@ -582,11 +619,14 @@ FAMILIES = {
     "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
     "qwen2_vl_text": Family(_qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
                                         "max_window_layers": 80}),
+    "qwen3_vl_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
+    "qwen3_vl_moe_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000}),
 }
 """``model_type`` -> ``Family``. A multimodal config (``gemma3``, ``llama4``, ``qwen2_vl``) is read
 through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)."""
 
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
+TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"})
 
 
 # --------------------------------------------------------------------------- read

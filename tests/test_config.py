@@ -113,6 +113,45 @@ def test_qwen2_vl_mrope_and_qkv_biases_only():
     assert y.shape == (1, 3, 1536)
 
 
+def test_qwen3_vl_interleaves_the_three_streams():
+    m = config.read(_shipped("qwen3-vl-4b"))             # Qwen3-VL-4B-Instruct: rope_scaling, transformers 4
+    assert m.model_type == "qwen3_vl_text" and len(m.specs) == 36
+    layer = _narrow(m).layers[0]
+    assert isinstance(layer, QKNormAttention) and isinstance(layer.scheme, MRotary)
+    assert layer.scheme.interleaved and layer.scheme.mrope_section == [24, 20, 20] and layer.scheme.base == 5e6
+    assert layer.bq is None and layer.bo is None                                   # attention_bias false
+    y = layer(np.ones((1, 3, 16)), positions=np.array([[0, 1, 2], [0, 1, 1], [0, 0, 1]]), causal=True)
+    assert y.shape == (1, 3, 16)
+
+
+QWEN3_VL = {**LLAMA, "model_type": "qwen3_vl_text", "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [4, 2, 2]}}
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8}, ["'yarn'", "MRotary"]),
+    ({"mrope_section": [4, 2, 3]}, ["mrope_section", "head_dim/2 = 8", "qwen3_vl_text"]),
+    ({"mrope_section": [2, 3, 3]}, ["mrope_section", "temporal count", "qwen3_vl_text"]),
+    ({"mrope_section": [4, 4]}, ["mrope_section", "three counts"]),
+    ({"mrope_section": None}, ["mrope_section", "[24, 20, 20]", "head_dim/2 = 8"]),   # HF's default is for D = 128
+])
+def test_qwen3_vl_bad_rope_parameters_are_named(params, words):
+    cfg = {**QWEN3_VL, "rope_parameters": {**QWEN3_VL["rope_parameters"], **params}}
+    with pytest.raises(ValueError) as err:
+        config.read(cfg)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_qwen3_vl_reads_the_moe_text_config_and_the_flag_changes_nothing():
+    # HF's Qwen3VLTextRotaryEmbedding interleaves whether mrope_interleaved is true, false or absent.
+    base = {**QWEN3_VL, "model_type": "qwen3_vl_moe", "text_config": {**QWEN3_VL, "model_type": None}}
+    flags = [config.read({**base, "text_config": {**base["text_config"], "rope_parameters": {
+        **QWEN3_VL["rope_parameters"], "mrope_interleaved": f}}}).layers[0].scheme.interleaved for f in (True, False)]
+    assert flags == [True, True]
+    assert config.read(base).model_type == "qwen3_vl_moe_text"
+
+
 def test_phi3_su_is_longrope_and_its_window_is_hf_s():
     m = _narrow(config.read(_shipped("phi-3-vision-128k-text")))
     layer = m.layers[0]
@@ -152,7 +191,7 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
      ["low_freq_factor", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
                           "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "not support yet"]),
-    ({"model_type": "qwen3_vl"}, ["qwen3_vl", "not support yet"]),
+    ({"model_type": "ernie4_5_vl_moe"}, ["ernie4_5_vl_moe", "not support yet"]),
     ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
     ({"model_type": "deepseek_v32"}, ["indexer", "not support yet"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),

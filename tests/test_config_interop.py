@@ -300,3 +300,34 @@ def test_a_shipped_config_reads_the_same_through_transformers_config_class(name)
         hf = transformers.AutoConfig.for_model(**data)
     table = lambda m: [line for line in m.describe(width=300).splitlines() if not line.startswith("note:")]  # noqa: E731
     assert table(mconfig.read(hf)) == table(mconfig.read(path))
+
+
+def _three_streams(seed):
+    """Three different position streams ``(3, T)`` and the ``(3, B, T)`` tensor HF takes."""
+    positions = np.cumsum(np.random.default_rng(seed).integers(0, 3, (3, T)), axis=1)
+    return positions, torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy())
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_qwen3_vl_interleaved_mrope_and_qk_norm(moe):
+    # Qwen3-VL's text rotary interleaves the streams whatever mrope_interleaved says; [4, 2, 2] at D = 16
+    # puts height on frequencies 1, 4 and width on 2, 5 (HF recomposition_frequencies' slices).
+    if moe:
+        from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import Qwen3VLMoeTextModel as model_cls
+        cls, extra = transformers.Qwen3VLMoeTextConfig, dict(num_experts=2, num_experts_per_tok=1,
+                                                               moe_intermediate_size=8)
+    else:
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel as model_cls
+        cls, extra = transformers.Qwen3VLTextConfig, {}
+    cfg = _cfg(cls, **SMALL, **extra, num_hidden_layers=2, head_dim=16, attention_bias=True,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [4, 2, 2],
+                                "mrope_interleaved": True})
+    positions, pos = _three_streams(4)
+    model, seen = _run_model(model_cls, cfg, position_ids=pos)
+    _compare(cfg, model, seen, positions=positions)
+    layer = mconfig.read(cfg).layers[0]
+    assert layer.scheme.interleaved and isinstance(layer, QKNormAttention) and layer.bo is not None
+    _copy(model.layers[0].self_attn, layer)
+    layer.scheme.interleaved = False                                     # Qwen2-VL's split streams: it differs
+    x, want = seen[0]
+    assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-3
