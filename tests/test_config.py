@@ -14,6 +14,7 @@ from minipos import cli, config, vectors
 from minipos.irope import NoPETemperature
 from minipos.mla import MultiHeadLatentAttention
 from minipos.mrope import MRotary
+from minipos.prope import ProportionalRotary
 from minipos.qk_norm import QKNormAttention
 from minipos.rope_scaling import Rotary
 from minipos.seams import NoPE
@@ -152,6 +153,72 @@ def test_qwen3_vl_reads_the_moe_text_config_and_the_flag_changes_nothing():
     assert config.read(base).model_type == "qwen3_vl_moe_text"
 
 
+def test_proportional_rope_reads_as_p_rope():
+    # HF _compute_proportional_rope_parameters: k = int(0.25 * 16 // 2) = 2 of the 8 frequencies rotate,
+    # base^(-2i/16) / factor for i < 2, zero after.
+    m = config.read({**LLAMA, "head_dim": 16, "rope_parameters": {
+        "rope_type": "proportional", "rope_theta": 100.0, "partial_rotary_factor": 0.25, "factor": 2.0}})
+    scheme = m.layers[0].scheme
+    np.testing.assert_allclose(scheme.inv_freq, [0.5, 100 ** (-2 / 16) / 2, 0, 0, 0, 0, 0, 0], rtol=1e-15)
+    assert m.specs[0].position == "p-RoPE half, theta 100, 0.25 of the frequencies, factor 2"
+
+
+def test_gemma4_layers_from_the_hub_file():
+    m = config.read(_shipped("gemma-4-26b-a4b"))         # google/gemma-4-26B-A4B-it's text config
+    types = [s.layer_type for s in m.specs]
+    assert [i for i, t in enumerate(types) if t == "full_attention"] == [5, 11, 17, 23, 29]
+    kw_local, kw_global = m.specs[0].kwargs, m.specs[5].kwargs
+    assert (kw_local["num_kv_heads"], kw_local["head_dim"], kw_local["sliding_window"]) == (8, 256, 1024)
+    assert (kw_global["num_kv_heads"], kw_global["head_dim"], kw_global["sliding_window"]) == (2, 512, None)
+    small = _narrow(m)
+    local, glob = small.layers[0], small.layers[5]
+    assert local.scale == glob.scale == 1.0 and local.v_norm and local.norm_offset == 0.0
+    assert isinstance(local.scheme, Rotary) and local.scheme.base == 1e4
+    assert isinstance(glob.scheme, ProportionalRotary) and glob.scheme.partial_rotary_factor == 0.25
+    assert np.count_nonzero(glob.scheme.inv_freq) == 64                           # int(0.25 * 512 // 2)
+
+
+GEMMA4 = {**LLAMA, "model_type": "gemma4_text", "num_hidden_layers": 3, "head_dim": 8, "global_head_dim": 16,
+          "sliding_window": 4, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+          "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                              "full_attention": {"rope_type": "proportional", "rope_theta": 100.0,
+                                                 "partial_rotary_factor": 0.5}}}
+
+
+def test_gemma4_defaults_and_the_transformers_objects_per_layer_config():
+    m = config.read({**GEMMA4, "layer_types": None, "num_hidden_layers": 4, "rope_parameters": None})
+    assert [s.layer_type for s in m.specs] == ["sliding_attention"] * 3 + ["full_attention"]   # the last is full
+    assert m.specs[3].position == "p-RoPE half, theta 1e+06, 0.25 of the frequencies"           # class defaults
+    obj = {**GEMMA4, "global_head_dim": None, "per_layer_config": {"2": {"head_dim": 32, "num_key_value_heads": 1}}}
+    assert (config.read(obj).specs[2].kwargs["head_dim"], config.read(obj).specs[2].kwargs["num_kv_heads"]) == (32, 1)
+    no_kv = {**GEMMA4, "num_global_key_value_heads": 1}                           # only under attention_k_eq_v
+    assert config.read(no_kv).specs[2].kwargs["num_kv_heads"] == 2
+    assert config.read({**no_kv, "attention_k_eq_v": True}).specs[2].kwargs["num_kv_heads"] == 1
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_kv_shared_layers": 2}, ["num_kv_shared_layers", "reuse the keys and values"]),
+    ({"use_bidirectional_attention": "vision"}, ["use_bidirectional_attention", "not modelled"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                          "full_attention": None}}, ["'full_attention'", "must be a dict"]),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0,
+                                                "partial_rotary_factor": 0.5},
+                          "full_attention": {"rope_type": "default", "rope_theta": 10.0}}},
+     ["partial_rotary_factor", "ignores it"]),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default"},
+                          "full_attention": {"rope_type": "default", "rope_theta": 10.0}}}, ["rope_theta", "required"]),
+    ({"per_layer_config": {"2": {"sliding_window": 8}}}, ["per_layer_config", "sliding_window"]),
+    ({"per_layer_config": {"7": {"head_dim": 8}}}, ["per_layer_config", "below 3"]),
+    ({"global_head_dim": 0}, ["global_head_dim", "integer >= 1"]),
+])
+def test_gemma4_what_no_layer_models_is_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**GEMMA4, **change})
+    for w in words + ["gemma4_text"]:
+        assert w in str(err.value)
+
+
 def test_phi3_su_is_longrope_and_its_window_is_hf_s():
     m = _narrow(config.read(_shipped("phi-3-vision-128k-text")))
     layer = m.layers[0]
@@ -186,7 +253,10 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
 @pytest.mark.parametrize("change, words", [
     ({"model_type": "bert"}, ["'bert'", "not a family"]),
     ({"rope_parameters": {"rope_type": "su2", "rope_theta": 1.0}}, ["'su2'", "model_type 'llama'"]),
-    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0}}, ["proportional", "not support yet"]),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0, "beta_fast": 2.0}},
+     ["beta_fast", "'proportional'", "model_type 'llama'"]),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0, "partial_rotary_factor": 1.5}},
+     ["partial_rotary_factor", "[0, 1]", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1.0, "factor": 2.0, "low_freq_factor": 1.0}},
      ["low_freq_factor", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
@@ -237,7 +307,7 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
     out = capsys.readouterr().out
     assert "llama4_text: 48 decoder layers" in out and "chunks of 8192" in out
     bad = tmp_path / "c.json"
-    bad.write_text(json.dumps({**LLAMA, "rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0}}))
+    bad.write_text(json.dumps({**LLAMA, "model_type": "gemma3n"}))
     assert cli.main(["config", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not support yet" in err and "Traceback" not in err
@@ -245,14 +315,16 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
 
 # --- the q/k norm layer ---------------------------------------------------------------------------
 
-def test_qk_norm_backward_matches_finite_differences():
+@pytest.mark.parametrize("v_norm", [False, True])
+def test_qk_norm_backward_matches_finite_differences(v_norm):
     rng = np.random.default_rng(0)
-    layer = QKNormAttention(16, 4, num_kv_heads=2, scheme=Rotary(layout="half"), norm_offset=1.0, norm_eps=1e-5)
+    layer = QKNormAttention(16, 4, num_kv_heads=2, scheme=Rotary(layout="half"), norm_offset=1.0, norm_eps=1e-5,
+                            v_norm=v_norm)
     layer.q_norm, layer.k_norm = rng.uniform(-0.5, 0.5, 4), rng.uniform(-0.5, 0.5, 4)
     x, dy = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 5, 16))
     _, ctx = layer(x, causal=True, return_context=True)
     grads = layer.backward(ctx, dy)
-    for name in ("q_norm", "k_norm", "wq", "wk", "x"):
+    for name in ("q_norm", "k_norm", "wq", "wk", "wv", "x"):
         a = x if name == "x" else getattr(layer, name)
         e, h = rng.standard_normal(a.shape), 1e-6
         saved = a.copy()
@@ -272,6 +344,17 @@ def test_qk_norm_off_is_the_plain_layer():
     plain = MultiHeadAttention(16, 4, scheme=Rotary(), seed=3)
     x = np.random.default_rng(1).standard_normal((1, 6, 16))
     np.testing.assert_array_equal(layer(x, causal=True), plain(x, causal=True))
+
+
+def test_v_norm_by_hand():
+    # One head, D = 2, v = (3, 4): the weightless RMSNorm gives v / 3.5355... = (0.8485, 1.1314); one key, so
+    # the output is that value: y = v_n @ wo with wo = I.
+    layer = QKNormAttention(2, 1, norm_eps=1e-300, v_norm=True)
+    layer.wv, layer.wo = np.array([[3.0, 4.0], [0.0, 0.0]]), np.eye(2)
+    y = layer(np.array([[[1.0, 0.0]]]), causal=True)
+    np.testing.assert_allclose(y[0, 0], [3 / np.sqrt(12.5), 4 / np.sqrt(12.5)], rtol=1e-12)
+    with pytest.raises(TypeError, match="v_norm"):
+        QKNormAttention(2, 1, v_norm="yes")
 
 
 def test_qk_norm_by_hand():

@@ -18,7 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from dataclasses import replace  # noqa: E402
+
 from minipos import config as mconfig  # noqa: E402
+from minipos.rope_scaling import Rotary  # noqa: E402
 from minipos.mla import MultiHeadLatentAttention  # noqa: E402
 from minipos.qk_norm import QKNormAttention  # noqa: E402
 
@@ -331,3 +334,56 @@ def test_qwen3_vl_interleaved_mrope_and_qk_norm(moe):
     layer.scheme.interleaved = False                                     # Qwen2-VL's split streams: it differs
     x, want = seen[0]
     assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-3
+
+
+def _gemma4_model(cfg):
+    """Gemma4TextModel with its weightless value norms in float64 as well (``_run_model`` does q and k)."""
+    model = transformers.Gemma4TextModel(cfg)
+    for layer in model.layers:
+        _float64_norm(layer.self_attn.v_norm)
+    return model
+
+
+@pytest.mark.parametrize("k_eq_v", [False, True])
+def test_gemma4_sliding_rope_and_global_prope_layers(k_eq_v):
+    # Gemma4TextConfig's defaults for the RoPE: default on sliding layers, proportional (p = 0.25) on full ones;
+    # the full layers have their own head dim (global_head_dim) and, under attention_k_eq_v, their own key/value
+    # heads whose values are the keys' projection. Values get a weightless RMSNorm, the scale is 1.
+    cfg = _cfg(transformers.Gemma4TextConfig, **SMALL, num_hidden_layers=6, head_dim=8, sliding_window=4,
+               global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=k_eq_v,
+               hidden_size_per_layer_input=0, rope_parameters={
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                      "rope_theta": 10000.0}})
+    model, seen = _run_model(_gemma4_model, cfg)
+    if k_eq_v:
+        model.layers[5].self_attn.v_proj = model.layers[5].self_attn.k_proj   # wv = wk, as the reader's note says
+    assert _compare(cfg, model, seen) == {"full_attention", "sliding_attention"}
+    m = mconfig.read(cfg)
+    assert (m.layers[5].num_kv_heads, m.layers[5].head_dim) == ((1 if k_eq_v else 2), 16)
+    assert ("attention_k_eq_v" in m.describe()) is k_eq_v
+    x, want = seen[5]
+    partial = replace(m.specs[5], scheme=lambda: Rotary(layout="half", rotary_dim=8, base=10000.0)).build()
+    _copy(model.layers[5].self_attn, partial)                            # p = 0.5 read as partial rotary: differs
+    assert np.max(np.abs(partial(x, causal=True) - want)) > 1e-3
+    layer = m.layers[5]
+    _copy(model.layers[5].self_attn, layer)
+    np.testing.assert_allclose(layer(x, causal=True), want, rtol=0, atol=ATOL)
+    layer.v_norm = False                                                 # no value norm: differs
+    assert np.max(np.abs(layer(x, causal=True) - want)) > 1e-3
+
+
+@pytest.mark.parametrize("family", ["llama", "cohere2"])
+def test_proportional_rope_type_in_other_families(family):
+    # rope_type "proportional" goes through ROPE_INIT_FUNCTIONS in any family whose rotary takes it: Llama's
+    # half layout, Cohere2's interleaved one (its sliding layers); factor divides the frequencies.
+    params = {"rope_type": "proportional", "rope_theta": 1000.0, "partial_rotary_factor": 0.5, "factor": 2.0}
+    if family == "llama":
+        cfg = _cfg(transformers.LlamaConfig, **SMALL, num_hidden_layers=1, head_dim=8, rope_parameters=params)
+        model, seen = _run_model(transformers.LlamaModel, cfg)
+    else:
+        cfg = _cfg(transformers.Cohere2Config, **SMALL, num_hidden_layers=2, head_dim=8, sliding_window=4,
+                   rope_parameters=params)
+        model, seen = _run_model(transformers.Cohere2Model, cfg)
+    _compare(cfg, model, seen)
+    assert mconfig.read(cfg).specs[0].position.startswith("p-RoPE")
