@@ -36,6 +36,9 @@ llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with th
 gpt_oss                         sinks, biases, alternating sliding/full layers, YaRN
 deepseek_v3                     multi-head latent attention with decoupled RoPE (``rope_interleave``)
 qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
+glm4v_text (glm4v)              split M-RoPE (default [8, 12, 12]) on the first ``head_dim *
+                                partial_rotary_factor`` features, pairs (2i, 2i + 1); q/k/v biases
+glm4v_moe_text (glm4v_moe)      the same in the half layout, ``partial_rotary_factor`` default 0.5
 qwen3_vl_text (qwen3_vl)        interleaved M-RoPE (T H W T H W ..., ``mrope_section``, default [24, 20, 20];
                                 HF interleaves whatever ``mrope_interleaved`` says), Qwen3's q/k norm
 qwen3_vl_moe_text               the same (Qwen3-VL MoE, read through ``qwen3_vl_moe``)
@@ -49,7 +52,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (GLM-4.xV's and ERNIE-4.5-VL's M-RoPE, 2-D / axial RoPE,
+minipos does not have yet (ERNIE-4.5-VL's M-RoPE, 2-D / axial RoPE,
 DeepSeek-V3.2's indexer) raise ``ValueError`` saying "not supported yet". Docs: "What does my model
 do with positions?" (``docs/my-model.md``).
 """
@@ -80,7 +83,6 @@ ROPE_TYPES = ("default", *REGISTRY)
 
 NOT_YET = {
     "mrope_interleaved": "interleaved M-RoPE in a family whose M-RoPE is split (Qwen3-VL's is read: qwen3_vl)",
-    "glm4v": "GLM-4.xV's M-RoPE layout", "glm4v_moe": "GLM-4.xV's M-RoPE layout",
     "ernie4_5_vl_moe": "ERNIE-4.5-VL's M-RoPE layout",
     "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout", "pixtral": "2-D / axial RoPE (Pixtral's vision encoder)",
     "deepseek_v32": "DeepSeek-V3.2's indexer RoPE", "gemma3n": "Gemma 3n's position machinery",
@@ -499,6 +501,39 @@ def _qwen3_vl(c):
                     position=position) for s in specs]
 
 
+def _glm4v(c, *, moe: bool = False):
+    """GLM-4.1V / GLM-4.5V text decoders: split M-RoPE (HF ``recomposition_frequencies``, default section
+    [8, 12, 12]) on the first ``int(head_dim * partial_rotary_factor)`` features, q/k/v biases, none on the
+    output. The dense model pairs features (2i, 2i + 1) (``repeat_interleave(2)`` and ``rotate_half_llm``) and
+    takes its head dim from ``hidden_size // num_attention_heads``; the MoE model pairs (i, i + R/2)
+    (``rotate_half``), takes ``head_dim`` and defaults ``partial_rotary_factor`` to 0.5. A dense config
+    whose ``head_dim`` differs from the quotient is read with its ``head_dim``, and a note says so."""
+    if moe and not c.has("partial_rotary_factor"):
+        c = _Config({**c.data, "partial_rotary_factor": 0.5}, c.model_type, c.defaults)   # Glm4vMoeTextConfig
+    sizes, notes = _sizes(c), ()
+    if not moe and sizes["head_dim"] * sizes["num_heads"] != sizes["d_model"]:   # a narrowed copy (golden vectors)
+        notes = (f"head_dim {sizes['head_dim']} as the config says; HF's Glm4vTextAttention would take "
+                 f"hidden_size // num_attention_heads = {sizes['d_model'] // sizes['num_heads']}",)
+    params = rope_parameters(c)
+    extra = set(params) - {"rope_type", "rope_theta", "mrope_section", "partial_rotary_factor"}
+    if params["rope_type"] != "default" or extra:
+        raise c.error(f"GLM-4V's M-RoPE with rope_type {params['rope_type']!r} and rope_parameters {sorted(extra)}: "
+                      "minipos' MRotary takes mrope_section, partial_rotary_factor and rope_theta only")
+    section, theta = list(params.get("mrope_section") or [8, 12, 12]), params["rope_theta"]   # HF's default
+    R = int(sizes["head_dim"] * params.get("partial_rotary_factor", 1.0))                    # HF: int(head_dim * p)
+    layout = "half" if moe else "interleaved"
+    kw = {"mrope_section": section, "base": theta, "rotary_dim": R, "layout": layout}
+    try:
+        MultiHeadAttention(scheme=MRotary(**kw), **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"rope_parameters (mrope_section, partial_rotary_factor): {err}") from None
+    bias = "qkv" if not moe or c.flag("attention_bias", True) else "none"
+    specs = _dense(c, bias=bias, window="none")
+    position = (f"M-RoPE {layout}, theta {theta:g}, sections {section} (t, h, w) on the first {R} of "
+                f"{sizes['head_dim']} features; positions (3, T)")
+    return [replace(s, scheme=lambda: MRotary(**kw), position=position, notes=s.notes + notes) for s in specs]
+
+
 def _wrap(c: _Config, build):
     """``build()`` with its ValueError/TypeError prefixed by the model type (from minipos' own readers)."""
     try:
@@ -722,6 +757,10 @@ FAMILIES = {
     "gemma4_text": Family(_gemma4, {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                                     "global_head_dim": 512, "sliding_window": 512, "rms_norm_eps": 1e-6,
                                     "max_position_embeddings": 131072}),
+    "glm4v_text": Family(_glm4v, {"rope_theta": 10000.0, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+                                  "max_position_embeddings": 32768}),
+    "glm4v_moe_text": Family(lambda c: _glm4v(c, moe=True), {"rope_theta": 10000.0, "num_key_value_heads": 8,
+                                                             "max_position_embeddings": 65536}),
     "qwen3_vl_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
     "qwen3_vl_moe_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000}),
 }
@@ -729,7 +768,8 @@ FAMILIES = {
 through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)."""
 
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
-TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text"})
+TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text",
+                "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
 
 
 # --------------------------------------------------------------------------- read

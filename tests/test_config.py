@@ -126,7 +126,7 @@ def test_qwen3_vl_interleaves_the_three_streams():
 
 
 QWEN3_VL = {**LLAMA, "model_type": "qwen3_vl_text", "head_dim": 16,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [4, 2, 2]}}
+            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [2, 1, 1]}}
 
 
 @pytest.mark.parametrize("params, words", [
@@ -216,6 +216,40 @@ def test_gemma4_what_no_layer_models_is_named(change, words):
     with pytest.raises(ValueError) as err:
         config.read({**GEMMA4, **change})
     for w in words + ["gemma4_text"]:
+        assert w in str(err.value)
+
+
+def test_glm4v_split_mrope_on_half_the_head_in_neighbour_pairs():
+    m = config.read(_shipped("glm-4.1v-9b"))             # GLM-4.1V-9B-Thinking: partial_rotary_factor 0.5
+    layer = _narrow(m).layers[0]
+    assert isinstance(layer.scheme, MRotary) and not layer.scheme.interleaved
+    assert (layer.scheme.rotary_dim, layer.scheme.layout, layer.scheme.mrope_section) == (64, "interleaved", [8, 12, 12])
+    assert layer.bq is not None and layer.bo is None                              # q/k/v biases, none on o_proj
+    assert "would take hidden_size // num_attention_heads = 8" in _narrow(m).describe(width=300)  # the narrowed copy
+    assert "would take" not in m.describe(width=300)
+
+
+GLM4V = {**LLAMA, "model_type": "glm4v_text", "num_attention_heads": 2, "partial_rotary_factor": 0.5,
+         "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [2, 1, 1]}}
+
+
+def test_glm4v_moe_defaults_to_half_rotary_in_the_half_layout():
+    # Glm4vMoeTextConfig: kwargs.setdefault("partial_rotary_factor", 0.5); rotate_half, not rotate_half_llm.
+    cfg = {**GLM4V, "model_type": "glm4v_moe_text", "partial_rotary_factor": None, "attention_bias": False}
+    layer = config.read(cfg).layers[0]
+    assert (layer.scheme.rotary_dim, layer.scheme.layout) == (8, "half") and layer.bq is None
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1.0}}, ["'linear'", "MRotary"]),
+    ({"partial_rotary_factor": 1.0}, ["mrope_section", "rotary_dim/2 = 8"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1.0}}, ["mrope_section", "[8, 12, 12]"]),
+    ({"partial_rotary_factor": 0.35}, ["rotary_dim", "even"]),                    # int(16 * 0.35) = 5
+])
+def test_glm4v_bad_rope_parameters_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**GLM4V, **change})
+    for w in words + ["glm4v_text"]:
         assert w in str(err.value)
 
 

@@ -387,3 +387,28 @@ def test_proportional_rope_type_in_other_families(family):
         model, seen = _run_model(transformers.Cohere2Model, cfg)
     _compare(cfg, model, seen)
     assert mconfig.read(cfg).specs[0].position.startswith("p-RoPE")
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_glm4v_split_mrope_on_partial_rotary(moe):
+    # GLM-4V's text rotary: split sections over the first R = int(16 * 0.5) = 8 features of each head, [2, 1, 1]
+    # counting its R/2 = 4 frequencies; the dense model pairs (2i, 2i + 1), the MoE model (i, i + 4).
+    params = {"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}
+    if moe:
+        from transformers.models.glm4v_moe.modeling_glm4v_moe import Glm4vMoeTextModel as model_cls
+        cfg = _cfg(transformers.Glm4vMoeTextConfig, **{**SMALL, "num_attention_heads": 2}, num_hidden_layers=2,
+                   head_dim=16, first_k_dense_replace=1, n_routed_experts=2, num_experts_per_tok=1,
+                   moe_intermediate_size=8, rope_parameters=params)
+    else:
+        from transformers.models.glm4v.modeling_glm4v import Glm4vTextModel as model_cls
+        cfg = _cfg(transformers.Glm4vTextConfig, **{**SMALL, "num_attention_heads": 2}, num_hidden_layers=2,
+                   rope_parameters=params)
+    positions, pos = _three_streams(5)
+    model, seen = _run_model(model_cls, cfg, position_ids=pos)
+    _compare(cfg, model, seen, positions=positions)
+    layer = mconfig.read(cfg).layers[0]
+    assert (layer.scheme.rotary_dim, layer.scheme.layout) == (8, "half" if moe else "interleaved")
+    _copy(model.layers[0].self_attn, layer)
+    layer.scheme.layout = "interleaved" if moe else "half"               # the other pairing: it differs
+    x, want = seen[0]
+    assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-3
