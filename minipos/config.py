@@ -30,6 +30,8 @@ gemma4_text (gemma4)            sliding layers: window, ``rope_parameters["slidi
                                 projection; q/k norm (weight w), weightless value norm, scale 1;
                                 ``num_kv_shared_layers`` > 0 (Gemma 4 E2B, E4B) is refused
 cohere2                         sliding layers: interleaved RoPE and a window; full layers: NoPE
+exaone4                         sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE
+                                without ``sliding_window``); per-head q/k RMSNorm
 smollm3                         NoPE every ``no_rope_layers[i] == 0`` layer, RoPE elsewhere
 llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with the L2 q/k norm) and
                                 NoPE layers with the attention temperature
@@ -636,6 +638,31 @@ def _gemma4(c):
     return specs
 
 
+def _exaone4(c):
+    """EXAONE 4: per-head q/k RMSNorm (weight w) on every layer; with a ``sliding_window``, the sliding layers
+    rotate (half layout) and see the window and the full layers are NoPE; without one, every layer rotates
+    (HF ``Exaone4Attention``: ``if self.sliding_window is None or self.is_sliding``)."""
+    windowed = c.has("sliding_window") or ("sliding_window" not in c.data and "sliding_window" in c.defaults)
+    pattern = c.get("sliding_window_pattern", 4)
+    if c.data.get("layer_types") is None and windowed and (isinstance(pattern, bool) or not isinstance(pattern, int)
+                                                          or pattern < 1):
+        raise c.error(f"config['sliding_window_pattern'] = {pattern!r}: without layer_types, Exaone4Config builds "
+                      "them from an integer pattern >= 1 (every pattern-th layer full)")
+    types = _layer_types(c, lambda i: "sliding_attention" if windowed and (i + 1) % pattern else "full_attention")
+    sizes, specs = _sizes(c), []
+    norm = {"norm_eps": float(c.get("rms_norm_eps", 1e-5))}
+    for i, kind in enumerate(types):
+        kwargs = {**sizes, **norm, "sliding_window": _window(c, kind) if windowed else None}
+        if kind == "sliding_attention" or not windowed:
+            params = rope_parameters(c)
+            scheme, position = _rotary(c, params, "half"), _describe_rope(params, "half")
+        else:
+            scheme, position = NoPE, "NoPE (no rotation)"
+        specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, scheme, position, (),
+                               ("q/k RMSNorm per head (q_norm, k_norm)",)))
+    return specs
+
+
 def _cohere2(c):
     pattern = c.int("sliding_window_pattern") or 4
     types = _layer_types(c, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention")
@@ -761,6 +788,8 @@ FAMILIES = {
                                   "max_position_embeddings": 32768}),
     "glm4v_moe_text": Family(lambda c: _glm4v(c, moe=True), {"rope_theta": 10000.0, "num_key_value_heads": 8,
                                                              "max_position_embeddings": 65536}),
+    "exaone4": Family(_exaone4, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "sliding_window": 4096,
+                                 "rms_norm_eps": 1e-5}),
     "qwen3_vl_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
     "qwen3_vl_moe_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000}),
 }

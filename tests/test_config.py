@@ -253,6 +253,17 @@ def test_glm4v_bad_rope_parameters_are_named(change, words):
         assert w in str(err.value)
 
 
+def test_exaone4_pattern_and_its_bad_values():
+    # Exaone4Config: "sliding_attention" if (i + 1) % sliding_window_pattern != 0; full layers are NoPE.
+    m = config.read({**LLAMA, "model_type": "exaone4", "num_hidden_layers": 4, "sliding_window": 8})
+    assert [type(s.scheme()) for s in m.specs] == [Rotary, Rotary, Rotary, NoPE]
+    assert m.specs[0].kwargs["sliding_window"] == 8 and m.specs[3].kwargs["sliding_window"] is None
+    with pytest.raises(ValueError, match="sliding_window_pattern.*'LLLG'.*exaone4"):
+        config.read({**LLAMA, "model_type": "exaone4", "sliding_window_pattern": "LLLG"})
+    with pytest.raises(ValueError, match="layer_types.*'chunked_attention'"):
+        config.read({**LLAMA, "model_type": "exaone4", "layer_types": ["chunked_attention"] * 2})
+
+
 def test_phi3_su_is_longrope_and_its_window_is_hf_s():
     m = _narrow(config.read(_shipped("phi-3-vision-128k-text")))
     layer = m.layers[0]

@@ -412,3 +412,16 @@ def test_glm4v_split_mrope_on_partial_rotary(moe):
     layer.scheme.layout = "interleaved" if moe else "half"               # the other pairing: it differs
     x, want = seen[0]
     assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-3
+
+
+@pytest.mark.parametrize("window", [4, None])
+def test_exaone4_sliding_rope_and_global_nope(window):
+    # Exaone4Attention rotates when sliding_window is None or the layer slides: pattern 2 makes layers 1, 3 full
+    # (NoPE) when there is a window; without one every layer rotates over the whole context.
+    kw = {"layer_types": ["full_attention"] * 4} if window is None else {"sliding_window_pattern": 2}
+    cfg = _cfg(transformers.Exaone4Config, **SMALL, num_hidden_layers=4, head_dim=8, sliding_window=window, **kw,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model, seen = _run_model(transformers.Exaone4Model, cfg)
+    _compare(cfg, model, seen)
+    positions = [s.position.split()[0] for s in mconfig.read(cfg).specs]
+    assert positions == (["RoPE", "NoPE"] * 2 if window else ["RoPE"] * 4)
