@@ -258,7 +258,7 @@ def test_exaone4_pattern_and_its_bad_values():
     m = config.read({**LLAMA, "model_type": "exaone4", "num_hidden_layers": 4, "sliding_window": 8})
     assert [type(s.scheme()) for s in m.specs] == [Rotary, Rotary, Rotary, NoPE]
     assert m.specs[0].kwargs["sliding_window"] == 8 and m.specs[3].kwargs["sliding_window"] is None
-    with pytest.raises(ValueError, match="sliding_window_pattern.*'LLLG'.*exaone4"):
+    with pytest.raises(ValueError, match="exaone4.*sliding_window_pattern.*'LLLG'"):
         config.read({**LLAMA, "model_type": "exaone4", "sliding_window_pattern": "LLLG"})
     with pytest.raises(ValueError, match="layer_types.*'chunked_attention'"):
         config.read({**LLAMA, "model_type": "exaone4", "layer_types": ["chunked_attention"] * 2})
