@@ -531,7 +531,8 @@ def _glm4v(c, *, moe: bool = False):
         raise c.error(f"rope_parameters (mrope_section, partial_rotary_factor): {err}") from None
     bias = "qkv" if not moe or c.flag("attention_bias", True) else "none"
     specs = _dense(c, bias=bias, window="none")
-    position = (f"M-RoPE {layout}, theta {theta:g}, sections {section} (t, h, w) on the first {R} of "
+    pairs = "half" if moe else "interleaved pairs (2i, 2i+1)"                # the feature pairing, not the streams
+    position = (f"M-RoPE {pairs}, theta {theta:g}, split sections {section} (t, h, w) on the first {R} of "
                 f"{sizes['head_dim']} features; positions (3, T)")
     return [replace(s, scheme=lambda: MRotary(**kw), position=position, notes=s.notes + notes) for s in specs]
 

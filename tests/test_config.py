@@ -126,7 +126,7 @@ def test_qwen3_vl_interleaves_the_three_streams():
 
 
 QWEN3_VL = {**LLAMA, "model_type": "qwen3_vl_text", "head_dim": 16,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [2, 1, 1]}}
+            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [4, 2, 2]}}
 
 
 @pytest.mark.parametrize("params, words", [
@@ -225,8 +225,8 @@ def test_glm4v_split_mrope_on_half_the_head_in_neighbour_pairs():
     assert isinstance(layer.scheme, MRotary) and not layer.scheme.interleaved
     assert (layer.scheme.rotary_dim, layer.scheme.layout, layer.scheme.mrope_section) == (64, "interleaved", [8, 12, 12])
     assert layer.bq is not None and layer.bo is None                              # q/k/v biases, none on o_proj
-    assert "would take hidden_size // num_attention_heads = 8" in _narrow(m).describe(width=300)  # the narrowed copy
-    assert "would take" not in m.describe(width=300)
+    assert "HF's Glm4vTextAttention would" in _narrow(m).describe(width=300)      # the narrowed copy: 128 != 16 / 2
+    assert "Glm4vTextAttention" not in m.describe(width=300)
 
 
 GLM4V = {**LLAMA, "model_type": "glm4v_text", "num_attention_heads": 2, "partial_rotary_factor": 0.5,

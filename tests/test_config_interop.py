@@ -284,7 +284,7 @@ def test_qwen2_vl_mrope_sections():
 
 
 SHIPPED = ["cohere2", "deepseek-v3", "gemma-3-4b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "mistral-7b-v0.1",
-           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b"]
+           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b", "qwen3-vl-4b", "gemma-4-26b-a4b", "glm-4.1v-9b"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
