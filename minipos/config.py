@@ -24,24 +24,37 @@ qwen2, qwen3                    the same, q/k/v biases (Qwen2), per-head q/k RMS
 gemma3_text (gemma3)            local layers: window and ``rope_parameters["sliding_attention"]``;
                                 global: ``rope_parameters["full_attention"]``; scale
                                 ``query_pre_attn_scalar ** -0.5``; q/k norm with Gemma's ``1 + w``
+gemma4_text (gemma4)            sliding layers: window, ``rope_parameters["sliding_attention"]``; full layers:
+                                p-RoPE (``"proportional"``), ``global_head_dim``, and under
+                                ``attention_k_eq_v`` ``num_global_key_value_heads`` and values = keys'
+                                projection; q/k norm (weight w), weightless value norm, scale 1;
+                                ``num_kv_shared_layers`` > 0 (Gemma 4 E2B, E4B) is refused
 cohere2                         sliding layers: interleaved RoPE and a window; full layers: NoPE
+exaone4                         sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE
+                                without ``sliding_window``); per-head q/k RMSNorm
 smollm3                         NoPE every ``no_rope_layers[i] == 0`` layer, RoPE elsewhere
 llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with the L2 q/k norm) and
                                 NoPE layers with the attention temperature
 gpt_oss                         sinks, biases, alternating sliding/full layers, YaRN
 deepseek_v3                     multi-head latent attention with decoupled RoPE (``rope_interleave``)
 qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
+glm4v_text (glm4v)              split M-RoPE (default [8, 12, 12]) on the first ``head_dim *
+                                partial_rotary_factor`` features, pairs (2i, 2i + 1); q/k/v biases
+glm4v_moe_text (glm4v_moe)      the same in the half layout, ``partial_rotary_factor`` default 0.5
+qwen3_vl_text (qwen3_vl)        interleaved M-RoPE (T H W T H W ..., ``mrope_section``, default [24, 20, 20];
+                                HF interleaves whatever ``mrope_interleaved`` says), Qwen3's q/k norm
+qwen3_vl_moe_text               the same (Qwen3-VL MoE, read through ``qwen3_vl_moe``)
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
-``dynamic``, ``yarn``, ``llama3``, ``longrope``), from transformers 5's ``rope_parameters`` (flat,
+``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``), from transformers 5's ``rope_parameters`` (flat,
 or nested per layer type) or transformers 4's ``rope_theta`` + ``rope_scaling``. The sliding window
 is the model's own: HF's rule, the query at ``i`` sees keys ``i - W < j <= i`` (W keys, its own
 included). Keys the config leaves out take the defaults of the family's transformers config class.
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (``rope_type`` ``"proportional"``, interleaved M-RoPE, 2-D / axial RoPE,
+minipos does not have yet (ERNIE-4.5-VL's M-RoPE, 2-D / axial RoPE,
 DeepSeek-V3.2's indexer) raise ``ValueError`` saying "not supported yet". Docs: "What does my model
 do with positions?" (``docs/my-model.md``).
 """
@@ -51,7 +64,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import safe_io, terminal
@@ -60,6 +73,7 @@ from .layer import MultiHeadAttention
 from .local_global import gemma3_attention, gemma3_layer_types, gemma3_rope_parameters
 from .mla import DecoupledRotary, MultiHeadLatentAttention
 from .mrope import MRotary
+from .prope import ProportionalRotary
 from .qk_norm import QKNormAttention
 from .rope_scaling import REGISTRY, Rotary
 from .seams import NoPE
@@ -70,10 +84,8 @@ ROPE_TYPES = ("default", *REGISTRY)
 """The ``rope_type`` values the reader builds (``ntk`` is minipos's name for static NTK; HF has none)."""
 
 NOT_YET = {
-    "proportional": "proportional RoPE (p-RoPE: only a fraction of the frequencies rotate)",
-    "mrope_interleaved": "interleaved M-RoPE (Qwen3-VL and later)",
-    "qwen3_vl": "interleaved M-RoPE (Qwen3-VL and later)", "qwen3_vl_moe": "interleaved M-RoPE (Qwen3-VL MoE)",
-    "glm4v": "GLM-4.xV's M-RoPE layout", "glm4v_moe": "GLM-4.xV's M-RoPE layout",
+    "mrope_interleaved": "interleaved M-RoPE in a family whose M-RoPE is split (Qwen3-VL's is read: qwen3_vl)",
+    "ernie4_5_vl_moe": "ERNIE-4.5-VL's M-RoPE layout",
     "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout", "pixtral": "2-D / axial RoPE (Pixtral's vision encoder)",
     "deepseek_v32": "DeepSeek-V3.2's indexer RoPE", "gemma3n": "Gemma 3n's position machinery",
     "llama_4_scaling_beta": "the position-dependent query scale of llama_4_scaling_beta (Ministral 3)",
@@ -250,8 +262,7 @@ def _rope_type(c: _Config, params: dict) -> str:
             raise c.error(f"config['rope_parameters'][{key!r}] asks for {NOT_YET[key]}, which minipos does "
                           "not support yet")
     if kind == "proportional":
-        raise c.error("config['rope_parameters']['rope_type'] = 'proportional' asks for "
-                      f"{NOT_YET['proportional']}, which minipos does not support yet")
+        return kind                                   # p-RoPE (minipos.prope); its keys are checked by _prope
     if kind not in ROPE_TYPES:
         raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r} is not a RoPE type minipos knows "
                       f"({', '.join(ROPE_TYPES)})")
@@ -296,8 +307,27 @@ def rope_parameters(c: _Config, layer_type: str | None = None) -> dict:
     return {"rope_type": kind, **params}
 
 
+def _prope(c: _Config, params: dict, layout: str) -> Callable:
+    """A function making the ``ProportionalRotary`` of ``rope_type: "proportional"`` (HF
+    ``_compute_proportional_rope_parameters``: ``rope_theta``, ``partial_rotary_factor`` default 1,
+    ``factor`` default 1); a key it does not take raises ``ValueError`` naming it."""
+    extra = set(params) - {"rope_type", "rope_theta", "partial_rotary_factor", "factor"}
+    if extra:
+        raise c.error(f"config['rope_parameters'] of rope_type 'proportional' holds {sorted(extra)}; it takes "
+                      "rope_theta, partial_rotary_factor and factor")
+    kw = {"base": params["rope_theta"], "partial_rotary_factor": params.get("partial_rotary_factor", 1.0),
+          "factor": params.get("factor", 1.0), "layout": layout}
+    try:
+        ProportionalRotary(**kw)
+    except (ValueError, TypeError) as err:
+        raise c.error(f"config['rope_parameters']: {err}") from None
+    return lambda: ProportionalRotary(**kw)
+
+
 def _rotary(c: _Config, params: dict, layout: str) -> Callable:
     """A function making the ``Rotary`` of ``params``; built once now, so a bad key raises here."""
+    if params["rope_type"] == "proportional":
+        return _prope(c, params, layout)
     params = {k: v for k, v in params.items() if k != "mrope_section"}
     try:
         Rotary(layout=layout, scaling=dict(params))
@@ -308,6 +338,9 @@ def _rotary(c: _Config, params: dict, layout: str) -> Callable:
 
 def _describe_rope(params: dict, layout: str) -> str:
     kind, theta = params["rope_type"], params["rope_theta"]
+    if kind == "proportional":                                            # the fraction of frequencies that rotate
+        text = f"p-RoPE {layout}, theta {theta:g}, {params.get('partial_rotary_factor', 1.0):g} of the frequencies"
+        return text + (f", factor {params['factor']:g}" if params.get("factor", 1.0) != 1.0 else "")
     text = f"RoPE {layout}, theta {theta:g}"
     if kind != "default":
         extra = {k: v for k, v in params.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
@@ -436,6 +469,74 @@ def _qwen2_vl(c):
     return _dense(c, bias="qkv", window="types", mrope=True)
 
 
+def _without_mrope_flag(c: _Config) -> _Config:
+    """``c`` with ``mrope_interleaved`` taken out of its RoPE parameters (``rope_parameters`` or, in a
+    transformers 4 file, ``rope_scaling``): for the families whose HF rotary always interleaves, the
+    flag changes nothing (HF ``Qwen3VLTextRotaryEmbedding`` never reads it)."""
+    data = dict(c.data)
+    for key in ("rope_parameters", "rope_scaling"):
+        if isinstance(data.get(key), dict):
+            data[key] = {k: v for k, v in data[key].items() if k != "mrope_interleaved"}
+    return _Config(data, c.model_type, c.defaults)
+
+
+def _qwen3_vl(c):
+    """Qwen3-VL and Qwen3-VL-MoE text decoders: Qwen3's layer (per-head q/k RMSNorm, ``attention_bias`` on
+    all four projections, no window) with interleaved M-RoPE, HF's default section [24, 20, 20]."""
+    c = _without_mrope_flag(c)
+    params = rope_parameters(c)
+    extra = set(params) - {"rope_type", "rope_theta", "mrope_section"}
+    if params["rope_type"] != "default" or extra:
+        raise c.error(f"interleaved M-RoPE with rope_type {params['rope_type']!r} and rope_parameters "
+                      f"{sorted(extra)}: minipos' MRotary takes mrope_section and rope_theta only")
+    section, theta = list(params.get("mrope_section") or [24, 20, 20]), params["rope_theta"]   # HF's default
+    sizes = _sizes(c)
+    try:
+        MultiHeadAttention(scheme=MRotary(mrope_section=section, base=theta, interleaved=True),
+                           **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"rope_parameters['mrope_section']: {err}") from None
+    specs = _dense(c, bias="attention_bias", window="none", qk_norm=True)
+    position = (f"M-RoPE half, interleaved (T H W T H W ...), theta {theta:g}, sections {section} (t, h, w); "
+                "positions (3, T)")
+    return [replace(s, scheme=lambda: MRotary(mrope_section=section, base=theta, interleaved=True),
+                    position=position) for s in specs]
+
+
+def _glm4v(c, *, moe: bool = False):
+    """GLM-4.1V / GLM-4.5V text decoders: split M-RoPE (HF ``recomposition_frequencies``, default section
+    [8, 12, 12]) on the first ``int(head_dim * partial_rotary_factor)`` features, q/k/v biases, none on the
+    output. The dense model pairs features (2i, 2i + 1) (``repeat_interleave(2)`` and ``rotate_half_llm``) and
+    takes its head dim from ``hidden_size // num_attention_heads``; the MoE model pairs (i, i + R/2)
+    (``rotate_half``), takes ``head_dim`` and defaults ``partial_rotary_factor`` to 0.5. A dense config
+    whose ``head_dim`` differs from the quotient is read with its ``head_dim``, and a note says so."""
+    if moe and not c.has("partial_rotary_factor"):
+        c = _Config({**c.data, "partial_rotary_factor": 0.5}, c.model_type, c.defaults)   # Glm4vMoeTextConfig
+    sizes, notes = _sizes(c), ()
+    if not moe and sizes["head_dim"] * sizes["num_heads"] != sizes["d_model"]:   # a narrowed copy (golden vectors)
+        notes = (f"head_dim {sizes['head_dim']} as the config says; HF's Glm4vTextAttention would take "
+                 f"hidden_size // num_attention_heads = {sizes['d_model'] // sizes['num_heads']}",)
+    params = rope_parameters(c)
+    extra = set(params) - {"rope_type", "rope_theta", "mrope_section", "partial_rotary_factor"}
+    if params["rope_type"] != "default" or extra:
+        raise c.error(f"GLM-4V's M-RoPE with rope_type {params['rope_type']!r} and rope_parameters {sorted(extra)}: "
+                      "minipos' MRotary takes mrope_section, partial_rotary_factor and rope_theta only")
+    section, theta = list(params.get("mrope_section") or [8, 12, 12]), params["rope_theta"]   # HF's default
+    R = int(sizes["head_dim"] * params.get("partial_rotary_factor", 1.0))                    # HF: int(head_dim * p)
+    layout = "half" if moe else "interleaved"
+    kw = {"mrope_section": section, "base": theta, "rotary_dim": R, "layout": layout}
+    try:
+        MultiHeadAttention(scheme=MRotary(**kw), **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"rope_parameters (mrope_section, partial_rotary_factor): {err}") from None
+    bias = "qkv" if not moe or c.flag("attention_bias", True) else "none"
+    specs = _dense(c, bias=bias, window="none")
+    pairs = "half" if moe else "interleaved pairs (2i, 2i+1)"                # the feature pairing, not the streams
+    position = (f"M-RoPE {pairs}, theta {theta:g}, split sections {section} (t, h, w) on the first {R} of "
+                f"{sizes['head_dim']} features; positions (3, T)")
+    return [replace(s, scheme=lambda: MRotary(**kw), position=position, notes=s.notes + notes) for s in specs]
+
+
 def _wrap(c: _Config, build):
     """``build()`` with its ValueError/TypeError prefixed by the model type (from minipos' own readers)."""
     try:
@@ -461,6 +562,105 @@ def _gemma3(c):
         kwargs = {**kwargs, "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "norm_offset": 1.0}
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, _rotary(c, params, "half"),
                                _describe_rope(params, "half"), (), ("q/k RMSNorm per head, weight 1 + w",)))
+    return specs
+
+
+def _gemma4_layer_types(c: _Config) -> list:
+    """Gemma4TextConfig's ``layer_types``: given, or five sliding layers per full one; the last is full."""
+    types = _layer_types(c, lambda i: "sliding_attention" if (i + 1) % 6 else "full_attention")
+    return types[:-1] + ["full_attention"]                          # HF forces it (with a warning)
+
+
+def _gemma4_sizes(c: _Config, types: list) -> list:
+    """Each layer's ``(num_kv_heads, head_dim)``: the full layers take ``per_layer_config`` (a transformers
+    object's ``to_dict()``) or ``global_head_dim`` and, under ``attention_k_eq_v``, ``num_global_key_value_heads``
+    (a hub config.json), as ``Gemma4TextConfig.__post_init__`` builds them."""
+    kv, head_dim = c.int("num_key_value_heads"), c.int("head_dim")
+    full = (c.int("num_global_key_value_heads") if c.flag("attention_k_eq_v", False) else None) or kv, \
+        c.int("global_head_dim")
+    sizes = [full if t == "full_attention" else (kv, head_dim) for t in types]
+    per_layer = c.data.get("per_layer_config")
+    if per_layer is None:
+        return sizes
+    if not isinstance(per_layer, dict):
+        raise c.error("config['per_layer_config'] must map layer indices to settings")
+    sizes = [(kv, head_dim)] * len(types)
+    for key, override in per_layer.items():
+        i = int(key) if str(key).isdigit() else -1
+        if not 0 <= i < len(types) or not isinstance(override, dict):
+            raise c.error(f"config['per_layer_config'][{key!r}] must be a layer index below {len(types)} "
+                          "holding a dict of settings")
+        unknown = set(override) - {"head_dim", "num_key_value_heads"}
+        if unknown:
+            raise c.error(f"config['per_layer_config'][{key!r}] sets {sorted(unknown)}; the reader takes head_dim "
+                          "and num_key_value_heads only")
+        layer = _Config({**c.data, **override}, c.model_type, c.defaults)
+        sizes[i] = (layer.int("num_key_value_heads"), layer.int("head_dim"))
+    return sizes
+
+
+def _gemma4(c):
+    """Gemma 4's text decoder: sliding layers (window, RoPE) and full layers (p-RoPE by default, their own
+    head dim and key/value heads, keys as values under ``attention_k_eq_v``); q/k RMSNorm with the weight
+    itself, a weightless RMSNorm of the values, the scale 1 (HF ``Gemma4TextAttention``)."""
+    _refuse(c, ("use_bidirectional_attention",))
+    if c.get("num_kv_shared_layers", 0):
+        raise c.error(f"config['num_kv_shared_layers'] = {c.data['num_kv_shared_layers']!r}: those last layers reuse "
+                      "the keys and values of earlier layers, which minipos' attention layers do not model")
+    found = c.get("rope_parameters") or {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
+    if not isinstance(found, dict) or not set(found) & set(LAYER_TYPES):
+        raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
+                      "'full_attention'), as Gemma4TextConfig's")
+    nested = {k: v for k, v in found.items() if k in LAYER_TYPES}       # hub files may add null top-level keys
+    c = _Config({**c.data, "rope_parameters": nested}, c.model_type, c.defaults)
+    types = _gemma4_layer_types(c)
+    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads")
+    k_eq_v, specs = c.flag("attention_k_eq_v", False), []
+    for i, (kind, (kv, head_dim)) in enumerate(zip(types, _gemma4_sizes(c, types))):
+        if not isinstance(nested.get(kind), dict):
+            raise c.error(f"config['rope_parameters'][{kind!r}] must be a dict of RoPE parameters, got "
+                          f"{nested.get(kind)!r}")
+        theta = {"rope_theta": nested[kind].get("rope_theta")}              # each layer type has its own
+        params = rope_parameters(_Config({**c.data, **theta}, c.model_type, c.defaults), kind)
+        if params["rope_type"] == "default" and "partial_rotary_factor" in params:
+            raise c.error(f"config['rope_parameters'][{kind!r}]['partial_rotary_factor'] under rope_type 'default': "
+                          "Gemma 4's default RoPE ignores it (it rotates the whole head); drop it or use "
+                          "rope_type 'proportional'")
+        kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
+                  "bias": c.flag("attention_bias", False), "sliding_window": _window(c, kind), "scale": 1.0,
+                  "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
+        notes = ["q/k RMSNorm per head (weight w), values RMSNorm without weight"]
+        if k_eq_v and kind == "full_attention":
+            notes.append("attention_k_eq_v: the values are the key projection (set wv = wk, bv = bk)")
+        specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, _rotary(c, params, "half"),
+                               _describe_rope(params, "half"), (), tuple(notes)))
+    return specs
+
+
+def _exaone4(c):
+    """EXAONE 4: per-head q/k RMSNorm (weight w) on every layer; with a ``sliding_window``, the sliding layers
+    rotate (half layout) and see the window and the full layers are NoPE; without one, every layer rotates
+    (HF ``Exaone4Attention``: ``if self.sliding_window is None or self.is_sliding``)."""
+    windowed = c.has("sliding_window") or ("sliding_window" not in c.data and "sliding_window" in c.defaults)
+    pattern = c.get("sliding_window_pattern", 4)
+    if c.data.get("layer_types") is None and windowed and (isinstance(pattern, bool) or not isinstance(pattern, int)
+                                                          or pattern < 1):
+        raise c.error(f"config['sliding_window_pattern'] = {pattern!r}: without layer_types, Exaone4Config builds "
+                      "them from an integer pattern >= 1 (every pattern-th layer full)")
+    types = _layer_types(c, lambda i: "sliding_attention" if windowed and (i + 1) % pattern else "full_attention")
+    sizes, specs = _sizes(c), []
+    norm = {"norm_eps": float(c.get("rms_norm_eps", 1e-5))}
+    for i, kind in enumerate(types):
+        kwargs = {**sizes, **norm, "sliding_window": _window(c, kind) if windowed else None}
+        if kind == "sliding_attention" or not windowed:
+            params = rope_parameters(c)
+            scheme, position = _rotary(c, params, "half"), _describe_rope(params, "half")
+        else:
+            scheme, position = NoPE, "NoPE (no rotation)"
+        specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, scheme, position, (),
+                               ("q/k RMSNorm per head (q_norm, k_norm)",)))
     return specs
 
 
@@ -582,11 +782,24 @@ FAMILIES = {
     "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
     "qwen2_vl_text": Family(_qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
                                         "max_window_layers": 80}),
+    "gemma4_text": Family(_gemma4, {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                                    "global_head_dim": 512, "sliding_window": 512, "rms_norm_eps": 1e-6,
+                                    "max_position_embeddings": 131072}),
+    "glm4v_text": Family(_glm4v, {"rope_theta": 10000.0, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+                                  "max_position_embeddings": 32768}),
+    "glm4v_moe_text": Family(lambda c: _glm4v(c, moe=True), {"rope_theta": 10000.0, "num_key_value_heads": 8,
+                                                             "max_position_embeddings": 65536}),
+    "exaone4": Family(_exaone4, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "sliding_window": 4096,
+                                 "rms_norm_eps": 1e-5}),
+    "qwen3_vl_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
+    "qwen3_vl_moe_text": Family(_qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000}),
 }
 """``model_type`` -> ``Family``. A multimodal config (``gemma3``, ``llama4``, ``qwen2_vl``) is read
 through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)."""
 
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
+TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text",
+                "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
 
 
 # --------------------------------------------------------------------------- read

@@ -14,6 +14,7 @@ from minipos import cli, config, vectors
 from minipos.irope import NoPETemperature
 from minipos.mla import MultiHeadLatentAttention
 from minipos.mrope import MRotary
+from minipos.prope import ProportionalRotary
 from minipos.qk_norm import QKNormAttention
 from minipos.rope_scaling import Rotary
 from minipos.seams import NoPE
@@ -113,6 +114,156 @@ def test_qwen2_vl_mrope_and_qkv_biases_only():
     assert y.shape == (1, 3, 1536)
 
 
+def test_qwen3_vl_interleaves_the_three_streams():
+    m = config.read(_shipped("qwen3-vl-4b"))             # Qwen3-VL-4B-Instruct: rope_scaling, transformers 4
+    assert m.model_type == "qwen3_vl_text" and len(m.specs) == 36
+    layer = _narrow(m).layers[0]
+    assert isinstance(layer, QKNormAttention) and isinstance(layer.scheme, MRotary)
+    assert layer.scheme.interleaved and layer.scheme.mrope_section == [24, 20, 20] and layer.scheme.base == 5e6
+    assert layer.bq is None and layer.bo is None                                   # attention_bias false
+    y = layer(np.ones((1, 3, 16)), positions=np.array([[0, 1, 2], [0, 1, 1], [0, 0, 1]]), causal=True)
+    assert y.shape == (1, 3, 16)
+
+
+QWEN3_VL = {**LLAMA, "model_type": "qwen3_vl_text", "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [4, 2, 2]}}
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8}, ["'yarn'", "MRotary"]),
+    ({"mrope_section": [4, 2, 3]}, ["mrope_section", "head_dim/2 = 8", "qwen3_vl_text"]),
+    ({"mrope_section": [2, 3, 3]}, ["mrope_section", "temporal count", "qwen3_vl_text"]),
+    ({"mrope_section": [4, 4]}, ["mrope_section", "three counts"]),
+    ({"mrope_section": None}, ["mrope_section", "[24, 20, 20]", "head_dim/2 = 8"]),   # HF's default is for D = 128
+])
+def test_qwen3_vl_bad_rope_parameters_are_named(params, words):
+    cfg = {**QWEN3_VL, "rope_parameters": {**QWEN3_VL["rope_parameters"], **params}}
+    with pytest.raises(ValueError) as err:
+        config.read(cfg)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_qwen3_vl_reads_the_moe_text_config_and_the_flag_changes_nothing():
+    # HF's Qwen3VLTextRotaryEmbedding interleaves whether mrope_interleaved is true, false or absent.
+    base = {**QWEN3_VL, "model_type": "qwen3_vl_moe", "text_config": {**QWEN3_VL, "model_type": None}}
+    flags = [config.read({**base, "text_config": {**base["text_config"], "rope_parameters": {
+        **QWEN3_VL["rope_parameters"], "mrope_interleaved": f}}}).layers[0].scheme.interleaved for f in (True, False)]
+    assert flags == [True, True]
+    assert config.read(base).model_type == "qwen3_vl_moe_text"
+
+
+def test_proportional_rope_reads_as_p_rope():
+    # HF _compute_proportional_rope_parameters: k = int(0.25 * 16 // 2) = 2 of the 8 frequencies rotate,
+    # base^(-2i/16) / factor for i < 2, zero after.
+    m = config.read({**LLAMA, "head_dim": 16, "rope_parameters": {
+        "rope_type": "proportional", "rope_theta": 100.0, "partial_rotary_factor": 0.25, "factor": 2.0}})
+    scheme = m.layers[0].scheme
+    np.testing.assert_allclose(scheme.inv_freq, [0.5, 100 ** (-2 / 16) / 2, 0, 0, 0, 0, 0, 0], rtol=1e-15)
+    assert m.specs[0].position == "p-RoPE half, theta 100, 0.25 of the frequencies, factor 2"
+
+
+def test_gemma4_layers_from_the_hub_file():
+    m = config.read(_shipped("gemma-4-26b-a4b"))         # google/gemma-4-26B-A4B-it's text config
+    types = [s.layer_type for s in m.specs]
+    assert [i for i, t in enumerate(types) if t == "full_attention"] == [5, 11, 17, 23, 29]
+    kw_local, kw_global = m.specs[0].kwargs, m.specs[5].kwargs
+    assert (kw_local["num_kv_heads"], kw_local["head_dim"], kw_local["sliding_window"]) == (8, 256, 1024)
+    assert (kw_global["num_kv_heads"], kw_global["head_dim"], kw_global["sliding_window"]) == (2, 512, None)
+    small = _narrow(m)
+    local, glob = small.layers[0], small.layers[5]
+    assert local.scale == glob.scale == 1.0 and local.v_norm and local.norm_offset == 0.0
+    assert isinstance(local.scheme, Rotary) and local.scheme.base == 1e4
+    assert isinstance(glob.scheme, ProportionalRotary) and glob.scheme.partial_rotary_factor == 0.25
+    assert np.count_nonzero(glob.scheme.inv_freq) == 64                           # int(0.25 * 512 // 2)
+
+
+GEMMA4 = {**LLAMA, "model_type": "gemma4_text", "num_hidden_layers": 3, "head_dim": 8, "global_head_dim": 16,
+          "sliding_window": 4, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+          "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                              "full_attention": {"rope_type": "proportional", "rope_theta": 100.0,
+                                                 "partial_rotary_factor": 0.5}}}
+
+
+def test_gemma4_defaults_and_the_transformers_objects_per_layer_config():
+    m = config.read({**GEMMA4, "layer_types": None, "num_hidden_layers": 4, "rope_parameters": None})
+    assert [s.layer_type for s in m.specs] == ["sliding_attention"] * 3 + ["full_attention"]   # the last is full
+    assert m.specs[3].position == "p-RoPE half, theta 1e+06, 0.25 of the frequencies"           # class defaults
+    obj = {**GEMMA4, "global_head_dim": None, "per_layer_config": {"2": {"head_dim": 32, "num_key_value_heads": 1}}}
+    assert (config.read(obj).specs[2].kwargs["head_dim"], config.read(obj).specs[2].kwargs["num_kv_heads"]) == (32, 1)
+    no_kv = {**GEMMA4, "num_global_key_value_heads": 1}                           # only under attention_k_eq_v
+    assert config.read(no_kv).specs[2].kwargs["num_kv_heads"] == 2
+    assert config.read({**no_kv, "attention_k_eq_v": True}).specs[2].kwargs["num_kv_heads"] == 1
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_kv_shared_layers": 2}, ["num_kv_shared_layers", "reuse the keys and values"]),
+    ({"use_bidirectional_attention": "vision"}, ["use_bidirectional_attention", "not modelled"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                          "full_attention": None}}, ["'full_attention'", "must be a dict"]),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0,
+                                                "partial_rotary_factor": 0.5},
+                          "full_attention": {"rope_type": "default", "rope_theta": 10.0}}},
+     ["partial_rotary_factor", "ignores it"]),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default"},
+                          "full_attention": {"rope_type": "default", "rope_theta": 10.0}}}, ["rope_theta", "required"]),
+    ({"per_layer_config": {"2": {"sliding_window": 8}}}, ["per_layer_config", "sliding_window"]),
+    ({"per_layer_config": {"7": {"head_dim": 8}}}, ["per_layer_config", "below 3"]),
+    ({"global_head_dim": 0}, ["global_head_dim", "integer >= 1"]),
+])
+def test_gemma4_what_no_layer_models_is_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**GEMMA4, **change})
+    for w in words + ["gemma4_text"]:
+        assert w in str(err.value)
+
+
+def test_glm4v_split_mrope_on_half_the_head_in_neighbour_pairs():
+    m = config.read(_shipped("glm-4.1v-9b"))             # GLM-4.1V-9B-Thinking: partial_rotary_factor 0.5
+    layer = _narrow(m).layers[0]
+    assert isinstance(layer.scheme, MRotary) and not layer.scheme.interleaved
+    assert (layer.scheme.rotary_dim, layer.scheme.layout, layer.scheme.mrope_section) == (64, "interleaved", [8, 12, 12])
+    assert layer.bq is not None and layer.bo is None                              # q/k/v biases, none on o_proj
+    assert "HF's Glm4vTextAttention would" in _narrow(m).describe(width=300)      # the narrowed copy: 128 != 16 / 2
+    assert "Glm4vTextAttention" not in m.describe(width=300)
+
+
+GLM4V = {**LLAMA, "model_type": "glm4v_text", "num_attention_heads": 2, "partial_rotary_factor": 0.5,
+         "rope_parameters": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [2, 1, 1]}}
+
+
+def test_glm4v_moe_defaults_to_half_rotary_in_the_half_layout():
+    # Glm4vMoeTextConfig: kwargs.setdefault("partial_rotary_factor", 0.5); rotate_half, not rotate_half_llm.
+    cfg = {**GLM4V, "model_type": "glm4v_moe_text", "partial_rotary_factor": None, "attention_bias": False}
+    layer = config.read(cfg).layers[0]
+    assert (layer.scheme.rotary_dim, layer.scheme.layout) == (8, "half") and layer.bq is None
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1.0}}, ["'linear'", "MRotary"]),
+    ({"partial_rotary_factor": 1.0}, ["mrope_section", "rotary_dim/2 = 8"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1.0}}, ["mrope_section", "[8, 12, 12]"]),
+    ({"partial_rotary_factor": 0.35}, ["rotary_dim", "even"]),                    # int(16 * 0.35) = 5
+])
+def test_glm4v_bad_rope_parameters_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**GLM4V, **change})
+    for w in words + ["glm4v_text"]:
+        assert w in str(err.value)
+
+
+def test_exaone4_pattern_and_its_bad_values():
+    # Exaone4Config: "sliding_attention" if (i + 1) % sliding_window_pattern != 0; full layers are NoPE.
+    m = config.read({**LLAMA, "model_type": "exaone4", "num_hidden_layers": 4, "sliding_window": 8})
+    assert [type(s.scheme()) for s in m.specs] == [Rotary, Rotary, Rotary, NoPE]
+    assert m.specs[0].kwargs["sliding_window"] == 8 and m.specs[3].kwargs["sliding_window"] is None
+    with pytest.raises(ValueError, match="exaone4.*sliding_window_pattern.*'LLLG'"):
+        config.read({**LLAMA, "model_type": "exaone4", "sliding_window_pattern": "LLLG"})
+    with pytest.raises(ValueError, match="layer_types.*'chunked_attention'"):
+        config.read({**LLAMA, "model_type": "exaone4", "layer_types": ["chunked_attention"] * 2})
+
+
 def test_phi3_su_is_longrope_and_its_window_is_hf_s():
     m = _narrow(config.read(_shipped("phi-3-vision-128k-text")))
     layer = m.layers[0]
@@ -147,12 +298,15 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
 @pytest.mark.parametrize("change, words", [
     ({"model_type": "bert"}, ["'bert'", "not a family"]),
     ({"rope_parameters": {"rope_type": "su2", "rope_theta": 1.0}}, ["'su2'", "model_type 'llama'"]),
-    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0}}, ["proportional", "not support yet"]),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0, "beta_fast": 2.0}},
+     ["beta_fast", "'proportional'", "model_type 'llama'"]),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0, "partial_rotary_factor": 1.5}},
+     ["partial_rotary_factor", "[0, 1]", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1.0, "factor": 2.0, "low_freq_factor": 1.0}},
      ["low_freq_factor", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
                           "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "not support yet"]),
-    ({"model_type": "qwen3_vl"}, ["qwen3_vl", "not support yet"]),
+    ({"model_type": "ernie4_5_vl_moe"}, ["ernie4_5_vl_moe", "not support yet"]),
     ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
     ({"model_type": "deepseek_v32"}, ["indexer", "not support yet"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),
@@ -198,7 +352,7 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
     out = capsys.readouterr().out
     assert "llama4_text: 48 decoder layers" in out and "chunks of 8192" in out
     bad = tmp_path / "c.json"
-    bad.write_text(json.dumps({**LLAMA, "rope_parameters": {"rope_type": "proportional", "rope_theta": 1.0}}))
+    bad.write_text(json.dumps({**LLAMA, "model_type": "gemma3n"}))
     assert cli.main(["config", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not support yet" in err and "Traceback" not in err
@@ -206,14 +360,16 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
 
 # --- the q/k norm layer ---------------------------------------------------------------------------
 
-def test_qk_norm_backward_matches_finite_differences():
+@pytest.mark.parametrize("v_norm", [False, True])
+def test_qk_norm_backward_matches_finite_differences(v_norm):
     rng = np.random.default_rng(0)
-    layer = QKNormAttention(16, 4, num_kv_heads=2, scheme=Rotary(layout="half"), norm_offset=1.0, norm_eps=1e-5)
+    layer = QKNormAttention(16, 4, num_kv_heads=2, scheme=Rotary(layout="half"), norm_offset=1.0, norm_eps=1e-5,
+                            v_norm=v_norm)
     layer.q_norm, layer.k_norm = rng.uniform(-0.5, 0.5, 4), rng.uniform(-0.5, 0.5, 4)
     x, dy = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 5, 16))
     _, ctx = layer(x, causal=True, return_context=True)
     grads = layer.backward(ctx, dy)
-    for name in ("q_norm", "k_norm", "wq", "wk", "x"):
+    for name in ("q_norm", "k_norm", "wq", "wk", "wv", "x"):
         a = x if name == "x" else getattr(layer, name)
         e, h = rng.standard_normal(a.shape), 1e-6
         saved = a.copy()
@@ -233,6 +389,17 @@ def test_qk_norm_off_is_the_plain_layer():
     plain = MultiHeadAttention(16, 4, scheme=Rotary(), seed=3)
     x = np.random.default_rng(1).standard_normal((1, 6, 16))
     np.testing.assert_array_equal(layer(x, causal=True), plain(x, causal=True))
+
+
+def test_v_norm_by_hand():
+    # One head, D = 2, v = (3, 4): the weightless RMSNorm gives v / 3.5355... = (0.8485, 1.1314); one key, so
+    # the output is that value: y = v_n @ wo with wo = I.
+    layer = QKNormAttention(2, 1, norm_eps=1e-300, v_norm=True)
+    layer.wv, layer.wo = np.array([[3.0, 4.0], [0.0, 0.0]]), np.eye(2)
+    y = layer(np.array([[[1.0, 0.0]]]), causal=True)
+    np.testing.assert_allclose(y[0, 0], [3 / np.sqrt(12.5), 4 / np.sqrt(12.5)], rtol=1e-12)
+    with pytest.raises(TypeError, match="v_norm"):
+        QKNormAttention(2, 1, v_norm="yes")
 
 
 def test_qk_norm_by_hand():

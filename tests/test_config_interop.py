@@ -18,7 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from dataclasses import replace  # noqa: E402
+
 from minipos import config as mconfig  # noqa: E402
+from minipos.rope_scaling import Rotary  # noqa: E402
 from minipos.mla import MultiHeadLatentAttention  # noqa: E402
 from minipos.qk_norm import QKNormAttention  # noqa: E402
 
@@ -281,7 +284,7 @@ def test_qwen2_vl_mrope_sections():
 
 
 SHIPPED = ["cohere2", "deepseek-v3", "gemma-3-4b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "mistral-7b-v0.1",
-           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b"]
+           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b", "qwen3-vl-4b", "gemma-4-26b-a4b", "glm-4.1v-9b"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -300,3 +303,125 @@ def test_a_shipped_config_reads_the_same_through_transformers_config_class(name)
         hf = transformers.AutoConfig.for_model(**data)
     table = lambda m: [line for line in m.describe(width=300).splitlines() if not line.startswith("note:")]  # noqa: E731
     assert table(mconfig.read(hf)) == table(mconfig.read(path))
+
+
+def _three_streams(seed):
+    """Three different position streams ``(3, T)`` and the ``(3, B, T)`` tensor HF takes."""
+    positions = np.cumsum(np.random.default_rng(seed).integers(0, 3, (3, T)), axis=1)
+    return positions, torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy())
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_qwen3_vl_interleaved_mrope_and_qk_norm(moe):
+    # Qwen3-VL's text rotary interleaves the streams whatever mrope_interleaved says; [4, 2, 2] at D = 16
+    # puts height on frequencies 1, 4 and width on 2, 5 (HF recomposition_frequencies' slices).
+    if moe:
+        from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import Qwen3VLMoeTextModel as model_cls
+        cls, extra = transformers.Qwen3VLMoeTextConfig, dict(num_experts=2, num_experts_per_tok=1,
+                                                               moe_intermediate_size=8)
+    else:
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel as model_cls
+        cls, extra = transformers.Qwen3VLTextConfig, {}
+    cfg = _cfg(cls, **SMALL, **extra, num_hidden_layers=2, head_dim=16, attention_bias=True,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [4, 2, 2],
+                                "mrope_interleaved": True})
+    positions, pos = _three_streams(4)
+    model, seen = _run_model(model_cls, cfg, position_ids=pos)
+    _compare(cfg, model, seen, positions=positions)
+    layer = mconfig.read(cfg).layers[0]
+    assert layer.scheme.interleaved and isinstance(layer, QKNormAttention) and layer.bo is not None
+    _copy(model.layers[0].self_attn, layer)
+    layer.scheme.interleaved = False                                     # Qwen2-VL's split streams: it differs
+    x, want = seen[0]
+    assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-3
+
+
+def _gemma4_model(cfg):
+    """Gemma4TextModel with its weightless value norms in float64 as well (``_run_model`` does q and k)."""
+    model = transformers.Gemma4TextModel(cfg)
+    for layer in model.layers:
+        _float64_norm(layer.self_attn.v_norm)
+    return model
+
+
+@pytest.mark.parametrize("k_eq_v", [False, True])
+def test_gemma4_sliding_rope_and_global_prope_layers(k_eq_v):
+    # Gemma4TextConfig's defaults for the RoPE: default on sliding layers, proportional (p = 0.25) on full ones;
+    # the full layers have their own head dim (global_head_dim) and, under attention_k_eq_v, their own key/value
+    # heads whose values are the keys' projection. Values get a weightless RMSNorm, the scale is 1.
+    cfg = _cfg(transformers.Gemma4TextConfig, **SMALL, num_hidden_layers=6, head_dim=8, sliding_window=4,
+               global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=k_eq_v,
+               hidden_size_per_layer_input=0, rope_parameters={
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                      "rope_theta": 10000.0}})
+    model, seen = _run_model(_gemma4_model, cfg)
+    if k_eq_v:
+        model.layers[5].self_attn.v_proj = model.layers[5].self_attn.k_proj   # wv = wk, as the reader's note says
+    assert _compare(cfg, model, seen) == {"full_attention", "sliding_attention"}
+    m = mconfig.read(cfg)
+    assert (m.layers[5].num_kv_heads, m.layers[5].head_dim) == ((1 if k_eq_v else 2), 16)
+    assert ("attention_k_eq_v" in m.describe()) is k_eq_v
+    x, want = seen[5]
+    partial = replace(m.specs[5], scheme=lambda: Rotary(layout="half", rotary_dim=8, base=10000.0)).build()
+    _copy(model.layers[5].self_attn, partial)                            # p = 0.5 read as partial rotary: differs
+    assert np.max(np.abs(partial(x, causal=True) - want)) > 1e-3
+    layer = m.layers[5]
+    _copy(model.layers[5].self_attn, layer)
+    np.testing.assert_allclose(layer(x, causal=True), want, rtol=0, atol=ATOL)
+    layer.v_norm = False                                                 # no value norm: differs
+    assert np.max(np.abs(layer(x, causal=True) - want)) > 1e-3
+
+
+@pytest.mark.parametrize("family", ["llama", "cohere2"])
+def test_proportional_rope_type_in_other_families(family):
+    # rope_type "proportional" goes through ROPE_INIT_FUNCTIONS in any family whose rotary takes it: Llama's
+    # half layout, Cohere2's interleaved one (its sliding layers); factor divides the frequencies.
+    params = {"rope_type": "proportional", "rope_theta": 1000.0, "partial_rotary_factor": 0.5, "factor": 2.0}
+    if family == "llama":
+        cfg = _cfg(transformers.LlamaConfig, **SMALL, num_hidden_layers=1, head_dim=8, rope_parameters=params)
+        model, seen = _run_model(transformers.LlamaModel, cfg)
+    else:
+        cfg = _cfg(transformers.Cohere2Config, **SMALL, num_hidden_layers=2, head_dim=8, sliding_window=4,
+                   rope_parameters=params)
+        model, seen = _run_model(transformers.Cohere2Model, cfg)
+    _compare(cfg, model, seen)
+    assert mconfig.read(cfg).specs[0].position.startswith("p-RoPE")
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_glm4v_split_mrope_on_partial_rotary(moe):
+    # GLM-4V's text rotary: split sections over the first R = int(16 * 0.5) = 8 features of each head, [2, 1, 1]
+    # counting its R/2 = 4 frequencies; the dense model pairs (2i, 2i + 1), the MoE model (i, i + 4).
+    params = {"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}
+    if moe:
+        from transformers.models.glm4v_moe.modeling_glm4v_moe import Glm4vMoeTextModel as model_cls
+        cfg = _cfg(transformers.Glm4vMoeTextConfig, **{**SMALL, "num_attention_heads": 2}, num_hidden_layers=2,
+                   head_dim=16, first_k_dense_replace=1, n_routed_experts=2, num_experts_per_tok=1,
+                   moe_intermediate_size=8, rope_parameters=params)
+    else:
+        from transformers.models.glm4v.modeling_glm4v import Glm4vTextModel as model_cls
+        cfg = _cfg(transformers.Glm4vTextConfig, **{**SMALL, "num_attention_heads": 2}, num_hidden_layers=2,
+                   rope_parameters=params)
+    positions, pos = _three_streams(5)
+    model, seen = _run_model(model_cls, cfg, position_ids=pos)
+    _compare(cfg, model, seen, positions=positions)
+    layer = mconfig.read(cfg).layers[0]
+    assert (layer.scheme.rotary_dim, layer.scheme.layout) == (8, "half" if moe else "interleaved")
+    _copy(model.layers[0].self_attn, layer)
+    layer.scheme.layout = "interleaved" if moe else "half"               # the other pairing: it differs
+    x, want = seen[0]
+    assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-3
+
+
+@pytest.mark.parametrize("window", [4, None])
+def test_exaone4_sliding_rope_and_global_nope(window):
+    # Exaone4Attention rotates when sliding_window is None or the layer slides: pattern 2 makes layers 1, 3 full
+    # (NoPE) when there is a window; without one every layer rotates over the whole context.
+    kw = {"layer_types": ["full_attention"] * 4} if window is None else {"sliding_window_pattern": 2}
+    cfg = _cfg(transformers.Exaone4Config, **SMALL, num_hidden_layers=4, head_dim=8, sliding_window=window, **kw,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model, seen = _run_model(transformers.Exaone4Model, cfg)
+    _compare(cfg, model, seen)
+    positions = [s.position.split()[0] for s in mconfig.read(cfg).specs]
+    assert positions == (["RoPE", "NoPE"] * 2 if window else ["RoPE"] * 4)
