@@ -30,6 +30,8 @@ llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with th
                                 NoPE layers with the attention temperature
 gpt_oss                         sinks, biases, alternating sliding/full layers, YaRN
 deepseek_v3                     multi-head latent attention with decoupled RoPE (``rope_interleave``)
+ministral3 (mistral3)           Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``:
+                                1 + beta ln(1 + floor(p / original_max_position_embeddings))
 qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
 ==============================  ====================================================================
 
@@ -51,16 +53,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import safe_io, terminal
+from ._checks import check_float
 from .irope import llama4_layer, smollm3_layer
 from .layer import MultiHeadAttention
 from .local_global import gemma3_attention, gemma3_layer_types, gemma3_rope_parameters
 from .mla import DecoupledRotary, MultiHeadLatentAttention
 from .mrope import MRotary
 from .qk_norm import QKNormAttention
+from .query_scale import ScaledQueryRotary
 from .rope_scaling import REGISTRY, Rotary
 from .seams import NoPE
 
@@ -76,7 +80,6 @@ NOT_YET = {
     "glm4v": "GLM-4.xV's M-RoPE layout", "glm4v_moe": "GLM-4.xV's M-RoPE layout",
     "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout", "pixtral": "2-D / axial RoPE (Pixtral's vision encoder)",
     "deepseek_v32": "DeepSeek-V3.2's indexer RoPE", "gemma3n": "Gemma 3n's position machinery",
-    "llama_4_scaling_beta": "the position-dependent query scale of llama_4_scaling_beta (Ministral 3)",
 }
 """Machinery minipos does not have yet, by the key or ``model_type`` that asks for it."""
 
@@ -245,10 +248,13 @@ def _rope_type(c: _Config, params: dict) -> str:
     params.pop("type", None)
     if kind == "mrope":                                                    # Qwen2-VL's hub config: default + sections
         kind = "default"
-    for key in ("llama_4_scaling_beta", "mrope_interleaved"):
+    for key in ("mrope_interleaved",):
         if params.get(key):
             raise c.error(f"config['rope_parameters'][{key!r}] asks for {NOT_YET[key]}, which minipos does "
                           "not support yet")
+    if params.get("llama_4_scaling_beta") is not None and c.model_type not in QUERY_SCALED:
+        raise c.error("config['rope_parameters']['llama_4_scaling_beta'] is read by transformers' "
+                      f"{' and '.join(QUERY_SCALED)} only, not by this family")
     if kind == "proportional":
         raise c.error("config['rope_parameters']['rope_type'] = 'proportional' asks for "
                       f"{NOT_YET['proportional']}, which minipos does not support yet")
@@ -555,6 +561,51 @@ def _deepseek_v3(c):
     return [LayerSpec(i, "full_attention", MultiHeadLatentAttention, kwargs, make, position) for i in range(n)]
 
 
+QUERY_SCALED = ("ministral3", "mistral4")
+"""The families whose attention multiplies its queries by ``llama_4_scaling_beta``'s scale (``minipos.query_scale``)."""
+
+
+def _query_scale(c: _Config, params: dict) -> dict:
+    """``ScaledQueryRotary``'s ``beta`` and ``original_max_position_embeddings``, popped from ``params`` with
+    the ``max_position_embeddings`` HF's config class leaves there and ignores (except for LongRoPE)."""
+    beta = params.pop("llama_4_scaling_beta", None)
+    if params["rope_type"] != "longrope":
+        params.pop("max_position_embeddings", None)
+    if beta is None:
+        raise c.error("config['rope_parameters']['llama_4_scaling_beta'] is required: transformers multiplies each "
+                      "query by 1 + beta ln(1 + floor(p / original_max_position_embeddings)) with it")
+    length = params.get("original_max_position_embeddings")
+    if length is None:
+        raise c.error("config['rope_parameters']['original_max_position_embeddings'] is required: it divides the "
+                      "position in the query scale of llama_4_scaling_beta")
+    if params["rope_type"] in ("default", "linear"):                       # read by the query scale only
+        params.pop("original_max_position_embeddings")
+    beta = _wrap(c, lambda: check_float(beta, "config['rope_parameters']['llama_4_scaling_beta']", minimum=0.0))
+    return {"beta": beta, "original_max_position_embeddings": length}
+
+
+def _ministral3(c):
+    if c.data.get("rope_parameters") is None and c.data.get("rope_scaling") is None:   # the class's default
+        c.data = {**c.data, "rope_parameters": dict(c.defaults["rope_parameters"])}
+    params = rope_parameters(c)
+    scale = _query_scale(c, params)
+    try:
+        ScaledQueryRotary(layout="half", scaling=dict(params), **scale)
+    except (ValueError, TypeError) as err:
+        raise c.error(f"config['rope_parameters']: {err}") from None
+    c.data = {**c.data, "rope_parameters": params}                          # what the RoPE itself reads
+    position = (f"{_describe_rope(params, 'half')}; queries x (1 + {scale['beta']:g} "
+                f"ln(1 + floor(p/{scale['original_max_position_embeddings']})))")
+    return [replace(s, scheme=lambda: ScaledQueryRotary(layout="half", scaling=dict(params), **scale),
+                    position=position) for s in _dense(c, bias="none", window="all")]
+
+
+_MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 1_000_000.0, "factor": 16.0, "original_max_position_embeddings":
+                    16384, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+                    "llama_4_scaling_beta": 0.1}
+"""``Ministral3Config``'s ``rope_parameters`` when a config gives none."""
+
+
 @dataclass(frozen=True)
 class Family:
     """A family the reader knows: the function from a ``_Config`` to the layer specs, and the
@@ -580,6 +631,8 @@ FAMILIES = {
     "gpt_oss": Family(_gpt_oss, {"rope_theta": 150_000.0, "max_position_embeddings": 131072, "head_dim": 64,
                                  "sliding_window": 128}),
     "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
+    "ministral3": Family(_ministral3, {"rope_theta": 10000.0, "max_position_embeddings": 262144, "head_dim": 128,
+                                      "rope_parameters": _MINISTRAL3_ROPE}),
     "qwen2_vl_text": Family(_qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
                                         "max_window_layers": 80}),
 }

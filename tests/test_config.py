@@ -15,6 +15,7 @@ from minipos.irope import NoPETemperature
 from minipos.mla import MultiHeadLatentAttention
 from minipos.mrope import MRotary
 from minipos.qk_norm import QKNormAttention
+from minipos.query_scale import ScaledQueryRotary
 from minipos.rope_scaling import Rotary
 from minipos.seams import NoPE
 
@@ -142,6 +143,38 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
     assert m.layers[0].scheme.base == 10.0 and m.layers[1].scheme.scaling_kind == "yarn"
 
 
+def test_ministral3_scales_its_queries_by_llama_4_scaling_beta():
+    m = config.read(_shipped("ministral-3-8b"))                   # mistral3: read through its text_config
+    assert m.model_type == "ministral3" and len(m.specs) == 34
+    scheme = m.specs[0].scheme()
+    assert isinstance(scheme, ScaledQueryRotary) and scheme.layout == "half" and scheme.scaling_kind == "yarn"
+    assert (scheme.beta, scheme.original_max_position_embeddings) == (0.1, 16384)
+    assert "max_position_embeddings" not in scheme.scaling_args                 # HF's class ignores it for yarn
+    assert "queries x (1 + 0.1 ln(1 + floor(p/16384)))" in m.specs[0].position
+    # No rope_parameters at all: Ministral3Config's own (yarn 16 from 16384, beta 0.1, theta 1e6).
+    m = config.read({**LLAMA, "model_type": "ministral3", "rope_parameters": None})
+    scheme = m.specs[0].scheme()
+    assert (scheme.base, scheme.beta, scheme.scaling_args["factor"]) == (1e6, 0.1, 16.0)
+    assert m.specs[0].kwargs["head_dim"] == 128                                  # the class's default head_dim
+
+
+@pytest.mark.parametrize("params, error, words", [
+    ({"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "original_max_position_embeddings": 4}, ValueError,
+     ["llama_4_scaling_beta", "required", "'ministral3'"]),
+    ({"rope_type": "default", "rope_theta": 1.0, "llama_4_scaling_beta": 0.1}, ValueError,
+     ["original_max_position_embeddings", "required"]),
+    ({"rope_type": "default", "rope_theta": 1.0, "llama_4_scaling_beta": -1.0, "original_max_position_embeddings": 4},
+     ValueError, ["llama_4_scaling_beta", "'ministral3'"]),
+    ({"rope_type": "default", "rope_theta": 1.0, "llama_4_scaling_beta": "0.1", "original_max_position_embeddings": 4},
+     TypeError, ["llama_4_scaling_beta", "'ministral3'"]),
+])
+def test_ministral3_bad_query_scale_settings_are_named(params, error, words):
+    with pytest.raises(error) as err:
+        config.read({**LLAMA, "model_type": "ministral3", "rope_parameters": params})
+    for w in words:
+        assert w in str(err.value)
+
+
 # --- what is refused ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, words", [
@@ -151,7 +184,7 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1.0, "factor": 2.0, "low_freq_factor": 1.0}},
      ["low_freq_factor", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
-                          "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "not support yet"]),
+                          "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "ministral3", "'llama'"]),
     ({"model_type": "qwen3_vl"}, ["qwen3_vl", "not support yet"]),
     ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
     ({"model_type": "deepseek_v32"}, ["indexer", "not support yet"]),

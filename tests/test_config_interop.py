@@ -300,3 +300,40 @@ def test_a_shipped_config_reads_the_same_through_transformers_config_class(name)
         hf = transformers.AutoConfig.for_model(**data)
     table = lambda m: [line for line in m.describe(width=300).splitlines() if not line.startswith("note:")]  # noqa: E731
     assert table(mconfig.read(hf)) == table(mconfig.read(path))
+
+
+def test_ministral3_query_scale_of_llama_4_scaling_beta():
+    # original_max_position_embeddings 4 and T = 12: floor(p / 4) takes 0, 1, 2, so three query scales bite.
+    cfg = _cfg(transformers.Ministral3Config, **SMALL, pad_token_id=0, num_hidden_layers=2, head_dim=8,
+               max_position_embeddings=64,
+               rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 4, "max_position_embeddings": 64,
+                                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "llama_4_scaling_beta": 0.5})
+    model, seen = _run_model(transformers.Ministral3Model, cfg)
+    _compare(cfg, model, seen)
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    layer.scheme.beta = 0.0                                              # the query scale switched off: it differs
+    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+
+
+def test_ministral3_default_rope_parameters():
+    # Ministral3Config's own defaults: yarn, factor 16 from 16384, beta 0.1 (positions 0 ... 11: the scale is 1).
+    cfg = _cfg(transformers.Ministral3Config, **SMALL, pad_token_id=0, num_hidden_layers=1, head_dim=8)
+    model, seen = _run_model(transformers.Ministral3Model, cfg)
+    _compare(cfg, model, seen)
+    # At positions 16378 ... 16389 floor(p / 16384) steps from 0 to 1. (Consecutive: HF reads position_ids that
+    # step by other than 1 as packed sequences and masks across them.) HF's float32 angles of positions near
+    # 16384 err by about 1e-5 in the output, so the tolerance is 1e-4 here; the scale itself moves the output
+    # by more than 1e-2 (checked by switching it off).
+    positions = 16378 + np.arange(T)
+    pos = torch.from_numpy(np.broadcast_to(positions, (B, T)).copy())
+    model, seen = _run_model(transformers.Ministral3Model, cfg, position_ids=pos)
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    np.testing.assert_allclose(layer(x, positions=positions, causal=True), want, rtol=0, atol=1e-4)
+    layer.scheme.beta = 0.0
+    assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-2
