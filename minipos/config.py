@@ -30,6 +30,11 @@ llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with th
                                 NoPE layers with the attention temperature
 gpt_oss                         sinks, biases, alternating sliding/full layers, YaRN
 deepseek_v3                     multi-head latent attention with decoupled RoPE (``rope_interleave``)
+deepseek_v2                     the same, always interleaved (complex pairs); ``q_lora_rank`` null: a full
+                                ``wq`` (DeepSeek-V2-Lite)
+deepseek_v32                    the same, plus each layer's indexer (``spec.indexer``: heads, head dim, top-k,
+                                the frequencies of its half-layout RoPE on the first ``qk_rope_head_dim``
+                                features, as ``minipos.dsa`` takes them); its picks are the layer's ``mask``
 ministral3 (mistral3)           Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``:
                                 1 + beta ln(1 + floor(p / original_max_position_embeddings))
 qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
@@ -65,6 +70,7 @@ from .mla import DecoupledRotary, MultiHeadLatentAttention
 from .mrope import MRotary
 from .qk_norm import QKNormAttention
 from .query_scale import ScaledQueryRotary
+from .rope import rope_inv_freq
 from .rope_scaling import REGISTRY, Rotary
 from .seams import NoPE
 
@@ -79,7 +85,7 @@ NOT_YET = {
     "qwen3_vl": "interleaved M-RoPE (Qwen3-VL and later)", "qwen3_vl_moe": "interleaved M-RoPE (Qwen3-VL MoE)",
     "glm4v": "GLM-4.xV's M-RoPE layout", "glm4v_moe": "GLM-4.xV's M-RoPE layout",
     "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout", "pixtral": "2-D / axial RoPE (Pixtral's vision encoder)",
-    "deepseek_v32": "DeepSeek-V3.2's indexer RoPE", "gemma3n": "Gemma 3n's position machinery",
+    "gemma3n": "Gemma 3n's position machinery",
 }
 """Machinery minipos does not have yet, by the key or ``model_type`` that asks for it."""
 
@@ -138,6 +144,7 @@ class LayerSpec:
     position: str
     no_bias: tuple = ()
     notes: tuple = ()
+    indexer: dict | None = None
 
     def build(self, seed: int = 0):
         """A new layer with random weights drawn with ``seed`` (the checkpoint's are copied in)."""
@@ -196,6 +203,8 @@ class Model:
                 mask.append(f"window {kw['sliding_window']} (i-{kw['sliding_window']} < j <= i)")
             if kw.get("attention_chunk"):
                 mask.append(f"chunks of {kw['attention_chunk']}")
+            if s.indexer:
+                mask.append(f"the indexer's top {s.indexer['topk']}")
             notes = list(s.notes)
             if kw.get("sinks"):
                 notes.insert(0, "sinks")
@@ -538,9 +547,9 @@ def _gpt_oss(c):
     return specs
 
 
-def _deepseek_v3(c):
+def _mla(c: _Config, layout: str, q_lora_rank) -> tuple:
+    """The MLA layers of the DeepSeek families (``minipos.mla``): ``(specs, rope parameters)``."""
     n = c.int("num_hidden_layers", required=True)
-    layout = "interleaved" if c.flag("rope_interleave", True) else "half"
     params = rope_parameters(c)
     scaling = None if params["rope_type"] == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
     theta = params["rope_theta"]
@@ -551,14 +560,52 @@ def _deepseek_v3(c):
         make()
     except (ValueError, TypeError) as err:
         raise c.error(f"config['rope_parameters']: {err}") from None
+    if q_lora_rank is not None and (isinstance(q_lora_rank, bool) or not isinstance(q_lora_rank, int)
+                                    or q_lora_rank < 1):
+        raise c.error(f"config['q_lora_rank'] must be an integer >= 1 or null, got {q_lora_rank!r}")
     kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": c.int("num_attention_heads", required=True),
-              "kv_lora_rank": c.int("kv_lora_rank", required=True), "q_lora_rank": c.int("q_lora_rank"),
+              "kv_lora_rank": c.int("kv_lora_rank", required=True), "q_lora_rank": q_lora_rank,
               "qk_nope_head_dim": c.int("qk_nope_head_dim", required=True),
               "qk_rope_head_dim": c.int("qk_rope_head_dim", required=True),
               "v_head_dim": c.int("v_head_dim", required=True), "bias": c.flag("attention_bias", False)}
     position = f"MLA: RoPE {layout} on the last {kwargs['qk_rope_head_dim']} features of each head, " + \
         _describe_rope(params, layout).split(", ", 1)[1]
-    return [LayerSpec(i, "full_attention", MultiHeadLatentAttention, kwargs, make, position) for i in range(n)]
+    specs = [LayerSpec(i, "full_attention", MultiHeadLatentAttention, kwargs, make, position) for i in range(n)]
+    return specs, params
+
+
+def _deepseek_v3(c):
+    return _mla(c, "interleaved" if c.flag("rope_interleave", True) else "half", c.int("q_lora_rank"))[0]
+
+
+def _deepseek_v2(c):
+    # DeepseekV2Attention's apply_rotary_emb: complex pairs (2i, 2i + 1), no rope_interleave key. q_lora_rank:
+    # null in a config.json means no query LoRA (DeepSeek-V2-Lite), absent means the class's 1536.
+    return _mla(c, "interleaved", c.data["q_lora_rank"] if "q_lora_rank" in c.data else c.defaults["q_lora_rank"])[0]
+
+
+def _deepseek_v32(c):
+    # DeepseekV32Attention: MLA rotated interleaved (apply_rotary_pos_emb_interleave, always), plus the indexer.
+    if "q_lora_rank" in c.data and c.data["q_lora_rank"] is None:       # the indexer's query reads the query latent
+        raise c.error("config['q_lora_rank'] is null; DeepSeek-V3.2's indexer needs the query latent (an integer)")
+    q_lora_rank = c.int("q_lora_rank", required=True)
+    specs, params = _mla(c, "interleaved", q_lora_rank)
+    rope_dim, kind = c.int("qk_rope_head_dim", required=True), params["rope_type"]
+    heads, head_dim, topk = c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk")
+    if rope_dim > head_dim:
+        raise c.error(f"qk_rope_head_dim ({rope_dim}) is more than index_head_dim ({head_dim}): the indexer rotates "
+                      "its first qk_rope_head_dim features")
+    if kind in ("dynamic", "longrope"):
+        raise c.error(f"rope_type {kind!r} changes the frequencies with the length; the indexer's keys are cached "
+                      "rotated, which minipos models for fixed frequencies only")
+    args = {k: v for k, v in params.items() if k not in ("rope_type", "rope_theta")}
+    inv_freq, factor = (rope_inv_freq(rope_dim, base=params["rope_theta"]), 1.0) if kind == "default" else \
+        REGISTRY[kind](rope_dim, base=params["rope_theta"], **args)
+    indexer = {"num_heads": heads, "head_dim": head_dim, "rope_dim": rope_dim, "topk": topk,
+               "inv_freq": inv_freq, "attention_factor": factor}
+    note = (f"indexer: {heads} heads x {head_dim}, RoPE half on the first {rope_dim} features (minipos.dsa, "
+            "spec.indexer); pass its picks as the layer's mask")
+    return [replace(s, indexer=indexer, notes=(note,)) for s in specs]
 
 
 QUERY_SCALED = ("ministral3", "mistral4")
@@ -631,6 +678,13 @@ FAMILIES = {
     "gpt_oss": Family(_gpt_oss, {"rope_theta": 150_000.0, "max_position_embeddings": 131072, "head_dim": 64,
                                  "sliding_window": 128}),
     "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
+    "deepseek_v2": Family(_deepseek_v2, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "kv_lora_rank": 512,
+                                         "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                                         "v_head_dim": 128}),
+    "deepseek_v32": Family(_deepseek_v32, {"rope_theta": 10000.0, "max_position_embeddings": 163840,
+                                           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+                                           "qk_rope_head_dim": 64, "v_head_dim": 128, "index_topk": 2048,
+                                           "index_head_dim": 128, "index_n_heads": 64}),
     "ministral3": Family(_ministral3, {"rope_theta": 10000.0, "max_position_embeddings": 262144, "head_dim": 128,
                                       "rope_parameters": _MINISTRAL3_ROPE}),
     "qwen2_vl_text": Family(_qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,

@@ -175,6 +175,40 @@ def test_ministral3_bad_query_scale_settings_are_named(params, error, words):
         assert w in str(err.value)
 
 
+def test_deepseek_v2_lite_has_no_query_lora_and_rotates_interleaved():
+    m = config.read(_shipped("deepseek-v2-lite"))
+    kw = m.specs[0].kwargs
+    assert kw["q_lora_rank"] is None and (kw["kv_lora_rank"], kw["qk_rope_head_dim"]) == (512, 64)  # null: q_proj
+    scheme = m.specs[0].scheme()
+    assert scheme.layout == "interleaved" and scheme.scaling_kind == "yarn"
+    assert scheme.scaling_args["mscale_all_dim"] == 0.707
+    # q_lora_rank absent: DeepseekV2Config's 1536.
+    cfg = {k: v for k, v in _load("deepseek-v2-lite").items() if k != "q_lora_rank"}
+    assert config.read(cfg).specs[0].kwargs["q_lora_rank"] == 1536
+
+
+def test_deepseek_v32_layers_carry_their_indexer():
+    m = config.read(_shipped("deepseek-v3.2-exp"))
+    ix = m.specs[0].indexer
+    assert (ix["num_heads"], ix["head_dim"], ix["rope_dim"], ix["topk"]) == (64, 128, 64, 2048)
+    assert ix["inv_freq"].shape == (32,) and ix["attention_factor"] == 1.0      # mscale = mscale_all_dim: 1
+    # YaRN factor 40 from 4096 (the V3 checkpoint's): the highest frequency is kept, the lowest divided by 40.
+    assert ix["inv_freq"][0] == 1.0 and ix["inv_freq"][-1] == pytest.approx(10000 ** (-62 / 64) / 40, rel=1e-12)
+    assert "the indexer's top 2048" in m.rows()[0][4] and m.specs[0].scheme().layout == "interleaved"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"qk_rope_head_dim": 160}, ["qk_rope_head_dim (160)", "index_head_dim (128)"]),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, ["'dynamic'", "indexer"]),
+    ({"index_topk": 0}, ["index_topk", "integer >= 1"]),
+])
+def test_deepseek_v32_bad_indexer_settings_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**_load("deepseek-v3.2-exp"), **change})
+    for w in words + ["'deepseek_v32'"]:
+        assert w in str(err.value)
+
+
 # --- what is refused ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, words", [
@@ -187,7 +221,7 @@ def test_ministral3_bad_query_scale_settings_are_named(params, error, words):
                           "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "ministral3", "'llama'"]),
     ({"model_type": "qwen3_vl"}, ["qwen3_vl", "not support yet"]),
     ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
-    ({"model_type": "deepseek_v32"}, ["indexer", "not support yet"]),
+    ({"model_type": "deepseek_v32", "kv_lora_rank": 8, "q_lora_rank": None}, ["q_lora_rank", "'deepseek_v32'"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),
     ({"model_type": None}, ["model_type"]),
 ])
