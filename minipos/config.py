@@ -4,8 +4,9 @@
 transformers config object, read through its ``to_dict()``: minipos never imports transformers)
 and returns a ``Model``: ``.layers``, one attention layer per decoder layer, built as the model
 builds it (heads, key/value heads, head dim, the scheme and its parameters, the window, the chunks,
-the sinks, the scale, the per-head q/k norms), ``.vision`` (``None``: vision towers are not read
-yet) and ``.describe()``, the per-layer table. Layers are built when first indexed, so reading the
+the sinks, the scale, the per-head q/k norms), ``.vision`` (the vision tower's attention layers,
+a ``Model`` of its own, for the towers with 2-D RoPE below; else ``None``) and ``.describe()``, the
+per-layer table (the tower's after the decoder's). Layers are built when first indexed, so reading the
 config of a 70B model allocates nothing; each is then an ordinary minipos layer, with random
 weights to be replaced by the checkpoint's (``wq``, ``wk``, ``wv``, ``wo`` and biases; the MLA
 layer's as ``minipos.mla`` names them; ``q_norm``, ``k_norm`` of ``minipos.qk_norm``), called as
@@ -38,6 +39,10 @@ deepseek_v32                    the same, plus each layer's indexer (``spec.inde
 ministral3 (mistral3)           Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``:
                                 1 + beta ln(1 + floor(p / original_max_position_embeddings))
 qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
+vision_config: pixtral          ``.vision``: 2-D RoPE (``minipos.axial``, ``"pixtral"`` layout), bidirectional,
+(mistral3, llava; or alone)     positions ``(2, T)`` (rows, then columns), no biases
+vision_config:                  ``.vision``: 2-D RoPE in the ``"llama4"`` layout, positions from 1 and the
+llama4_vision_model (llama4)    class token last at (0, 0); biases on q, k, v, o
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -48,8 +53,8 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (``rope_type`` ``"proportional"``, interleaved M-RoPE, 2-D / axial RoPE,
-DeepSeek-V3.2's indexer) raise ``ValueError`` saying "not supported yet". Docs: "What does my model
+minipos does not have yet (``rope_type`` ``"proportional"``, interleaved M-RoPE) raise ``ValueError``
+saying "not supported yet"; another vision tower is named in ``.notes`` and ``.vision`` is ``None``. Docs: "What does my model
 do with positions?" (``docs/my-model.md``).
 """
 
@@ -63,6 +68,7 @@ from typing import Callable
 
 from . import safe_io, terminal
 from ._checks import check_float
+from .axial import AxialRotary
 from .irope import llama4_layer, smollm3_layer
 from .layer import MultiHeadAttention
 from .local_global import gemma3_attention, gemma3_layer_types, gemma3_rope_parameters
@@ -84,7 +90,7 @@ NOT_YET = {
     "mrope_interleaved": "interleaved M-RoPE (Qwen3-VL and later)",
     "qwen3_vl": "interleaved M-RoPE (Qwen3-VL and later)", "qwen3_vl_moe": "interleaved M-RoPE (Qwen3-VL MoE)",
     "glm4v": "GLM-4.xV's M-RoPE layout", "glm4v_moe": "GLM-4.xV's M-RoPE layout",
-    "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout", "pixtral": "2-D / axial RoPE (Pixtral's vision encoder)",
+    "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout",
     "gemma3n": "Gemma 3n's position machinery",
 }
 """Machinery minipos does not have yet, by the key or ``model_type`` that asks for it."""
@@ -145,6 +151,7 @@ class LayerSpec:
     no_bias: tuple = ()
     notes: tuple = ()
     indexer: dict | None = None
+    causal: bool = True
 
     def build(self, seed: int = 0):
         """A new layer with random weights drawn with ``seed`` (the checkpoint's are copied in)."""
@@ -178,14 +185,16 @@ class _Layers(Sequence):
 @dataclass
 class Model:
     """The position machinery of a model (``read``): ``layers`` (built when indexed), ``specs`` (how
-    each is built), ``vision`` (None), ``model_type``, ``config`` (the text config read) and ``notes``
-    (what the reader saw but does not model: a vision tower, say)."""
+    each is built), ``vision`` (the vision tower's ``Model``, ``kind`` "vision encoder", or None),
+    ``model_type``, ``config`` (the text config read) and ``notes`` (what the reader saw but does not
+    model: a vision tower it does not read, say)."""
 
     model_type: str
     config: dict
     specs: list
     notes: list = field(default_factory=list)
     vision: object = None
+    kind: str = "decoder"
 
     def __post_init__(self):
         self.layers = _Layers(self.specs)
@@ -198,7 +207,7 @@ class Model:
             heads = f"{kw['num_heads']}/{kw.get('num_kv_heads') or kw['num_heads']} x {kw.get('head_dim') or '-'}"
             if s.cls is MultiHeadLatentAttention:
                 heads = f"{kw['num_heads']} x ({kw['qk_nope_head_dim']}+{kw['qk_rope_head_dim']})"
-            mask = ["causal"]
+            mask = ["causal" if s.causal else "bidirectional (causal=False)"]
             if kw.get("sliding_window"):
                 mask.append(f"window {kw['sliding_window']} (i-{kw['sliding_window']} < j <= i)")
             if kw.get("attention_chunk"):
@@ -224,9 +233,11 @@ class Model:
             for row in rows:
                 groups.setdefault(tuple(row[1:]), []).append(int(row[0]))
             rows = [[_indices(ix), *key] for key, ix in groups.items()]
-        lines = [f"{self.model_type}: {len(self.specs)} decoder layers"]
+        lines = [f"{self.model_type}: {len(self.specs)} {self.kind} layers"]
         lines += terminal.table(head, rows, width=width or 200, details=(5,))
         lines += [f"note: {n}" for n in self.notes]
+        if self.vision is not None:                                     # the vision tower's own table
+            lines += ["", self.vision.describe(width, runs=runs)]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -696,6 +707,77 @@ through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
 
 
+# --------------------------------------------------------------------------- vision towers
+
+def _vision_theta(c: _Config) -> float:
+    """The 2-D RoPE base of a vision config: ``rope_parameters['rope_theta']`` (rope_type absent, ``default`` or
+    ``axial``, no other key), else ``rope_theta``, else the class's."""
+    params = c.data.get("rope_parameters")
+    if params is None:
+        return float(c.get("rope_theta", required=True))
+    if not isinstance(params, dict):
+        raise TypeError(f"model_type {c.model_type!r}: config['rope_parameters'] must be a dict")
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind not in ("default", "axial"):
+        raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: this vision tower's 2-D RoPE takes no "
+                      "scaling (rope_type 'axial' or 'default')")
+    extra = sorted(set(params) - {"rope_type", "type", "rope_theta"})
+    if extra:
+        raise c.error(f"config['rope_parameters'][{extra[0]!r}] is not read by this vision tower's 2-D RoPE "
+                      "(it takes rope_theta only)")
+    return float(params.get("rope_theta", c.get("rope_theta", required=True)))
+
+
+def _vision_tower(c: _Config, layout: str, bias: bool, start: int, cls_token: bool) -> list:
+    """A vision encoder's attention layers: 2-D RoPE (``minipos.axial``), bidirectional, head dim
+    ``hidden_size // num_attention_heads`` (what the attention modules compute, whatever ``head_dim`` says)."""
+    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
+    if d_model % heads:
+        raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
+    theta, grid = _vision_theta(c), c.int("image_size", required=True) // c.int("patch_size", required=True)
+    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": d_model // heads,
+              "bias": bias}
+    try:
+        MultiHeadAttention(scheme=AxialRotary(base=theta, layout=layout), **{**kwargs, "d_model": 1, "num_heads": 1,
+                                                                             "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"2-D RoPE of head dim {d_model // heads}: {err}") from None
+    extra = ", the class token last at (0, 0)" if cls_token else ""
+    position = (f"2-D RoPE {layout}, theta {theta:g}; positions (2, T): patch rows, then columns, from {start} "
+                f"(axial_positions(h, w, start={start}{', class_token=True' if cls_token else ''})){extra}; "
+                f"up to {grid} x {grid} patches")
+    make = lambda: AxialRotary(base=theta, layout=layout)                     # noqa: E731
+    n = c.int("num_hidden_layers", required=True)
+    return [LayerSpec(i, "vision", MultiHeadAttention, kwargs, make, position, (), (), causal=False)
+            for i in range(n)]
+
+
+def _pixtral_vision(c):
+    # PixtralAttention: no biases, scale head_dim ** -0.5, one image per call (several: a block mask per image).
+    return _vision_tower(c, "pixtral", False, 0, False)
+
+
+def _llama4_vision(c):
+    # Llama4VisionAttention: biases on q, k, v and o; positions from 1, the class token (last) unrotated.
+    return _vision_tower(c, "llama4", True, 1, True)
+
+
+VISION = {
+    "pixtral": Family(_pixtral_vision, {"hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 24,
+                                        "image_size": 1024, "patch_size": 16, "rope_theta": 10000.0}),
+    "llama4_vision_model": Family(_llama4_vision, {"hidden_size": 768, "num_attention_heads": 16,
+                                                   "num_hidden_layers": 34, "image_size": 448, "patch_size": 14,
+                                                   "rope_theta": 10000.0}),
+}
+"""``vision_config['model_type']`` -> ``Family``: the vision towers with 2-D RoPE the reader builds (``.vision``)."""
+
+
+def _read_vision(vision: dict) -> Model:
+    model_type = vision.get("model_type")
+    c = _Config(vision, model_type, VISION[model_type].defaults)
+    return Model(model_type, vision, VISION[model_type].read(c), kind="vision encoder")
+
+
 # --------------------------------------------------------------------------- read
 
 def _as_dict(config) -> dict:
@@ -736,9 +818,12 @@ def read(config) -> Model:
         model_type = text.get("model_type") or TEXT_OF.get(outer, outer)
         if outer in TEXT_OF and model_type == outer:
             model_type = TEXT_OF[outer]
-    if isinstance(data.get("vision_config"), dict):
-        notes.append(f"the vision tower ({data['vision_config'].get('model_type', 'vision_config')}) is not read "
-                     "(vision towers are not supported yet); .vision is None")
+    if outer in VISION:                                                    # a vision encoder's own config
+        return _read_vision(data)
+    vision = data.get("vision_config")
+    if isinstance(vision, dict) and vision.get("model_type") not in VISION:
+        notes.append(f"the vision tower ({vision.get('model_type', 'vision_config')}) is not read (minipos reads "
+                     f"those of {', '.join(VISION)}); .vision is None")
     for key in (outer, model_type):
         if key in NOT_YET:
             raise ValueError(f"model_type {key!r} needs {NOT_YET[key]}, which minipos does not support yet")
@@ -747,4 +832,5 @@ def read(config) -> Model:
                          f"{', '.join(sorted(FAMILIES))} (and {', '.join(sorted(TEXT_OF))} through their text config)")
     c = _Config(text, model_type, FAMILIES[model_type].defaults)
     specs = FAMILIES[model_type].read(c)
-    return Model(model_type, text, specs, notes)
+    tower = _read_vision(vision) if isinstance(vision, dict) and vision.get("model_type") in VISION else None
+    return Model(model_type, text, specs, notes, tower)

@@ -209,6 +209,43 @@ def test_deepseek_v32_bad_indexer_settings_are_named(change, words):
         assert w in str(err.value)
 
 
+PIXTRAL = {"model_type": "pixtral", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "image_size": 64, "patch_size": 16}
+
+
+def test_the_vision_tower_of_a_mistral3_config_is_read():
+    m = config.read(_shipped("ministral-3-8b"))
+    tower = m.vision
+    assert tower.model_type == "pixtral" and tower.kind == "vision encoder" and len(tower.specs) == 24
+    kw = tower.specs[0].kwargs
+    assert (kw["num_heads"], kw["head_dim"], kw["bias"]) == (16, 64, False)        # 1024 / 16
+    assert not tower.specs[0].causal and "110 x 110" in tower.specs[0].position     # 1540 / 14 patches a side
+    assert "pixtral: 24 vision encoder layers" in m.describe() and not m.notes
+    assert "bidirectional" in tower.rows()[0][4]
+
+
+def test_a_vision_config_alone_and_llama4s_tower():
+    m = config.read(PIXTRAL)                                    # PixtralVisionConfig's theta 10000 when none given
+    assert m.kind == "vision encoder" and m.vision is None and m.layers[1].scheme.base == 10000.0
+    m = config.read(_shipped("llama-4-scout"))
+    spec = m.vision.specs[0]
+    assert m.vision.model_type == "llama4_vision_model" and spec.kwargs["bias"] and spec.kwargs["head_dim"] == 88
+    assert m.vision.layers[0].scheme.layout == "llama4" and "class token" in spec.position
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1.0, "factor": 2.0}}, ["'factor'", "'pixtral'"]),
+    ({"hidden_size": 30}, ["hidden_size (30)", "num_attention_heads (4)", "'pixtral'"]),
+    ({"hidden_size": 24, "model_type": "llama4_vision_model"}, ["head dim 6", "multiple of 4"]),
+    ({"patch_size": 0}, ["patch_size", "integer >= 1"]),
+])
+def test_bad_vision_settings_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**PIXTRAL, **change})
+    for w in words:
+        assert w in str(err.value)
+
+
 # --- what is refused ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, words", [
@@ -220,7 +257,7 @@ def test_deepseek_v32_bad_indexer_settings_are_named(change, words):
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
                           "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "ministral3", "'llama'"]),
     ({"model_type": "qwen3_vl"}, ["qwen3_vl", "not support yet"]),
-    ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
+    ({"model_type": "pixtral", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}}, ["'yarn'", "'pixtral'"]),
     ({"model_type": "deepseek_v32", "kv_lora_rank": 8, "q_lora_rank": None}, ["q_lora_rank", "'deepseek_v32'"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),
     ({"model_type": None}, ["model_type"]),

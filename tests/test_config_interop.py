@@ -280,8 +280,9 @@ def test_qwen2_vl_mrope_sections():
     _compare(cfg, model, seen, positions=positions)
 
 
-SHIPPED = ["cohere2", "deepseek-v3", "gemma-3-4b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "mistral-7b-v0.1",
-           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b"]
+SHIPPED = ["cohere2", "deepseek-v2-lite", "deepseek-v3", "deepseek-v3.2-exp", "gemma-3-4b", "gpt-oss-20b",
+           "llama-3.1-8b", "llama-4-scout", "ministral-3-8b", "mistral-7b-v0.1", "qwen2-vl-2b", "qwen3-8b",
+           "smollm3-3b"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -430,3 +431,67 @@ def test_deepseek_v32_mla_and_its_indexer():
         got_out = layer(x_in, positions=np.arange(T), mask=picked, causal=True)
         np.testing.assert_allclose(got_out, want_out, rtol=0, atol=ATOL, err_msg=f"layer {i}")
         assert np.max(np.abs(layer(x_in, positions=np.arange(T), causal=True) - want_out)) > 1e-3   # the picks matter
+
+
+def _vision_run(attn, x, **kwargs):
+    """An HF vision attention module in float64, its weights drawn away from init, on ``x``: its output."""
+    attn.double().eval()
+    _randomize(attn)
+    with torch.no_grad():
+        return attn(torch.from_numpy(x), **kwargs)[0].numpy()
+
+
+def test_pixtral_vision_attention_2d_rope():
+    # A 3 x 4 patch grid (T = 12) of one image; PixtralVisionRotaryEmbedding takes the (row, column) of each patch, as
+    # PixtralVisionModel.forward builds them (meshgrid "ij").
+    from transformers.models.pixtral import modeling_pixtral as hf
+    from minipos.axial import axial_positions
+    cfg = _cfg(transformers.PixtralVisionConfig, hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+               intermediate_size=16, image_size=64, patch_size=16, rope_parameters={"rope_type": "axial",
+                                                                                    "rope_theta": 100.0})
+    cfg._attn_implementation = "eager"
+    positions = axial_positions(3, 4)                                               # (2, T): rows, then columns
+    torch.manual_seed(0)
+    attn, rotary = hf.PixtralAttention(cfg), hf.PixtralVisionRotaryEmbedding(cfg)
+    x = np.random.default_rng(1).standard_normal((B, T, 32))
+    cos, sin = rotary(torch.from_numpy(x), torch.from_numpy(positions.T.copy()))
+    want = _vision_run(attn, x, position_embeddings=(cos.double(), sin.double()))
+    model = mconfig.read(cfg)                                                       # a vision config read alone
+    assert model.kind == "vision encoder" and len(model.layers) == 2
+    layer = model.layers[0]
+    _copy(attn, layer)
+    np.testing.assert_allclose(layer(x, positions=positions, causal=False), want, rtol=0, atol=ATOL)
+    assert np.max(np.abs(layer(x, positions=positions[::-1], causal=False) - want)) > 1e-3   # rows and columns differ
+
+
+def test_pixtral_vision_of_a_mistral3_config():
+    text = _cfg(transformers.MistralConfig, **SMALL, num_hidden_layers=1, head_dim=8)
+    vision = _cfg(transformers.PixtralVisionConfig, hidden_size=32, num_attention_heads=4, num_hidden_layers=3,
+                  intermediate_size=16, image_size=64, patch_size=16)
+    cfg = _cfg(transformers.Mistral3Config, text_config=text, vision_config=vision)
+    model = mconfig.read(cfg)
+    assert model.model_type == "mistral" and len(model.vision.layers) == 3
+    assert model.vision.layers[0].scheme.base == 10000.0 and not model.vision.specs[0].causal
+
+
+def test_llama4_vision_attention_2d_rope_with_its_class_token():
+    # Llama4VisionRotaryEmbedding's grid is the whole image (image_size / patch_size = 3: 9 patches) and the class
+    # token, last; positions count from 1 and the class token is not rotated.
+    from transformers.models.llama4 import modeling_llama4 as hf
+    from minipos.axial import axial_positions
+    cfg = _cfg(transformers.Llama4VisionConfig, hidden_size=32, num_attention_heads=4, num_hidden_layers=1,
+               intermediate_size=16, image_size=42, patch_size=14, rope_parameters={"rope_type": "default",
+                                                                                    "rope_theta": 100.0})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn, rotary = hf.Llama4VisionAttention(cfg), hf.Llama4VisionRotaryEmbedding(cfg)
+    x = np.random.default_rng(2).standard_normal((B, 10, 32))
+    want = _vision_run(attn, x, freqs_ci=rotary(torch.from_numpy(x)))
+    layer = mconfig.read(cfg).layers[0]
+    _copy(attn, layer)
+    positions = axial_positions(3, 3, start=1, class_token=True)                    # (2, 10)
+    # HF rotates q and k in float32 (vision_apply_rotary_emb's .float()): agreement to float32 rounding.
+    np.testing.assert_allclose(layer(x, positions=positions, causal=False), want, rtol=0, atol=ATOL)
+    moved = positions.copy()
+    moved[:, -1] = 1                                                                # the class token rotated as (1, 1)
+    assert np.max(np.abs(layer(x, positions=moved, causal=False) - want)) > 1e-3
