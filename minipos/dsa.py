@@ -47,24 +47,29 @@ def _rope_dim(rope_dim, D: int, name: str) -> int:
     return R
 
 
-def indexer_rope(x, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None) -> np.ndarray:
+def indexer_rope(x, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None,
+                 attention_factor: float = 1.0) -> np.ndarray:
     """The indexer's RoPE: the first ``rope_dim`` features of ``x`` ``(..., T, D)`` rotated in the half layout.
 
     = ``apply_rope(x, positions, layout="half", rotary_dim=rope_dim)``; the last D - D_R features pass
-    through. inv_freq ``(D_R/2,)`` replaces ``base^(-2i/D_R)`` (a scaled ``rope_parameters``).
+    through. inv_freq ``(D_R/2,)`` replaces ``base^(-2i/D_R)`` (a scaled ``rope_parameters``), and
+    ``attention_factor`` multiplies cos and sin (YaRN's, as HF's rotary embedding gives both attentions).
     """
     x = as_float_array(x, "x")
     check_ndim(x, "x", 2, "(..., T, D)")
     R = _rope_dim(rope_dim, x.shape[-1], "x")
-    return apply_rope(x, positions, base=base, inv_freq=inv_freq, layout="half", rotary_dim=R)
+    return apply_rope(x, positions, base=base, inv_freq=inv_freq, layout="half", rotary_dim=R,
+                      attention_factor=attention_factor)
 
 
-def indexer_rope_backward(dy, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None) -> np.ndarray:
+def indexer_rope_backward(dy, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None,
+                          attention_factor: float = 1.0) -> np.ndarray:
     """The gradient of ``indexer_rope`` for ``dy`` ``(..., T, D)``: ``R^T`` on the first ``rope_dim`` features."""
     dy = as_float_array(dy, "dy")
     check_ndim(dy, "dy", 2, "(..., T, D)")
     R = _rope_dim(rope_dim, dy.shape[-1], "dy")
-    return apply_rope_backward(dy, positions, base=base, inv_freq=inv_freq, layout="half", rotary_dim=R)
+    return apply_rope_backward(dy, positions, base=base, inv_freq=inv_freq, layout="half", rotary_dim=R,
+                               attention_factor=attention_factor)
 
 
 def mla_rope(x, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None) -> np.ndarray:

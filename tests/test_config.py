@@ -16,6 +16,7 @@ from minipos.mla import MultiHeadLatentAttention
 from minipos.mrope import MRotary
 from minipos.prope import ProportionalRotary
 from minipos.qk_norm import QKNormAttention
+from minipos.query_scale import ScaledQueryRotary
 from minipos.rope_scaling import Rotary
 from minipos.seams import NoPE
 
@@ -293,6 +294,109 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
     assert m.layers[0].scheme.base == 10.0 and m.layers[1].scheme.scaling_kind == "yarn"
 
 
+def test_ministral3_scales_its_queries_by_llama_4_scaling_beta():
+    m = config.read(_shipped("ministral-3-8b"))                   # mistral3: read through its text_config
+    assert m.model_type == "ministral3" and len(m.specs) == 34
+    scheme = m.specs[0].scheme()
+    assert isinstance(scheme, ScaledQueryRotary) and scheme.layout == "half" and scheme.scaling_kind == "yarn"
+    assert (scheme.beta, scheme.original_max_position_embeddings) == (0.1, 16384)
+    assert "max_position_embeddings" not in scheme.scaling_args                 # HF's class ignores it for yarn
+    assert "queries x (1 + 0.1 ln(1 + floor(p/16384)))" in m.specs[0].position
+    # No rope_parameters at all: Ministral3Config's own (yarn 16 from 16384, beta 0.1, theta 1e6).
+    m = config.read({**LLAMA, "model_type": "ministral3", "rope_parameters": None})
+    scheme = m.specs[0].scheme()
+    assert (scheme.base, scheme.beta, scheme.scaling_args["factor"]) == (1e6, 0.1, 16.0)
+    assert m.specs[0].kwargs["head_dim"] == 128                                  # the class's default head_dim
+
+
+@pytest.mark.parametrize("params, error, words", [
+    ({"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "original_max_position_embeddings": 4}, ValueError,
+     ["llama_4_scaling_beta", "required", "'ministral3'"]),
+    ({"rope_type": "default", "rope_theta": 1.0, "llama_4_scaling_beta": 0.1}, ValueError,
+     ["original_max_position_embeddings", "required"]),
+    ({"rope_type": "default", "rope_theta": 1.0, "llama_4_scaling_beta": -1.0, "original_max_position_embeddings": 4},
+     ValueError, ["llama_4_scaling_beta", "'ministral3'"]),
+    ({"rope_type": "default", "rope_theta": 1.0, "llama_4_scaling_beta": "0.1", "original_max_position_embeddings": 4},
+     TypeError, ["llama_4_scaling_beta", "'ministral3'"]),
+])
+def test_ministral3_bad_query_scale_settings_are_named(params, error, words):
+    with pytest.raises(error) as err:
+        config.read({**LLAMA, "model_type": "ministral3", "rope_parameters": params})
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_deepseek_v2_lite_has_no_query_lora_and_rotates_interleaved():
+    m = config.read(_shipped("deepseek-v2-lite"))
+    kw = m.specs[0].kwargs
+    assert kw["q_lora_rank"] is None and (kw["kv_lora_rank"], kw["qk_rope_head_dim"]) == (512, 64)  # null: q_proj
+    scheme = m.specs[0].scheme()
+    assert scheme.layout == "interleaved" and scheme.scaling_kind == "yarn"
+    assert scheme.scaling_args["mscale_all_dim"] == 0.707
+    # q_lora_rank absent: DeepseekV2Config's 1536.
+    cfg = {k: v for k, v in _load("deepseek-v2-lite").items() if k != "q_lora_rank"}
+    assert config.read(cfg).specs[0].kwargs["q_lora_rank"] == 1536
+
+
+def test_deepseek_v32_layers_carry_their_indexer():
+    m = config.read(_shipped("deepseek-v3.2-exp"))
+    ix = m.specs[0].indexer
+    assert (ix["num_heads"], ix["head_dim"], ix["rope_dim"], ix["topk"]) == (64, 128, 64, 2048)
+    assert ix["inv_freq"].shape == (32,) and ix["attention_factor"] == 1.0      # mscale = mscale_all_dim: 1
+    # YaRN factor 40 from 4096 (the V3 checkpoint's): the highest frequency is kept, the lowest divided by 40.
+    assert ix["inv_freq"][0] == 1.0 and ix["inv_freq"][-1] == pytest.approx(10000 ** (-62 / 64) / 40, rel=1e-12)
+    assert "the indexer's top 2048" in m.rows()[0][4] and m.specs[0].scheme().layout == "interleaved"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"qk_rope_head_dim": 160}, ["qk_rope_head_dim (160)", "index_head_dim (128)"]),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, ["'dynamic'", "indexer"]),
+    ({"index_topk": 0}, ["index_topk", "integer >= 1"]),
+])
+def test_deepseek_v32_bad_indexer_settings_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**_load("deepseek-v3.2-exp"), **change})
+    for w in words + ["'deepseek_v32'"]:
+        assert w in str(err.value)
+
+
+PIXTRAL = {"model_type": "pixtral", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "image_size": 64, "patch_size": 16}
+
+
+def test_the_vision_tower_of_a_mistral3_config_is_read():
+    m = config.read(_shipped("ministral-3-8b"))
+    tower = m.vision
+    assert tower.model_type == "pixtral" and tower.kind == "vision encoder" and len(tower.specs) == 24
+    kw = tower.specs[0].kwargs
+    assert (kw["num_heads"], kw["head_dim"], kw["bias"]) == (16, 64, False)        # 1024 / 16
+    assert not tower.specs[0].causal and "110 x 110" in tower.specs[0].position     # 1540 / 14 patches a side
+    assert "pixtral: 24 vision encoder layers" in m.describe() and not m.notes
+    assert "bidirectional" in tower.rows()[0][4]
+
+
+def test_a_vision_config_alone_and_llama4s_tower():
+    m = config.read(PIXTRAL)                                    # PixtralVisionConfig's theta 10000 when none given
+    assert m.kind == "vision encoder" and m.vision is None and m.layers[1].scheme.base == 10000.0
+    m = config.read(_shipped("llama-4-scout"))
+    spec = m.vision.specs[0]
+    assert m.vision.model_type == "llama4_vision_model" and spec.kwargs["bias"] and spec.kwargs["head_dim"] == 88
+    assert m.vision.layers[0].scheme.layout == "llama4" and "class token" in spec.position
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1.0, "factor": 2.0}}, ["'factor'", "'pixtral'"]),
+    ({"hidden_size": 30}, ["hidden_size (30)", "num_attention_heads (4)", "'pixtral'"]),
+    ({"hidden_size": 24, "model_type": "llama4_vision_model"}, ["head dim 6", "multiple of 4"]),
+    ({"patch_size": 0}, ["patch_size", "integer >= 1"]),
+])
+def test_bad_vision_settings_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**PIXTRAL, **change})
+    for w in words:
+        assert w in str(err.value)
+
+
 # --- what is refused ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, words", [
@@ -305,10 +409,10 @@ def test_transformers5_nested_rope_parameters_per_layer_type():
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1.0, "factor": 2.0, "low_freq_factor": 1.0}},
      ["low_freq_factor", "model_type 'llama'"]),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
-                          "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "not support yet"]),
+                          "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "ministral3", "'llama'"]),
     ({"model_type": "ernie4_5_vl_moe"}, ["ernie4_5_vl_moe", "not support yet"]),
-    ({"model_type": "pixtral"}, ["pixtral", "not support yet"]),
-    ({"model_type": "deepseek_v32"}, ["indexer", "not support yet"]),
+    ({"model_type": "pixtral", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}}, ["'yarn'", "'pixtral'"]),
+    ({"model_type": "deepseek_v32", "kv_lora_rank": 8, "q_lora_rank": None}, ["q_lora_rank", "'deepseek_v32'"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),
     ({"model_type": None}, ["model_type"]),
 ])

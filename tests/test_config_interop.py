@@ -283,8 +283,9 @@ def test_qwen2_vl_mrope_sections():
     _compare(cfg, model, seen, positions=positions)
 
 
-SHIPPED = ["cohere2", "deepseek-v3", "gemma-3-4b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "mistral-7b-v0.1",
-           "qwen2-vl-2b", "qwen3-8b", "smollm3-3b", "qwen3-vl-4b", "gemma-4-26b-a4b", "glm-4.1v-9b"]
+SHIPPED = ["cohere2", "deepseek-v2-lite", "deepseek-v3", "deepseek-v3.2-exp", "gemma-3-4b", "gemma-4-26b-a4b",
+           "glm-4.1v-9b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "ministral-3-8b", "mistral-7b-v0.1",
+           "qwen2-vl-2b", "qwen3-8b", "qwen3-vl-4b", "smollm3-3b"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -425,3 +426,195 @@ def test_exaone4_sliding_rope_and_global_nope(window):
     _compare(cfg, model, seen)
     positions = [s.position.split()[0] for s in mconfig.read(cfg).specs]
     assert positions == (["RoPE", "NoPE"] * 2 if window else ["RoPE"] * 4)
+def test_ministral3_query_scale_of_llama_4_scaling_beta():
+    # original_max_position_embeddings 4 and T = 12: floor(p / 4) takes 0, 1, 2, so three query scales bite.
+    cfg = _cfg(transformers.Ministral3Config, **SMALL, pad_token_id=0, num_hidden_layers=2, head_dim=8,
+               max_position_embeddings=64,
+               rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 4, "max_position_embeddings": 64,
+                                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "llama_4_scaling_beta": 0.5})
+    model, seen = _run_model(transformers.Ministral3Model, cfg)
+    _compare(cfg, model, seen)
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    layer.scheme.beta = 0.0                                              # the query scale switched off: it differs
+    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+
+
+def test_ministral3_default_rope_parameters():
+    # Ministral3Config's own defaults: yarn, factor 16 from 16384, beta 0.1 (positions 0 ... 11: the scale is 1).
+    cfg = _cfg(transformers.Ministral3Config, **SMALL, pad_token_id=0, num_hidden_layers=1, head_dim=8)
+    model, seen = _run_model(transformers.Ministral3Model, cfg)
+    _compare(cfg, model, seen)
+    # At positions 16378 ... 16389 floor(p / 16384) steps from 0 to 1. (Consecutive: HF reads position_ids that
+    # step by other than 1 as packed sequences and masks across them.) HF's float32 angles of positions near
+    # 16384 err by about 1e-5 in the output, so the tolerance is 1e-4 here; the scale itself moves the output
+    # by more than 1e-2 (checked by switching it off).
+    positions = 16378 + np.arange(T)
+    pos = torch.from_numpy(np.broadcast_to(positions, (B, T)).copy())
+    model, seen = _run_model(transformers.Ministral3Model, cfg, position_ids=pos)
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    np.testing.assert_allclose(layer(x, positions=positions, causal=True), want, rtol=0, atol=1e-4)
+    layer.scheme.beta = 0.0
+    assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-2
+
+
+MLA_SMALL = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, intermediate_size=16,
+                 moe_intermediate_size=8, vocab_size=8, num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=4,
+                 num_experts_per_tok=2, n_group=1, topk_group=1, kv_lora_rank=8, qk_nope_head_dim=4,
+                 qk_rope_head_dim=4, v_head_dim=6)
+MLA_YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+            "mscale": 1.0, "mscale_all_dim": 0.5, "beta_fast": 8.0, "beta_slow": 1.0}
+
+
+@pytest.mark.parametrize("q_lora_rank", [16, None])
+def test_deepseek_v2_mla(q_lora_rank):
+    # DeepSeek-V2 rotates complex pairs (apply_rotary_emb), has no rope_interleave, and takes YaRN's mscale_all_dim
+    # into the softmax scale as V3 does; q_lora_rank None is DeepSeek-V2-Lite's full-rank q_proj.
+    cfg = _cfg(transformers.DeepseekV2Config, **MLA_SMALL, q_lora_rank=q_lora_rank, rope_parameters=dict(MLA_YARN))
+    model, seen = _run_model(transformers.DeepseekV2Model, cfg)
+    _compare(cfg, model, seen)
+    assert (mconfig.read(cfg).layers[0].q_lora_rank is None) == (q_lora_rank is None)
+
+
+def _indexer_capture(model):
+    """Forward hooks on each layer's ``self_attn.indexer``: ``{i: (kwargs and args it was called with, top-k)}``."""
+    seen, hooks = {}, []
+    for i, layer in enumerate(model.layers):
+        def hook(module, args, kwargs, out, i=i):
+            seen[i] = (args, out.detach().numpy().copy())
+        hooks.append(layer.self_attn.indexer.register_forward_hook(hook, with_kwargs=True))
+    return seen, hooks
+
+
+def _hf_index_scores(indexer, hidden_states, q_resid, cos, sin, mask):
+    """DeepseekV32Indexer.forward's scores in float64 (its own lines, without the float32 casts), from its own
+    weights and its own apply_rotary_pos_emb: the reference the minipos indexer is compared with."""
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf
+    B, S, _ = hidden_states.shape
+    R, D, H = indexer.qk_rope_head_dim, indexer.head_dim, indexer.n_heads
+    q = indexer.wq_b(q_resid).view(B, S, H, D)
+    k = indexer.k_norm(indexer.wk(hidden_states)).unsqueeze(2)
+    q_rot, k_rot = hf.apply_rotary_pos_emb(q[..., :R], k[..., :R], cos, sin, unsqueeze_dim=2)
+    q, k = torch.cat([q_rot, q[..., R:]], -1), torch.cat([k_rot, k[..., R:]], -1).squeeze(2)
+    scores = torch.relu(torch.matmul(q.transpose(1, 2), k.transpose(-1, -2).unsqueeze(1)) * D ** -0.5)  # (B, H, S, T)
+    weights = indexer.weights_proj(hidden_states) * H ** -0.5                                        # (B, S, H)
+    scores = torch.einsum("bsh,bhst->bst", weights, scores)
+    return (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask).numpy()
+
+
+def test_deepseek_v32_mla_and_its_indexer():
+    from minipos import dsa
+    # index_topk 5 < T = 12: the indexer's scores are compared with HF's, its picks too (up to ties), and the
+    # main attention, given the picks as its mask ((B, T, S), True = may attend), with HF's attention module.
+    cfg = _cfg(transformers.DeepseekV32Config, **MLA_SMALL, q_lora_rank=16, index_n_heads=3, index_head_dim=8,
+               index_topk=5, rope_parameters=dict(MLA_YARN))
+    model, _ = _run_model(transformers.DeepseekV32Model, cfg, attn="eager")
+    read = mconfig.read(cfg)
+    ix = read.specs[0].indexer
+    assert ix["topk"] == 5 and ix["attention_factor"] != 1.0                      # mscale != mscale_all_dim
+    seen, hooks = _capture(model, model.layers)                                  # again, the indexer watched too
+    isee, more = _indexer_capture(model)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, cfg.hidden_size)))
+    with torch.no_grad():
+        model(inputs_embeds=x, use_cache=False)
+    for h in hooks + more:
+        h.remove()
+    causal = np.tril(np.ones((T, T), bool))
+    rope = dict(rope_dim=ix["rope_dim"], inv_freq=ix["inv_freq"], attention_factor=ix["attention_factor"])
+    for i, ref_layer in enumerate(model.layers):
+        (hidden, q_resid, (cos, sin), mask, *_), hf_topk = isee[i]
+        ref = ref_layer.self_attn.indexer
+        with torch.no_grad():
+            want = _hf_index_scores(ref, hidden, q_resid, cos, sin, mask)
+            q = ref.wq_b(q_resid).view(B, T, 3, 8).numpy()                              # (B, S, H, D), not rotated
+            k = ref.k_norm(ref.wk(hidden)).numpy()                                      # (B, T, D): the norm is HF's
+            w = ref.weights_proj(hidden).numpy() * 3 ** -0.5
+        q_rot = dsa.indexer_rope(q.transpose(0, 2, 1, 3), np.arange(T), **rope).transpose(0, 2, 1, 3)
+        k_rot = dsa.indexer_rope(k, np.arange(T), **rope)
+        got = dsa.index_scores(q_rot, k_rot, w, mask=causal)
+        allowed = want > -1e300                                   # HF's additive mask: the dtype's min, not -inf
+        assert np.array_equal(allowed, np.isfinite(got))
+        np.testing.assert_allclose(got[allowed], want[allowed], rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        # HF's top-k picks keys of the same scores as minipos' (ties aside); rows 4 on have 5 keys to pick from.
+        hf_topk = hf_topk.astype(np.int64)
+        mine = dsa.index_topk(got, ix["topk"])
+        np.testing.assert_allclose(np.sort(np.take_along_axis(got, hf_topk, -1)[:, 4:], -1),
+                                   np.sort(np.take_along_axis(got, mine, -1)[:, 4:], -1), rtol=0, atol=ATOL)
+        # The main attention: MLA over the keys the indexer picked (and the causal mask allows).
+        picked = np.zeros((B, T, T), bool)
+        np.put_along_axis(picked, hf_topk, True, -1)
+        layer = read.layers[i]
+        _copy(ref_layer.self_attn, layer)
+        x_in, want_out = seen[i]
+        got_out = layer(x_in, positions=np.arange(T), mask=picked, causal=True)
+        np.testing.assert_allclose(got_out, want_out, rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        assert np.max(np.abs(layer(x_in, positions=np.arange(T), causal=True) - want_out)) > 1e-3   # the picks matter
+
+
+def _vision_run(attn, x, **kwargs):
+    """An HF vision attention module in float64, its weights drawn away from init, on ``x``: its output."""
+    attn.double().eval()
+    _randomize(attn)
+    with torch.no_grad():
+        return attn(torch.from_numpy(x), **kwargs)[0].numpy()
+
+
+def test_pixtral_vision_attention_2d_rope():
+    # A 3 x 4 patch grid (T = 12) of one image; PixtralVisionRotaryEmbedding takes the (row, column) of each patch, as
+    # PixtralVisionModel.forward builds them (meshgrid "ij").
+    from transformers.models.pixtral import modeling_pixtral as hf
+    from minipos.axial import axial_positions
+    cfg = _cfg(transformers.PixtralVisionConfig, hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+               intermediate_size=16, image_size=64, patch_size=16, rope_parameters={"rope_type": "axial",
+                                                                                    "rope_theta": 100.0})
+    cfg._attn_implementation = "eager"
+    positions = axial_positions(3, 4)                                               # (2, T): rows, then columns
+    torch.manual_seed(0)
+    attn, rotary = hf.PixtralAttention(cfg), hf.PixtralVisionRotaryEmbedding(cfg)
+    x = np.random.default_rng(1).standard_normal((B, T, 32))
+    cos, sin = rotary(torch.from_numpy(x), torch.from_numpy(positions.T.copy()))
+    want = _vision_run(attn, x, position_embeddings=(cos.double(), sin.double()))
+    model = mconfig.read(cfg)                                                       # a vision config read alone
+    assert model.kind == "vision encoder" and len(model.layers) == 2
+    layer = model.layers[0]
+    _copy(attn, layer)
+    np.testing.assert_allclose(layer(x, positions=positions, causal=False), want, rtol=0, atol=ATOL)
+    assert np.max(np.abs(layer(x, positions=positions[::-1], causal=False) - want)) > 1e-3   # rows and columns differ
+
+
+def test_pixtral_vision_of_a_mistral3_config():
+    text = _cfg(transformers.MistralConfig, **SMALL, num_hidden_layers=1, head_dim=8)
+    vision = _cfg(transformers.PixtralVisionConfig, hidden_size=32, num_attention_heads=4, num_hidden_layers=3,
+                  intermediate_size=16, image_size=64, patch_size=16)
+    cfg = _cfg(transformers.Mistral3Config, text_config=text, vision_config=vision)
+    model = mconfig.read(cfg)
+    assert model.model_type == "mistral" and len(model.vision.layers) == 3
+    assert model.vision.layers[0].scheme.base == 10000.0 and not model.vision.specs[0].causal
+
+
+def test_llama4_vision_attention_2d_rope_with_its_class_token():
+    # Llama4VisionRotaryEmbedding's grid is the whole image (image_size / patch_size = 3: 9 patches) and the class
+    # token, last; positions count from 1 and the class token is not rotated.
+    from transformers.models.llama4 import modeling_llama4 as hf
+    from minipos.axial import axial_positions
+    cfg = _cfg(transformers.Llama4VisionConfig, hidden_size=32, num_attention_heads=4, num_hidden_layers=1,
+               intermediate_size=16, image_size=42, patch_size=14, rope_parameters={"rope_type": "default",
+                                                                                    "rope_theta": 100.0})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn, rotary = hf.Llama4VisionAttention(cfg), hf.Llama4VisionRotaryEmbedding(cfg)
+    x = np.random.default_rng(2).standard_normal((B, 10, 32))
+    want = _vision_run(attn, x, freqs_ci=rotary(torch.from_numpy(x)))
+    layer = mconfig.read(cfg).layers[0]
+    _copy(attn, layer)
+    positions = axial_positions(3, 3, start=1, class_token=True)                    # (2, 10)
+    # HF rotates q and k in float32 (vision_apply_rotary_emb's .float()): agreement to float32 rounding.
+    np.testing.assert_allclose(layer(x, positions=positions, causal=False), want, rtol=0, atol=ATOL)
+    moved = positions.copy()
+    moved[:, -1] = 1                                                                # the class token rotated as (1, 1)
+    assert np.max(np.abs(layer(x, positions=moved, causal=False) - want)) > 1e-3

@@ -136,3 +136,15 @@ def test_the_proof_fails_on_a_wrong_formula(monkeypatch):
                         lambda x, pos, rope_dim, base=10000.0, inv_freq=None: rope.apply_rope(
                             x, pos, base=base, layout="interleaved", rotary_dim=rope_dim))
     assert isinstance(err, TieMismatch) and "R_index" in str(err)
+
+
+def test_indexer_rope_attention_factor_scales_the_rotated_features_only():
+    # D = 4, rope_dim 2, theta_0 = 1: at position 1 the pair (x0, x1) = (1, 0) turns to (cos 1, sin 1); YaRN's
+    # attention factor 2 multiplies cos and sin (HF's rotary embedding), so (2 cos 1, 2 sin 1); x2, x3 pass.
+    from minipos.dsa import indexer_rope, indexer_rope_backward
+    x = np.array([[1.0, 0.0, 3.0, 4.0]])                                        # (T, D)
+    y = indexer_rope(x, [1], rope_dim=2, attention_factor=2.0)
+    np.testing.assert_allclose(y[0], [2 * np.cos(1), 2 * np.sin(1), 3.0, 4.0], rtol=1e-15)
+    g = np.array([[0.5, -1.0, 2.0, 1.0]])
+    back = indexer_rope_backward(g, [1], rope_dim=2, attention_factor=2.0)
+    assert np.sum(y * g) == pytest.approx(np.sum(x * back), rel=1e-14)        # the transpose
