@@ -57,6 +57,14 @@ class Named:
     words: tuple | str
     exc: tuple | type = (ValueError, TypeError)
 
+    def fault(self, err: BaseException) -> str:
+        """Why ``err`` (one of ``exc``) is not the refusal expected, or ``""``."""
+        text = f"{type(err).__name__}: {err}"
+        if "\n" in str(err).strip():
+            return f"more than one line: {text[:300]}"
+        missing = [w for w in _words(self.words) if w not in str(err)]
+        return f"does not say {missing}: {text[:300]}" if missing else ""
+
 
 @dataclass
 class Reported:
@@ -174,10 +182,8 @@ def classify(call, expect, seconds: int = 90) -> tuple[str, str]:
             raise
         text = f"{type(err).__name__}: {err}"
         if isinstance(expect, Named) and isinstance(err, expect.exc):
-            missing = [w for w in _words(expect.words) if w not in str(err)]
-            if "\n" in str(err).strip():
-                return "vague", f"more than one line: {text[:300]}"
-            return ("clear", text[:200]) if not missing else ("vague", f"does not say {missing}: {text[:300]}")
+            fault = expect.fault(err)
+            return ("vague", fault) if fault else ("clear", text[:200])
         if isinstance(err, INTERNAL) or not isinstance(err, (ValueError, TypeError)):
             return "crash", text[:400]
         return "vague", (f"refused a valid input: {text[:300]}" if isinstance(expect, (Ok, Runs, Reported))
