@@ -20,7 +20,7 @@ from decimal import Decimal, getcontext
 from typing import Callable
 
 import numpy as np
-from tools.hostile import Named, Ok
+from tools.hostile import Named, Ok, close_to
 import pytest
 
 import minipos.fast as fast
@@ -80,16 +80,6 @@ def _naive(q, k, v, bias=None, mask=None, scale=None, sinks=None):
         total = e.sum() + (math.exp(sink - m) if sink is not None else 0.0)
         out[idx] = (e / total) @ v[idx[:-1]]
     return out
-
-
-def close_to(want, rtol=1e-10, atol=1e-12, dtype=None):
-    def check(got):
-        got = got[0] if isinstance(got, tuple) else got
-        if dtype is not None:
-            assert got.dtype == dtype, f"dtype {got.dtype}, expected {dtype}"
-        w = want() if callable(want) else want
-        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(w, np.float64), rtol=rtol, atol=atol)
-    return check
 
 
 def shape_is(shape):

@@ -22,7 +22,7 @@ import math
 from typing import Callable
 
 import numpy as np
-from tools.hostile import Named, Ok
+from tools.hostile import Named, Ok, close_to
 import pytest
 
 import minipos.fast as fast
@@ -59,16 +59,6 @@ def classify(call, expect) -> tuple[str, str]:
         return "silent", f"expected an error naming {expect.words!r}, got {str(result)[:200]}"
     wrong = expect.wrong(result)
     return ("silent", wrong) if wrong else ("checked", "")
-
-
-def close_to(want, rtol=1e-12, atol=1e-12, dtype=None):
-    def check(got):
-        got = got[0] if isinstance(got, tuple) else got
-        if dtype is not None:
-            assert got.dtype == dtype, f"dtype {got.dtype}, expected {dtype}"
-        w = want() if callable(want) else want
-        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(w, np.float64), rtol=rtol, atol=atol)
-    return check
 
 
 def _plain(x):

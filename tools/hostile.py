@@ -91,6 +91,18 @@ class Ok:
         return "" if verdict is None or verdict else f"wrong result: {str(result)[:300]}"
 
 
+def close_to(want, rtol=1e-12, atol=1e-12, dtype=None):
+    """A check for ``Ok``: the result (the first of a tuple) is ``want`` (or ``want()``) within ``rtol`` and
+    ``atol``, and of ``dtype`` if given."""
+    def check(got):
+        got = got[0] if isinstance(got, tuple) else got
+        if dtype is not None:
+            assert got.dtype == dtype, f"dtype {got.dtype}, expected {dtype}"
+        w = want() if callable(want) else want
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(w, np.float64), rtol=rtol, atol=atol)
+    return check
+
+
 @dataclass
 class Usage:
     """A command line that exits non-zero with one error line holding every one of ``words``, and no traceback."""
