@@ -42,7 +42,8 @@ from minipos import vectors  # noqa: E402
 from minipos.vectors.checker import check_case  # noqa: E402
 from minipos.cli import main as minipos_main  # noqa: E402
 from tools.hostile import (Cli, ClosedPipe, Fails, Files, Named, Ok, Quiet, Reported, Runs, Usage,  # noqa: E402
-                           classify, fifo_in, on_full_disk, run_main, run_process, sparse, written, zero_link)
+                           benchmarks_main, classify, edited, fifo_in, on_full_disk, proofs_main, run_main,
+                           run_process, sparse, written, zero_link)
 
 FILES = Files()
 
@@ -352,18 +353,12 @@ def _damaged_measurements(text: str):
     return call
 
 
-def _edited(doc, edit):
-    doc = copy.deepcopy(doc)
-    edit(doc)
-    return doc
-
-
 _MEASURED = json.loads((ROOT / "minipos" / "data" / "lab_measured.json").read_text())
 for label, text in [
     ("not JSON", "{"),
     ("an empty object", "{}"),
     ("deep nesting", DEEP.decode()),
-    ("a mean that is a str", json.dumps(_edited(_MEASURED, lambda m: m["schemes"]["rope"]["markov_excess"]["64"].update(
+    ("a mean that is a str", json.dumps(edited(_MEASURED, lambda m: m["schemes"]["rope"]["markov_excess"]["64"].update(
         mean="x")))),
     ("no schemes", json.dumps({k: v for k, v in _MEASURED.items() if k != "schemes"})),
     ("lengths that are not a list", json.dumps({**_MEASURED, "lengths": 64})),
@@ -585,18 +580,8 @@ case("conformance write_json of NaN", lambda: _run_module().write_json(str(FILES
 # --------------------------------------------------------------------------- python -m proofs and benchmarks
 
 
-def _proofs_main():
-    from proofs.__main__ import main
-    return main
-
-
-def _benchmarks_main():
-    from benchmarks.__main__ import main
-    return main
-
-
 def _proofs(argv, env=None):
-    return run_main(_proofs_main(), argv, env=env)
+    return run_main(proofs_main(), argv, env=env)
 
 
 for label, argv, expect in [
@@ -631,7 +616,7 @@ case("proofs without sympy", _without_sympy, Usage("sympy"))
 
 
 def _benchmarks(argv):
-    return run_main(_benchmarks_main(), argv)
+    return run_main(benchmarks_main(), argv)
 
 
 for label, argv, expect in [
@@ -652,8 +637,8 @@ for label, args in [    # in a process of their own: what the interpreter does a
 for label, main, argv in [   # here, with a stdout that is a closed pipe
     ("minipos tour", lambda: minipos_main, TOUR),
     ("minipos --help", lambda: minipos_main, ["--help"]),
-    ("python -m benchmarks --help", lambda: _benchmarks_main(), ["--help"]),
-    ("python -m proofs --json", lambda: _proofs_main(), ["attention.softmax.shift", "--json"]),
+    ("python -m benchmarks --help", lambda: benchmarks_main(), ["--help"]),
+    ("python -m proofs --json", lambda: proofs_main(), ["attention.softmax.shift", "--json"]),
     ("conformance run.py --help", lambda: _run_module().main, ["--help"]),
 ]:
     case(f"closed pipe: {label}", lambda main=main, argv=argv: run_main(main(), argv, stdout=ClosedPipe()), Quiet())
@@ -778,8 +763,8 @@ case("output onto a full disk: python -m minipos tour", lambda: _to_dev_full(
 for label, main, argv in [
     ("minipos vectors check", lambda: minipos_main, ["vectors", "check", str(VECTORS)]),
     ("minipos --help", lambda: minipos_main, ["--help"]),
-    ("python -m proofs", lambda: _proofs_main(), ["attention.softmax"]),
-    ("python -m benchmarks --help", lambda: _benchmarks_main(), ["--help"]),
+    ("python -m proofs", lambda: proofs_main(), ["attention.softmax"]),
+    ("python -m benchmarks --help", lambda: benchmarks_main(), ["--help"]),
     ("conformance run.py --help", lambda: _run_module().main, ["--help"]),
 ]:
     case(f"output onto a full disk: {label}", lambda main=main, argv=argv: _on_dev_full(main(), argv),

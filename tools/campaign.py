@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import pathlib
 import shutil
@@ -66,7 +65,8 @@ from minipos.sinusoidal import LearnedAbsolute  # noqa: E402
 from minipos.t5 import T5Bias  # noqa: E402
 from minipos.transformer_xl import TransformerXL  # noqa: E402
 from tools.hostile import (KINDS, WORDS, Cli, ClosedPipe, Fails, Files, Named, Ok, Quiet, Runs,  # noqa: E402
-                           StateChanged, Usage, WouldTrain, classify, on_full_disk, run_main, run_process)
+                           StateChanged, Usage, WouldTrain, benchmarks_main, classify, edited, on_full_disk,
+                           proofs_main, run_main, run_process)
 
 __all__ = ["Named", "Ok", "Usage", "Runs", "Quiet", "Cli", "build", "classify", "run", "SURFACES"]
 
@@ -549,7 +549,7 @@ def _lab(case, files):
         [_lab_record().read(ROOT / "lab" / "results" / "full" / "markov-rope-s0.json")] * 2),
         Named(("more than once", "markov-rope-s0")))
     case("lab summary of a record of an unknown task", lambda: _summary_module().summarize(
-        [_edited(_lab_record().read(ROOT / "lab" / "results" / "full" / "markov-rope-s0.json"),
+        [edited(_lab_record().read(ROOT / "lab" / "results" / "full" / "markov-rope-s0.json"),
                  lambda r: r["task"].update(name="zzz"))]), Named("zzz"))
     for label, command in [("not a lab command", "rm -rf /"), ("an unknown variable", "FOO=1 python -m lab --out x"),
                            ("no --out", "python -m lab --tasks markov"), ("a shell quote left open", "python -m lab '")]:
@@ -562,12 +562,6 @@ def _lab(case, files):
 def _summary_module():
     from lab import summary
     return summary
-
-
-def _edited(doc, edit):
-    doc = copy.deepcopy(doc)
-    edit(doc)
-    return doc
 
 
 def _lab_record():
@@ -713,16 +707,6 @@ def _edited_summary(files, edit) -> pathlib.Path:
 
 # --------------------------------------------------------------------------- the other commands
 
-def _proofs_main():
-    from proofs.__main__ import main
-    return main
-
-
-def _benchmarks_main():
-    from benchmarks.__main__ import main
-    return main
-
-
 @surface("commands")
 def _commands(case, files):
     for flag in ("--d-model", "--heads", "--seq-len", "--seed"):
@@ -748,8 +732,8 @@ def _commands(case, files):
         ("benchmarks a word", ["rope"], Usage("rope")),
         ("benchmarks --quick=1", ["--quick=1"], Usage("--quick")),
     ]:
-        main = _proofs_main() if label.startswith("proofs") else (
-            _benchmarks_main() if label.startswith("benchmarks") else minipos_main)
+        main = proofs_main() if label.startswith("proofs") else (
+            benchmarks_main() if label.startswith("benchmarks") else minipos_main)
         case(label, lambda main=main, argv=argv: run_main(main, argv), expect)
     case("minipos vectors export onto a full disk", on_full_disk(lambda: run_main(
         minipos_main, ["vectors", "export", str(files.fresh() / "out")])),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import errno
 import io
 import itertools
@@ -308,6 +309,18 @@ def run_process(args, *, close_stdout: bool = False, timeout: int = 60, cwd=None
     return Cli(done.returncode, done.stdout, done.stderr)
 
 
+def proofs_main():
+    """``python -m proofs``'s ``main`` (imported when a call needs it: it imports SymPy)."""
+    from proofs.__main__ import main
+    return main
+
+
+def benchmarks_main():
+    """``python -m benchmarks``'s ``main``."""
+    from benchmarks.__main__ import main
+    return main
+
+
 # --------------------------------------------------------------------------- a full disk
 
 @contextlib.contextmanager
@@ -341,6 +354,13 @@ def on_full_disk(call):
 
 
 # --------------------------------------------------------------------------- hostile files
+
+def edited(doc, edit):
+    """A deep copy of ``doc`` changed by ``edit(doc)``."""
+    doc = copy.deepcopy(doc)
+    edit(doc)
+    return doc
+
 
 def written(path: pathlib.Path, data) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
