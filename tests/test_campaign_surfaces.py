@@ -2,17 +2,10 @@
 codec, schema, check, export), the ``minipos`` command, ``spec/check_port.py``, the conformance
 runner and report, ``python -m proofs`` and ``python -m benchmarks``.
 
-Each row of ``CASES`` is one call and the outcome it must have. For a function: ``Named(words)``,
-a ``ValueError``/``TypeError`` (or the listed types) whose message holds ``words``; ``Reported(words)``,
-a result that reports the problem (a mismatch list or a port report holding ``words``); ``Ok(check)``,
-a result that passes ``check``. For a command line: ``Usage(words)``, a non-zero exit with one
-error line holding ``words`` and no traceback; ``Runs(check)``, exit 0 and output that passes
-``check``. ``classify`` sorts a call into *clear* (refused, naming the problem), *accepted*
-(correct result), *silent* (a result where an error belongs, or a wrong result), *crash* (a
-traceback, a hang, an internal error type such as ``KeyError``, ``AttributeError``,
-``RecursionError``, ``MemoryError`` or a raw ``OSError``) and *vague* (refused, but without naming
-the problem, or refusing a valid input). ``Quiet()``: a command whose output went to a closed pipe
-ends without a word on stderr. Every call must be clear or accepted.
+Each row of ``CASES`` is one call and the outcome it must have (``Named``, ``Reported``, ``Ok``;
+for a command line ``Usage``, ``Runs``, ``Quiet``), and ``classify`` sorts it into clear, accepted, silent,
+crash or vague: both come from ``tools/hostile.py``, which ``tools/campaign.py`` shares. Every call must
+be clear or accepted.
 
 The classes of hostile input: wrong types (str, memoryview, int, None, bytes paths), wrong shapes
 and dtypes, NaN and infinity, empty and huge values, unicode names, special files (a FIFO,
@@ -23,21 +16,13 @@ prints the counts and every call that is not clear or accepted.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import copy
-import errno
-import io
-import itertools
 import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -56,59 +41,11 @@ import report  # noqa: E402
 from minipos import vectors  # noqa: E402
 from minipos.vectors.checker import check_case  # noqa: E402
 from minipos.cli import main as minipos_main  # noqa: E402
+from tools.hostile import (Cli, ClosedPipe, Fails, Files, Named, Ok, Quiet, Reported, Runs, Usage,  # noqa: E402
+                           benchmarks_main, classify, edited, fifo_in, on_full_disk, proofs_main, run_main,
+                           run_process, sparse, written, zero_link)
 
-_TMP = pathlib.Path(tempfile.mkdtemp(prefix="minipos-campaign-"))
-atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
-_COUNTER = itertools.count()
-INTERNAL = (KeyError, AttributeError, IndexError, RecursionError, MemoryError, OSError, ZeroDivisionError,
-            AssertionError, NotImplementedError, TimeoutError, UnicodeError, LookupError)
-
-
-# --------------------------------------------------------------------------- expectations
-
-@dataclass
-class Named:
-    """The call raises one of ``exc`` with ``words`` in its message."""
-    words: str
-    exc: tuple = (ValueError, TypeError)
-
-
-@dataclass
-class Reported:
-    """The call returns a report of the problem: ``text(result)`` holds ``words``."""
-    words: str
-    text: Callable = lambda result: "\n".join(map(str, result))
-
-
-@dataclass
-class Ok:
-    """The call returns a result that passes ``check``."""
-    check: Callable = lambda result: True
-
-
-@dataclass
-class Usage:
-    """A command line that exits non-zero with one error line holding ``words``, and no traceback."""
-    words: str
-
-
-@dataclass
-class Runs:
-    """A command line that exits 0 with output ``(out, err)`` that passes ``check``."""
-    check: Callable = lambda out, err: True
-
-
-@dataclass
-class Quiet:
-    """A command line whose output went to a closed pipe: it ends without a word on stderr."""
-
-
-@dataclass
-class Cli:
-    """What a command line did: its exit status and its output."""
-    code: int
-    out: str
-    err: str
+FILES = Files()
 
 
 CASES: list = []
@@ -118,147 +55,9 @@ def case(label: str, call: Callable, expect) -> None:
     CASES.append((label, call, expect))
 
 
-class _Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def deadline(seconds: int = 90):
-    """Raise ``_Hang`` if the block runs ``seconds`` (a blocked open or read is interrupted too). Generous:
-    on a loaded machine a first import of torch or of every proof, or a subprocess, takes its time; a
-    reader blocked on a FIFO waits forever, so a regression still fails."""
-    def alarm(signum, frame):
-        raise _Hang(f"no answer after {seconds} s")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def classify(call, expect) -> tuple[str, str]:
-    """``(class, detail)``: "clear", "accepted", "silent", "crash" or "vague"."""
-    try:
-        with deadline():
-            result = call()
-    except _Hang as err:
-        return "crash", f"hang: {err}"
-    except Exception as err:                                   # noqa: BLE001 - every exception is judged
-        text = f"{type(err).__name__}: {err}"
-        if isinstance(expect, Named) and isinstance(err, expect.exc):
-            return ("clear", text) if expect.words in str(err) else ("vague", f"does not say {expect.words!r}: {text}")
-        if isinstance(err, INTERNAL) or not isinstance(err, (ValueError, TypeError)):
-            return "crash", text
-        return "vague", (f"refused a valid input: {text}" if isinstance(expect, (Ok, Runs, Reported)) else text)
-    if isinstance(result, Cli):
-        return _classify_cli(result, expect)
-    if isinstance(expect, Named):
-        return "silent", f"expected an error saying {expect.words!r}, got {str(result)[:200]}"
-    if isinstance(expect, Reported):
-        text = expect.text(result)
-        if not text:
-            return "silent", f"expected a report saying {expect.words!r}, got nothing"
-        return ("clear", text[:300]) if expect.words in text else ("vague", f"does not say {expect.words!r}: {text[:300]}")
-    if isinstance(expect, Ok):
-        return ("accepted", "") if expect.check(result) else ("silent", f"wrong result: {str(result)[:300]}")
-    raise TypeError(f"a function call cannot expect {expect}")
-
-
-def _classify_cli(got: Cli, expect) -> tuple[str, str]:
-    text = got.out + got.err
-    if "Traceback (most recent call last)" in text or "Exception ignored" in text:
-        return "crash", f"exit {got.code}: {text[-600:]}"
-    if isinstance(expect, Quiet):
-        return ("accepted", "") if not got.err.strip() else ("vague", f"exit {got.code}: {got.err[-300:]}")
-    if isinstance(expect, Runs):
-        if got.code != 0:
-            return "vague", f"refused a valid command line: exit {got.code}: {text[-300:]}"
-        return ("accepted", "") if expect.check(got.out, got.err) else ("silent", f"wrong output: {text[:600]}")
-    if isinstance(expect, Usage):
-        if got.code == 0:
-            return "silent", f"exit 0 where an error belongs: {text[:300]}"
-        errors = [line for line in got.err.splitlines() if "error" in line.lower() or "no theorem" in line]
-        if expect.words not in text:
-            return "vague", f"exit {got.code}, does not say {expect.words!r}: {text[-300:]}"
-        if len(errors) > 1 or len(got.err.splitlines()) > 3:
-            return "vague", f"exit {got.code}, {len(got.err.splitlines())} lines on stderr: {got.err[-300:]}"
-        return "clear", text[-200:]
-    raise TypeError(f"a command line cannot expect {expect}")
-
-
-# --------------------------------------------------------------------------- running things
-
-class ClosedPipe(io.TextIOBase):
-    """A stdout whose reader has gone: every write raises ``BrokenPipeError``."""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text):
-        raise BrokenPipeError(32, "Broken pipe")
-
-
-def run_main(main, argv, *, env=None, stdout=None) -> Cli:
-    """``main(argv)`` in this process, its output captured (or sent to ``stdout``); ``env`` set around it."""
-    out, err = stdout or io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(argv)
-            except SystemExit as stop:
-                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return Cli(code or 0, out.getvalue() if stdout is None else "", err.getvalue())
-
-
-def run_process(args, *, close_stdout: bool = False, timeout: int = 60, cwd=None, memory: int | None = None,
-                env=None) -> Cli:
-    """``python args...`` in a subprocess (from the checkout); ``close_stdout``: the reader goes away at once."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    limit = None
-    if memory:
-        import resource
-
-        def limit():
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    try:
-        if close_stdout:
-            proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=cwd or ROOT, env=full_env, preexec_fn=limit)
-            proc.stdout.close()                 # like `| head -0`: every write meets a closed pipe
-            _, err = proc.communicate(timeout=timeout)
-            return Cli(proc.returncode, "", err.decode("utf-8", "replace"))
-        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd or ROOT, env=full_env, preexec_fn=limit)
-    except subprocess.TimeoutExpired:
-        raise _Hang(f"{args} ran {timeout} s") from None
-    return Cli(done.returncode, done.stdout, done.stderr)
-
-
-def fresh(name: str = "d") -> pathlib.Path:
-    path = _TMP / f"{name}{next(_COUNTER)}"
-    path.mkdir(parents=True)
-    return path
-
-
-def fifo_in(directory: pathlib.Path, name: str) -> pathlib.Path:
-    path = directory / name
-    os.mkfifo(path)
-    return path
-
-
 def family_copy(family: str, edit=None, directory: pathlib.Path | None = None) -> pathlib.Path:
     """A directory holding ``family.json``, its document changed by ``edit(doc)`` if given."""
-    directory = directory or fresh("spec")
+    directory = directory or FILES.fresh("spec")
     doc = json.loads((VECTORS / f"{family}.json").read_text())
     if edit is not None:
         edit(doc)
@@ -267,30 +66,11 @@ def family_copy(family: str, edit=None, directory: pathlib.Path | None = None) -
 
 
 def full_copy(family: str | None = None, edit=None) -> pathlib.Path:
-    directory = fresh("full")
+    directory = FILES.fresh("full")
     shutil.copytree(VECTORS, directory, dirs_exist_ok=True)
     if family is not None:
         family_copy(family, edit, directory)
     return directory
-
-
-def written(path: pathlib.Path, data) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data if isinstance(data, bytes) else data.encode())
-    return path
-
-
-def sparse(path: pathlib.Path, size: int) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.truncate(size)
-    return path
-
-
-def zero_link(path: pathlib.Path) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to("/dev/zero")
-    return path
 
 
 def is_error_free(result) -> bool:
@@ -428,7 +208,7 @@ case("vectors.check an untouched copy", lambda: vectors.check(family_copy("layer
 
 def _with_file(family: str, make) -> Callable:
     def call():
-        directory = fresh("spec")
+        directory = FILES.fresh("spec")
         make(directory / f"{family}.json")
         return vectors.check(directory, [family])
     return call
@@ -443,11 +223,11 @@ case("vectors.check a unicode family file", lambda: vectors.check(written(
     full_copy() / "ротация.json", (VECTORS / "rope.json").read_bytes()).parent), Reported("ротация"))
 
 for label, directory, expect in [
-    ("a FIFO as the directory", lambda: fifo_in(fresh(), "spec"), Named("directory")),
+    ("a FIFO as the directory", lambda: fifo_in(FILES.fresh(), "spec"), Named("directory")),
     ("/dev/zero as the directory", lambda: "/dev/zero", Named("directory")),
     ("an empty path", lambda: "", Named("directory")),
     ("a bytes path", lambda: b"spec/vectors", Named("directory", (TypeError,))),
-    ("a missing directory", lambda: _TMP / "missing" / "ünïcode", Named("does not exist")),
+    ("a missing directory", lambda: FILES.root / "missing" / "ünïcode", Named("does not exist")),
     ("a path with a NUL", lambda: "spec\x00vectors", Named("directory")),
 ]:
     case(f"vectors.check {label}", lambda directory=directory: vectors.check(directory(), ["rope"]), expect)
@@ -481,11 +261,11 @@ for label, doc, expect in [
     case(f"vectors.check_document {label}", lambda doc=doc: vectors.check_document(doc), expect)
 
 for label, call, expect in [
-    ("into a FIFO", lambda: vectors.export(fifo_in(fresh(), "out")), Named("not a directory")),
+    ("into a FIFO", lambda: vectors.export(fifo_in(FILES.fresh(), "out")), Named("not a directory")),
     ("into /dev/null", lambda: vectors.export("/dev/null"), Named("not a directory")),
     ("into an empty path", lambda: vectors.export(""), Named("directory")),
-    ("into a path with a NUL", lambda: vectors.export(str(fresh()) + "/a\x00b"), Named("directory")),
-    ("one family into a new directory", lambda: vectors.export(fresh() / "new", ["alibi_slopes"]),
+    ("into a path with a NUL", lambda: vectors.export(str(FILES.fresh()) + "/a\x00b"), Named("directory")),
+    ("one family into a new directory", lambda: vectors.export(FILES.fresh() / "new", ["alibi_slopes"]),
      Ok(lambda paths: len(paths) == 1 and os.path.isfile(paths[0]))),
     ("a family name with spaces", lambda: vectors.family_cases("rope "), Named("rope ")),
     ("a family name None", lambda: vectors.build_family(None), Named("name", (TypeError,))),
@@ -493,22 +273,7 @@ for label, call, expect in [
     case(f"vectors.export {label}", call, expect)
 
 
-def _disk_full(call):
-    """``call()`` with every ``os.write`` and ``os.fsync`` failing as they do on a full disk."""
-    def run():
-        real = os.write, os.fsync
-
-        def full(*args):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        os.write = os.fsync = full
-        try:
-            return call()
-        finally:
-            os.write, os.fsync = real
-    return run
-
-
-case("vectors.export onto a full disk", _disk_full(lambda: vectors.export(fresh() / "out", ["alibi_slopes"])),
+case("vectors.export onto a full disk", on_full_disk(lambda: vectors.export(FILES.fresh() / "out", ["alibi_slopes"])),
      Named("No space left on device", (OSError,)))
 
 # --------------------------------------------------------------------------- the minipos command: vectors
@@ -516,25 +281,26 @@ case("vectors.export onto a full disk", _disk_full(lambda: vectors.export(fresh(
 for label, argv, expect in [
     ("no subcommand", ["vectors"], Usage("vectors")),
     ("an empty directory argument", ["vectors", "check", ""], Usage("directory")),
-    ("a missing directory", ["vectors", "check", str(_TMP / "nope")], Usage("does not exist")),
+    ("a missing directory", ["vectors", "check", str(FILES.root / "nope")], Usage("does not exist")),
     ("/dev/zero", ["vectors", "check", "/dev/zero"], Usage("/dev/zero")),
     ("vectors check with an extra argument", ["vectors", "check", str(VECTORS), "extra"], Usage("extra")),
     ("a bad flag", ["vectors", "check", "--bogus", str(VECTORS)], Usage("--bogus")),
     ("an unknown subcommand", ["vectors", "frobnicate"], Usage("frobnicate")),
     ("export to an empty path", ["vectors", "export", ""], Usage("directory")),
     ("export to /dev/null", ["vectors", "export", "/dev/null"], Usage("/dev/null")),
-    ("a unicode directory", ["vectors", "check", str(_TMP / "ünï∂")], Usage("ünï∂")),
+    ("a unicode directory", ["vectors", "check", str(FILES.root / "ünï∂")], Usage("ünï∂")),
     ("a NUL in the path", ["vectors", "export", "a\x00b"], Usage("directory")),
 ]:
     case(f"minipos {label}", lambda argv=argv: run_main(minipos_main, argv), expect)
 case("minipos vectors check a FIFO directory", lambda: run_main(
-    minipos_main, ["vectors", "check", str(fifo_in(fresh(), "d"))]), Usage("not a directory"))
+    minipos_main, ["vectors", "check", str(fifo_in(FILES.fresh(), "d"))]), Usage("not a directory"))
 case("minipos vectors export into a FIFO", lambda: run_main(
-    minipos_main, ["vectors", "export", str(fifo_in(fresh(), "d"))]), Usage("not a directory"))
+    minipos_main, ["vectors", "export", str(fifo_in(FILES.fresh(), "d"))]), Usage("not a directory"))
 case("minipos vectors check an extra param", lambda: run_main(minipos_main, ["vectors", "check", str(full_copy(
-    "alibi_bias", _case0("alibi_bias", lambda c: c["params"].update(foo=1))))]), Usage("foo"))
-case("minipos vectors export onto a full disk", _disk_full(lambda: run_main(
-    minipos_main, ["vectors", "export", str(fresh() / "out")])), Usage("No space left on device"))
+    "alibi_bias", _case0("alibi_bias", lambda c: c["params"].update(foo=1))))]),
+     Fails(lambda out, err: "foo" in out + err))       # a report, a line a family: the failing one names foo
+case("minipos vectors export onto a full disk", on_full_disk(lambda: run_main(
+    minipos_main, ["vectors", "export", str(FILES.fresh() / "out")])), Usage("No space left on device"))
 
 # --------------------------------------------------------------------------- the minipos command: tour and help
 
@@ -576,7 +342,7 @@ def _damaged_measurements(text: str):
     """The tour with ``minipos/data/lab_measured.json`` replaced by ``text``."""
     def call():
         from importlib import resources
-        package = fresh("package")
+        package = FILES.fresh("package")
         written(package / "data" / "lab_measured.json", text)
         real = resources.files
         resources.files = lambda name: package if name == "minipos" else real(name)
@@ -587,18 +353,12 @@ def _damaged_measurements(text: str):
     return call
 
 
-def _edited(doc, edit):
-    doc = copy.deepcopy(doc)
-    edit(doc)
-    return doc
-
-
 _MEASURED = json.loads((ROOT / "minipos" / "data" / "lab_measured.json").read_text())
 for label, text in [
     ("not JSON", "{"),
     ("an empty object", "{}"),
     ("deep nesting", DEEP.decode()),
-    ("a mean that is a str", json.dumps(_edited(_MEASURED, lambda m: m["schemes"]["rope"]["markov_excess"]["64"].update(
+    ("a mean that is a str", json.dumps(edited(_MEASURED, lambda m: m["schemes"]["rope"]["markov_excess"]["64"].update(
         mean="x")))),
     ("no schemes", json.dumps({k: v for k, v in _MEASURED.items() if k != "schemes"})),
     ("lengths that are not a list", json.dumps({**_MEASURED, "lengths": 64})),
@@ -624,7 +384,7 @@ def _port(family: str, fn, edit=None, **kw) -> Callable:
 
 def _port_file(family: str, make) -> Callable:
     def call():
-        directory = fresh("port")
+        directory = FILES.fresh("port")
         make(directory / f"{family}.json")
         return check_port.run_family(family, alibi_bias, directory=str(directory))
     return call
@@ -666,7 +426,7 @@ for label, args, expect in [
     ("a family with a path", ("../vectors/rope", str(VECTORS)), Named("family")),
     ("a family that is an int", (3, str(VECTORS)), Named("family", (TypeError,))),
     ("a directory that is an int", ("rope", 3), Named("directory", (TypeError,))),
-    ("a missing directory", ("rope", str(_TMP / "nope")), Named("nope")),
+    ("a missing directory", ("rope", str(FILES.root / "nope")), Named("nope")),
     ("the committed rope", ("rope", str(VECTORS)), Ok(lambda doc: doc["family"] == "rope")),
 ]:
     case(f"check_port load_family {label}", lambda args=args: check_port.load_family(*args), expect)
@@ -691,7 +451,7 @@ def _isolated(code: str) -> Callable:
 
 case("check_port a family file linked to /dev/zero", lambda: _isolated(
     "sys.path.insert(0, 'spec'); import check_port; "
-    f"check_port.load_family('rope', {str(zero_link(fresh() / 'rope.json').parent)!r})")(), Usage("regular file"))
+    f"check_port.load_family('rope', {str(zero_link(FILES.fresh() / 'rope.json').parent)!r})")(), Usage("regular file"))
 
 for label, edit, words in [
     ("without cases", lambda d: d.pop("cases"), "cases"),
@@ -746,7 +506,7 @@ RUN = str(CONFORMANCE / "run.py")
 for label, argv, expect in [
     ("--out ''", ["--out", "", "--libraries", "torchtune"], Usage("--out")),
     ("--out /dev/null", ["--out", "/dev/null", "--libraries", "torchtune"], Usage("--out")),
-    ("--out a file", ["--out", str(written(_TMP / "a-file", b"x")), "--libraries", "torchtune"], Usage("--out")),
+    ("--out a file", ["--out", str(written(FILES.root / "a-file", b"x")), "--libraries", "torchtune"], Usage("--out")),
     ("--libraries bogus", ["--libraries", "bogus"], Usage("bogus")),
     ("--libraries without a name", ["--libraries"], Usage("--libraries")),
     ("--bogus", ["--bogus"], Usage("--bogus")),
@@ -757,14 +517,14 @@ for label, argv, expect in [
     ("--help", ["--help"], Runs(no_rest)),
 ]:
     def _run(argv=argv):
-        out = fresh("conformance")
+        out = FILES.fresh("conformance")
         return run_main(_run_module().main, [str(out / "results") if a == "OUT" else a for a in argv])
     case(f"conformance run.py {label}", _run, expect)
 
 
 def _results(files: dict) -> Callable:
     def call():
-        directory = fresh("results")
+        directory = FILES.fresh("results")
         for name, make in files.items():
             make(directory / name)
         return report.load_results(str(directory))
@@ -774,8 +534,8 @@ def _results(files: dict) -> Callable:
 GOOD_RESULT = json.loads(next((CONFORMANCE / "results" / "transformers").glob("*__alibi_bias_key_only.json")).read_text())
 for label, call, expect in [
     ("a missing directory", lambda: report.load_results("/nonexistent"), Named("/nonexistent")),
-    ("a file as the directory", lambda: report.load_results(str(written(_TMP / "r-file", b"x"))), Named("directory")),
-    ("an empty directory", lambda: report.load_results(str(fresh())), Named("no result")),
+    ("a file as the directory", lambda: report.load_results(str(written(FILES.root / "r-file", b"x"))), Named("directory")),
+    ("an empty directory", lambda: report.load_results(str(FILES.fresh())), Named("no result")),
     ("a directory that is an int", lambda: report.load_results(3), Named("directory", (TypeError,))),
     ("a FIFO result", _results({"lib": lambda p: (p.mkdir(), os.mkfifo(p / "x.json"))}), Named("FIFO")),
     ("invalid JSON", _results({"lib": lambda p: written(p / "x.json", b"{")}), Named("x.json")),
@@ -793,7 +553,7 @@ for label, call, expect in [
     case(f"conformance report.load_results {label}", call, expect)
 case("conformance report a /dev/zero result", lambda: _isolated(
     "sys.path.insert(0, 'spec/conformance'); import report; "
-    f"report.load_results({str(zero_link(fresh() / 'lib' / 'x.json').parent.parent)!r})")(), Usage("regular file"))
+    f"report.load_results({str(zero_link(FILES.fresh() / 'lib' / 'x.json').parent.parent)!r})")(), Usage("regular file"))
 for label, call, expect in [
     ("load_probes of a missing directory", lambda: report.load_probes("/nonexistent"), Named("/nonexistent")),
     ("probe of an unknown library", lambda: report.probe("nope", "x"), Named("nope")),
@@ -812,26 +572,16 @@ def _run_module():
     return run
 
 
-case("conformance write_json onto a full disk", _disk_full(lambda: _run_module().write_json(
-    str(fresh() / "x.json"), {"a": 1})), Named("No space left on device", (OSError,)))
-case("conformance write_json of NaN", lambda: _run_module().write_json(str(fresh() / "x.json"), {"a": float("nan")}),
+case("conformance write_json onto a full disk", on_full_disk(lambda: _run_module().write_json(
+    str(FILES.fresh() / "x.json"), {"a": 1})), Named("No space left on device", (OSError,)))
+case("conformance write_json of NaN", lambda: _run_module().write_json(str(FILES.fresh() / "x.json"), {"a": float("nan")}),
      Named("NaN"))
 
 # --------------------------------------------------------------------------- python -m proofs and benchmarks
 
 
-def _proofs_main():
-    from proofs.__main__ import main
-    return main
-
-
-def _benchmarks_main():
-    from benchmarks.__main__ import main
-    return main
-
-
 def _proofs(argv, env=None):
-    return run_main(_proofs_main(), argv, env=env)
+    return run_main(proofs_main(), argv, env=env)
 
 
 for label, argv, expect in [
@@ -857,7 +607,7 @@ for columns in (80, 100):
         ["attention", "sinusoidal.frequencies"], env={"COLUMNS": str(columns)}), Runs(every_line_fits(columns)))
 def _without_sympy() -> Cli:
     """``python -m proofs`` where ``import sympy`` fails as it does when SymPy is not installed."""
-    fake = fresh("nosympy")
+    fake = FILES.fresh("nosympy")
     written(fake / "sympy" / "__init__.py", "raise ModuleNotFoundError(\"No module named 'sympy'\", name='sympy')\n")
     return run_process(["-m", "proofs", "attention"], env={"PYTHONPATH": f"{fake}{os.pathsep}{ROOT}"})
 
@@ -866,7 +616,7 @@ case("proofs without sympy", _without_sympy, Usage("sympy"))
 
 
 def _benchmarks(argv):
-    return run_main(_benchmarks_main(), argv)
+    return run_main(benchmarks_main(), argv)
 
 
 for label, argv, expect in [
@@ -887,8 +637,8 @@ for label, args in [    # in a process of their own: what the interpreter does a
 for label, main, argv in [   # here, with a stdout that is a closed pipe
     ("minipos tour", lambda: minipos_main, TOUR),
     ("minipos --help", lambda: minipos_main, ["--help"]),
-    ("python -m benchmarks --help", lambda: _benchmarks_main(), ["--help"]),
-    ("python -m proofs --json", lambda: _proofs_main(), ["attention.softmax.shift", "--json"]),
+    ("python -m benchmarks --help", lambda: benchmarks_main(), ["--help"]),
+    ("python -m proofs --json", lambda: proofs_main(), ["attention.softmax.shift", "--json"]),
     ("conformance run.py --help", lambda: _run_module().main, ["--help"]),
 ]:
     case(f"closed pipe: {label}", lambda main=main, argv=argv: run_main(main(), argv, stdout=ClosedPipe()), Quiet())
@@ -916,7 +666,7 @@ for family, label, edit, words in [
 
 def _link_in(name: str, target) -> Callable:
     def call():
-        directory = fresh("spec")
+        directory = FILES.fresh("spec")
         (directory / f"{name}.json").symlink_to(target if target != "self" else directory / f"{name}.json")
         return vectors.check(directory, [name])
     return call
@@ -928,20 +678,20 @@ case("vectors.check a symlink loop", _link_in("rope", "self"), Reported("rope.js
 for label, call, expect in [
     ("read_bytes of an int", lambda: safe_io().read_bytes(3), Named("path", (TypeError,))),
     ("read_bytes of /dev/zero", lambda: safe_io().read_bytes("/dev/zero"), Named("character device")),
-    ("read_bytes of a FIFO", lambda: safe_io().read_bytes(fifo_in(fresh(), "f")), Named("FIFO")),
-    ("read_bytes of a directory", lambda: safe_io().read_bytes(fresh()), Named("directory")),
+    ("read_bytes of a FIFO", lambda: safe_io().read_bytes(fifo_in(FILES.fresh(), "f")), Named("FIFO")),
+    ("read_bytes of a directory", lambda: safe_io().read_bytes(FILES.fresh()), Named("directory")),
     ("read_bytes with a negative limit", lambda: safe_io().read_bytes(str(VECTORS / "rope.json"), limit=-1),
      Named("limit")),
     ("read_bytes with a limit below the size", lambda: safe_io().read_bytes(str(VECTORS / "rope.json"), limit=10),
      Named("more than the 10 bytes")),
-    ("read_json of deep nesting", lambda: safe_io().read_json(written(fresh() / "d.json", DEEP)), Named("nest")),
+    ("read_json of deep nesting", lambda: safe_io().read_json(written(FILES.fresh() / "d.json", DEEP)), Named("nest")),
     ("loads_json with max_depth 0", lambda: safe_io().loads_json(b"[]", max_depth=0), Named("max_depth")),
     ("loads_json of a str", lambda: safe_io().loads_json("[]"), Named("bytes", (TypeError,))),
-    ("write_atomic of an int", lambda: safe_io().write_atomic(fresh() / "x", 3), Named("data", (TypeError,))),
-    ("write_atomic onto a directory", lambda: safe_io().write_atomic(fresh(), b"x"),
+    ("write_atomic of an int", lambda: safe_io().write_atomic(FILES.fresh() / "x", 3), Named("data", (TypeError,))),
+    ("write_atomic onto a directory", lambda: safe_io().write_atomic(FILES.fresh(), b"x"),
      Named("cannot write", (OSError,))),
     ("write_atomic to an empty path", lambda: safe_io().write_atomic("", b"x"), Named("path")),
-    ("write_atomic onto a full disk", _disk_full(lambda: safe_io().write_atomic(fresh() / "x", b"x")),
+    ("write_atomic onto a full disk", on_full_disk(lambda: safe_io().write_atomic(FILES.fresh() / "x", b"x")),
      Named("No space left on device", (OSError,))),
     ("write_atomic leaves nothing behind on a full disk", lambda: _left_after_full_disk(),
      Ok(lambda left: left == ["old"])),
@@ -972,7 +722,7 @@ def _bad_result(edit) -> Callable:
     def call():
         doc = copy.deepcopy(GOOD_RESULT)
         edit(doc)
-        directory = fresh("results")
+        directory = FILES.fresh("results")
         written(directory / "lib" / "x.json", json.dumps(doc))
         return report.load_results(str(directory))
     return call
@@ -1013,8 +763,8 @@ case("output onto a full disk: python -m minipos tour", lambda: _to_dev_full(
 for label, main, argv in [
     ("minipos vectors check", lambda: minipos_main, ["vectors", "check", str(VECTORS)]),
     ("minipos --help", lambda: minipos_main, ["--help"]),
-    ("python -m proofs", lambda: _proofs_main(), ["attention.softmax"]),
-    ("python -m benchmarks --help", lambda: _benchmarks_main(), ["--help"]),
+    ("python -m proofs", lambda: proofs_main(), ["attention.softmax"]),
+    ("python -m benchmarks --help", lambda: benchmarks_main(), ["--help"]),
     ("conformance run.py --help", lambda: _run_module().main, ["--help"]),
 ]:
     case(f"output onto a full disk: {label}", lambda main=main, argv=argv: _on_dev_full(main(), argv),
@@ -1030,10 +780,10 @@ def safe_io():
 
 
 def _left_after_full_disk() -> list:
-    directory = fresh()
+    directory = FILES.fresh()
     written(directory / "old", b"old bytes")
     try:
-        _disk_full(lambda: safe_io().write_atomic(directory / "old", b"new bytes"))()
+        on_full_disk(lambda: safe_io().write_atomic(directory / "old", b"new bytes"))()
     except OSError:
         pass
     assert (directory / "old").read_bytes() == b"old bytes"
@@ -1041,7 +791,7 @@ def _left_after_full_disk() -> list:
 
 
 def _round_trip() -> str:
-    path = fresh() / "ü.txt"
+    path = FILES.fresh() / "ü.txt"
     safe_io().write_atomic(path, "ünïcode ∂")
     return safe_io().read_bytes(path).decode("utf-8")
 

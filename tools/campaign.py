@@ -36,21 +36,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
-import errno
-import io
-import itertools
 import json
-import math
-import os
 import pathlib
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -74,274 +64,13 @@ from minipos.shaw import Shaw  # noqa: E402
 from minipos.sinusoidal import LearnedAbsolute  # noqa: E402
 from minipos.t5 import T5Bias  # noqa: E402
 from minipos.transformer_xl import TransformerXL  # noqa: E402
+from tools.hostile import (KINDS, WORDS, Cli, ClosedPipe, Fails, Files, Named, Ok, Quiet, Runs,  # noqa: E402
+                           StateChanged, Usage, WouldTrain, benchmarks_main, classify, edited, on_full_disk,
+                           proofs_main, run_main, run_process)
 
-__all__ = ["Clear", "Ok", "Usage", "Runs", "Quiet", "Cli", "build", "classify", "run", "SURFACES"]
+__all__ = ["Named", "Ok", "Usage", "Runs", "Quiet", "Cli", "build", "classify", "run", "SURFACES"]
 
-INTERNAL = (KeyError, AttributeError, IndexError, RecursionError, MemoryError, OSError, ZeroDivisionError,
-            AssertionError, NotImplementedError, TimeoutError, UnicodeError, LookupError)
 VAGUE_SHARE = 0.02
-
-
-# --------------------------------------------------------------------------- what a call must do
-
-@dataclass
-class Clear:
-    """The call raises one of ``exc`` whose message holds every one of ``words``."""
-    words: tuple | str
-    exc: tuple = (ValueError, TypeError)
-
-
-@dataclass
-class Ok:
-    """The call returns; every float array in the result is finite and ``check(result)`` is true."""
-    check: Callable = lambda result: True
-
-
-@dataclass
-class Usage:
-    """A command line that exits non-zero with one error line holding ``words``, and no traceback."""
-    words: tuple | str
-
-
-@dataclass
-class Runs:
-    """A command line that exits 0 with output ``(out, err)`` that passes ``check``."""
-    check: Callable = lambda out, err: True
-
-
-@dataclass
-class Fails:
-    """A command line that exits non-zero, without a traceback, with output ``(out, err)`` that passes ``check``
-    (a report of several problems, one line each)."""
-    check: Callable = lambda out, err: True
-
-
-@dataclass
-class Quiet:
-    """A command whose stdout is a closed pipe: it ends without a word on stderr and no traceback."""
-
-
-@dataclass
-class Cli:
-    code: int
-    out: str
-    err: str
-
-
-class StateChanged(Exception):
-    """A refused call left something changed (a registry entry, a file)."""
-
-
-class _Hang(Exception):
-    pass
-
-
-def _words(w) -> tuple:
-    return (w,) if isinstance(w, str) else tuple(w)
-
-
-@contextlib.contextmanager
-def deadline(seconds: int):
-    def alarm(signum, frame):
-        raise _Hang(f"no answer after {seconds} s")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def _arrays(result):
-    if isinstance(result, dict):
-        return [a for v in result.values() for a in _arrays(v)]
-    if isinstance(result, (tuple, list)):
-        return [a for v in result for a in _arrays(v)]
-    return [result] if isinstance(result, np.ndarray) else []
-
-
-def classify(call, expect, seconds: int = 60) -> tuple[str, str]:
-    """``(class, detail)`` of one call: clear, accepted, silent, crash or vague."""
-    try:
-        with deadline(seconds):
-            result = call()
-    except _Hang as err:
-        return "crash", f"hang: {err}"
-    except StateChanged as err:
-        return "silent", f"a refused call changed state: {err}"
-    except WouldTrain as err:
-        return ("silent" if isinstance(expect, (Clear, Usage)) else "crash"), str(err)
-    except BaseException as err:                                # noqa: BLE001 - every exception is judged
-        if isinstance(err, KeyboardInterrupt):
-            raise
-        text = f"{type(err).__name__}: {err}"
-        if isinstance(expect, Clear) and isinstance(err, expect.exc):
-            missing = [w for w in _words(expect.words) if w not in str(err)]
-            if "\n" in str(err).strip():
-                return "vague", f"more than one line: {text[:300]}"
-            return ("clear", text[:200]) if not missing else ("vague", f"does not say {missing}: {text[:300]}")
-        if isinstance(err, INTERNAL) or not isinstance(err, (ValueError, TypeError)):
-            return "crash", text[:400]
-        return "vague", (f"refused a valid input: {text[:300]}" if isinstance(expect, (Ok, Runs)) else text[:300])
-    if isinstance(result, Cli):
-        return _classify_cli(result, expect)
-    if isinstance(expect, Clear):
-        return "silent", f"expected an error saying {expect.words!r}, got {str(result)[:200]}"
-    if isinstance(expect, Ok):
-        for a in _arrays(result):
-            if a.dtype.kind in "fc" and not np.isfinite(a).all():
-                return "silent", "a result holds NaN or inf"
-        return ("accepted", "") if expect.check(result) else ("silent", f"wrong result: {str(result)[:300]}")
-    raise TypeError(f"a function call cannot expect {expect}")
-
-
-def _classify_cli(got: Cli, expect) -> tuple[str, str]:
-    text = got.out + got.err
-    if "Traceback (most recent call last)" in text or "Exception ignored" in text:
-        return "crash", f"exit {got.code}: {text[-600:]}"
-    if isinstance(expect, Fails):
-        if got.code == 0:
-            return "silent", f"exit 0 where a failure belongs: {text[:300]}"
-        return ("clear", text[-200:]) if expect.check(got.out, got.err) else ("vague", f"exit {got.code}: {text[-300:]}")
-    if isinstance(expect, Quiet):
-        return ("accepted", "") if not got.err.strip() else ("vague", f"exit {got.code}: {got.err[-300:]}")
-    if isinstance(expect, Runs):
-        if got.code != 0:
-            return "vague", f"refused a valid command line: exit {got.code}: {text[-300:]}"
-        return ("accepted", "") if expect.check(got.out, got.err) else ("silent", f"wrong output: {text[:400]}")
-    if isinstance(expect, Usage):
-        if got.code == 0:
-            return "silent", f"exit 0 where an error belongs: {text[:300]}"
-        missing = [w for w in _words(expect.words) if w not in text]
-        if missing:
-            return "vague", f"exit {got.code}, does not say {missing}: {text[-300:]}"
-        lines = [line for line in got.err.splitlines() if line.strip()]
-        errors = [line for line in lines if not line.startswith(("usage:", " "))]     # a usage line may wrap
-        if len(errors) > 1 and not got.out.strip():
-            return "vague", f"exit {got.code}, {len(errors)} lines on stderr: {got.err[-300:]}"
-        if len(got.out.splitlines()) > 1 and not got.err.strip():
-            return "vague", f"exit {got.code}, {len(got.out.splitlines())} lines on stdout: {got.out[-300:]}"
-        return "clear", text[-200:]
-    raise TypeError(f"a command line cannot expect {expect}")
-
-
-# --------------------------------------------------------------------------- running things
-
-class ClosedPipe(io.TextIOBase):
-    """A stdout whose reader has gone: every write raises ``BrokenPipeError``."""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text):
-        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-
-
-def run_main(main, argv, *, stdout=None, cwd=None) -> Cli:
-    """``main(argv)`` here, its output captured (or sent to ``stdout``)."""
-    out, err = stdout or io.StringIO(), io.StringIO()
-    here = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(argv)
-            except SystemExit as stop:
-                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    finally:
-        os.chdir(here)
-    return Cli(code or 0, out.getvalue() if stdout is None else "", err.getvalue())
-
-
-def run_process(args, *, close_stdout=False, timeout=60) -> Cli:
-    """``python args...`` from the checkout; ``close_stdout``: the reader goes away at once."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    try:
-        if close_stdout:
-            proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=ROOT, env=env)
-            proc.stdout.close()
-            _, err = proc.communicate(timeout=timeout)
-            return Cli(proc.returncode, "", err.decode("utf-8", "replace"))
-        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                              env=env)
-    except subprocess.TimeoutExpired:
-        raise _Hang(f"{args} ran {timeout} s") from None
-    return Cli(done.returncode, done.stdout, done.stderr)
-
-
-@contextlib.contextmanager
-def full_disk():
-    """Every ``os.write`` and ``os.fsync`` of a file other than stdin, stdout and stderr fails as on a full
-    disk (``ENOSPC``); a buffered file's data fails at its ``fsync``, as a full disk's delayed allocation does."""
-    real = os.write, os.fsync
-
-    def write(fd, data):
-        if fd > 2:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real[0](fd, data)
-
-    def fsync(fd):
-        if (fd if isinstance(fd, int) else fd.fileno()) > 2:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real[1](fd)
-    os.write, os.fsync = write, fsync
-    try:
-        yield
-    finally:
-        os.write, os.fsync = real
-
-
-def on_full_disk(call):
-    def go():
-        with full_disk():
-            return call()
-    return go
-
-
-class Files:
-    """Hostile files, made in a temporary directory on first use."""
-
-    def __init__(self):
-        self.root = pathlib.Path(tempfile.mkdtemp(prefix="minipos-campaign-"))
-        self.count = itertools.count()
-
-    def fresh(self, name="d") -> pathlib.Path:
-        path = self.root / f"{name}{next(self.count)}"
-        path.mkdir(parents=True)
-        return path
-
-    def make(self, kind: str, name: str = "file.json", directory: pathlib.Path | None = None) -> pathlib.Path:
-        """A path of ``kind`` (``KINDS``) named ``name`` in ``directory`` (a new one by default)."""
-        directory = directory or self.fresh()
-        path = directory / name
-        if kind == "missing":
-            pass
-        elif kind == "directory":
-            path.mkdir()
-        elif kind == "FIFO":
-            os.mkfifo(path)
-        elif kind == "/dev/zero":
-            path.symlink_to("/dev/zero")
-        elif kind == "above the cap":
-            with open(path, "wb") as f:
-                f.truncate(safe_io.MAX_BYTES + 1)
-        else:
-            path.write_bytes(CONTENT[kind])
-        return path
-
-
-KINDS = ("missing", "directory", "FIFO", "/dev/zero", "above the cap", "deep nesting", "not UTF-8", "empty",
-         "truncated", "NaN", "a list", "NUL bytes")
-CONTENT = {"deep nesting": b"[" * 100_000 + b"]" * 100_000, "not UTF-8": b'{"a": "\xff\xfe"}', "empty": b"",
-           "truncated": b'{"schema": "minipos-lab/3", "comm', "NaN": b'{"a": NaN}', "a list": b"[1, 2, 3]",
-           "NUL bytes": b"\x00" * 64}
-WORDS = {"missing": "", "directory": "directory", "FIFO": "FIFO", "/dev/zero": "character device",
-         "above the cap": "bytes", "deep nesting": "nest", "not UTF-8": "UTF-8", "empty": "empty",
-         "truncated": "JSON", "NaN": "NaN", "a list": "", "NUL bytes": ""}
-"""What a refusal of each kind of file must say (besides the file's name); "" for no particular word."""
 
 
 # --------------------------------------------------------------------------- the surfaces
@@ -386,16 +115,16 @@ def _registry(case, files):
         ("an instance", NoPE(), "cls"), ("Scheme itself", Scheme, "name"), ("a subclass without a name",
                                                                             type("Nameless", (Scheme,), {}), "name"),
     ]:
-        case(f"register cls {label}", _registry_unchanged(lambda cls=cls: schemes.register(cls)), Clear(words))
+        case(f"register cls {label}", _registry_unchanged(lambda cls=cls: schemes.register(cls)), Named(words))
     for name in ["", "../x", "a/b", "a\nb", "my scheme", "Rope", "1abc", "x" * 41, "a+b", "a@b", "é", "-a", "a.b",
                  "a\x00b", 3, None, b"x", 1.5, ("a",), "rope", "nope", "alibi"]:
         case(f"register a class named {name!r}", _registry_unchanged(
-            lambda name=name: schemes.register(_scheme_class(name))), Clear("name"))
+            lambda name=name: schemes.register(_scheme_class(name))), Named("name"))
     for attr, value in [("seams", ["input"]), ("seams", ("zzz",)), ("seams", "input"), ("seams", (3,)),
                         ("seams", None), ("terms", ("zzz",)), ("terms", "content-content"), ("terms", [None])]:
         case(f"register {attr}={value!r}", _registry_unchanged(
             lambda attr=attr, value=value: schemes.register(_scheme_class("campaign-x", **{attr: value}))),
-            Clear(attr))
+            Named(attr))
     learned = _scheme_class("campaign-learned", LearnedAbsolute)
     for label, example in [
         ("an int", 3), ("a str", "x"), ("a class", dict), ("returning a list", lambda L: [L]),
@@ -407,23 +136,23 @@ def _registry(case, files):
         ("returning a float", lambda L: 1.5),
     ]:
         case(f"register example {label}", _registry_unchanged(
-            lambda example=example: schemes.register(learned, example=example)), Clear("example"))
+            lambda example=example: schemes.register(learned, example=example)), Named("example"))
     case("register example that builds", _registry_unchanged(lambda: schemes.register(
         learned, example=lambda L: {"max_positions": L})), Ok(lambda e: e.name == "campaign-learned"))
     for label, names in [("an int", 3), ("a list", ["max_positions"]), ("an unknown key", {"zzz": "a"}),
                          ("an empty value", {"max_positions": ""}), ("an int value", {"max_positions": 3}),
                          ("an int key", {3: "a"}), ("a blank value", {"max_positions": "  "})]:
         case(f"register config_names {label}", _registry_unchanged(lambda names=names: schemes.register(
-            learned, example=lambda L: {"max_positions": L}, config_names=names)), Clear("config_names"))
+            learned, example=lambda L: {"max_positions": L}, config_names=names)), Named("config_names"))
     for value in ["no", "False", "True", nan, 1, 0, None, [True], np.array([True])]:
         case(f"register lab={value!r}", _registry_unchanged(lambda value=value: schemes.register(
-            _scheme_class("campaign-lab"), lab=value)), Clear("lab"))
+            _scheme_class("campaign-lab"), lab=value)), Named("lab"))
     for value in [True, False, np.bool_(True)]:
         case(f"register lab={value!r} (valid)", _registry_unchanged(lambda value=value: schemes.register(
             _scheme_class("campaign-lab"), lab=value)), Ok(lambda e, value=value: e.lab is bool(value)))
     for value, words in [(3, "name"), (None, "name"), ("zzz", "zzz"), ("", "''"), (b"rope", "name")]:
         case(f"unregister {value!r}", _registry_unchanged(lambda value=value: schemes.unregister(value)),
-             Clear(words))
+             Named(words))
     for name, config, words in [
         (3, None, "name"), ("zzz", None, "zzz"), ("rope", 3, "config"), ("rope", {"zzz": 1}, "zzz"),
         ("rope", [], "config"), ("rope", {"base": nan}, "base"), ("rope", {"base": -1.0}, "base"),
@@ -433,16 +162,16 @@ def _registry(case, files):
         ("rope", {"layout": "zzz"}, "layout"), ("rope", {"scaling": 3}, "scaling"),
     ]:
         case(f"build {name!r} {config!r}", lambda name=name, config=config: schemes.build(name, config),
-             Clear(words))
+             Named(words))
     case("a layer of build('learned', max_positions=2**63)", lambda: MultiHeadAttention(
-        DM, H, scheme=schemes.build("learned", {"max_positions": 2**63})), Clear("max_positions"))
+        DM, H, scheme=schemes.build("learned", {"max_positions": 2**63})), Named("max_positions"))
     for name in schemes.ENTRIES:
         case(f"build {name} with its example", lambda name=name: schemes.build(
             name, schemes.ENTRIES[name].example(64)), Ok(lambda s: isinstance(s, Scheme)))
     for value in [3, "rope", None, int, NoPE()]:
-        case(f"config_keys {value!r}", lambda value=value: schemes.config_keys(value), Clear("cls"))
+        case(f"config_keys {value!r}", lambda value=value: schemes.config_keys(value), Named("cls"))
     for value in [3, None, b"ALiBi"]:
-        case(f"class_named {value!r}", lambda value=value: schemes.class_named(value), Clear("class_name"))
+        case(f"class_named {value!r}", lambda value=value: schemes.class_named(value), Named("class_name"))
     case("class_named 'ALiBi'", lambda: schemes.class_named("ALiBi"), Ok(lambda c: c is ALiBi))
     case("class_named 'zzz'", lambda: schemes.class_named("zzz"), Ok(lambda c: c is None))
 
@@ -562,9 +291,9 @@ def _seams(case, files):
                 if path in ("cached",) and base is Shaw:
                     continue
                 expect = (Ok(lambda r: True) if _valid_garbage(seam, kind)
-                          else Clear((cls.__name__, seam.split()[0])))
+                          else Named((cls.__name__, seam.split()[0])))
                 if (seam, kind, path) == ("content_position extra", "a 0-d array", "backward"):
-                    expect = Clear("dout")   # the forward broadcasts it; TransformerXL's backward wants full blocks
+                    expect = Named("dout")   # the forward broadcasts it; TransformerXL's backward wants full blocks
                 case(f"seam {seam} returns {kind}, {path}",
                      lambda cls=cls, config=config, path=path: _path(path, cls(**config)), expect)
     # backward seams
@@ -576,35 +305,31 @@ def _seams(case, files):
         for kind in kinds:
             cls = _garbled(base, seam, kind)
             case(f"seam {seam} returns {kind}", lambda cls=cls, config=config: _path("backward", cls(**config)),
-                 Clear((cls.__name__, seam)))
+                 Named((cls.__name__, seam)))
     for label, grads in [("a list", [np.zeros((32, 2))]), ("None", None), ("an unknown key", {"scheme.zzz": 0}),
                          ("a wrong shape", {"scheme.table": np.zeros((3, 3))}),
                          ("NaN", {"scheme.table": np.full((32, 2), np.nan)}), ("a str", "x"),
                          ("ints", {"scheme.table": np.zeros((32, 2), np.int64)})]:
         cls = type("BadBiasBackward", (T5Bias,), {"bias_backward": lambda self, *a, grads=grads: grads})
         case(f"seam bias_backward returns {label}", lambda cls=cls: _path("backward", cls()),
-             Clear(("BadBiasBackward", "bias_backward")))
+             Named(("BadBiasBackward", "bias_backward")))
     for value in [0, -1, 0.0, float("nan"), float("inf"), "x", None, 1j, True, np.array([0.5]), [0.5]]:
         cls = type("BadScale", (NoPE,), {"scale": lambda self, d, value=value: value})
         for path in ("dense causal", "blockwise", "fast", "backward"):
             case(f"seam scale returns {value!r}, {path}", lambda cls=cls, path=path: _path(path, cls()),
-                 Clear(("BadScale", "scale")))
+                 Named(("BadScale", "scale")))
     for value in [0.5, np.float64(0.5), 2]:
         cls = type("OddScale", (NoPE,), {"scale": lambda self, d, value=value: value})
         case(f"seam scale returns {value!r} (valid)", lambda cls=cls: _path("dense causal", cls()),
              Ok(lambda y: y.shape == (B, T, DM)))
     for label, scheme in [("a class", NoPE), ("a str", "rope"), ("an int", 3), ("a dict", {})]:
         case(f"MultiHeadAttention scheme {label}", lambda scheme=scheme: MultiHeadAttention(DM, H, scheme=scheme),
-             Clear("scheme"))
+             Named("scheme"))
     case("one scheme instance in two layers", lambda: [MultiHeadAttention(DM, H, scheme=s) for s in [NoPE()] * 2],
-         Clear("layer"))
+         Named("layer"))
 
 
 # --------------------------------------------------------------------------- readers x hostile files
-
-class WouldTrain(Exception):
-    """A lab command line of the campaign got as far as training: the campaign never trains."""
-
 
 def _no_training(*args, **kwargs):
     raise WouldTrain("the command line was accepted and would train a model")
@@ -686,7 +411,7 @@ def _readers(case, files):
         # safe_io, the root of every reader
         case(f"safe_io.read_json {kind}", lambda kind=kind: safe_io.read_json(files.make(kind)),
              Ok(lambda r: r == [1, 2, 3]) if json_ok else
-             Clear(named(kind, "file.json"), (FileNotFoundError,) if missing else (ValueError, TypeError)))
+             Named(named(kind, "file.json"), (FileNotFoundError,) if missing else (ValueError, TypeError)))
         # minipos.vectors
         case(f"vectors.check a rope.json that is {kind}", lambda kind=kind: vectors.check(
             _records_dir(files, kind, "rope.json"), ["rope"]),
@@ -697,15 +422,15 @@ def _readers(case, files):
         # check_port
         case(f"check_port.load_family a file that is {kind}", lambda kind=kind: check_port.load_family(
             "rope", str(_records_dir(files, kind, "rope.json"))),
-            Clear(named(kind, "rope.json") if not missing else ("'rope'",), (FileNotFoundError, ValueError, TypeError)))
+            Named(named(kind, "rope.json") if not missing else ("'rope'",), (FileNotFoundError, ValueError, TypeError)))
         # the conformance report
         case(f"conformance report of a result that is {kind}", lambda kind=kind: report.load_results(
             str(_result_dir(files, kind))),
-            Clear(("rope__rope.json",) if not missing else ("holds no result",), (FileNotFoundError, ValueError,
+            Named(("rope__rope.json",) if not missing else ("holds no result",), (FileNotFoundError, ValueError,
                                                                                 TypeError)))
         # the lab: a record
         case(f"lab record.read {kind}", lambda kind=kind: lab_record.read(files.make(kind)),   # the caller names the file
-             Clear(named(kind, "file.json") if missing else named(kind), (FileNotFoundError, ValueError, TypeError)))
+             Named(named(kind, "file.json") if missing else named(kind), (FileNotFoundError, ValueError, TypeError)))
         case(f"lab --verify a record that is {kind}", lambda kind=kind: _lab_main(
             ["--verify", str(files.make(kind, "markov-rope-s0.json"))]), Usage(named(kind, "markov-rope-s0.json")))
         case(f"lab --summarize a record that is {kind}", lambda kind=kind: _lab_main(
@@ -716,12 +441,12 @@ def _readers(case, files):
             ["--text", str(files.make(kind, "text.txt")), "--print-commands", "--schemes", "rope", "--seeds", "0"]),
             Runs(lambda out, err: "--text" in out) if text else Usage(("--text", "text.txt")))
         case(f"lab TextSource of a file that is {kind}", lambda kind=kind: TextSource(files.make(kind, "t.txt")),
-             Ok(lambda t: t.symbols >= 64) if kind in ("deep nesting", "NUL bytes") else Clear(("t.txt",), (FileNotFoundError, ValueError, TypeError)))
+             Ok(lambda t: t.symbols >= 64) if kind in ("deep nesting", "NUL bytes") else Named(("t.txt",), (FileNotFoundError, ValueError, TypeError)))
         # the docs' evidence readers
         case(f"evidence.summary of a file that is {kind}", lambda kind=kind: _evidence().summary(
-            _summary_dir(files, kind)), Clear(("summary.json",), (_evidence().EvidenceError,)))
+            _summary_dir(files, kind)), Named(("summary.json",), (_evidence().EvidenceError,)))
         case(f"evidence.record of a file that is {kind}", lambda kind=kind: _evidence().record(
-            "markov", "rope", 0, _records_dir(files, kind)), Clear(("markov-rope-s0.json",),
+            "markov", "rope", 0, _records_dir(files, kind)), Named(("markov-rope-s0.json",),
                                                                    (_evidence().EvidenceError,)))
 
 
@@ -815,17 +540,17 @@ def _lab(case, files):
     case("lab --print-commands onto a full --out", on_full_disk(lambda: _lab_main(
         ["--out", str(files.fresh()), *LAB_SLICE])), Usage(("--out", "No space left on device")))
     case("lab record.write_json onto a full disk", on_full_disk(lambda: _lab_record().write_json(
-        files.fresh() / "x.json", {"a": 1})), Clear("No space left on device", (OSError,)))
+        files.fresh() / "x.json", {"a": 1})), Named("No space left on device", (OSError,)))
     case("lab --verify a damaged record beside a /dev/zero one", lambda: _lab_main(
         ["--verify", str(files.make("truncated", "a.json")), str(files.make("/dev/zero", "b.json"))]),
         Fails(lambda out, err: len(out.splitlines()) == 2 and "a.json: failed: not valid JSON" in out
               and "b.json: failed: is not a regular file (a character device)" in out))
     case("lab summary of one record twice", lambda: _summary_module().summarize(
         [_lab_record().read(ROOT / "lab" / "results" / "full" / "markov-rope-s0.json")] * 2),
-        Clear(("more than once", "markov-rope-s0")))
+        Named(("more than once", "markov-rope-s0")))
     case("lab summary of a record of an unknown task", lambda: _summary_module().summarize(
-        [_edited(_lab_record().read(ROOT / "lab" / "results" / "full" / "markov-rope-s0.json"),
-                 lambda r: r["task"].update(name="zzz"))]), Clear("zzz"))
+        [edited(_lab_record().read(ROOT / "lab" / "results" / "full" / "markov-rope-s0.json"),
+                 lambda r: r["task"].update(name="zzz"))]), Named("zzz"))
     for label, command in [("not a lab command", "rm -rf /"), ("an unknown variable", "FOO=1 python -m lab --out x"),
                            ("no --out", "python -m lab --tasks markov"), ("a shell quote left open", "python -m lab '")]:
         case(f"lab --verify a record whose command is {label}", lambda command=command: _lab_main(
@@ -837,12 +562,6 @@ def _lab(case, files):
 def _summary_module():
     from lab import summary
     return summary
-
-
-def _edited(doc, edit):
-    doc = copy.deepcopy(doc)
-    edit(doc)
-    return doc
 
 
 def _lab_record():
@@ -879,53 +598,53 @@ def _evidence_surface(case, files):
     E = (ev.EvidenceError,)
     full = ev.FULL
     for label, call, expect in [
-        ("cell of an unknown task", lambda: ev.cell("zzz", "rope", 64), Clear("zzz", E)),
-        ("cell of an unknown row", lambda: ev.cell("markov", "zzz", 64), Clear("zzz", E)),
-        ("cell of a task that is an int", lambda: ev.cell(3, "rope", 64), Clear("task", E + (TypeError,))),
-        ("cell of a row that is None", lambda: ev.cell("markov", None, 64), Clear("row", E + (TypeError,))),
-        ("cell at a length not measured", lambda: ev.cell("markov", "rope", 7), Clear("7", E)),
-        ("cell at length -1", lambda: ev.cell("markov", "rope", -1), Clear("-1", E)),
-        ("cell at a str length", lambda: ev.cell("markov", "rope", "64"), Clear("length", E + (TypeError,))),
-        ("cell at length 64.0", lambda: ev.cell("markov", "rope", 64.0), Clear("length", E + (TypeError,))),
-        ("cell at length NaN", lambda: ev.cell("markov", "rope", float("nan")), Clear("length", E + (TypeError,))),
-        ("cell at length True", lambda: ev.cell("markov", "rope", True), Clear("length", E + (TypeError,))),
-        ("cell where a str", lambda: ev.cell("markov", "rope", 64, str(full)), Clear("where", E + (TypeError,))),
+        ("cell of an unknown task", lambda: ev.cell("zzz", "rope", 64), Named("zzz", E)),
+        ("cell of an unknown row", lambda: ev.cell("markov", "zzz", 64), Named("zzz", E)),
+        ("cell of a task that is an int", lambda: ev.cell(3, "rope", 64), Named("task", E + (TypeError,))),
+        ("cell of a row that is None", lambda: ev.cell("markov", None, 64), Named("row", E + (TypeError,))),
+        ("cell at a length not measured", lambda: ev.cell("markov", "rope", 7), Named("7", E)),
+        ("cell at length -1", lambda: ev.cell("markov", "rope", -1), Named("-1", E)),
+        ("cell at a str length", lambda: ev.cell("markov", "rope", "64"), Named("length", E + (TypeError,))),
+        ("cell at length 64.0", lambda: ev.cell("markov", "rope", 64.0), Named("length", E + (TypeError,))),
+        ("cell at length NaN", lambda: ev.cell("markov", "rope", float("nan")), Named("length", E + (TypeError,))),
+        ("cell at length True", lambda: ev.cell("markov", "rope", True), Named("length", E + (TypeError,))),
+        ("cell where a str", lambda: ev.cell("markov", "rope", 64, str(full)), Named("where", E + (TypeError,))),
         ("cell where missing", lambda: ev.cell("markov", "rope", 64, pathlib.Path("/nonexistent")),
-         Clear("summary.json", E)),
-        ("cell where a file", lambda: ev.cell("markov", "rope", 64, ROOT / "README.md"), Clear("README.md", E)),
-        ("offsets of an unknown row", lambda: ev.offsets("zzz", 64), Clear("zzz", E)),
-        ("offset_cell of an unknown offset", lambda: ev.offset_cell("rope", 64, 10**9), Clear("1000000000", E)),
-        ("offset_cell of a str offset", lambda: ev.offset_cell("rope", 64, "1"), Clear("offset", E + (TypeError,))),
-        ("entropy of an unknown task", lambda: ev.entropy("zzz", "rope", 64), Clear("zzz", E)),
-        ("spread at a missing length", lambda: ev.spread("markov", "rope", 3), Clear("3", E)),
-        ("seen at a missing offset", lambda: ev.seen(64, 10**9), Clear("1000000000", E)),
-        ("record of an unknown task", lambda: ev.record("zzz", "rope"), Clear("zzz", E)),
-        ("record of a scheme ../x", lambda: ev.record("markov", "../x"), Clear("../x", E + (ValueError,))),
-        ("record of seed -1", lambda: ev.record("markov", "rope", -1), Clear("-1", E + (ValueError,))),
-        ("record of seed 'x'", lambda: ev.record("markov", "rope", "x"), Clear("seed", E + (TypeError,))),
-        ("setting zzz", lambda: ev.setting("zzz"), Clear("zzz", E)),
-        ("setting of task zzz", lambda: ev.setting("length", "zzz"), Clear("zzz", E)),
-        ("attention_distance at a missing length", lambda: ev.attention_distance("markov", "rope", 3), Clear("3", E)),
-        ("position_loss of an unknown scheme", lambda: ev.position_loss("markov", "zzz", 64), Clear("zzz", E)),
+         Named("summary.json", E)),
+        ("cell where a file", lambda: ev.cell("markov", "rope", 64, ROOT / "README.md"), Named("README.md", E)),
+        ("offsets of an unknown row", lambda: ev.offsets("zzz", 64), Named("zzz", E)),
+        ("offset_cell of an unknown offset", lambda: ev.offset_cell("rope", 64, 10**9), Named("1000000000", E)),
+        ("offset_cell of a str offset", lambda: ev.offset_cell("rope", 64, "1"), Named("offset", E + (TypeError,))),
+        ("entropy of an unknown task", lambda: ev.entropy("zzz", "rope", 64), Named("zzz", E)),
+        ("spread at a missing length", lambda: ev.spread("markov", "rope", 3), Named("3", E)),
+        ("seen at a missing offset", lambda: ev.seen(64, 10**9), Named("1000000000", E)),
+        ("record of an unknown task", lambda: ev.record("zzz", "rope"), Named("zzz", E)),
+        ("record of a scheme ../x", lambda: ev.record("markov", "../x"), Named("../x", E + (ValueError,))),
+        ("record of seed -1", lambda: ev.record("markov", "rope", -1), Named("-1", E + (ValueError,))),
+        ("record of seed 'x'", lambda: ev.record("markov", "rope", "x"), Named("seed", E + (TypeError,))),
+        ("setting zzz", lambda: ev.setting("zzz"), Named("zzz", E)),
+        ("setting of task zzz", lambda: ev.setting("length", "zzz"), Named("zzz", E)),
+        ("attention_distance at a missing length", lambda: ev.attention_distance("markov", "rope", 3), Named("3", E)),
+        ("position_loss of an unknown scheme", lambda: ev.position_loss("markov", "zzz", 64), Named("zzz", E)),
         ("position_loss of an unknown variant", lambda: ev.position_loss("markov", "rope", 64, "zzz"),
-         Clear("zzz", E)),
+         Named("zzz", E)),
         ("position_change of bins that are not whole", lambda: ev.position_change("markov", "rope", 64, (0, 1), (1, 3)),
-         Clear("bins", E)),
+         Named("bins", E)),
         ("position_change before a str", lambda: ev.position_change("markov", "rope", 64, "ab", (0, 8)),
-         Clear("before", E + (TypeError,))),
+         Named("before", E + (TypeError,))),
         ("paired_change of one directory twice", lambda: ev.paired_change("markov", "rope", 64, full, full),
          Ok(lambda c: c.mean == 0)),
         ("paired_change where a str", lambda: ev.paired_change("markov", "rope", 64, str(full), str(full)),
-         Clear("before", E + (TypeError,))),
-        ("history of an unknown task", lambda: ev.history("zzz", "rope", 64), Clear("zzz", E)),
-        ("history at a missing length", lambda: ev.history("markov", "rope", 3), Clear("3", E)),
+         Named("before", E + (TypeError,))),
+        ("history of an unknown task", lambda: ev.history("zzz", "rope", 64), Named("zzz", E)),
+        ("history at a missing length", lambda: ev.history("markov", "rope", 3), Named("3", E)),
         ("twice_change of an unknown task", lambda: ev.twice_change("zzz", "rope", 64), Ok(lambda r: r is None)),
-        ("ordered of None", lambda: ev.ordered(None, None, "x"), Clear("cannot run", E)),
-        ("ordered of floats", lambda: ev.ordered(1.0, 2.0, "x"), Clear("Cell", E + (TypeError,))),
+        ("ordered of None", lambda: ev.ordered(None, None, "x"), Named("cannot run", E)),
+        ("ordered of floats", lambda: ev.ordered(1.0, 2.0, "x"), Named("Cell", E + (TypeError,))),
         ("resolved of NaN cells", lambda: ev.resolved(ev.Cell(float("nan"), 0.1, 3), ev.Cell(1.0, 0.1, 3)),
-         Clear("Cell.mean", E + (ValueError,))),
-        ("claim of a str", lambda: ev.claim("yes", "x"), Clear("holds", E + (TypeError,))),
-        ("recorded of a str", lambda: ev.recorded("rope"), Clear("names", E + (TypeError,))),
+         Named("Cell.mean", E + (ValueError,))),
+        ("claim of a str", lambda: ev.claim("yes", "x"), Named("holds", E + (TypeError,))),
+        ("recorded of a str", lambda: ev.recorded("rope"), Named("names", E + (TypeError,))),
         ("present of a task zzz", lambda: ev.present("zzz", ["rope"]), Ok(lambda r: r == [])),
         ("ready of a task zzz", lambda: ev.ready("zzz", ["rope"]), Ok(lambda r: r is False)),
     ]:
@@ -948,7 +667,7 @@ def _evidence_surface(case, files):
         ("an empty object", {}, "mean"),
     ]:
         case(f"evidence cell of a summary with {label}", lambda raw=raw: ev.cell(
-            "markov", "rope", 64, _damaged_summary(files, raw)), Clear(words, E))
+            "markov", "rope", 64, _damaged_summary(files, raw)), Named(words, E))
     for label, edit, words in [
         ("rows a list", lambda s: s["markov"].update(rows=[]), "rows"),
         ("no rows", lambda s: s["markov"].pop("rows"), "rows"),
@@ -958,15 +677,15 @@ def _evidence_surface(case, files):
         ("the whole file a list", None, "summary"),
     ]:
         case(f"evidence usable of a summary with {label}", lambda edit=edit: ev.usable(
-            "markov", "rope", _edited_summary(files, edit)), Clear(words, E))
+            "markov", "rope", _edited_summary(files, edit)), Named(words, E))
     case("evidence cell of a summary with lengths a list", lambda: ev.cell("markov", "rope", 64, _edited_summary(
-        files, lambda s: s["markov"]["rows"]["rope"].update(lengths=[1]))), Clear("lengths", E))
+        files, lambda s: s["markov"]["rows"]["rope"].update(lengths=[1]))), Named("lengths", E))
     for label, edit, words in [
         ("a seed twice", lambda s: s["markov"]["rows"]["rope"].update(seeds=[0, 0, 1]), "seed"),
         ("seeds not ints", lambda s: s["markov"]["rows"]["rope"].update(seeds=["0", 1]), "seed"),
     ]:
         case(f"evidence seeds of a summary with {label}", lambda edit=edit: ev.seeds(
-            "markov", "rope", _edited_summary(files, edit)), Clear(words, E))
+            "markov", "rope", _edited_summary(files, edit)), Named(words, E))
 
 
 def _damaged_summary(files, raw) -> pathlib.Path:
@@ -987,16 +706,6 @@ def _edited_summary(files, edit) -> pathlib.Path:
 
 
 # --------------------------------------------------------------------------- the other commands
-
-def _proofs_main():
-    from proofs.__main__ import main
-    return main
-
-
-def _benchmarks_main():
-    from benchmarks.__main__ import main
-    return main
-
 
 @surface("commands")
 def _commands(case, files):
@@ -1023,17 +732,17 @@ def _commands(case, files):
         ("benchmarks a word", ["rope"], Usage("rope")),
         ("benchmarks --quick=1", ["--quick=1"], Usage("--quick")),
     ]:
-        main = _proofs_main() if label.startswith("proofs") else (
-            _benchmarks_main() if label.startswith("benchmarks") else minipos_main)
+        main = proofs_main() if label.startswith("proofs") else (
+            benchmarks_main() if label.startswith("benchmarks") else minipos_main)
         case(label, lambda main=main, argv=argv: run_main(main, argv), expect)
     case("minipos vectors export onto a full disk", on_full_disk(lambda: run_main(
         minipos_main, ["vectors", "export", str(files.fresh() / "out")])),
         Usage("No space left on device"))
     case("vectors.export onto a full disk leaves nothing", lambda: _export_full_disk(files), Ok(lambda r: r == []))
     case("conformance write_json onto a full disk", on_full_disk(lambda: _conformance_run().write_json(
-        str(files.fresh() / "x.json"), {"a": 1})), Clear("No space left on device", (OSError,)))
+        str(files.fresh() / "x.json"), {"a": 1})), Named("No space left on device", (OSError,)))
     case("safe_io.write_atomic onto a full disk", on_full_disk(lambda: safe_io.write_atomic(
-        files.fresh() / "x", b"abc")), Clear("No space left on device", (OSError,)))
+        files.fresh() / "x", b"abc")), Named("No space left on device", (OSError,)))
     for label, args in [
         ("python -m lab --help", ["-m", "lab", "--help"]),
         ("python -m lab --print-commands", ["-m", "lab", *LAB_SLICE]),
