@@ -454,7 +454,10 @@ TWICE = FULL.parent / "twice"
 def present(task: str, names, where: Path = FULL, seeds=None) -> list:
     """The rows among ``names`` whose every seed (default: the task's ``TASK_SEEDS``) has a record of
     ``task`` in ``where`` at schema 3."""
-    seeds = TASK_SEEDS[task] if seeds is None else seeds
+    if seeds is None:
+        if task not in TASK_SEEDS:
+            raise EvidenceError(f"task must be one of {', '.join(TASK_SEEDS)}, got {task!r}")
+        seeds = TASK_SEEDS[task]
     out = []
     for n in names:
         scheme = n.partition(" +")[0]
