@@ -360,6 +360,8 @@ def parser() -> argparse.ArgumentParser:
                               "config.json", description="Read a model's config.json (minipos.config.read) and print "
                               "its attention layers' position machinery, one row per decoder layer.")
     p_config.add_argument("path", metavar="CONFIG.json", help="the model's config.json")
+    p_config.add_argument("--runs", action="store_true", help="one row for the layers that are alike, their "
+                          "indices listed (0-4, 6-10)")
     p_config.set_defaults(command_parser=p_config)
     return top
 
@@ -383,13 +385,14 @@ def _main(argv) -> int:
         return vectors.main(args)
     if args.command == "config":
         try:
-            print(model_config.read(args.path).describe(width=terminal.columns()))
+            table = model_config.read(args.path).describe(width=terminal.columns(), runs=args.runs)
         except OSError as err:                                   # one line, no traceback
             print(f"minipos config: error: cannot read {args.path}: {err.strerror or err}", file=sys.stderr)
             return 1
         except (ValueError, TypeError) as err:
             print(f"minipos config: error: {err}", file=sys.stderr)
             return 1
+        print(table)                                             # a closed pipe: terminal.run ends quietly
         return 0
     try:
         check_tour_args(args.d_model, args.heads, args.seq_len, args.seed,

@@ -637,6 +637,7 @@ for label, args in [    # in a process of their own: what the interpreter does a
 for label, main, argv in [   # here, with a stdout that is a closed pipe
     ("minipos tour", lambda: minipos_main, TOUR),
     ("minipos --help", lambda: minipos_main, ["--help"]),
+    ("minipos config", lambda: minipos_main, ["config", str(ROOT / "docs" / "configs" / "ministral-3-8b.json")]),
     ("python -m benchmarks --help", lambda: benchmarks_main(), ["--help"]),
     ("python -m proofs --json", lambda: proofs_main(), ["attention.softmax.shift", "--json"]),
     ("conformance run.py --help", lambda: _run_module().main, ["--help"]),

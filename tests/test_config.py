@@ -462,6 +462,14 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
     assert err.count("\n") == 1 and "not support yet" in err and "Traceback" not in err
 
 
+def test_minipos_config_runs_shows_alike_layers_as_one_row(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    assert cli.main(["config", "--runs", _shipped("gpt-oss-20b")]) == 0       # 24 layers, sliding and full alternating
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[3:] if line[:1].isdigit()]
+    assert rows == ["0,", "1,"] and cli.main(["config", _shipped("gpt-oss-20b")]) == 0
+    assert sum(line[:1].isdigit() for line in capsys.readouterr().out.splitlines()) == 24
+
+
 # --- the q/k norm layer ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("v_norm", [False, True])
