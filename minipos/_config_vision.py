@@ -164,14 +164,14 @@ def _gemma4_vision(c):
         raise c.error(f"2-D RoPE of head dim {kwargs['head_dim']}: {err}") from None
     position = (f"2-D RoPE gemma4, theta {theta:g}; positions (2, T): patch rows, then columns, from 0 "
                 "(axial_positions(h, w)); HF's pixel_position_ids are (x, y), the columns first: reverse them")
-    notes = ["q/k RMSNorm per head (weight w), values RMSNorm without weight"]
-    if c.data.get("attention_bias"):
-        notes.append("attention_bias is not read: Gemma4VisionAttention's projections have no bias")
+    notes = ("q/k RMSNorm per head (weight w), values RMSNorm without weight",)
     make = lambda: AxialRotary(base=theta, layout="gemma4")                 # noqa: E731
-    specs = [LayerSpec(i, "vision", QKNormAttention, kwargs, make, position, (), tuple(notes), causal=False)
+    specs = [LayerSpec(i, "vision", QKNormAttention, kwargs, make, position, (), notes, causal=False)
              for i in range(c.int("num_hidden_layers", required=True))]
     table = c.int("position_embedding_size", required=True)
-    return specs, [f"the patch embedder adds a learned 2-D table before layer 0 (position_embedding_table "
+    unread = ["attention_bias is not read: Gemma4VisionAttention's projections have no bias"] \
+        if c.data.get("attention_bias") else []
+    return specs, unread + [f"the patch embedder adds a learned 2-D table before layer 0 (position_embedding_table "
                    f"(2, {table}, hidden_size): the x row plus the y row, an input seam minipos does not read)",
                    "padding patches (pixel_position_ids (-1, -1)) are masked as keys: pass that mask"]
 

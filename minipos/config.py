@@ -30,6 +30,11 @@ gemma4_text (gemma4)            sliding layers: window, ``rope_parameters["slidi
                                 ``attention_k_eq_v`` ``num_global_key_value_heads`` and values = keys'
                                 projection; q/k norm (weight w), weightless value norm, scale 1;
                                 ``num_kv_shared_layers`` > 0 (Gemma 4 E2B, E4B) is refused
+gemma4_unified_text             Gemma 4's layers (above); ``use_bidirectional_attention`` "vision" (its default, and
+(gemma4_unified)                Gemma 4's where set) keeps text causal, a note says so; "all" is refused
+lfm3 (lfm3_vl)                  the attention layers only (``spec.index`` their place; the ``conv`` layers in a
+                                note): sliding RoPE and a window, full p-RoPE (p = 0.5), per-head q/k RMSNorm;
+                                ``use_attention_gate`` (each head's sigmoid output gate) is refused
 cohere2                         sliding layers: interleaved RoPE and a window; full layers: NoPE
 exaone4                         sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE
                                 without ``sliding_window``); per-head q/k RMSNorm
@@ -56,6 +61,8 @@ vision_config: pixtral          ``.vision``: 2-D RoPE (``minipos.axial``, ``"pix
 (mistral3, llava; or alone)     positions ``(2, T)`` (rows, then columns), no biases
 vision_config:                  ``.vision``: 2-D RoPE in the ``"llama4"`` layout, positions from 1 and the
 llama4_vision_model (llama4)    class token last at (0, 0); biases on q, k, v, o
+vision_config: gemma4_vision    ``.vision``: 2-D RoPE in the ``"gemma4"`` layout (HF's ``pixel_position_ids`` (x, y)
+(gemma4)                        reversed), GQA, q/k norm (weight w), weightless value norm, scale 1
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -67,7 +74,8 @@ A key the reader does not understand raises ``ValueError`` naming the key and th
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
 minipos does not have yet (ERNIE-4.5-VL's M-RoPE, Gemma 3n's machinery) raise ``ValueError``
-saying "not supported yet"; a vision tower other than Pixtral's and Llama 4's is named in ``.notes``
+saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower other than Pixtral's,
+Llama 4's and Gemma 4's is named in ``.notes``
 and ``.vision`` is ``None``. Docs: "What does my model do with positions?" (``docs/my-model.md``).
 """
 
@@ -194,7 +202,7 @@ def _gemma4(c):
     head dim and key/value heads, keys as values under ``attention_k_eq_v``); q/k RMSNorm with the weight
     itself, a weightless RMSNorm of the values, the scale 1 (HF ``Gemma4TextAttention``). Also Gemma 4
     Unified's decoder (``Gemma4UnifiedTextAttention``, the same layer). ``(specs, notes)``."""
-    both_ways = c.get("use_bidirectional_attention")
+    both_ways = c.data.get("use_bidirectional_attention", c.defaults.get("use_bidirectional_attention"))  # null: causal
     if both_ways not in (None, "vision"):
         raise c.error(f"config['use_bidirectional_attention'] = {both_ways!r}: every token attending both ways, the "
                       "sliding layers within a window of sliding_window // 2 + 1 each side, is not modelled by "
