@@ -24,6 +24,9 @@ ROPE_TYPES = ("default", *REGISTRY)
 NOT_YET = {
     "mrope_interleaved": "interleaved M-RoPE in a family whose M-RoPE is split (Qwen3-VL's is read: qwen3_vl)",
     "ernie4_5_vl_moe": "ERNIE-4.5-VL's M-RoPE layout", "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE layout",
+    "diffusion_gemma": "DiffusionGemma's block-diffusion decoder (a canvas attending both ways, its sliding layers "
+                       "within a two-sided window, over the encoder's cached keys and values plus its own)",
+    "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
     "gemma3n": "Gemma 3n's position machinery",
 }
 """Machinery minipos does not have yet, by the key or ``model_type`` that asks for it."""

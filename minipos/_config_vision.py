@@ -12,6 +12,7 @@ from ._config_types import FamilyConfig as _Config
 from .axial import AxialRotary
 from .layer import MultiHeadAttention
 from .mrope import MRotary
+from .qk_norm import QKNormAttention
 
 # --------------------------------------------------------------------------- M-RoPE text decoders
 
@@ -142,9 +143,45 @@ def _llama4_vision(c):
     return _vision_tower(c, "llama4", True, 1, True)
 
 
+def _gemma4_vision(c):
+    """Gemma 4's vision encoder (HF ``Gemma4VisionAttention``): 2-D RoPE in the ``"gemma4"`` layout, GQA,
+    ``head_dim`` from the config, q/k RMSNorm (weight w), a weightless value norm, scale 1, no biases
+    (``Gemma4ClippableLinear`` has none, whatever ``attention_bias`` says); ``(specs, notes)``."""
+    if c.flag("use_clipped_linears", False):
+        raise c.error("config['use_clipped_linears'] = True: the projections clamp their inputs and outputs to "
+                      "bounds stored in the checkpoint, which minipos' attention layers do not model")
+    params = c.data.get("rope_parameters")
+    kind = (params.get("rope_type") or "axial") if isinstance(params, dict) else "axial"
+    if kind != "axial":                                     # Gemma4VisionRotaryEmbedding raises for any other
+        raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: Gemma 4's vision rotary is 'axial' only")
+    theta, heads = _vision_theta(c), c.int("num_attention_heads", required=True)
+    kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": heads,
+              "num_kv_heads": c.int("num_key_value_heads") or heads, "head_dim": c.int("head_dim", required=True),
+              "bias": False, "scale": 1.0, "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
+    try:
+        QKNormAttention(scheme=AxialRotary(base=theta, layout="gemma4"), **kwargs)
+    except (ValueError, TypeError) as err:
+        raise c.error(f"2-D RoPE of head dim {kwargs['head_dim']}: {err}") from None
+    position = (f"2-D RoPE gemma4, theta {theta:g}; positions (2, T): patch rows, then columns, from 0 "
+                "(axial_positions(h, w)); HF's pixel_position_ids are (x, y), the columns first: reverse them")
+    notes = ("q/k RMSNorm per head (weight w), values RMSNorm without weight",)
+    make = lambda: AxialRotary(base=theta, layout="gemma4")                 # noqa: E731
+    specs = [LayerSpec(i, "vision", QKNormAttention, kwargs, make, position, (), notes, causal=False)
+             for i in range(c.int("num_hidden_layers", required=True))]
+    table = c.int("position_embedding_size", required=True)
+    unread = ["attention_bias is not read: Gemma4VisionAttention's projections have no bias"] \
+        if c.data.get("attention_bias") else []
+    return specs, unread + [f"the patch embedder adds a learned 2-D table before layer 0 (position_embedding_table "
+                   f"(2, {table}, hidden_size): the x row plus the y row, an input seam minipos does not read)",
+                   "padding patches (pixel_position_ids (-1, -1)) are masked as keys: pass that mask"]
+
+
 VISION = {
     "pixtral": Family(_pixtral_vision, {"hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 24,
                                         "image_size": 1024, "patch_size": 16, "rope_theta": 10000.0}),
+    "gemma4_vision": Family(_gemma4_vision, {"hidden_size": 768, "num_attention_heads": 12, "num_key_value_heads": 12,
+                                             "head_dim": 64, "num_hidden_layers": 16, "rms_norm_eps": 1e-6,
+                                             "rope_theta": 100.0, "position_embedding_size": 10240}),
     "llama4_vision_model": Family(_llama4_vision, {"hidden_size": 768, "num_attention_heads": 16,
                                                    "num_hidden_layers": 34, "image_size": 448, "patch_size": 14,
                                                    "rope_theta": 10000.0}),
@@ -155,4 +192,6 @@ VISION = {
 def read_vision(vision: dict) -> Model:
     model_type = vision.get("model_type")
     c = _Config(vision, model_type, VISION[model_type].defaults)
-    return Model(model_type, vision, VISION[model_type].read(c), kind="vision encoder")
+    specs = VISION[model_type].read(c)
+    specs, notes = specs if isinstance(specs, tuple) else (specs, [])        # a family may add notes
+    return Model(model_type, vision, specs, list(notes), kind="vision encoder")

@@ -30,6 +30,11 @@ gemma4_text (gemma4)            sliding layers: window, ``rope_parameters["slidi
                                 ``attention_k_eq_v`` ``num_global_key_value_heads`` and values = keys'
                                 projection; q/k norm (weight w), weightless value norm, scale 1;
                                 ``num_kv_shared_layers`` > 0 (Gemma 4 E2B, E4B) is refused
+gemma4_unified_text             Gemma 4's layers (above); ``use_bidirectional_attention`` "vision" (its default, and
+(gemma4_unified)                Gemma 4's where set) keeps text causal, a note says so; "all" is refused
+lfm3 (lfm3_vl)                  the attention layers only (``spec.index`` their place; the ``conv`` layers in a
+                                note): sliding RoPE and a window, full p-RoPE (p = 0.5), per-head q/k RMSNorm;
+                                ``use_attention_gate`` (each head's sigmoid output gate) is refused
 cohere2                         sliding layers: interleaved RoPE and a window; full layers: NoPE
 exaone4                         sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE
                                 without ``sliding_window``); per-head q/k RMSNorm
@@ -56,6 +61,8 @@ vision_config: pixtral          ``.vision``: 2-D RoPE (``minipos.axial``, ``"pix
 (mistral3, llava; or alone)     positions ``(2, T)`` (rows, then columns), no biases
 vision_config:                  ``.vision``: 2-D RoPE in the ``"llama4"`` layout, positions from 1 and the
 llama4_vision_model (llama4)    class token last at (0, 0); biases on q, k, v, o
+vision_config: gemma4_vision    ``.vision``: 2-D RoPE in the ``"gemma4"`` layout (HF's ``pixel_position_ids`` (x, y)
+(gemma4)                        reversed), GQA, q/k norm (weight w), weightless value norm, scale 1
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -67,7 +74,8 @@ A key the reader does not understand raises ``ValueError`` naming the key and th
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
 minipos does not have yet (ERNIE-4.5-VL's M-RoPE, Gemma 3n's machinery) raise ``ValueError``
-saying "not supported yet"; a vision tower other than Pixtral's and Llama 4's is named in ``.notes``
+saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower other than Pixtral's,
+Llama 4's and Gemma 4's is named in ``.notes``
 and ``.vision`` is ``None``. Docs: "What does my model do with positions?" (``docs/my-model.md``).
 """
 
@@ -192,8 +200,13 @@ def _gemma4_sizes(c: _Config, types: list) -> list:
 def _gemma4(c):
     """Gemma 4's text decoder: sliding layers (window, RoPE) and full layers (p-RoPE by default, their own
     head dim and key/value heads, keys as values under ``attention_k_eq_v``); q/k RMSNorm with the weight
-    itself, a weightless RMSNorm of the values, the scale 1 (HF ``Gemma4TextAttention``)."""
-    refuse_keys(c, ("use_bidirectional_attention",))
+    itself, a weightless RMSNorm of the values, the scale 1 (HF ``Gemma4TextAttention``). Also Gemma 4
+    Unified's decoder (``Gemma4UnifiedTextAttention``, the same layer). ``(specs, notes)``."""
+    both_ways = c.data.get("use_bidirectional_attention", c.defaults.get("use_bidirectional_attention"))  # null: causal
+    if both_ways not in (None, "vision"):
+        raise c.error(f"config['use_bidirectional_attention'] = {both_ways!r}: every token attending both ways, the "
+                      "sliding layers within a window of sliding_window // 2 + 1 each side, is not modelled by "
+                      "minipos' attention layers (their sliding window is causal)")
     if c.get("num_kv_shared_layers", 0):
         raise c.error(f"config['num_kv_shared_layers'] = {c.data['num_kv_shared_layers']!r}: those last layers reuse "
                       "the keys and values of earlier layers, which minipos' attention layers do not model")
@@ -226,7 +239,52 @@ def _gemma4(c):
             notes.append("attention_k_eq_v: the values are the key projection (set wv = wk, bv = bk)")
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
                                describe_rope(params, "half"), (), tuple(notes)))
+    if both_ways == "vision":                                    # HF create_masks_for_vision_model
+        return specs, ["use_bidirectional_attention 'vision': on the sliding layers the tokens of one image also "
+                       "attend to each other both ways (the full layers stay causal); text alone is causal, as "
+                       "built; with images, pass that mask (causal=False)"]
     return specs
+
+
+def _lfm3(c):
+    """LFM3's attention layers (HF ``Lfm3Attention``): per-head q/k RMSNorm (weight w), RoPE (half layout) and
+    the window on the sliding layers, p-RoPE by default on the full ones; the ``conv`` layers are left out
+    (``spec.index`` is each attention layer's place among all the layers) and named in a note. ``(specs, notes)``."""
+    if c.flag("use_attention_gate", True):
+        raise c.error("config['use_attention_gate'] = True: each head's output is multiplied by sigmoid(x W_g) "
+                      "(g_proj, one gate per head) before o_proj, an output gate minipos' attention layers do not have")
+    if c.data.get("rope_parameters") is None:                               # Lfm3Config's own
+        c = _Config({**c.data, "rope_parameters": dict(_LFM3_ROPE)}, c.model_type, c.defaults)
+    found = c.data["rope_parameters"]
+    if not isinstance(found, dict) or not found or not set(found) <= set(LAYER_TYPES):
+        raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
+                      "'full_attention'), as Lfm3Config's")
+    types = layer_types_of(c, lambda i: "full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i
+                           else "conv", allowed=("full_attention", "sliding_attention", "conv"))
+    sizes, eps, specs = layer_sizes(c), float(c.get("norm_eps", c.get("rms_norm_eps", 1e-5))), []
+    for i, kind in enumerate(types):
+        if kind == "conv":
+            continue
+        if not isinstance(found.get(kind), dict):
+            raise c.error(f"config['rope_parameters'][{kind!r}] must be a dict of RoPE parameters, got "
+                          f"{found.get(kind)!r}")
+        theta = {"rope_theta": found[kind].get("rope_theta")}              # each layer type has its own
+        params = rope_parameters(_Config({**c.data, **theta}, c.model_type, c.defaults), kind)
+        kwargs = {**sizes, "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind),
+                  "norm_eps": eps}
+        specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
+                               describe_rope(params, "half"), (), ("q/k RMSNorm per head (q_norm, k_norm)",)))
+    convs = [i for i, t in enumerate(types) if t == "conv"]
+    notes = [f"layers {', '.join(map(str, convs))} are short convolutions, not attention (Lfm3ShortConv: a causal "
+             f"depthwise conv1d of conv_L_cache = {c.int('conv_L_cache')} taps, gated): they see the previous "
+             "taps - 1 tokens by their order, position machinery minipos does not model; .layers holds the attention "
+             "layers only, spec.index their place"] if convs else []
+    return specs, notes
+
+
+_LFM3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+              "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0, "partial_rotary_factor": 0.5}}
+"""``Lfm3Config``'s ``rope_parameters`` when a config gives none."""
 
 
 def _exaone4(c):
@@ -460,6 +518,11 @@ FAMILIES = {
                                                              "max_position_embeddings": 65536}),
     "exaone4": Family(_exaone4, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "sliding_window": 4096,
                                  "rms_norm_eps": 1e-5}),
+    "gemma4_unified_text": Family(_gemma4, {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                                            "global_head_dim": 512, "sliding_window": 1024, "rms_norm_eps": 1e-6,
+                                            "max_position_embeddings": 262144, "use_bidirectional_attention": "vision"}),
+    "lfm3": Family(_lfm3, {"num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 256,
+                           "norm_eps": 1e-5, "max_position_embeddings": 128000, "conv_L_cache": 7}),
     "qwen3_vl_text": Family(qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
     "qwen3_vl_moe_text": Family(qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000}),
 }
@@ -469,6 +532,7 @@ through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
 TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text",
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
+TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
 
 
 # --------------------------------------------------------------------------- read
@@ -525,5 +589,8 @@ def read(config) -> Model:
                          f"{', '.join(sorted(FAMILIES))} (and {', '.join(sorted(TEXT_OF))} through their text config)")
     c = _Config(text, model_type, FAMILIES[model_type].defaults)
     specs = FAMILIES[model_type].read(c)
+    if isinstance(specs, tuple):                                            # a family's own notes
+        specs, extra = specs
+        notes.extend(extra)
     tower = read_vision(vision) if isinstance(vision, dict) and vision.get("model_type") in VISION else None
     return Model(model_type, text, specs, notes, tower)

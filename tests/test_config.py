@@ -199,7 +199,7 @@ def test_gemma4_defaults_and_the_transformers_objects_per_layer_config():
 
 @pytest.mark.parametrize("change, words", [
     ({"num_kv_shared_layers": 2}, ["num_kv_shared_layers", "reuse the keys and values"]),
-    ({"use_bidirectional_attention": "vision"}, ["use_bidirectional_attention", "not modelled"]),
+    ({"use_bidirectional_attention": "all"}, ["use_bidirectional_attention", "not modelled"]),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
     ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
                           "full_attention": None}}, ["'full_attention'", "must be a dict"]),
