@@ -82,7 +82,8 @@ def rope_parameters(c: _Config, layer_type: str | None = None) -> dict:
                               f"(it has {sorted(found)})")
             found = found[layer_type]
         params = dict(found)
-        params.setdefault("rope_theta", c.get("rope_theta", required=True))
+        if "rope_theta" not in params:                                       # only then is the top level's read
+            params["rope_theta"] = c.get("rope_theta", required=True)
     kind = checked_rope_type(c, params)
     if c.has("partial_rotary_factor") and "partial_rotary_factor" not in params:
         params["partial_rotary_factor"] = c.get("partial_rotary_factor")

@@ -3,6 +3,8 @@ what it reads, what it refuses and how it says so. Expected values come from tra
 (``Gemma4VisionConfig``, ``Gemma4UnifiedTextConfig``, ``Lfm3Config``: their defaults and layer rules, quoted
 where used); the layers' outputs are checked against transformers in test_config_interop_gemma4_lfm3.py."""
 
+import json
+
 import pytest
 
 from minipos import config
@@ -134,3 +136,20 @@ def test_diffusion_gemma_is_not_yet(model_type):
     with pytest.raises(ValueError) as err:
         config.read({"model_type": model_type, "text_config": {"model_type": "diffusion_gemma_text"}})
     assert "block-diffusion decoder" in str(err.value) and "not support yet" in str(err.value)
+
+
+def test_lfm3_golden_vectors_name_the_decoders_own_layer_indices(tmp_path):
+    # LFM3's attention layers are 2, 4, 6, 8 of its 10 (the rest are convolutions): a case's params.layer is
+    # the decoder's index, and the checker rebuilds that very layer (a full p-RoPE layer for 2, a sliding one
+    # for 4), not the list position.
+    from minipos import cli, vectors
+    path, out = tmp_path / "lfm3.json", tmp_path / "v"
+    path.write_text(json.dumps(LFM3))
+    assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+    doc = json.loads((out / "model_layers.json").read_text())
+    assert [(c["name"], c["params"]["layer"]) for c in doc["cases"]] == [("layer2_full_attention", 2),
+                                                                         ("layer4_sliding_attention", 4)]
+    assert vectors.check(str(out)) == []
+    from minipos.vectors import model
+    with pytest.raises(ValueError, match="attention layers"):
+        model.run(doc["cases"][0]["inputs"], {**doc["cases"][0]["params"], "layer": 1})   # a convolution

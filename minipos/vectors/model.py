@@ -103,9 +103,11 @@ def run(inputs, params) -> dict:
     ``positions``, causal. An input that is no weight of the layer is refused by name."""
     model = model_config.read(dict(params["config"]))
     index = params["layer"]
-    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(model.specs):
-        raise ValueError(f"params.layer must be a layer index below {len(model.specs)}, got {index!r}")
-    layer = model.specs[index].build()
+    by_index = {spec.index: spec for spec in model.specs}   # a model's index among all its layers (LFM3: some are
+    if not isinstance(index, int) or isinstance(index, bool) or index not in by_index:   # convolutions, not read)
+        raise ValueError(f"params.layer must be the index of one of the model's attention layers "
+                         f"({min(by_index)}..{max(by_index)}), got {index!r}")
+    layer = by_index[index].build()
     names = _weights(layer)
     unknown = sorted(set(inputs) - set(names) - {"x", "positions"})
     if unknown:
