@@ -539,6 +539,35 @@ def test_model_vectors_round_trip_and_a_changed_value_fails(tmp_path):
     assert len(vectors.check(str(out))) == 1
 
 
+def test_model_vectors_cover_the_vision_tower_bidirectionally(tmp_path):
+    # Ministral 3's Pixtral tower: head dim 1024 / 16 = 64 kept, 2 heads in d_model 16, image 1540 / patch 14 =
+    # 110 patches a side (Mistral3Config's vision_config), so the last position is (109, 109).
+    from minipos.vectors import model
+    out = tmp_path / "v"
+    assert cli.main(["vectors", "export", "--config", _shipped("ministral-3-8b"), str(out)]) == 0
+    assert vectors.check(str(out)) == []
+    doc = json.loads((out / "model_layers.json").read_text())
+    case = doc["cases"][-1]
+    assert case["name"] == "vision0" and case["params"]["tower"] == "vision"
+    assert case["params"]["narrow"] == {"d_model": 16, "num_heads": 2, "num_kv_heads": 2}
+    inputs = {k: np.array(v["data"]).reshape(v["shape"]) for k, v in case["inputs"].items()}
+    assert inputs["positions"][:, -1].tolist() == [109, 109] and inputs["wq"].shape == (16, 128)
+    got = model.run(inputs, case["params"])["y"]
+    spec = config.read(case["params"]["config"]).specs[0]
+    layer = spec.cls(scheme=spec.scheme(), **{**spec.kwargs, **case["params"]["narrow"]})
+    for name in ("wq", "wk", "wv", "wo"):
+        setattr(layer, name, inputs[name])
+    causal = layer(inputs["x"], positions=inputs["positions"], causal=True)
+    assert np.max(np.abs(causal - got)) > 1e-3                           # the case is the bidirectional pass
+    doc["cases"][-1]["expected"]["y"]["data"][5] += 1e-3
+    (out / "model_layers.json").write_text(json.dumps(doc))
+    assert len(vectors.check(str(out))) == 1
+    for params, words in [({"tower": "text"}, "params.tower"), ({"narrow": None}, "params.narrow"),
+                          ({"narrow": {"d_model": 16}}, "params.narrow")]:
+        with pytest.raises(ValueError, match=words):
+            model.run(inputs, {**case["params"], **params})
+
+
 def test_model_vectors_positions_reach_the_window():
     from minipos.vectors import model
     case = model.cases(_shipped("mistral-7b-v0.1"))[0]

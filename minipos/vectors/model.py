@@ -12,6 +12,12 @@ the model's. The case records that config in ``params.config`` and the layer ind
 ``params.layer``. Positions step by a stride chosen so that seven tokens reach past the smallest of
 the model's window, chunk, temperature floor and original training length (scaled RoPE), so each of
 them changes the output; M-RoPE layers get three streams of different strides.
+
+A model with a vision tower (``.vision``: 2-D RoPE) gets one case per kind of tower layer too,
+``vision<i>``: the tower's own config (``vision_config``) in ``params.config``, ``params.tower`` =
+``"vision"``, and the layer narrowed by keywords (``params.narrow``: ``d_model`` 16, 2 heads, each
+head as wide as the model's, so the frequencies are the model's), bidirectional, at positions
+``(2, T)`` (rows, then columns) that reach the edge of the tower's largest patch grid.
 """
 
 from __future__ import annotations
@@ -95,19 +101,82 @@ def cases(config) -> list:
                 f"hidden_size {WIDTH}; causal, positions {positions.tolist()}")
         out.append(_case(f"layer{spec.index}_{spec.layer_type}", note, inputs,
                          {"config": small, "layer": spec.index}, tol(1e-9, FLOAT32)))
+    return out + ([] if model.vision is None else _vision_cases(model.vision))
+
+
+def _narrow(spec) -> dict:
+    """A vision layer's keywords made small: 2 query heads (grouped into 1 key/value head when the tower
+    groups them), ``d_model`` ``WIDTH``, the head dim kept."""
+    kv = spec.kwargs.get("num_kv_heads") or spec.kwargs["num_heads"]
+    return {"d_model": WIDTH, "num_heads": 2, "num_kv_heads": 1 if kv < spec.kwargs["num_heads"] else 2}
+
+
+def _vision_positions(tower) -> np.ndarray:
+    """``(2, LENGTH)`` patch rows and columns, the last at the far corner of the largest grid."""
+    side = max(2, tower.config.get("image_size", 0) // max(1, tower.config.get("patch_size", 1)))
+    rows = np.array([0, 0, 1, 1, 2, side // 2, side - 1])
+    cols = np.array([0, 1, 0, 1, 3, side // 3, side - 1])
+    return np.stack([rows, cols]).astype(np.int64)
+
+
+def _vision_cases(tower) -> list:
+    seen, out = set(), []
+    for spec in tower.specs:
+        key = (spec.layer_type, spec.cls, spec.position, tuple(sorted((k, repr(v)) for k, v in spec.kwargs.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        rng = np.random.default_rng(2000 + spec.index)
+        narrow = _narrow(spec)
+        layer = _build(spec, narrow)
+        positions = _vision_positions(tower)
+        inputs = {"x": _grid(rng, (BATCH, LENGTH, WIDTH)), "positions": positions}
+        for name in _weights(layer):
+            value = getattr(layer, name)
+            base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
+            inputs[name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
+        note = (f"{tower.model_type} vision layer {spec.index} ({spec.position}) as {type(layer).__name__}, "
+                f"narrowed to d_model {WIDTH}, 2 heads of {layer.head_dim}; bidirectional, positions "
+                f"{positions.tolist()}")
+        out.append(_case(f"vision{spec.index}", note, inputs,
+                         {"config": tower.config, "tower": "vision", "layer": spec.index, "narrow": narrow},
+                         tol(1e-9, FLOAT32)))
     return out
+
+
+def _build(spec, narrow: dict):
+    layer = spec.cls(scheme=spec.scheme(), seed=0, **{**spec.kwargs, **narrow})
+    for name in spec.no_bias:
+        setattr(layer, name, None)
+    return layer
 
 
 def run(inputs, params) -> dict:
     """``{"y": (B, T, hidden_size)}``: the case's layer, its weights set from ``inputs``, on ``x`` at
     ``positions``, causal. An input that is no weight of the layer is refused by name."""
     model = model_config.read(dict(params["config"]))
+    tower = params.get("tower")
+    if tower not in (None, "vision"):
+        raise ValueError(f"params.tower must be 'vision' or absent, got {tower!r}")
+    if tower == "vision" and model.kind != "vision encoder":
+        raise ValueError(f"params.tower is 'vision' but params.config is a {model.kind}'s ({model.model_type!r})")
     index = params["layer"]
     by_index = {spec.index: spec for spec in model.specs}   # a model's index among all its layers (LFM3: some are
     if not isinstance(index, int) or isinstance(index, bool) or index not in by_index:   # convolutions, not read)
         raise ValueError(f"params.layer must be the index of one of the model's attention layers "
                          f"({min(by_index)}..{max(by_index)}), got {index!r}")
-    layer = by_index[index].build()
+    spec = by_index[index]
+    narrow = params.get("narrow")
+    if tower == "vision":
+        if not isinstance(narrow, dict) or set(narrow) != {"d_model", "num_heads", "num_kv_heads"} or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in narrow.values()):
+            raise ValueError("params.narrow must be {'d_model', 'num_heads', 'num_kv_heads'} as integers >= 1, "
+                             f"got {narrow!r}")
+        layer = _build(spec, narrow)
+    elif narrow is not None:
+        raise ValueError("params.narrow is read for a vision tower's case only (params.tower 'vision')")
+    else:
+        layer = spec.build()
     names = _weights(layer)
     unknown = sorted(set(inputs) - set(names) - {"x", "positions"})
     if unknown:
@@ -115,4 +184,4 @@ def run(inputs, params) -> dict:
     for name in names:
         if name in inputs:
             setattr(layer, name, inputs[name])
-    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=True)}
+    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=spec.causal)}
