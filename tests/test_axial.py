@@ -269,6 +269,13 @@ def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
     err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", swapped)
     assert isinstance(err, TieMismatch) and "pixtral" in str(err)
     monkeypatch.undo()
+    # Qwen given Pixtral's frequencies (the columns half a step lower): the table's tie fails for qwen.
+    def pixtral_freqs(head_dim, *, base=10000.0, layout="pixtral"):
+        a, b, axis, omega = real(head_dim, base=base, layout=layout)
+        return a, b, axis, real(head_dim, base=base, layout="pixtral")[3] if layout == "qwen" else omega
+    err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", pixtral_freqs)
+    assert isinstance(err, TieMismatch) and "qwen" in str(err)
+    monkeypatch.undo()
     # One position for both axes (the row's, as a 1-D RoPE over the flattened index would): not relative per axis.
     good = axial.apply_axial_rope
     err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope",
