@@ -1,6 +1,6 @@
-"""The data types of ``minipos.config``'s reader: a family (``Family``), a config with its family's defaults (``FamilyConfig``,
-which ``minipos.config`` calls ``_Config``), how to build one attention layer (``LayerSpec``) and the
-model read (``Model``, its layers built when indexed).
+"""The data types of ``minipos.config``'s reader: a family (``Family``), a config with its family's
+defaults (``FamilyConfig``, which ``minipos.config`` calls ``_Config``), how to build one attention
+layer (``LayerSpec``) and the model read (``Model``, its layers built when indexed).
 ``minipos.config`` re-exports ``LayerSpec`` and ``Model``; its module docstring states the contract."""
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class LayerSpec:
     notes: tuple = ()
     indexer: dict | None = None
     causal: bool = True
+    patch_window: int | None = None    # a vision layer's square windows (Qwen2.5-VL): axial_window_mask(p, W)
 
     def build(self, seed: int = 0):
         """A new layer with random weights drawn with ``seed`` (the checkpoint's are copied in)."""
@@ -140,6 +141,8 @@ class Model:
                 mask.append(f"window {kw['sliding_window']} (i-{kw['sliding_window']} < j <= i)")
             if kw.get("attention_chunk"):
                 mask.append(f"chunks of {kw['attention_chunk']}")
+            if s.patch_window:
+                mask.append(f"windows of {s.patch_window} x {s.patch_window} patches")
             if s.indexer:
                 mask.append(f"the indexer's top {s.indexer['topk']}")
             notes = list(s.notes)

@@ -1,6 +1,6 @@
 """The multimodal families of ``minipos.config``: the M-RoPE text decoders (Qwen2-VL, Qwen3-VL, GLM-4.xV;
-positions ``(3, T)``) and the vision towers with 2-D RoPE (``.vision``: Pixtral, Llama 4; positions
-``(2, T)``). ``minipos.config``'s module docstring states the contract."""
+positions ``(3, T)``) and the vision towers with 2-D RoPE (``.vision``: Pixtral, Llama 4, the Qwen towers;
+positions ``(2, T)``). ``minipos.config``'s module docstring states the contract."""
 
 from __future__ import annotations
 
@@ -187,6 +187,117 @@ VISION = {
                                                    "rope_theta": 10000.0}),
 }
 """``vision_config['model_type']`` -> ``Family``: the vision towers with 2-D RoPE the reader builds (``.vision``)."""
+
+
+# --------------------------------------------------------------------------- the Qwen vision towers
+
+def _alias(c: _Config, key: str, alias: str) -> int:
+    """``config[key]``, or its transformers alias (``attribute_map``: ``num_attention_heads`` for ``num_heads``,
+    ``num_hidden_layers`` for ``depth``) when only that is given, else the class default."""
+    return c.int(alias) if c.has(alias) and not c.has(key) else c.int(key, required=True)
+
+
+def _qwen_theta(c: _Config) -> float:
+    # Qwen2VLVisionRotaryEmbedding (and Qwen2.5-VL's, Qwen3-VL's) raises for any rope_type but "axial".
+    params = c.data.get("rope_parameters")
+    kind = (params.get("rope_type") or params.get("type")) if isinstance(params, dict) else None
+    if kind not in (None, "axial"):
+        raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: the Qwen vision rotary supports only "
+                      "'axial'")
+    return _vision_theta(c)
+
+
+def _fullatt_blocks(c: _Config) -> set:
+    blocks = c.get("fullatt_block_indexes", required=True)
+    if not isinstance(blocks, list) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in blocks):
+        raise c.error(f"config['fullatt_block_indexes'] must be a list of layer indices (integers >= 0), got "
+                      f"{blocks!r}")
+    return set(blocks)
+
+
+def _qwen_window(c: _Config, merge: int) -> tuple:
+    """Qwen2.5-VL's window side in patches and how the config gives it: HF ``get_vision_window_index`` takes
+    ``window_size // spatial_merge_size // patch_size`` merged patches a side."""
+    size, patch = c.int("window_size", required=True), c.int("patch_size", required=True)
+    blocks = size // merge // patch
+    if blocks < 1:
+        raise c.error(f"config['window_size'] ({size}) // spatial_merge_size ({merge}) // patch_size ({patch}) is 0: "
+                      "a window must hold at least one merged patch")
+    return blocks * merge, f"window_size {size} // {merge} // patch_size {patch} = {blocks} merged patches a side"
+
+
+def _qwen_tower(c: _Config, dim_key: str, windows: bool = False, learned: bool = False) -> list:
+    """A Qwen vision encoder's attention layers (HF ``VisionAttention``, ``Qwen2_5_VLVisionAttention``,
+    ``Qwen3VLVisionAttention``): one ``qkv`` and one ``proj``, biases on all four, scale ``head_dim ** -0.5``, head
+    dim ``dim // num_heads``, 2-D RoPE in the ``"qwen"`` layout, bidirectional, positions in merge blocks."""
+    d_model, heads = c.int(dim_key, required=True), _alias(c, "num_heads", "num_attention_heads")
+    if d_model % heads:
+        raise c.error(f"{dim_key} ({d_model}) is not a multiple of num_heads ({heads})")
+    head_dim, merge = d_model // heads, c.int("spatial_merge_size", required=True)
+    if c.has("head_dim") and c.data["head_dim"] != head_dim:     # HF's rotary would read it, its attention not
+        raise c.error(f"config['head_dim'] ({c.data['head_dim']!r}) differs from {dim_key} // num_heads ({head_dim}): "
+                      "transformers' vision rotary would take head_dim and its attention the quotient")
+    theta = _qwen_theta(c)
+    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": head_dim, "bias": True}
+    try:
+        MultiHeadAttention(scheme=AxialRotary(base=theta, layout="qwen"), **{**kwargs, "d_model": 1, "num_heads": 1,
+                                                                             "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"2-D RoPE of head dim {head_dim}: {err}") from None
+    full, window, how = set(), None, ""
+    if windows:
+        full, (window, how) = _fullatt_blocks(c), _qwen_window(c, merge)
+    order = f"merge_positions(h, w, {merge}" + (f", window={window})" if windows else ")")
+    position = f"2-D RoPE qwen, theta {theta:g}; positions (2, T): rows, then columns, in the tower's order ({order})"
+    make = lambda: AxialRotary(base=theta, layout="qwen")                     # noqa: E731
+    specs = []
+    for i in range(_alias(c, "depth", "num_hidden_layers")):
+        kind, notes = "full_attention", ()
+        if windows and i not in full:
+            kind, notes = "window_attention", (f"windows of {window} x {window} patches ({how}): pass mask="
+                                               f"axial_window_mask(positions, {window}) repeated to (B, T, T)",)
+        if learned and i == 0:
+            n = c.int("num_position_embeddings", required=True)
+            side = int(n ** 0.5)
+            notes = (f"before this layer a learned position table (num_position_embeddings {n}: {side} x {side}, "
+                     "bilinearly resampled to the image's grid) is added to the patch embeddings: the input seam, not "
+                     "RoPE, and not modelled here",)
+        specs.append(LayerSpec(i, kind, MultiHeadAttention, kwargs, make, position, (), notes, causal=False,
+                               patch_window=window if kind == "window_attention" else None))
+    return specs
+
+
+def _qwen2_vl_vision(c):
+    # Qwen2VLVisionConfig: embed_dim is the tower's width; its hidden_size is the merger's output (the decoder's).
+    return _qwen_tower(c, "embed_dim")
+
+
+def _qwen2_5_vl_vision(c):
+    # Qwen2_5_VisionTransformerPretrainedModel: the patches permuted once into window order; the layers named in
+    # fullatt_block_indexes attend over the image (cu_seqlens), the others within their window (cu_window_seqlens).
+    return _qwen_tower(c, "hidden_size", windows=True)
+
+
+def _qwen3_vl_vision(c):
+    # Qwen3VLVisionModel: every layer full, and a learned position embedding (pos_embed) added before layer 0.
+    return _qwen_tower(c, "hidden_size", learned=True)
+
+
+_QWEN_VISION = {"depth": 32, "num_heads": 16, "patch_size": 14, "spatial_merge_size": 2, "rope_theta": 10000.0}
+_QWEN3_VISION = {**_QWEN_VISION, "depth": 27, "hidden_size": 1152, "patch_size": 16, "num_position_embeddings": 2304}
+VISION.update({
+    "qwen2_vl_vision": Family(_qwen2_vl_vision, {**_QWEN_VISION, "embed_dim": 1280}),
+    "qwen2_5_vl_vision": Family(_qwen2_5_vl_vision, {**_QWEN_VISION, "hidden_size": 3584, "window_size": 112,
+                                                     "fullatt_block_indexes": [7, 15, 23, 31]}),
+    "qwen3_vl_vision": Family(_qwen3_vl_vision, _QWEN3_VISION),
+    "qwen3_vl_moe_vision": Family(_qwen3_vl_vision, _QWEN3_VISION),
+})
+
+VISION_OF = {"qwen2_vl": "qwen2_vl_vision", "qwen2_5_vl": "qwen2_5_vl_vision", "qwen3_vl": "qwen3_vl_vision",
+             "qwen3_vl_moe": "qwen3_vl_moe_vision"}
+"""A multimodal ``model_type`` -> the ``model_type`` of its vision tower, whatever its ``vision_config`` says:
+transformers builds the tower its config class names (``Qwen2VLConfig``: ``Qwen2VLVisionConfig``), and the hub
+files give no ``model_type`` there, or the outer one."""
 
 
 def read_vision(vision: dict) -> Model:

@@ -4,7 +4,10 @@ Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transfo
 (§3.2, "axial frequency"); the code of the vision towers minipos matches, transformers 5.24's
 ``PixtralVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``) with
 ``apply_rotary_pos_emb``, ``Gemma4VisionRotaryEmbedding`` with ``apply_multidimensional_rope``, and
-``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``.
+``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``, and
+``Qwen2VLVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``; Qwen2.5-VL's and
+Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, its positions from ``get_vision_position_ids``
+(``transformers/vision_utils.py``).
 
 The rotation. A patch at row r and column c (``positions`` ``(2, T)``: rows, then columns) rotates
 pair i, the features ``(a_i, b_i)``, by the angle ``p_{s(i)} ω_i``, where ``s(i)`` is 0 (row) or
@@ -22,6 +25,7 @@ the frequencies of a D/2-dim RoPE):
     gemma4    (i, i + q), then       (rotate_half on           col, row  f_i, then f_{i-q}
               (D/2 + i - q, D/2 + i)  each half of the head)
     llama4    (2i, 2i + 1)           (complex pairs)           col, row  f_i, then f_{i-q}
+    qwen      (i, i + D/2)           (rotate_half over D)      row, col  f_i, then f_{i-q}
 
 Pixtral splits RoPE's D/2 frequencies between the axes alternately (rows the even ones, columns the
 odd ones, HF ``cat([inv_freq[0::2], inv_freq[1::2]])``), in the half layout over the whole head.
@@ -29,7 +33,10 @@ Gemma 4 cuts the head into two halves and runs a D/2-dim half-layout RoPE on eac
 by the column (its processor's ``position_ids[..., 0]``, the x of ``meshgrid(..., indexing="xy")``),
 the second by the row. Llama 4 uses the same frequencies as Gemma 4 in the interleaved (complex)
 layout, columns first, and counts positions from 1: its class token, last, gets angle 0
-(``axial_positions(h, w, start=1, class_token=True)``).
+(``axial_positions(h, w, start=1, class_token=True)``). The Qwen towers (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) give
+both axes the same f_i in the half layout over the whole head, rows first (HF ``cat([freq_h, freq_w])``, then
+``cat([freq_hw, freq_hw])``); their patches come in ``merge_size`` x ``merge_size`` blocks, not row by row
+(``merge_positions``), and Qwen2.5-VL's window layers attend within squares of patches (``axial_window_mask``).
 
 Why it is relative in each axis: every block is a rotation, B(a)^T B(b) = B(b - a), so
 
@@ -54,9 +61,9 @@ from .rope import check_angles, overflow_raises, rope_inv_freq
 from .seams import Scheme
 
 __all__ = ["AXIAL_LAYOUTS", "axial_pairs", "axial_angles", "apply_axial_rope", "apply_axial_rope_backward",
-           "axial_positions", "AxialRotary"]
+           "axial_positions", "merge_positions", "axial_window_mask", "AxialRotary"]
 
-AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4")
+AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4", "qwen")
 ROW, COLUMN = 0, 1
 
 
@@ -85,6 +92,9 @@ def axial_pairs(head_dim: int, *, base: float = 10000.0, layout: str = "pixtral"
         return (a, a + D // 2, np.repeat([ROW, COLUMN], [rows, D // 2 - rows]),
                 np.concatenate([theta[0::2], theta[1::2]]))
     f = rope_inv_freq(D // 2, base=base)                               # f_j = base^(-2j/(D/2)), (D/4,)
+    if layout == "qwen":                                               # half layout over D, rows first, f for both
+        a = np.arange(D // 2)
+        return a, a + D // 2, np.repeat([ROW, COLUMN], q), np.concatenate([f, f])
     omega, axis = np.concatenate([f, f]), np.repeat([COLUMN, ROW], q)  # columns first
     if layout == "gemma4":                                             # each half a D/2-dim half-layout RoPE
         a = np.concatenate([i, D // 2 + i])
@@ -135,7 +145,7 @@ def _turn(x, positions, base, layout, name, sign):
 def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
     """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns).
 
-    layout: "pixtral", "gemma4" or "llama4" (the table of the module docstring); D a multiple of 4 (even
+    layout: "pixtral", "gemma4", "llama4" or "qwen" (the table of the module docstring); D a multiple of 4 (even
     for "pixtral").
     Returns ``(..., T, D)`` in x's floating dtype.
     """
@@ -165,12 +175,57 @@ def axial_positions(height: int, width: int, *, start: int = 0, class_token: boo
     return pos.astype(np.int64)
 
 
+def merge_positions(height: int, width: int, merge_size: int, *, window: int | None = None) -> np.ndarray:
+    """The positions ``(2, T)`` of a ``height`` x ``width`` grid of patches in the order the Qwen vision towers
+    hold them (rows, then columns; T = height * width; int64).
+
+    The patches come in ``merge_size`` x ``merge_size`` blocks (the patch merger's), the blocks row-major, the
+    patches of a block row-major: HF ``get_vision_position_ids`` (``meshgrid(..., indexing="ij")``, reshaped to
+    ``(h / m, m, w / m, m)`` and ``transpose(1, 2)``). With ``merge_size`` 2 and a 2 x 4 grid the rows are
+    ``[0 0 1 1 0 0 1 1]`` and the columns ``[0 1 0 1 2 3 2 3]``. ``window``: Qwen2.5-VL's order (HF
+    ``get_vision_window_index``), the blocks gathered into squares of ``window`` x ``window`` patches (a multiple
+    of ``merge_size``: ``window_size // spatial_merge_size // patch_size * spatial_merge_size``), the squares
+    row-major, the last row and column of squares cut by the grid's edge, and within a square the blocks in the
+    order above. height and width must be multiples of ``merge_size``, as HF's reshape asks. One image, or one
+    frame of a video (each frame repeats the positions of the first).
+    """
+    h, w = check_positive_int(height, "height"), check_positive_int(width, "width")
+    m = check_positive_int(merge_size, "merge_size")
+    if h % m or w % m:
+        raise ValueError(f"height and width must be multiples of merge_size ({m}): the patches merge in {m} x {m} "
+                         f"blocks, got a {h} x {w} grid")
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")             # (h, w) each
+    blocks = lambda a: a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)   # noqa: E731
+    pos = np.stack([blocks(rows), blocks(cols)]).astype(np.int64)                  # (2, h w), block-major
+    if window is None:
+        return pos
+    W = check_positive_int(window, "window")
+    if W % m:
+        raise ValueError(f"window must be a multiple of merge_size ({m}): a window holds whole {m} x {m} blocks, "
+                         f"got {W}")
+    order = np.lexsort((pos[1] // W, pos[0] // W))                                 # stable: blocks keep their order
+    return pos[:, order]
+
+
+def axial_window_mask(positions, window: int) -> np.ndarray:
+    """Qwen2.5-VL's window attention as a mask ``(T, T)``, ``True`` = may attend: patch i sees patch j when they
+    lie in the same ``window`` x ``window`` square of the grid (``r_i // W = r_j // W`` and ``c_i // W = c_j //
+    W``; the squares start at row 0 and column 0). Any order of the patches; pass it to a layer as ``mask[None]``.
+
+    positions: integers ``(2, T)`` (rows, then columns), or ``(T,)`` meaning row = column.
+    """
+    W = check_positive_int(window, "window")
+    pos = _stream_positions(positions)                                              # (2, T)
+    square = pos // W                                                               # (2, T)
+    return np.all(square[:, :, None] == square[:, None, :], axis=0)                 # (T, T)
+
+
 class AxialRotary(Scheme):
     """2-D (axial) RoPE: each patch's q and k turned by its row and its column (``apply_axial_rope``).
 
     The layer's positions are ``(2, T)``, rows then columns (``axial_positions``; a ``(T,)`` array
     means row = column) and serve the rotate seam only; a vision tower is called with
-    ``causal=False``. base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4" or "llama4".
+    ``causal=False``. base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4", "llama4" or "qwen".
     No learned parameters.
     """
 
@@ -179,7 +234,7 @@ class AxialRotary(Scheme):
     position_streams = 2
     sign_convention = (r"per axis as RoPE, $q^\top R(r_j - r_i, c_j - c_i)\, k$; positions rows, then columns",
                        r"HF `PixtralVisionRotaryEmbedding`, `Gemma4VisionRotaryEmbedding`, "
-                       r"`Llama4VisionRotaryEmbedding`")
+                       r"`Llama4VisionRotaryEmbedding`, `Qwen2VLVisionRotaryEmbedding`")
 
     def __init__(self, *, base: float = 10000.0, layout: str = "pixtral"):
         self.base = check_float(base, "base", positive=True)

@@ -63,11 +63,16 @@ vision_config:                  ``.vision``: 2-D RoPE in the ``"llama4"`` layout
 llama4_vision_model (llama4)    class token last at (0, 0); biases on q, k, v, o
 vision_config: gemma4_vision    ``.vision``: 2-D RoPE in the ``"gemma4"`` layout (HF's ``pixel_position_ids`` (x, y)
 (gemma4)                        reversed), GQA, q/k norm (weight w), weightless value norm, scale 1
+qwen2_5_vl_text (qwen2_5_vl)    Qwen2-VL's decoder (the same attention and M-RoPE)
+vision_config of qwen2_vl,      ``.vision``: 2-D RoPE in the ``"qwen"`` layout, positions ``(2, T)`` in the tower's
+qwen2_5_vl, qwen3_vl(_moe)      order (``minipos.axial.merge_positions``); biases on q, k, v, o; Qwen2.5-VL's window
+(the tower its class builds)    layers take ``axial_window_mask``; Qwen3-VL's learned position table is named
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
-``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``), from transformers 5's ``rope_parameters`` (flat,
-or nested per layer type) or transformers 4's ``rope_theta`` + ``rope_scaling``. The sliding window
+``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
+from transformers 5's ``rope_parameters`` (flat, or nested per layer type) or transformers 4's
+``rope_theta`` + ``rope_scaling``. The sliding window
 is the model's own: HF's rule, the query at ``i`` sees keys ``i - W < j <= i`` (W keys, its own
 included). Keys the config leaves out take the defaults of the family's transformers config class.
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
@@ -75,8 +80,8 @@ a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_pa
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
 minipos does not have yet (ERNIE-4.5-VL's M-RoPE, Gemma 3n's machinery) raise ``ValueError``
 saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower other than Pixtral's,
-Llama 4's and Gemma 4's is named in ``.notes``
-and ``.vision`` is ``None``. Docs: "What does my model do with positions?" (``docs/my-model.md``).
+Llama 4's, Gemma 4's and the Qwen towers is named in ``.notes`` and ``.vision`` is ``None``. Docs: "What does my
+model do with positions?" (``docs/my-model.md``).
 """
 
 from __future__ import annotations
@@ -104,7 +109,7 @@ from ._config_rope import (
 )
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
-from ._config_vision import VISION, glm4v, qwen2_vl, qwen3_vl, read_vision
+from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_vision
 from .irope import llama4_layer, smollm3_layer
 from .layer import MultiHeadAttention
 from .local_global import gemma3_attention, gemma3_layer_types, gemma3_rope_parameters
@@ -520,11 +525,14 @@ FAMILIES = {
                                  "rms_norm_eps": 1e-5}),
     "gemma4_unified_text": Family(_gemma4, {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                                             "global_head_dim": 512, "sliding_window": 1024, "rms_norm_eps": 1e-6,
-                                            "max_position_embeddings": 262144, "use_bidirectional_attention": "vision"}),
+                                            "max_position_embeddings": 262144,
+                                            "use_bidirectional_attention": "vision"}),
     "lfm3": Family(_lfm3, {"num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 256,
                            "norm_eps": 1e-5, "max_position_embeddings": 128000, "conv_L_cache": 7}),
     "qwen3_vl_text": Family(qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
     "qwen3_vl_moe_text": Family(qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000}),
+    "qwen2_5_vl_text": Family(qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
+                                          "max_window_layers": 80}),
 }
 """``model_type`` -> ``Family``. A multimodal config (``gemma3``, ``llama4``, ``qwen2_vl``) is read
 through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)."""
@@ -533,6 +541,7 @@ TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_
 TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text",
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
 TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
+TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
 
 
 # --------------------------------------------------------------------------- read
@@ -578,6 +587,8 @@ def read(config) -> Model:
     if outer in VISION:                                                    # a vision encoder's own config
         return read_vision(data)
     vision = data.get("vision_config")
+    if isinstance(vision, dict) and outer in VISION_OF:                   # the tower its config class builds
+        vision = {**vision, "model_type": VISION_OF[outer]}
     if isinstance(vision, dict) and vision.get("model_type") not in VISION:
         notes.append(f"the vision tower ({vision.get('model_type', 'vision_config')}) is not read (minipos reads "
                      f"those of {', '.join(VISION)}); .vision is None")

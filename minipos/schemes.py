@@ -274,4 +274,4 @@ register(ProportionalRotary, example=lambda L: {"partial_rotary_factor": 0.5},
                        "partial_rotary_factor": "rope_parameters['partial_rotary_factor'] (rope_type 'proportional')",
                        "factor": "rope_parameters['factor']"})
 register(AxialRotary, config_names={"base": "vision_config.rope_parameters['rope_theta'] (rope_type 'axial')",
-                                    "layout": "the vision tower's family: 'pixtral', 'gemma4' or 'llama4'"})
+                                    "layout": "the vision tower's family: 'pixtral', 'gemma4', 'llama4' or 'qwen'"})

@@ -1,6 +1,6 @@
-"""2-D (axial) RoPE (minipos.axial): hand-worked values, the three vision towers' layouts against transformers 5.24
-(Pixtral's, Gemma 4's and Llama 4's rotary embeddings and their apply functions; Pixtral's attention with copied
-weights), relative in each axis, the layer with positions (2, T), bad input, and proofs fed a wrong formula. The
+"""2-D (axial) RoPE (minipos.axial): hand-worked values, the four vision towers' layouts against transformers 5.24
+(Pixtral's, Gemma 4's, Llama 4's and Qwen's rotary embeddings and their apply functions; Pixtral's attention with
+copied weights), Qwen's patch order and window mask, relative in each axis, the layer with positions (2, T), bad input, and proofs fed a wrong formula. The
 contract suite (test_contract.py) gives it the rest: finite differences, fast, cache, blockwise, golden case."""
 
 import math
@@ -152,10 +152,83 @@ def test_llama4_vision_matches_transformers():
     np.testing.assert_array_equal(got[:, -1], q[:, -1])                     # the class token is not rotated
 
 
+def test_hand_worked_qwen():
+    # D = 8, base 100: f_j = 100^(-2j/4) = (1, 0.1) for both axes; pairs (i, i + 4): pairs 0, 1 by the row with
+    # f_0, f_1, pairs 2, 3 by the column with f_0, f_1. Row 2, column 30: angles 2, 0.2, 30, 3.
+    x = np.array([[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    y = axial.apply_axial_rope(x, np.array([[2], [30]]), base=100.0, layout="qwen")
+    angles = [2.0, 0.2, 30.0, 3.0]
+    np.testing.assert_allclose(y[0], [math.cos(a) for a in angles] + [math.sin(a) for a in angles], rtol=1e-15)
+
+
+def test_qwen_patch_order_hand_worked():
+    # A 2 x 4 grid in 2 x 2 blocks: block (0, 0) holds (0,0) (0,1) (1,0) (1,1), block (0, 1) the columns 2, 3.
+    np.testing.assert_array_equal(axial.merge_positions(2, 4, 2), [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 2, 3, 2, 3]])
+    np.testing.assert_array_equal(axial.merge_positions(2, 3, 1), axial.axial_positions(2, 3))    # merge 1: raster
+    # A 2 x 6 grid, blocks of 2, windows of 4 patches: window 0 has columns 0-3 (blocks 0, 1), window 1 columns 4-5.
+    np.testing.assert_array_equal(axial.merge_positions(2, 6, 2, window=4),
+                                  [[0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5]])
+    # A 4 x 4 grid, windows of 2 = one block each: the window order is the block order.
+    np.testing.assert_array_equal(axial.merge_positions(4, 4, 2, window=2), axial.merge_positions(4, 4, 2))
+    # 4 x 2 grid, blocks of 2, windows of 2: the windows go down the rows, (0-1, 0-1) then (2-3, 0-1).
+    np.testing.assert_array_equal(axial.merge_positions(4, 2, 2, window=2), [[0, 0, 1, 1, 2, 2, 3, 3],
+                                                                             [0, 1, 0, 1, 0, 1, 0, 1]])
+
+
+def test_window_mask_hand_worked():
+    # Patches (0, 0), (0, 3), (1, 1), (2, 0) with windows of 2: (0, 0) and (1, 1) share the window (0, 0); (0, 3)
+    # is in (0, 1), (2, 0) in (1, 0).
+    pos = np.array([[0, 0, 1, 2], [0, 3, 1, 0]])
+    want = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]], bool)
+    np.testing.assert_array_equal(axial.axial_window_mask(pos, 2), want)
+    assert axial.axial_window_mask(pos, 4).all()                                    # one window holds them all
+
+
+@needs_torch
+def test_qwen_positions_and_windows_match_transformers():
+    from transformers.vision_utils import get_vision_position_ids, get_vision_window_index
+    for h, w, m, window_size, patch in [(4, 6, 2, 112, 14), (10, 14, 2, 112, 14), (6, 9, 3, 84, 14)]:
+        grid = torch.tensor([[1, h, w]])
+        hf = _np(get_vision_position_ids(grid, m)).T                               # (T, 2) -> (2, T)
+        np.testing.assert_array_equal(axial.merge_positions(h, w, m), hf)
+        index, cu = get_vision_window_index(grid, m, window_size, patch)          # blocks' order, window bounds
+        order = _np(index[:, None] * m * m + torch.arange(m * m)).reshape(-1)
+        W = window_size // m // patch * m
+        got = axial.merge_positions(h, w, m, window=W)
+        np.testing.assert_array_equal(got, hf[:, order])
+        bounds = _np(cu)
+        seg = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))              # HF's window of each token
+        np.testing.assert_array_equal(axial.axial_window_mask(got, W), seg[:, None] == seg[None, :])
+
+
+@needs_torch
+def test_qwen_vision_rotary_matches_transformers():
+    from transformers.models.qwen2_vl import modeling_qwen2_vl as mq
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    D, theta = 16, 10000.0
+    cfg = Qwen2VLVisionConfig(embed_dim=2 * D, num_heads=2, rope_parameters={"rope_type": "axial",
+                                                                             "rope_theta": theta})
+    rotary = mq.Qwen2VLVisionRotaryEmbedding(cfg)
+    omega = axial.axial_pairs(D, base=theta, layout="qwen")[3]
+    np.testing.assert_allclose(omega[:D // 4], _np(rotary.inv_freq), rtol=1e-7)   # f_j = base^(-2j/(D/2))
+    pos = axial.merge_positions(4, 6, 2)
+    q, k = np.random.default_rng(6).standard_normal((2, pos.shape[1], 2, D))     # HF: (T, H, D)
+    freqs = _t(pos.T.copy())[..., None].double() * _t(omega[:D // 4])            # float64 angles, (T, 2, D/4)
+    cos, sin = rotary.recomposition_frequencies(freqs.cos()), rotary.recomposition_frequencies(freqs.sin())
+    rot = lambda t, c, s: t * c[:, None] + mq.rotate_half(t) * s[:, None]         # noqa: E731  HF's formula, float64
+    got = axial.apply_axial_rope(q.transpose(1, 0, 2), pos, base=theta, layout="qwen").transpose(1, 0, 2)
+    np.testing.assert_allclose(got, _np(rot(_t(q), cos, sin)), rtol=1e-13, atol=1e-13)
+    with torch.no_grad():                                                        # the module as it runs: float32
+        cos32, sin32 = rotary(_t(q), _t(pos.T.copy()))
+        want, _ = mq.apply_rotary_pos_emb_vision(_t(q), _t(k), cos32, sin32)
+    np.testing.assert_allclose(got, _np(want), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("call, exc, words", [
     (lambda: axial.axial_pairs(6, layout="gemma4"), ValueError, "multiple of 4"),
     (lambda: axial.axial_pairs(7), ValueError, "multiple of 4"),
-    (lambda: axial.axial_pairs(8, layout="qwen"), ValueError, "layout"),
+    (lambda: axial.axial_pairs(8, layout="qwen3"), ValueError, "layout"),
+    (lambda: axial.axial_pairs(6, layout="qwen"), ValueError, "multiple of 4"),
     (lambda: axial.axial_pairs(8, base=0.0), ValueError, "base"),
     (lambda: axial.apply_axial_rope(np.ones((2, 6)), [0, 1], layout="llama4"), ValueError, "x"),
     (lambda: axial.apply_axial_rope(np.ones((2, 5)), [0, 1]), ValueError, "x"),
@@ -165,6 +238,14 @@ def test_llama4_vision_matches_transformers():
     (lambda: axial.axial_positions(0, 3), ValueError, "height"),
     (lambda: axial.axial_positions(2, 3, class_token=1), TypeError, "class_token"),
     (lambda: AxialRotary(layout="pixtral2"), ValueError, "layout"),
+    (lambda: axial.merge_positions(3, 4, 2), ValueError, "multiples of merge_size"),
+    (lambda: axial.merge_positions(4, 4, 0), ValueError, "merge_size"),
+    (lambda: axial.merge_positions(4, 4, 2, window=3), ValueError, "window must be a multiple of merge_size"),
+    (lambda: axial.merge_positions(4, 4, 2, window=0), ValueError, "window"),
+    (lambda: axial.merge_positions(4.0, 4, 2), TypeError, "height"),
+    (lambda: axial.axial_window_mask(np.zeros((3, 4), int), 2), ValueError, "positions"),
+    (lambda: axial.axial_window_mask(np.zeros((2, 4)) + 0.5, 2), (ValueError, TypeError), "positions"),
+    (lambda: axial.axial_window_mask(np.zeros((2, 4), int), -1), ValueError, "window"),
     (lambda: MultiHeadAttention(12, 2, scheme=AxialRotary(layout="gemma4")), ValueError, "head_dim"),
     (lambda: MultiHeadAttention(16, 2, scheme=AxialRotary())(np.ones((1, 3, 16)), positions=np.zeros((3, 3), int)),
      ValueError, "rows, then columns"),
@@ -187,6 +268,13 @@ def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
         return a, b, 1 - axis if layout == "pixtral" else axis, omega
     err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", swapped)
     assert isinstance(err, TieMismatch) and "pixtral" in str(err)
+    monkeypatch.undo()
+    # Qwen given Pixtral's frequencies (the columns half a step lower): the table's tie fails for qwen.
+    def pixtral_freqs(head_dim, *, base=10000.0, layout="pixtral"):
+        a, b, axis, omega = real(head_dim, base=base, layout=layout)
+        return a, b, axis, real(head_dim, base=base, layout="pixtral")[3] if layout == "qwen" else omega
+    err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", pixtral_freqs)
+    assert isinstance(err, TieMismatch) and "qwen" in str(err)
     monkeypatch.undo()
     # One position for both axes (the row's, as a 1-D RoPE over the flattened index would): not relative per axis.
     good = axial.apply_axial_rope

@@ -397,6 +397,50 @@ def test_bad_vision_settings_are_named(change, words):
         assert w in str(err.value)
 
 
+QWEN25_VISION = {"model_type": "qwen2_5_vl_vision", "hidden_size": 64, "num_heads": 4, "depth": 4,
+                 "window_size": 112, "patch_size": 14, "fullatt_block_indexes": [1, 3]}
+
+
+def test_the_qwen_towers():
+    m = config.read(_shipped("qwen2.5-vl-3b"))              # Qwen/Qwen2.5-VL-3B-Instruct: no model_type in vision_config
+    tower = m.vision
+    assert m.model_type == "qwen2_5_vl_text" and tower.model_type == "qwen2_5_vl_vision" and not m.notes
+    full = [s.index for s in tower.specs if s.layer_type == "full_attention"]
+    assert full == [7, 15, 23, 31] and len(tower.specs) == 32                    # fullatt_block_indexes
+    kw = tower.specs[0].kwargs
+    assert (kw["num_heads"], kw["head_dim"], kw["bias"]) == (16, 80, True)        # 1280 / 16
+    # window_size 112 // merge 2 // patch 14 = 4 merged patches = 8 patches a side
+    assert "axial_window_mask(positions, 8)" in tower.specs[0].notes[0] and not tower.specs[7].notes
+    assert tower.layers[0].scheme.layout == "qwen" and not tower.specs[0].causal
+    q2 = config.read(_shipped("qwen2-vl-2b")).vision                              # embed_dim, not hidden_size (1536)
+    assert q2.model_type == "qwen2_vl_vision" and q2.specs[0].kwargs["d_model"] == 1280
+    q3 = config.read(_shipped("qwen3-vl-4b")).vision
+    assert q3.specs[0].kwargs["head_dim"] == 64 and "48 x 48" in q3.specs[0].notes[0] and not q3.specs[1].notes
+    alias = config.read({**QWEN25_VISION, "num_heads": None, "num_attention_heads": 2, "depth": None,
+                         "num_hidden_layers": 2})                                 # transformers' attribute_map
+    assert alias.specs[0].kwargs["num_heads"] == 2 and len(alias.specs) == 2
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"window_size": 20}, ["config['window_size'] (20) // spatial_merge_size (2) // patch_size (14) is 0"]),
+    ({"fullatt_block_indexes": [1.5]}, ["fullatt_block_indexes", "integers >= 0"]),
+    ({"fullatt_block_indexes": 3}, ["fullatt_block_indexes", "list"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, ["'default'", "only 'axial'"]),
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2.0}}, ["'factor'"]),
+    ({"hidden_size": 66}, ["hidden_size (66) is not a multiple of num_heads (4)"]),
+    ({"hidden_size": 24}, ["head dim 6", "multiple of 4"]),
+    ({"head_dim": 8}, ["head_dim", "16"]),
+    ({"spatial_merge_size": 0}, ["spatial_merge_size", "integer >= 1"]),
+    ({"model_type": "qwen3_vl_vision", "num_position_embeddings": -4}, ["num_position_embeddings", "integer >= 1"]),
+    ({"model_type": "qwen2_vl_vision", "embed_dim": 30}, ["embed_dim (30)", "num_heads (4)", "qwen2_vl_vision"]),
+])
+def test_bad_qwen_vision_settings_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({**QWEN25_VISION, **change})
+    for w in words:
+        assert w in str(err.value)
+
+
 # --- what is refused ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, words", [
@@ -566,6 +610,22 @@ def test_model_vectors_cover_the_vision_tower_bidirectionally(tmp_path):
                           ({"narrow": {"d_model": 16}}, "params.narrow")]:
         with pytest.raises(ValueError, match=words):
             model.run(inputs, {**case["params"], **params})
+
+
+def test_model_vectors_of_a_windowed_tower_use_its_windows(tmp_path):
+    # Qwen2.5-VL-3B's tower: full attention in blocks 7, 15, 23, 31, windows of 112 // 2 // 14 * 2 = 8 patches
+    # elsewhere; the exported window case is the masked pass (patches 0-4 share the square at the origin).
+    from minipos.vectors import model
+    cases = [c for c in model.cases(_shipped("qwen2.5-vl-3b")) if c["params"].get("tower") == "vision"]
+    assert [c["name"] for c in cases] == ["vision0", "vision7"]
+    window = next(s for s in config.read(cases[0]["params"]["config"]).specs if s.index == 0)
+    assert window.patch_window == 8 and window.layer_type == "window_attention"
+    inputs = {k: np.array(v) for k, v in cases[0]["inputs"].items()}
+    masked = model.run(inputs, cases[0]["params"])["y"]
+    layer = window.cls(scheme=window.scheme(), **{**window.kwargs, **cases[0]["params"]["narrow"]})
+    for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"):
+        setattr(layer, name, inputs[name])
+    assert np.max(np.abs(layer(inputs["x"], positions=inputs["positions"], causal=False) - masked)) > 1e-3
 
 
 def test_model_vectors_positions_reach_the_window():

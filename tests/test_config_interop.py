@@ -285,7 +285,7 @@ def test_qwen2_vl_mrope_sections():
 
 SHIPPED = ["cohere2", "deepseek-v2-lite", "deepseek-v3", "deepseek-v3.2-exp", "gemma-3-4b", "gemma-4-26b-a4b",
            "glm-4.1v-9b", "gpt-oss-20b", "llama-3.1-8b", "llama-4-scout", "ministral-3-8b", "mistral-7b-v0.1",
-           "qwen2-vl-2b", "qwen3-8b", "qwen3-vl-4b", "smollm3-3b"]
+           "qwen2-vl-2b", "qwen2.5-vl-3b", "qwen3-8b", "qwen3-vl-4b", "smollm3-3b"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -17,7 +17,9 @@ A model with a vision tower (``.vision``: 2-D RoPE) gets one case per kind of to
 ``vision<i>``: the tower's own config (``vision_config``) in ``params.config``, ``params.tower`` =
 ``"vision"``, and the layer narrowed by keywords (``params.narrow``: ``d_model`` 16, 2 heads, each
 head as wide as the model's, so the frequencies are the model's), bidirectional, at positions
-``(2, T)`` (rows, then columns) that reach the edge of the tower's largest patch grid.
+``(2, T)`` (rows, then columns) that reach the edge of the tower's largest patch grid (64 a side when the
+config names none); a layer with
+square windows (Qwen2.5-VL) runs with its ``axial_window_mask``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import math
 import numpy as np
 
 from .. import config as model_config
+from ..axial import axial_window_mask
 from ..mla import MultiHeadLatentAttention
 from .cases import _case, _grid, tol
 
@@ -112,8 +115,10 @@ def _narrow(spec) -> dict:
 
 
 def _vision_positions(tower) -> np.ndarray:
-    """``(2, LENGTH)`` patch rows and columns, the last at the far corner of the largest grid."""
-    side = max(2, tower.config.get("image_size", 0) // max(1, tower.config.get("patch_size", 1)))
+    """``(2, LENGTH)`` patch rows and columns, the last at the far corner of the largest grid (64 patches a side
+    when the config names no image size: Qwen's towers take any)."""
+    size, patch = tower.config.get("image_size"), tower.config.get("patch_size")
+    side = max(2, size // patch) if isinstance(size, int) and isinstance(patch, int) and patch > 0 else 64
     rows = np.array([0, 0, 1, 1, 2, side // 2, side - 1])
     cols = np.array([0, 1, 0, 1, 3, side // 3, side - 1])
     return np.stack([rows, cols]).astype(np.int64)
@@ -184,4 +189,8 @@ def run(inputs, params) -> dict:
     for name in names:
         if name in inputs:
             setattr(layer, name, inputs[name])
-    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=spec.causal)}
+    mask = None
+    if spec.patch_window is not None:                          # the layer takes a (B, T, S) mask, one per sequence
+        B, T = np.shape(inputs["x"])[:2]
+        mask = np.broadcast_to(axial_window_mask(inputs["positions"], spec.patch_window), (B, T, T))
+    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=spec.causal, mask=mask)}

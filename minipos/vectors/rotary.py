@@ -323,19 +323,24 @@ def _mrope_layer_grad_run(inputs, params):
 # --------------------------------------------------------------------------- 2-D (axial) RoPE
 
 def _axial_cases(grad: bool = False):
-    """Each layout on a 3 x 4 grid (rows, then columns) and on Llama 4's grid counted from 1 with its class
-    token at (0, 0); x or dy ``(H, T, D)``, D = 16."""
+    """Each layout on a 3 x 4 grid (rows, then columns), on Llama 4's grid counted from 1 with its class
+    token at (0, 0), and Qwen's on a 4 x 4 grid in 2 x 2 merge blocks; x or dy ``(H, T, D)``, D = 16."""
     rng = np.random.default_rng(27 if grad else 28)
     name = "dy" if grad else "x"
     what = "dx = R^T dy, each pair turned back" if grad else "x rotated"
     grids = {"pixtral": axial.axial_positions(3, 4), "gemma4": axial.axial_positions(3, 4),
-             "llama4": axial.axial_positions(3, 3, start=1, class_token=True)}
+             "llama4": axial.axial_positions(3, 3, start=1, class_token=True),
+             "qwen": axial.merge_positions(4, 4, 2)}
     notes = {"pixtral": "pairs (i, i + D/2); rows the even RoPE frequencies base^(-4i/D), columns the odd ones",
              "gemma4": "each half of the head a D/2-dim half-layout RoPE, the first by the column, the second by "
                        "the row",
              "llama4": "complex pairs (2i, 2i + 1), columns first, f_i = base^(-4i/D) for both axes; positions from "
-                       "1, the class token (last) at (0, 0): unrotated"}
-    return [_case(f"{layout}_d16", f"{what}; layout {layout!r}: {notes[layout]}; positions (2, T) of a grid, row-major",
+                       "1, the class token (last) at (0, 0): unrotated",
+             "qwen": "pairs (i, i + D/2), rows first, f_i = base^(-4i/D) for both axes; the patches in 2 x 2 merge "
+                     "blocks (merge_positions), not row-major"}
+    order = {layout: "row-major" for layout in grids} | {"qwen": "block-major"}
+    return [_case(f"{layout}_d16", f"{what}; layout {layout!r}: {notes[layout]}; positions (2, T) of a grid, "
+                  f"{order[layout]}",
                   {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos}, {"layout": layout, "base": 100.0})
             for layout, pos in grids.items()]
 
