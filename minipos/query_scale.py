@@ -78,7 +78,10 @@ def apply_query_scale_backward(dy: ArrayLike, positions: ArrayLike, *, beta: flo
 
 
 class ScaledQueryRotary(Rotary):
-    """RoPE (``Rotary``, every argument the same) whose rotated queries are then scaled by ``s(p)``.
+    """RoPE whose rotated query at position p is then multiplied by ``1 + beta ln(1 + floor(p / L))``.
+
+    ``Rotary`` with every argument the same, then ``apply_query_scale`` on the queries: transformers'
+    ``llama_4_scaling_beta`` (Ministral 3, Mistral 4).
 
     beta: ``rope_parameters['llama_4_scaling_beta']``; original_max_position_embeddings: L, the
     divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``).
@@ -88,8 +91,8 @@ class ScaledQueryRotary(Rotary):
     """
 
     name = "query-scale"
-    sign_convention = (r"as RoPE, times the query's own scale: $s(i)\, q^\top R(j - i)\, k$, "
-                       r"$s(i) = 1 + \beta \ln(1 + \lfloor i / L \rfloor)$",
+    sign_convention = ((r"as RoPE, times the query's own scale: $s(i)\, q^\top R(j - i)\, k$, "
+                        r"$s(i) = 1 + \beta \ln(1 + \lfloor i / L \rfloor)$"),
                        r"transformers `get_llama_4_attn_scale` (Ministral 3, Mistral 4)")
 
     def __init__(self, *, beta: float, original_max_position_embeddings: int, base: float = 10000.0,
