@@ -84,7 +84,8 @@ class ScaledQueryRotary(Rotary):
     ``llama_4_scaling_beta`` (Ministral 3, Mistral 4).
 
     beta: ``rope_parameters['llama_4_scaling_beta']``; original_max_position_embeddings: L, the
-    divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``).
+    divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``); the
+    defaults are Ministral 3's, 0.1 and 16384.
     base, layout, rotary_dim, scaling: as ``Rotary``'s (Ministral 3: ``layout="half"``, its YaRN
     ``rope_parameters`` as ``scaling``). Keys are rotated as by ``Rotary``; the query scale is fixed, not
     learned.
@@ -95,7 +96,7 @@ class ScaledQueryRotary(Rotary):
                         r"$s(i) = 1 + \beta \ln(1 + \lfloor i / L \rfloor)$"),
                        r"transformers `get_llama_4_attn_scale` (Ministral 3, Mistral 4)")
 
-    def __init__(self, *, beta: float, original_max_position_embeddings: int, base: float = 10000.0,
+    def __init__(self, *, beta: float = 0.1, original_max_position_embeddings: int = 16384, base: float = 10000.0,
                  layout: str = "interleaved", rotary_dim: int | None = None, scaling: dict | None = None):
         super().__init__(base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
         self.beta = check_float(beta, "beta", minimum=0.0)
