@@ -78,17 +78,27 @@ def apply_query_scale_backward(dy: ArrayLike, positions: ArrayLike, *, beta: flo
 
 
 class ScaledQueryRotary(Rotary):
-    """RoPE (``Rotary``, every argument the same) whose rotated queries are then scaled by ``s(p)``.
+    """RoPE whose rotated query at position p is then multiplied by ``1 + beta ln(1 + floor(p / L))``.
+
+    ``Rotary`` with every argument the same, then ``apply_query_scale`` on the queries: transformers'
+    ``llama_4_scaling_beta`` (Ministral 3, Mistral 4).
 
     beta: ``rope_parameters['llama_4_scaling_beta']``; original_max_position_embeddings: L, the
-    divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``).
-    Keys are rotated as by ``Rotary``; the query scale is fixed, not learned.
+    divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``); the
+    defaults are Ministral 3's, 0.1 and 16384.
+    base, layout, rotary_dim, scaling: as ``Rotary``'s (Ministral 3: ``layout="half"``, its YaRN
+    ``rope_parameters`` as ``scaling``). Keys are rotated as by ``Rotary``; the query scale is fixed, not
+    learned.
     """
 
-    name = "rope-query-scale"
+    name = "query-scale"
+    sign_convention = ((r"as RoPE, times the query's own scale: $s(i)\, q^\top R(j - i)\, k$, "
+                        r"$s(i) = 1 + \beta \ln(1 + \lfloor i / L \rfloor)$"),
+                       r"transformers `get_llama_4_attn_scale` (Ministral 3, Mistral 4)")
 
-    def __init__(self, *, beta: float, original_max_position_embeddings: int, **rotary):
-        super().__init__(**rotary)
+    def __init__(self, *, beta: float = 0.1, original_max_position_embeddings: int = 16384, base: float = 10000.0,
+                 layout: str = "interleaved", rotary_dim: int | None = None, scaling: dict | None = None):
+        super().__init__(base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
         self.beta = check_float(beta, "beta", minimum=0.0)
         self.original_max_position_embeddings = check_positive_int(original_max_position_embeddings,
                                                                    "original_max_position_embeddings")

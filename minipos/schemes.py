@@ -34,6 +34,7 @@ from .fire import FIRE
 from .irope import NoPETemperature
 from .mrope import MRotary
 from .prope import ProportionalRotary
+from .query_scale import ScaledQueryRotary
 from .rope_scaling import Rotary
 from .seams import SEAMS, TERMS, NoPE, Scheme
 from .shaw import Shaw
@@ -275,3 +276,13 @@ register(ProportionalRotary, example=lambda L: {"partial_rotary_factor": 0.5},
                        "factor": "rope_parameters['factor']"})
 register(AxialRotary, config_names={"base": "vision_config.rope_parameters['rope_theta'] (rope_type 'axial')",
                                     "layout": "the vision tower's family: 'pixtral', 'gemma4', 'llama4' or 'qwen'"})
+# Ministral 3 scales its queries from original_max_position_embeddings = 16384 on (a 16th of its 256k context),
+# with beta 0.1; the example steps every L // 4 positions, so the tour, the contract's T = 5 at L = 16 and the
+# golden vectors' 7 positions all cross a step.
+register(ScaledQueryRotary, example=lambda L: {"beta": 0.1, "original_max_position_embeddings": max(1, L // 4),
+                                               "layout": "half"},
+         config_names={"beta": "rope_parameters['llama_4_scaling_beta']",
+                       "original_max_position_embeddings": "rope_parameters['original_max_position_embeddings']",
+                       "base": "rope_parameters['rope_theta']",
+                       "scaling": "rope_parameters (its YaRN keys; Ministral 3's rope_type is 'yarn')",
+                       "layout": "'half' (HF's apply_rotary_pos_emb, rotate_half)"})

@@ -85,3 +85,31 @@ def test_bad_shapes_and_positions_are_named():
         apply_query_scale(np.ones((3, 4)), [0, 1], beta=0.1, original_max_position_embeddings=4)
     with pytest.raises(ValueError, match="q must have shape"):
         apply_query_scale(np.ones(4), [0], beta=0.1, original_max_position_embeddings=4)
+
+
+def test_the_tour_measures_what_the_steps_imply():
+    # The registry's example steps every L // 4 positions: the tour's shift of seq_len / 2 moves queries across
+    # steps, so s(p) and the outputs change (proof query_scale.score); no table, so it runs at 4x. With every
+    # query position below L the scale is 1 and the layer is RoPE, shift-invariant.
+    from minipos import cli
+    row = next(r for r in cli.tour(d_model=16, heads=2, seq_len=16) if r["scheme"] == "query-scale")
+    assert (row["shift_invariant"], row["runs_at_4x"], row["position_params"]) == (False, True, 0)
+    layer = MultiHeadAttention(16, 2, scheme=ScaledQueryRotary(beta=0.1, original_max_position_embeddings=200,
+                                                               layout="half"), seed=1)
+    x = np.random.default_rng(2).standard_normal((1, 8, 16))
+    np.testing.assert_allclose(layer(x, positions=np.arange(8) + 100, causal=True), layer(x, causal=True),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_one_query_past_the_step_sharpens_its_row_by_s():
+    # Two tokens, one head, D = 2, wq = wk = identity, x = (1, 0) at both: q = k = (1, 0) before RoPE. The query at
+    # p = 1 with L = 1, beta = 1 has s = 1 + ln 2; its logits against keys 0 and 1 are s (1, 0).R(1 - j)(1, 0) / sqrt 2,
+    # i.e. s cos(1) / sqrt 2 and s / sqrt 2 (half layout, theta_0 = 1): worked by hand from the definition.
+    s = 1 + math.log(2)
+    layer = MultiHeadAttention(2, 1, scheme=ScaledQueryRotary(beta=1.0, original_max_position_embeddings=1,
+                                                              layout="half"))
+    layer.wq, layer.wk, layer.wv, layer.wo = np.eye(2), np.eye(2), np.eye(2), np.eye(2)
+    _, w = layer(np.array([[[1.0, 0.0], [1.0, 0.0]]]), causal=True, return_weights=True)
+    logits = np.array([s * math.cos(1), s]) / math.sqrt(2)
+    np.testing.assert_allclose(w[0, 0, 1], np.exp(logits) / np.exp(logits).sum(), rtol=1e-12)
+    np.testing.assert_allclose(w[0, 0, 0], [1.0, 0.0], atol=0)                      # p = 0: one key
