@@ -190,13 +190,19 @@ def register(cls: type[Scheme], *, example: Callable[[int], dict] | None = None,
 
     Everything is checked here, before anything is added (an error names the argument):
     ``cls`` a ``Scheme`` subclass setting its own ``name`` (``NAME_PATTERN``, not registered yet), its
-    ``seams`` and ``terms`` tuples of known names; ``example`` a function of the training length whose
+    ``seams`` and ``terms`` tuples of known names, built by ``cls()`` (every keyword has a default); ``example`` a function of the training length whose
     result, at each of ``EXAMPLE_LENGTHS``, is a dict of keyword arguments of ``cls`` with JSON values
     that builds an instance; ``config_names`` a mapping of keyword arguments of ``cls`` to non-empty
     strings; ``lab`` ``True`` or ``False``.
     """
     _check_class(cls)
     name = _check_name(cls)
+    try:
+        cls()
+    except Exception as err:                                           # noqa: BLE001 - reported with its cause
+        raise ValueError(f"{cls.__name__}() must build with its defaults (build(name) and the layer page's "
+                         f"table construct every registered class without arguments): {type(err).__name__}: "
+                         f"{err}") from err
     if not isinstance(lab, (bool, np.bool_)):
         raise TypeError(f"lab must be True or False, got {type(lab).__name__} {lab!r}")
     names = _check_config_names(cls, config_names)

@@ -121,6 +121,15 @@ def test_register_refuses_what_it_cannot_hold():
     with pytest.raises(ValueError, match="'stregnth' is not a keyword argument of LogDistance"):
         schemes.register(LogDistance, config_names={"stregnth": "x"})
     assert "test-log-distance" not in schemes.SCHEMES                                    # nothing half-added
+
+    class Undefaulted(LogDistance):
+        name = "test-undefaulted"
+
+        def __init__(self, *, strength: float):
+            super().__init__(strength=strength)
+    with pytest.raises(ValueError, match=r"Undefaulted\(\) must build with its defaults"):
+        schemes.register(Undefaulted, example=lambda L: {"strength": 0.5})
+    assert "test-undefaulted" not in schemes.SCHEMES
     with pytest.raises(ValueError, match="no scheme is registered as 'nosuch'"):
         schemes.unregister("nosuch")
     with pytest.raises(ValueError, match="unknown scheme 'nosuch'"):
