@@ -107,6 +107,7 @@ from ._config_rope import (
     rope_parameters,
     window_of,
 )
+from ._config_sam import SAM_MODELS, read_sam
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_vision
@@ -586,6 +587,8 @@ def read(config) -> Model:
             model_type = TEXT_OF[outer]
     if outer in VISION:                                                    # a vision encoder's own config
         return read_vision(data)
+    if outer in SAM_MODELS:                                                # SAM: memory attention, SAM 3's ViT
+        return read_sam(data, read_vision)
     vision = data.get("vision_config")
     if isinstance(vision, dict) and outer in VISION_OF:                   # the tower its config class builds
         vision = {**vision, "model_type": VISION_OF[outer]}
