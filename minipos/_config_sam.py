@@ -159,6 +159,10 @@ def _memory_attention(c: _Config) -> tuple:
     kwargs = _heads(c, "memory_attention_hidden_size", "memory_attention_num_attention_heads",
                     c.int("memory_attention_downsample_rate", required=True))
     theta, sizes = _axial_theta(c), c.get("memory_attention_rope_feat_sizes", required=True)
+    if c.model_type == "sam3_tracker_video":     # HF's image_size setter overwrites the stored sizes on loading
+        backbone = ((c.data.get("vision_config") or {}).get("backbone_config") or {})
+        side = c.int("image_size", default=1008) // (backbone.get("patch_size") or 14)
+        sizes = [side, side]
     if not (isinstance(sizes, list) and len(sizes) == 2 and all(isinstance(s, int) and not isinstance(s, bool)
                                                                 and s >= 1 for s in sizes)):
         raise c.error(f"config['memory_attention_rope_feat_sizes'] must be [width, height], integers >= 1, got "
