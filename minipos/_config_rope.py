@@ -28,6 +28,11 @@ NOT_YET = {
                        "within a two-sided window, over the encoder's cached keys and values plus its own)",
     "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
     "gemma3n": "Gemma 3n's position machinery",
+    "sam3_window_padding": "SAM 3's window layers on a patch grid that is not a multiple of window_size (HF "
+                           "window_partition pads the grid with zero tokens that the window's patches attend, unmasked: "
+                           "extra keys whose content is the projections' biases)",
+    "sam3_video": "SAM 3 video's two models at once (read its detector_config, a sam3, and its tracker_config, a "
+                  "sam3_tracker_video, each alone)",
 }
 """Machinery minipos does not have yet, by the key or ``model_type`` that asks for it."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ._config_rope import dense_layers, layer_sizes, rope_parameters
+from ._config_sam import SAM_VISION
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
 from .axial import AxialRotary
@@ -292,6 +293,8 @@ VISION.update({
     "qwen3_vl_vision": Family(_qwen3_vl_vision, _QWEN3_VISION),
     "qwen3_vl_moe_vision": Family(_qwen3_vl_vision, _QWEN3_VISION),
 })
+
+VISION.update(SAM_VISION)                   # SAM 3's ViT and Inkling 2's tower (minipos._config_sam)
 
 VISION_OF = {"qwen2_vl": "qwen2_vl_vision", "qwen2_5_vl": "qwen2_5_vl_vision", "qwen3_vl": "qwen3_vl_vision",
              "qwen3_vl_moe": "qwen3_vl_moe_vision"}

@@ -7,7 +7,9 @@ Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transfo
 ``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``, and
 ``Qwen2VLVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``; Qwen2.5-VL's and
 Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, its positions from ``get_vision_position_ids``
-(``transformers/vision_utils.py``).
+(``transformers/vision_utils.py``). The SAM family's ``Sam3ViTRotaryEmbedding`` (with ``rotate_pairwise``; SAM 2's,
+EdgeTAM's and SAM 3 tracker's ``*VideoVisionRotaryEmbedding`` in their memory attention, Inkling 2's vision rotary) is
+the ``llama4`` layout: ``cat([freq_x, freq_y]).repeat_interleave(2)``, columns first, the same f_i for both axes.
 
 The rotation. A patch at row r and column c (``positions`` ``(2, T)``: rows, then columns) rotates
 pair i, the features ``(a_i, b_i)``, by the angle ``p_{s(i)} ω_i``, where ``s(i)`` is 0 (row) or
@@ -37,6 +39,12 @@ layout, columns first, and counts positions from 1: its class token, last, gets 
 both axes the same f_i in the half layout over the whole head, rows first (HF ``cat([freq_h, freq_w])``, then
 ``cat([freq_hw, freq_hw])``); their patches come in ``merge_size`` x ``merge_size`` blocks, not row by row
 (``merge_positions``), and Qwen2.5-VL's window layers attend within squares of patches (``axial_window_mask``).
+
+Scaled coordinates. ``position_scale`` s turns pair i by ``s p_{s(i)} ω_i`` instead: SAM 3's global ViT layers
+hold the grid's coordinates times ``window_size / grid_width`` (HF ``Sam3ViTLayer.precompute_positions``), so that
+the whole image spans the coordinates a window spans; those positions are not integers (1/3, 2/3, ...). minipos
+keeps positions integers (the grid's) and takes the fraction as s; the angle is the same real number. A per-axis
+rotation by s p ω is still B(s a ω)^T B(s b ω) = B(s (b - a) ω): relative in each axis, the offsets scaled by s.
 
 Why it is relative in each axis: every block is a rotation, B(a)^T B(b) = B(b - a), so
 
@@ -113,18 +121,21 @@ def _stream_positions(positions, T=None) -> np.ndarray:
     return pos
 
 
-def axial_angles(positions, head_dim: int, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
-    """The angles ``positions[axis[i], t] * omega[i]`` of ``axial_pairs``, float64 ``(T, D/2)``.
+def axial_angles(positions, head_dim: int, *, base: float = 10000.0, layout: str = "pixtral",
+                 position_scale: float = 1.0) -> np.ndarray:
+    """The angles ``position_scale * positions[axis[i], t] * omega[i]`` of ``axial_pairs``, float64 ``(T, D/2)``.
 
-    positions: integers ``(2, T)`` (rows, then columns), or ``(T,)`` meaning row = column.
+    positions: integers ``(2, T)`` (rows, then columns), or ``(T,)`` meaning row = column (floats raise: scaled
+    coordinates are integer positions and a ``position_scale`` > 0, SAM 3's ``window_size / grid_width``).
     """
     pos = _stream_positions(positions)                                 # (2, T)
+    s = check_float(position_scale, "position_scale", positive=True)
     _, _, axis, omega = axial_pairs(head_dim, base=base, layout=layout)
-    check_angles(pos, omega, 1.0)
-    return pos[axis].T.astype(np.float64) * omega                      # (T, D/2): p_{s(i)} ω_i
+    check_angles(pos * s, omega, 1.0)
+    return (s * pos[axis].T.astype(np.float64)) * omega                # (T, D/2): (s p_{s(i)}) ω_i, HF's order
 
 
-def _turn(x, positions, base, layout, name, sign):
+def _turn(x, positions, base, layout, name, sign, scale=1.0):
     """Each pair of ``x`` turned by ``sign`` times its angle (``sign = -1``: the transpose)."""
     x = as_float_array(x, name)
     check_ndim(x, name, 2, "(..., T, D)")
@@ -133,7 +144,8 @@ def _turn(x, positions, base, layout, name, sign):
         raise ValueError(f"{name} must have a head dim D (last axis) that is a multiple of 4 for 2-D RoPE in the "
                          f"{layout!r} layout ('pixtral': even), got {D}")
     a, b, _, _ = axial_pairs(D, base=base, layout=layout)
-    angles = axial_angles(_stream_positions(positions, T), D, base=base, layout=layout)   # (T, D/2)
+    angles = axial_angles(_stream_positions(positions, T), D, base=base, layout=layout,
+                          position_scale=scale)                        # (T, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), sign * np.sin(angles).astype(x.dtype)
     y = np.empty_like(x)
     with overflow_raises(x.dtype, name):
@@ -142,19 +154,21 @@ def _turn(x, positions, base, layout, name, sign):
     return y
 
 
-def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
-    """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns).
+def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixtral",
+                     position_scale: float = 1.0) -> np.ndarray:
+    """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns), integers.
 
     layout: "pixtral", "gemma4", "llama4" or "qwen" (the table of the module docstring); D a multiple of 4 (even
-    for "pixtral").
+    for "pixtral"). position_scale: s > 0, each angle ``s p ω`` (SAM 3's global layers; module docstring).
     Returns ``(..., T, D)`` in x's floating dtype.
     """
-    return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0)
+    return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0, position_scale)
 
 
-def apply_axial_rope_backward(dy, positions, *, base: float = 10000.0, layout: str = "pixtral") -> np.ndarray:
+def apply_axial_rope_backward(dy, positions, *, base: float = 10000.0, layout: str = "pixtral",
+                              position_scale: float = 1.0) -> np.ndarray:
     """The gradient of ``apply_axial_rope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair turned back."""
-    return _turn(dy, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "dy", -1.0)
+    return _turn(dy, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "dy", -1.0, position_scale)
 
 
 def axial_positions(height: int, width: int, *, start: int = 0, class_token: bool = False) -> np.ndarray:
@@ -225,8 +239,9 @@ class AxialRotary(Scheme):
 
     The layer's positions are ``(2, T)``, rows then columns (``axial_positions``; a ``(T,)`` array
     means row = column) and serve the rotate seam only; a vision tower is called with
-    ``causal=False``. base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4", "llama4" or "qwen".
-    No learned parameters.
+    ``causal=False``. base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4", "llama4" or "qwen";
+    position_scale: each angle's factor s (SAM 3's global layers: ``window_size / grid_width``). No learned
+    parameters.
     """
 
     name = "axial-rope"
@@ -234,11 +249,12 @@ class AxialRotary(Scheme):
     position_streams = 2
     sign_convention = (r"per axis as RoPE, $q^\top R(r_j - r_i, c_j - c_i)\, k$; positions rows, then columns",
                        r"HF `PixtralVisionRotaryEmbedding`, `Gemma4VisionRotaryEmbedding`, "
-                       r"`Llama4VisionRotaryEmbedding`, `Qwen2VLVisionRotaryEmbedding`")
+                       r"`Llama4VisionRotaryEmbedding`, `Qwen2VLVisionRotaryEmbedding`, `Sam3ViTRotaryEmbedding`")
 
-    def __init__(self, *, base: float = 10000.0, layout: str = "pixtral"):
+    def __init__(self, *, base: float = 10000.0, layout: str = "pixtral", position_scale: float = 1.0):
         self.base = check_float(base, "base", positive=True)
         self.layout = check_choice(layout, "layout", AXIAL_LAYOUTS)
+        self.position_scale = check_float(position_scale, "position_scale", positive=True)
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
@@ -246,16 +262,18 @@ class AxialRotary(Scheme):
         axial_pairs(self.head_dim, base=self.base, layout=self.layout)          # the frequencies are finite
 
     def cache_tag(self, seq_len):
-        return self.base, self.layout
+        return self.base, self.layout, self.position_scale
 
     def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (2, T)
-        return apply_axial_rope(x, positions, base=self.base, layout=self.layout)
+        return apply_axial_rope(x, positions, base=self.base, layout=self.layout, position_scale=self.position_scale)
 
     def _apply_backward(self, dx, positions, *, seq_len):             # R^T
-        return apply_axial_rope_backward(dx, positions, base=self.base, layout=self.layout)
+        return apply_axial_rope_backward(dx, positions, base=self.base, layout=self.layout,
+                                         position_scale=self.position_scale)
 
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward
 
     def __repr__(self) -> str:
-        return f"AxialRotary(layout={self.layout!r}, base={self.base:g})"
+        scale = f", position_scale={self.position_scale:g}" if self.position_scale != 1.0 else ""
+        return f"AxialRotary(layout={self.layout!r}, base={self.base:g}{scale})"

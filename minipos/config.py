@@ -67,6 +67,12 @@ qwen2_5_vl_text (qwen2_5_vl)    Qwen2-VL's decoder (the same attention and M-RoP
 vision_config of qwen2_vl,      ``.vision``: 2-D RoPE in the ``"qwen"`` layout, positions ``(2, T)`` in the tower's
 qwen2_5_vl, qwen3_vl(_moe)      order (``minipos.axial.merge_positions``); biases on q, k, v, o; Qwen2.5-VL's window
 (the tower its class builds)    layers take ``axial_window_mask``; Qwen3-VL's learned position table is named
+sam3_vit_model, sam3_vision_    ``.vision`` (or the layers, alone): SAM 3's ViT, 2-D RoPE ``"llama4"``; window layers
+model (sam3, sam3_tracker)      take ``axial_window_mask`` (a grid not a multiple of the window: refused), global
+                                layers ``position_scale`` = window_size / grid (scaled coordinates); biases
+sam2_video, edgetam_video,      the memory attention's self-attention (kind "memory attention"), 2-D RoPE ``"llama4"``
+sam3_tracker_video              on the ``memory_attention_rope_feat_sizes`` grid; its cross-attention is a note
+inkling2_vision                 2-D RoPE ``"llama4"``, the class token first at (0, 0), patches from 1 in merge blocks
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -107,6 +113,7 @@ from ._config_rope import (
     rope_parameters,
     window_of,
 )
+from ._config_sam import SAM_MODELS, read_sam
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_vision
@@ -586,6 +593,8 @@ def read(config) -> Model:
             model_type = TEXT_OF[outer]
     if outer in VISION:                                                    # a vision encoder's own config
         return read_vision(data)
+    if outer in SAM_MODELS:                                                # SAM: memory attention, SAM 3's ViT
+        return read_sam(data, read_vision)
     vision = data.get("vision_config")
     if isinstance(vision, dict) and outer in VISION_OF:                   # the tower its config class builds
         vision = {**vision, "model_type": VISION_OF[outer]}

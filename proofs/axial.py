@@ -5,7 +5,8 @@ R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r �
 
 - Relative in each axis separately: B(a)^T B(b) = B(b - a) blockwise, so
   <R(r, c) q, R(r', c') k> = q^T R(r' - r, c' - c) k, unchanged by a shift of the rows alone or of the
-  columns alone; not a function of the distance in the flattened sequence.
+  columns alone; not a function of the distance in the flattened sequence. Scaled coordinates (SAM 3's global
+  layers, position_scale s) give R(s (r' - r), s (c' - c)): still relative per axis, the offsets scaled.
 - The frequencies: Pixtral's rows take RoPE's even-indexed θ_{2i} = base^(-4i/D), its columns the
   odd-indexed θ_{2i+1} = base^(-4i/D) base^(-2/D); Gemma 4, Llama 4 and Qwen give both axes
   f_i = base^(-2i/(D/2)) = base^(-4i/D), a D/2-dim RoPE's (Qwen in Pixtral's pairs (i, i + D/2), rows first).
@@ -79,6 +80,15 @@ def _(p):
               call=lambda f, a, b, a2, b2, layout=layout: (f(qn[None], np.array([[a], [b]]), layout=layout)[0]
                                                            @ f(kn[None], np.array([[a2], [b2]]), layout=layout)[0]),
               reason=f"score = q^T R(r' - r, c' - c) k, {layout}, D = 8")
+    s_ = sp.Symbol("s", positive=True)
+    p.claim(R2(s_ * r, s_ * c, 4, "llama4").T * R2(s_ * r2, s_ * c2, 4, "llama4"),
+            R2(s_ * (r2 - r), s_ * (c2 - c), 4, "llama4"),
+            "scaled coordinates ($s$ = position_scale, SAM 3's global layers): the offsets scaled by $s$", by="trig")
+    want = (sp.Matrix(qn).T * R2((r2 - r) / 3, (c2 - c) / 3, 8, "llama4", 10000) * sp.Matrix(kn))[0, 0]
+    p.tie(APPLY, expected=want, symbols=(r, c, r2, c2), points=pts, rtol=1e-10,
+          call=lambda f, a, b, a2, b2: (f(qn[None], np.array([[a], [b]]), layout="llama4", position_scale=1 / 3)[0]
+                                        @ f(kn[None], np.array([[a2], [b2]]), layout="llama4", position_scale=1 / 3)[0]),
+          reason="score = q^T R((r' - r) / 3, (c' - c) / 3) k, llama4 with position_scale 1/3, D = 8")
     pos_q, pos_k = np.array([[0, 3, 5], [1, 4, 0]]), np.array([[2, 2, 7], [6, 0, 3]])
     for layout in ("pixtral", "gemma4", "llama4", "qwen"):
         def scores(shift, layout=layout):

@@ -152,6 +152,34 @@ def test_llama4_vision_matches_transformers():
     np.testing.assert_array_equal(got[:, -1], q[:, -1])                     # the class token is not rotated
 
 
+def test_hand_worked_position_scale():
+    # D = 4, llama4 layout: pair (0, 1) by the column, pair (2, 3) by the row, both f_0 = 1. position_scale 0.5
+    # at row 2, column 1 (SAM 3's global layers hold the coordinates times a fraction): angles 0.5 and 1.
+    y = axial.apply_axial_rope(np.array([[1.0, 0.0, 1.0, 0.0]]), np.array([[2], [1]]), layout="llama4",
+                               position_scale=0.5)
+    np.testing.assert_allclose(y[0], [math.cos(0.5), math.sin(0.5), math.cos(1.0), math.sin(1.0)], atol=1e-15)
+    # the same angles as position_scale 1 at doubled coordinates, and the backward turns them back
+    x = np.random.default_rng(2).standard_normal((3, 5, 8))
+    pos = axial.axial_positions(1, 5)
+    np.testing.assert_allclose(axial.apply_axial_rope(x, 2 * pos, layout="llama4"),
+                               axial.apply_axial_rope(x, pos, layout="llama4", position_scale=2.0), atol=1e-13)
+    back = axial.apply_axial_rope_backward(axial.apply_axial_rope(x, pos, position_scale=0.25), pos,
+                                           position_scale=0.25)
+    np.testing.assert_allclose(back, x, atol=1e-13)
+
+
+def test_positions_are_integers_scaled_coordinates_take_position_scale():
+    # minipos' axial positions are integers: SAM 3's float coordinates (c * 24 / 72) are refused as positions; the
+    # layer takes the integer grid and position_scale = 1/3 (the same angles; test_config_interop_sam against HF).
+    x = np.ones((1, 3, 8))
+    with pytest.raises(ValueError, match="positions must hold integers"):
+        axial.apply_axial_rope(x, np.array([[0.0, 1 / 3, 2 / 3], [0.0, 0.0, 0.0]]), layout="llama4")
+    layer = MultiHeadAttention(8, 1, scheme=AxialRotary(layout="llama4", position_scale=1 / 3))
+    with pytest.raises(ValueError, match="positions must hold integers"):
+        layer(x, positions=np.array([[0.0, 1 / 3, 2 / 3], [0.0, 0.0, 0.0]]), causal=False)
+    assert "position_scale=0.333333" in repr(layer.scheme)
+
+
 def test_hand_worked_qwen():
     # D = 8, base 100: f_j = 100^(-2j/4) = (1, 0.1) for both axes; pairs (i, i + 4): pairs 0, 1 by the row with
     # f_0, f_1, pairs 2, 3 by the column with f_0, f_1. Row 2, column 30: angles 2, 0.2, 30, 3.
@@ -238,6 +266,11 @@ def test_qwen_vision_rotary_matches_transformers():
     (lambda: axial.axial_positions(0, 3), ValueError, "height"),
     (lambda: axial.axial_positions(2, 3, class_token=1), TypeError, "class_token"),
     (lambda: AxialRotary(layout="pixtral2"), ValueError, "layout"),
+    (lambda: AxialRotary(position_scale=0.0), ValueError, "position_scale"),
+    (lambda: AxialRotary(position_scale="1/3"), TypeError, "position_scale"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 8)), [0, 1], position_scale=float("nan")), ValueError,
+     "position_scale"),
+    (lambda: axial.axial_angles([0, 1], 8, position_scale=-1.0), ValueError, "position_scale"),
     (lambda: axial.merge_positions(3, 4, 2), ValueError, "multiples of merge_size"),
     (lambda: axial.merge_positions(4, 4, 0), ValueError, "merge_size"),
     (lambda: axial.merge_positions(4, 4, 2, window=3), ValueError, "window must be a multiple of merge_size"),
@@ -281,3 +314,8 @@ def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
     err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope",
                         lambda x, pos, **kw: good(x, np.broadcast_to(np.asarray(pos)[:1], np.shape(pos)), **kw))
     assert isinstance(err, ProofFailure) and "axial.relative.per_axis" in str(err)
+    monkeypatch.undo()
+    # position_scale ignored (SAM 3's global layers rotated at the unscaled grid): the scaled tie fails.
+    err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope",
+                        lambda x, pos, position_scale=1.0, **kw: good(x, pos, **kw))
+    assert isinstance(err, ProofFailure) and "position_scale" in str(err)

@@ -339,10 +339,18 @@ def _axial_cases(grad: bool = False):
              "qwen": "pairs (i, i + D/2), rows first, f_i = base^(-4i/D) for both axes; the patches in 2 x 2 merge "
                      "blocks (merge_positions), not row-major"}
     order = {layout: "row-major" for layout in grids} | {"qwen": "block-major"}
-    return [_case(f"{layout}_d16", f"{what}; layout {layout!r}: {notes[layout]}; positions (2, T) of a grid, "
-                  f"{order[layout]}",
-                  {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos}, {"layout": layout, "base": 100.0})
-            for layout, pos in grids.items()]
+    cases = [_case(f"{layout}_d16", f"{what}; layout {layout!r}: {notes[layout]}; positions (2, T) of a grid, "
+                   f"{order[layout]}",
+                   {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos}, {"layout": layout, "base": 100.0})
+             for layout, pos in grids.items()]
+    # SAM 3's global ViT layers (HF Sam3ViTLayer): the llama4 layout at the grid's coordinates times
+    # window_size / grid_width, here 1/3 (window 24 on a 72 x 72 grid), drawn after the cases above.
+    pos = axial.axial_positions(3, 4)
+    cases.append(_case("llama4_scaled_d16", f"{what}; layout 'llama4' with position_scale 1/3 (SAM 3's global layers: "
+                       "each angle (p / 3) f_i); positions (2, T) of a 3 x 4 grid, row-major",
+                       {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
+                       {"layout": "llama4", "base": 100.0, "position_scale": 1 / 3}))
+    return cases
 
 
 def _axial_run(inputs, params):
