@@ -67,6 +67,12 @@ qwen2_5_vl_text (qwen2_5_vl)    Qwen2-VL's decoder (the same attention and M-RoP
 vision_config of qwen2_vl,      ``.vision``: 2-D RoPE in the ``"qwen"`` layout, positions ``(2, T)`` in the tower's
 qwen2_5_vl, qwen3_vl(_moe)      order (``minipos.axial.merge_positions``); biases on q, k, v, o; Qwen2.5-VL's window
 (the tower its class builds)    layers take ``axial_window_mask``; Qwen3-VL's learned position table is named
+qwen3_5_text, qwen3_5_moe_text  refused by name: each attention head's output is gated feature by feature, o *
+(qwen3_5, qwen3_5_moe)          sigmoid(g), g from q_proj's second half; the error states the rest (interleaved
+                                M-RoPE on ``head_dim * partial_rotary_factor`` features, q/k norm 1 + w) and which
+                                layers are attention, which gated delta nets
+vision_config: qwen3_5_vision,  the tower, read alone (``read(config["vision_config"])``): Qwen3-VL's (the ``"qwen"``
+qwen3_5_moe_vision              layout, ``merge_positions``, biases on q, k, v, o, the learned table named)
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -109,6 +115,8 @@ from ._config_rope import (
 )
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
+from ._config_towers import FAMILIES as MORE_FAMILIES
+from ._config_towers import TEXT_OF as MORE_TEXT_OF
 from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_vision
 from .irope import llama4_layer, smollm3_layer
 from .layer import MultiHeadAttention
@@ -542,6 +550,8 @@ TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
 TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
+FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
+TEXT_OF.update(MORE_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read
