@@ -1,13 +1,15 @@
 """More multimodal families of ``minipos.config``, whose towers or decoders reuse the machinery of
 ``minipos._config_vision``: Qwen3.5 (its decoder refused by name: the gated attention output; its vision tower
-read), registered in ``VISION`` and ``VISION_OF``. ``minipos.config``'s module docstring states the contract."""
+read) and the thinkers of Qwen2.5-Omni and Qwen3-Omni (``THINKER_OF``: a whole Omni config is read through its
+``thinker_config``), the towers registered in ``VISION`` and ``VISION_OF``. ``minipos.config``'s module docstring
+states the contract."""
 
 from __future__ import annotations
 
 from ._config_rope import layer_sizes, layer_types_of, rope_parameters
 from ._config_types import Family
 from ._config_types import FamilyConfig as _Config
-from ._config_vision import VISION, VISION_OF, qwen_tower
+from ._config_vision import VISION, VISION_OF, qwen2_vl, qwen3_vl, qwen_tower
 from .layer import MultiHeadAttention
 from .mrope import MRotary
 
@@ -76,10 +78,25 @@ FAMILIES = {
     "qwen3_5_text": Family(qwen3_5, _QWEN3_5_TEXT),
     "qwen3_5_moe_text": Family(qwen3_5, {**_QWEN3_5_TEXT, "hidden_size": 2048, "num_hidden_layers": 40,
                                           "num_key_value_heads": 2}),
+    # Qwen2_5OmniAttention is Qwen2-VL's (split M-RoPE, default [16, 24, 24], biases on q, k, v; sliding layers
+    # from layer_types / max_window_layers); Qwen3OmniMoeThinkerTextAttention is Qwen3-VL's (interleaved M-RoPE,
+    # default [24, 20, 20], q/k RMSNorm with weight w, attention_bias on all four, no window). Neither config class
+    # has a head_dim: the attention takes hidden_size // num_attention_heads unless a config gives one.
+    "qwen2_5_omni_text": Family(qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
+                                           "max_window_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+                                           "num_key_value_heads": 4, "num_hidden_layers": 28}),
+    "qwen3_omni_moe_text": Family(qwen3_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
+                                             "hidden_size": 2048, "num_attention_heads": 28, "num_key_value_heads": 4,
+                                             "num_hidden_layers": 28, "rms_norm_eps": 1e-6}),
 }
 """``model_type`` -> ``Family``: the decoders of this module (``minipos.config`` merges them into its own)."""
 
-TEXT_OF = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+TEXT_OF = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
+           "qwen2_5_omni_thinker": "qwen2_5_omni_text", "qwen3_omni_moe_thinker": "qwen3_omni_moe_text"}
+
+THINKER_OF = {"qwen2_5_omni": "qwen2_5_omni_thinker", "qwen3_omni_moe": "qwen3_omni_moe_thinker"}
+"""An Omni ``model_type`` -> its thinker's: ``read`` reads the thinker (``thinker_config``: the text decoder and the
+vision tower); the audio encoder and the talker (the speech decoder and its code predictor) are named in a note."""
 
 
 def _qwen3_5_vision(c):
@@ -95,3 +112,21 @@ VISION.update({
     "qwen3_5_moe_vision": Family(_qwen3_5_vision, _QWEN3_5_VISION),
 })
 VISION_OF.update({"qwen3_5": "qwen3_5_vision", "qwen3_5_moe": "qwen3_5_moe_vision"})
+
+
+def _qwen2_5_omni_vision(c):
+    # Qwen2_5OmniVisionEncoder: Qwen2.5-VL's tower (window order, window layers but fullatt_block_indexes), its
+    # attention with three Linears q, k, v (Qwen2_5OmniVisionAttention) where Qwen2.5-VL has one qkv.
+    return qwen_tower(c, "hidden_size", windows=True)
+
+
+VISION.update({
+    "qwen2_5_omni_vision_encoder": Family(_qwen2_5_omni_vision, {"depth": 32, "hidden_size": 3584, "num_heads": 16,
+                                                                 "patch_size": 14, "spatial_merge_size": 2,
+                                                                 "rope_theta": 10000.0, "window_size": 112,
+                                                                 "fullatt_block_indexes": [7, 15, 23, 31]}),
+    # Qwen3OmniMoeVisionEncoder: Qwen3-VL's tower (one qkv, the learned table before layer 0, deepstack mergers).
+    "qwen3_omni_moe_vision_encoder": Family(_qwen3_5_vision, _QWEN3_5_VISION),
+})
+VISION_OF.update({"qwen2_5_omni_thinker": "qwen2_5_omni_vision_encoder",
+                  "qwen3_omni_moe_thinker": "qwen3_omni_moe_vision_encoder"})

@@ -73,6 +73,9 @@ qwen3_5_text, qwen3_5_moe_text  refused by name: each attention head's output is
                                 layers are attention, which gated delta nets
 vision_config: qwen3_5_vision,  the tower, read alone (``read(config["vision_config"])``): Qwen3-VL's (the ``"qwen"``
 qwen3_5_moe_vision              layout, ``merge_positions``, biases on q, k, v, o, the learned table named)
+qwen2_5_omni, qwen3_omni_moe    the thinker (``thinker_config``): its text decoder as Qwen2-VL's (``qwen2_5_omni_text``)
+(their thinker_config)          or Qwen3-VL's (``qwen3_omni_moe_text``), its tower as Qwen2.5-VL's (windows; q, k, v
+                                Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -117,6 +120,7 @@ from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
 from ._config_towers import FAMILIES as MORE_FAMILIES
 from ._config_towers import TEXT_OF as MORE_TEXT_OF
+from ._config_towers import THINKER_OF
 from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_vision
 from .irope import llama4_layer, smollm3_layer
 from .layer import MultiHeadAttention
@@ -587,6 +591,16 @@ def read(config) -> Model:
     if not isinstance(outer, str):
         raise ValueError(f"config['model_type'] is required (a string such as 'llama'), got {outer!r}")
     notes = []
+    if outer in THINKER_OF:                                                # an Omni model: its thinker
+        if not isinstance(data.get("thinker_config"), dict):
+            raise ValueError(f"model_type {outer!r}: config['thinker_config'] is required (a dict: the thinker's text "
+                             "decoder and towers)")
+        talker = [k for k in ("audio_config",) if isinstance(data["thinker_config"].get(k), dict)] + \
+            [k for k in ("talker_config", "token2wav_config", "code2wav_config") if data.get(k) is not None]
+        data, outer = data["thinker_config"], data["thinker_config"].get("model_type") or THINKER_OF[outer]
+        if talker:
+            notes.append(f"the thinker's text decoder and vision tower are read; {', '.join(talker)} (the audio "
+                         "encoder, the speech talker) are not")
     text, model_type = data, outer
     if outer in TEXT_OF or isinstance(data.get("text_config"), dict):
         if isinstance(data.get("text_config"), dict):

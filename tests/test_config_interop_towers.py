@@ -173,3 +173,124 @@ def test_qwen3_5_whole_config_refuses_and_its_tower_reads_alone():
     tower = mconfig.read(cfg.to_dict()["vision_config"])
     assert tower.model_type == "qwen3_5_vision" and len(tower.layers) == 2
     assert tower.layers[0].scheme.layout == "qwen"
+
+
+# --------------------------------------------------------------------------- the Omni thinkers
+
+def _copy_q_k_v(ref, layer):
+    """HF's three Linears ``q``, ``k``, ``v`` and ``proj`` (Qwen2_5OmniVisionAttention) into the minipos layer."""
+    for n in "qkv":
+        lin = getattr(ref, n)
+        setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
+        setattr(layer, "b" + n, lin.bias.detach().numpy().copy())
+    layer.wo, layer.bo = ref.proj.weight.detach().numpy().T.copy(), ref.proj.bias.detach().numpy().copy()
+
+
+def test_qwen2_5_omni_vision_encoder_window_and_full_layers():
+    from minipos.axial import axial_window_mask
+    from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hf
+    # window_size 8 // merge 2 // patch 2 = 2 merged patches a side: windows of 4 x 4 patches, in the window order.
+    cfg = _cfg(hf.Qwen2_5OmniVisionEncoderConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               window_size=8, fullatt_block_indexes=[1], **TOWER)
+    tower, seen = _run_tower(hf.Qwen2_5OmniVisionEncoder, cfg)
+    model, positions = mconfig.read(cfg), merge_positions(H, W, MERGE, window=4)
+    assert [s.layer_type for s in model.specs] == ["window_attention", "full_attention", "window_attention"]
+    for i, block in enumerate(tower.blocks):
+        layer, spec = model.layers[i], model.specs[i]
+        _copy_q_k_v(block.attn, layer)
+        mask = None if spec.patch_window is None else axial_window_mask(positions, spec.patch_window)[None]
+        x, want = seen[i]
+        got = layer(x[None], positions=positions, mask=mask, causal=False)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        if mask is not None:                                                 # the windows matter
+            assert np.max(np.abs(layer(x[None], positions=positions, causal=False)[0] - want)) > 1e-3
+
+
+def test_qwen3_omni_moe_vision_encoder():
+    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as hf
+    cfg = _cfg(hf.Qwen3OmniMoeVisionEncoderConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               num_position_embeddings=16, deepstack_visual_indexes=[], **TOWER)
+    tower, seen = _run_tower(hf.Qwen3OmniMoeVisionEncoder, cfg)
+    model = mconfig.read(cfg)
+    assert _compare(model, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
+    assert "learned position table" in model.specs[0].notes[0]
+
+
+def _float64_norm(norm):
+    """An HF RMSNorm's formula in float64 (HF casts to float32 first), weight w."""
+    def forward(h):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon) * norm.weight
+    norm.forward = forward
+
+
+def _compare_decoder(model_cls, cfg, read):
+    """Each decoder layer's attention of ``model_cls(cfg)`` (float64, random weights, hooks) against ``read``'s
+    layer, on three different position streams; the MLPs (MoE kernels refuse float64) are zeroed."""
+    B, T = 2, 12
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = model_cls(cfg).double().eval()
+    positions = np.cumsum(np.random.default_rng(3).integers(0, 3, (3, T)), axis=1)
+    seen = {}
+    for i, dec in enumerate(model.layers):
+        dec.mlp.forward = lambda h, *a, **k: torch.zeros_like(h)
+        _randomize(dec.self_attn)
+        for name in ("q_norm", "k_norm"):
+            if hasattr(dec.self_attn, name):
+                _float64_norm(getattr(dec.self_attn, name))
+        dec.self_attn.register_forward_hook(
+            lambda m, a, k, out, i=i: seen.__setitem__(i, (k["hidden_states"].numpy().copy(), out[0].numpy().copy())),
+            with_kwargs=True)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, cfg.hidden_size)))
+    with torch.no_grad():
+        model(inputs_embeds=x, position_ids=torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy()),
+              use_cache=False)
+    for i, dec in enumerate(model.layers):
+        layer, ref = read.layers[i], dec.self_attn
+        for n in "qkvo":
+            lin = getattr(ref, f"{n}_proj")
+            setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
+            setattr(layer, "b" + n, None if lin.bias is None else lin.bias.detach().numpy().copy())
+        for name in ("q_norm", "k_norm"):
+            if hasattr(ref, name):
+                setattr(layer, name, getattr(ref, name).weight.detach().numpy().copy())
+        np.testing.assert_allclose(layer(seen[i][0], positions=positions, causal=True), seen[i][1], rtol=0, atol=ATOL)
+        assert np.max(np.abs(seen[i][1])) > 0.1
+        assert np.max(np.abs(layer(seen[i][0], positions=positions[[0, 2, 1]], causal=True) - seen[i][1])) > 1e-3
+
+
+def test_qwen2_5_omni_thinker_text_decoder():
+    # Qwen2_5OmniAttention: Qwen2-VL's split M-RoPE (here [2, 1, 1]: 4 frequencies of head dim 8), biases on q, k, v.
+    from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hf
+    cfg = _cfg(hf.Qwen2_5OmniTextConfig, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=16, vocab_size=8, num_hidden_layers=2,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 1, 1]})
+    read = mconfig.read(cfg)
+    assert read.model_type == "qwen2_5_omni_text" and read.specs[0].no_bias == ("bo",)
+    _compare_decoder(hf.Qwen2_5OmniThinkerTextModel, cfg, read)
+
+
+def test_qwen3_omni_moe_thinker_text_decoder():
+    # Qwen3OmniMoeThinkerTextAttention: Qwen3-VL's interleaved M-RoPE ([2, 1, 1]), q/k RMSNorm (weight w).
+    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as hf
+    cfg = _cfg(hf.Qwen3OmniMoeTextConfig, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+               intermediate_size=16, moe_intermediate_size=8, num_experts=2, num_experts_per_tok=1, vocab_size=8,
+               num_hidden_layers=2, rope_parameters={"rope_type": "default", "rope_theta": 1000.0,
+                                                     "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    read = mconfig.read(cfg)
+    assert read.model_type == "qwen3_omni_moe_text" and read.layers[0].scheme.interleaved
+    _compare_decoder(hf.Qwen3OmniMoeThinkerTextModel, cfg, read)
+
+
+@pytest.mark.parametrize("name, text, vision", [
+    ("Qwen2_5OmniConfig", "qwen2_5_omni_text", "qwen2_5_omni_vision_encoder"),
+    ("Qwen3OmniMoeConfig", "qwen3_omni_moe_text", "qwen3_omni_moe_vision_encoder")])
+def test_a_whole_omni_config_is_read_through_its_thinker(name, text, vision):
+    cfg = _cfg(getattr(transformers, name), thinker_config={
+        "text_config": {"hidden_size": 32, "num_attention_heads": 4, "head_dim": 8, "num_hidden_layers": 2,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 1, 1]}},
+        "vision_config": {"depth": 2, "num_heads": 2, "hidden_size": 32}})
+    model = mconfig.read(cfg)
+    assert (model.model_type, model.vision.model_type, len(model.layers), len(model.vision.layers)) == (text, vision,
+                                                                                                       2, 2)
+    assert "audio_config" in model.notes[0] and "talker_config" in model.notes[0]

@@ -99,3 +99,38 @@ def test_golden_vectors_of_a_tower_read_alone(tmp_path):
     assert vectors.check(str(out)) == []
     doc = json.loads((out / "model_layers.json").read_text())
     assert [c["name"] for c in doc["cases"]] == ["vision0"] and doc["cases"][0]["params"]["tower"] == "vision"
+
+
+# --------------------------------------------------------------------------- the Omni thinkers
+
+def _omni(outer="qwen2_5_omni", **text):
+    return {"model_type": outer, "thinker_config": {
+        "text_config": {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, **text},
+        "vision_config": {"depth": 2}, "audio_config": {"num_hidden_layers": 2}}, "talker_config": {}}
+
+
+def test_omni_thinkers_read_as_the_decoders_they_copy():
+    # Qwen2.5-Omni's thinker text: Qwen2-VL's layer, split M-RoPE [16, 24, 24] by default (head dim 64 / 4 = 16
+    # would not hold 64 frequencies, so the test gives sections of 8); Qwen3-Omni's: Qwen3-VL's, interleaved.
+    model = mconfig.read(_omni(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2]}))
+    assert model.model_type == "qwen2_5_omni_text" and model.vision.model_type == "qwen2_5_omni_vision_encoder"
+    assert "M-RoPE half, theta 1e+06, sections [4, 2, 2]" in model.specs[0].position
+    assert [s.layer_type for s in model.vision.specs] == ["window_attention", "window_attention"]   # fullatt 7, 15, ...
+    model = mconfig.read(_omni("qwen3_omni_moe", rope_parameters={"rope_theta": 1e6, "mrope_section": [4, 2, 2]}))
+    assert model.model_type == "qwen3_omni_moe_text" and "interleaved" in model.specs[0].position
+    assert model.vision.model_type == "qwen3_omni_moe_vision_encoder"
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"model_type": "qwen2_5_omni"}, "qwen2_5_omni.*thinker_config.*required"),
+    ({"model_type": "qwen3_omni_moe", "thinker_config": "x"}, "qwen3_omni_moe.*thinker_config.*required"),
+    # Qwen3OmniMoeTextConfig's defaults: hidden_size 2048, 28 heads, no head_dim: 2048 / 28 is no integer.
+    ({"model_type": "qwen3_omni_moe", "thinker_config": {"text_config": {}}}, "not a multiple.*give head_dim"),
+    (_omni(rope_parameters={"rope_theta": 1e6, "mrope_section": [4, 2, 1]}), "mrope_section"),
+    (_omni(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 2.0}), "M-RoPE.*'yarn'"),
+    ({"model_type": "qwen2_5_omni_vision_encoder", "window_size": 16}, "window_size.*is 0"),     # 16 // 2 // 14
+    ({"model_type": "qwen2_5_omni_vision_encoder", "fullatt_block_indexes": [-1]}, "fullatt_block_indexes"),
+])
+def test_omni_bad_input_names_the_key(config, match):
+    with pytest.raises(ValueError, match=match):
+        mconfig.read(config)
