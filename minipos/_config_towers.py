@@ -1,10 +1,12 @@
 """More multimodal families of ``minipos.config``, whose towers or decoders reuse the machinery of
 ``minipos._config_vision``: Qwen3.5 (its decoder refused by name: the gated attention output; its vision tower
 read) and the thinkers of Qwen2.5-Omni and Qwen3-Omni (``THINKER_OF``: a whole Omni config is read through its
-``thinker_config``), the towers registered in ``VISION`` and ``VISION_OF``. ``minipos.config``'s module docstring
+``thinker_config``) and GLM-4V's towers, registered in ``VISION`` and ``VISION_OF``. ``minipos.config``'s module docstring
 states the contract."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ._config_rope import layer_sizes, layer_types_of, rope_parameters
 from ._config_types import Family
@@ -130,3 +132,27 @@ VISION.update({
 })
 VISION_OF.update({"qwen2_5_omni_thinker": "qwen2_5_omni_vision_encoder",
                   "qwen3_omni_moe_thinker": "qwen3_omni_moe_vision_encoder"})
+
+
+def _glm4v_vision(c):
+    """GLM-4.1V / GLM-4.5V towers (HF ``Glm4vVisionAttention``, ``Glm4vMoeVisionAttention``): the Qwen towers' 2-D
+    RoPE and patch order, every layer full, one ``qkv`` whose bias is ``attention_bias``, ``proj`` without bias; a
+    learned table of ``(image_size // patch_size) ** 2`` positions, bicubically resampled, added before layer 0."""
+    bias, side = c.flag("attention_bias", False), c.int("image_size", required=True) // c.int("patch_size")
+    if side < 1:
+        raise c.error(f"config['image_size'] ({c.get('image_size')}) is less than patch_size ({c.get('patch_size')}): "
+                      "the learned position table would hold no position")
+    specs = qwen_tower(c, "hidden_size")
+    note = (f"before this layer a learned position table ({side} x {side}, image_size // patch_size a side, "
+            "bicubically resampled to the image's grid) is added to the patch embeddings: the input seam, not RoPE, "
+            "and not modelled here")
+    return [replace(s, kwargs={**s.kwargs, "bias": bias}, no_bias=("bo",) if bias else (),
+                    notes=((note,) if s.index == 0 else ()) + (("biases on q, k, v only",) if bias else ()))
+            for s in specs]
+
+
+_GLM4V_VISION = {"depth": 24, "hidden_size": 1536, "num_heads": 12, "image_size": 336, "patch_size": 14,
+                 "spatial_merge_size": 2, "rope_theta": 10000.0}
+VISION.update({"glm4v_vision": Family(_glm4v_vision, _GLM4V_VISION),
+               "glm4v_moe_vision": Family(_glm4v_vision, _GLM4V_VISION)})
+VISION_OF.update({"glm4v": "glm4v_vision", "glm4v_moe": "glm4v_moe_vision"})

@@ -76,6 +76,8 @@ qwen3_5_moe_vision              layout, ``merge_positions``, biases on q, k, v, 
 qwen2_5_omni, qwen3_omni_moe    the thinker (``thinker_config``): its text decoder as Qwen2-VL's (``qwen2_5_omni_text``)
 (their thinker_config)          or Qwen3-VL's (``qwen3_omni_moe_text``), its tower as Qwen2.5-VL's (windows; q, k, v
                                 Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
+vision_config of glm4v,         ``.vision``: the Qwen towers' 2-D RoPE and order, every layer full, the ``qkv`` bias
+glm4v_moe                       ``attention_bias`` (none on ``proj``); the learned table before layer 0 named
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,

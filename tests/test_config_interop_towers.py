@@ -294,3 +294,19 @@ def test_a_whole_omni_config_is_read_through_its_thinker(name, text, vision):
     assert (model.model_type, model.vision.model_type, len(model.layers), len(model.vision.layers)) == (text, vision,
                                                                                                        2, 2)
     assert "audio_config" in model.notes[0] and "talker_config" in model.notes[0]
+
+
+# --------------------------------------------------------------------------- GLM-4V
+
+@pytest.mark.parametrize("module, name, bias", [("glm4v", "Glm4v", False), ("glm4v", "Glm4v", True),
+                                                ("glm4v_moe", "Glm4vMoe", True)])
+def test_glm4v_vision_tower(module, name, bias):
+    # Glm4vVisionAttention: qkv with attention_bias, proj without; the learned table (image_size 8 // patch 2 = 4 a
+    # side, resampled to 6 x 10) is in the captured input. Its patch embedder is a Conv3d over (C, T, P, P).
+    hf = getattr(transformers.models, module)
+    cfg = _cfg(getattr(hf, f"{name}VisionConfig"), hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               image_size=8, attention_bias=bias, **TOWER)
+    tower, seen = _run_tower(getattr(hf, f"{name}VisionModel"), cfg)
+    model = mconfig.read(cfg)
+    assert model.specs[0].no_bias == (("bo",) if bias else ()) and "4 x 4" in model.specs[0].notes[0]
+    assert _compare(model, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3

@@ -134,3 +134,29 @@ def test_omni_thinkers_read_as_the_decoders_they_copy():
 def test_omni_bad_input_names_the_key(config, match):
     with pytest.raises(ValueError, match=match):
         mconfig.read(config)
+
+
+# --------------------------------------------------------------------------- GLM-4V's towers
+
+def test_glm4v_tower_from_a_whole_config():
+    # Glm4vVisionConfig: depth 24, hidden_size 1536, 12 heads (head dim 128), image 336 // patch 14 = 24 a side;
+    # the tower Glm4vConfig builds, whatever its vision_config's model_type says.
+    model = mconfig.read({"model_type": "glm4v", "text_config": {"model_type": "glm4v_text", "hidden_size": 512,
+                          "num_attention_heads": 4, "num_hidden_layers": 1, "partial_rotary_factor": 0.5},
+                          "vision_config": {"model_type": "glm4v"}})
+    tower = model.vision
+    assert tower.model_type == "glm4v_vision" and len(tower.layers) == 24 and not model.notes
+    assert tower.specs[0].kwargs == {"d_model": 1536, "num_heads": 12, "num_kv_heads": 12, "head_dim": 128,
+                                     "bias": False}
+    assert "24 x 24" in tower.specs[0].notes[0] and tower.specs[1].notes == ()
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    ({"attention_bias": "yes"}, TypeError, "attention_bias.*true or false"),
+    ({"image_size": 8}, ValueError, "image_size.*less than patch_size"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, ValueError, "only 'axial'"),
+    ({"hidden_size": 100}, ValueError, "hidden_size \\(100\\) is not a multiple of num_heads \\(12\\)"),
+])
+def test_glm4v_vision_bad_input_names_the_key(kw, error, match):
+    with pytest.raises(error, match=match):
+        mconfig.read({"model_type": "glm4v_moe_vision", **kw})
