@@ -227,7 +227,7 @@ def _qwen_window(c: _Config, merge: int) -> tuple:
     return blocks * merge, f"window_size {size} // {merge} // patch_size {patch} = {blocks} merged patches a side"
 
 
-def _qwen_tower(c: _Config, dim_key: str, windows: bool = False, learned: bool = False) -> list:
+def qwen_tower(c: _Config, dim_key: str, windows: bool = False, learned: bool = False) -> list:
     """A Qwen vision encoder's attention layers (HF ``VisionAttention``, ``Qwen2_5_VLVisionAttention``,
     ``Qwen3VLVisionAttention``): one ``qkv`` and one ``proj``, biases on all four, scale ``head_dim ** -0.5``, head
     dim ``dim // num_heads``, 2-D RoPE in the ``"qwen"`` layout, bidirectional, positions in merge blocks."""
@@ -270,18 +270,18 @@ def _qwen_tower(c: _Config, dim_key: str, windows: bool = False, learned: bool =
 
 def _qwen2_vl_vision(c):
     # Qwen2VLVisionConfig: embed_dim is the tower's width; its hidden_size is the merger's output (the decoder's).
-    return _qwen_tower(c, "embed_dim")
+    return qwen_tower(c, "embed_dim")
 
 
 def _qwen2_5_vl_vision(c):
     # Qwen2_5_VisionTransformerPretrainedModel: the patches permuted once into window order; the layers named in
     # fullatt_block_indexes attend over the image (cu_seqlens), the others within their window (cu_window_seqlens).
-    return _qwen_tower(c, "hidden_size", windows=True)
+    return qwen_tower(c, "hidden_size", windows=True)
 
 
 def _qwen3_vl_vision(c):
     # Qwen3VLVisionModel: every layer full, and a learned position embedding (pos_embed) added before layer 0.
-    return _qwen_tower(c, "hidden_size", learned=True)
+    return qwen_tower(c, "hidden_size", learned=True)
 
 
 _QWEN_VISION = {"depth": 32, "num_heads": 16, "patch_size": 14, "spatial_merge_size": 2, "rope_theta": 10000.0}

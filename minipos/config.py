@@ -73,6 +73,17 @@ model (sam3, sam3_tracker)      take ``axial_window_mask`` (a grid not a multipl
 sam2_video, edgetam_video,      the memory attention's self-attention (kind "memory attention"), 2-D RoPE ``"llama4"``
 sam3_tracker_video              on the ``memory_attention_rope_feat_sizes`` grid; its cross-attention is a note
 inkling2_vision                 2-D RoPE ``"llama4"``, the class token first at (0, 0), patches from 1 in merge blocks
+qwen3_5_text, qwen3_5_moe_text  refused by name: each attention head's output is gated feature by feature, o *
+(qwen3_5, qwen3_5_moe)          sigmoid(g), g from q_proj's second half; the error states the rest (interleaved
+                                M-RoPE on ``head_dim * partial_rotary_factor`` features, q/k norm 1 + w) and which
+                                layers are attention, which gated delta nets
+vision_config: qwen3_5_vision,  the tower, read alone (``read(config["vision_config"])``): Qwen3-VL's (the ``"qwen"``
+qwen3_5_moe_vision              layout, ``merge_positions``, biases on q, k, v, o, the learned table named)
+qwen2_5_omni, qwen3_omni_moe    the thinker (``thinker_config``): its text decoder as Qwen2-VL's (``qwen2_5_omni_text``)
+(their thinker_config)          or Qwen3-VL's (``qwen3_omni_moe_text``), its tower as Qwen2.5-VL's (windows; q, k, v
+                                Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
+vision_config of glm4v,         ``.vision``: the Qwen towers' 2-D RoPE and order, every layer full, the ``qkv`` bias
+glm4v_moe                       ``attention_bias`` (none on ``proj``); the learned table before layer 0 named
 ==============================  ====================================================================
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
@@ -114,6 +125,9 @@ from ._config_rope import (
     window_of,
 )
 from ._config_sam import SAM_MODELS, read_sam
+from ._config_towers import FAMILIES as MORE_FAMILIES
+from ._config_towers import TEXT_OF as MORE_TEXT_OF
+from ._config_towers import THINKER_OF
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_vision
@@ -549,6 +563,8 @@ TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
 TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
+FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
+TEXT_OF.update(MORE_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read
@@ -584,6 +600,16 @@ def read(config) -> Model:
     if not isinstance(outer, str):
         raise ValueError(f"config['model_type'] is required (a string such as 'llama'), got {outer!r}")
     notes = []
+    if outer in THINKER_OF:                                                # an Omni model: its thinker
+        if not isinstance(data.get("thinker_config"), dict):
+            raise ValueError(f"model_type {outer!r}: config['thinker_config'] is required (a dict: the thinker's text "
+                             "decoder and towers)")
+        talker = [k for k in ("audio_config",) if isinstance(data["thinker_config"].get(k), dict)] + \
+            [k for k in ("talker_config", "token2wav_config", "code2wav_config") if data.get(k) is not None]
+        data, outer = data["thinker_config"], data["thinker_config"].get("model_type") or THINKER_OF[outer]
+        if talker:
+            notes.append(f"the thinker's text decoder and vision tower are read; {', '.join(talker)} (the audio "
+                         "encoder, the speech talker) are not")
     text, model_type = data, outer
     if outer in TEXT_OF or isinstance(data.get("text_config"), dict):
         if isinstance(data.get("text_config"), dict):

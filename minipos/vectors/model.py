@@ -19,7 +19,8 @@ A model with a vision tower (``.vision``: 2-D RoPE) gets one case per kind of to
 head as wide as the model's, so the frequencies are the model's), bidirectional, at positions
 ``(2, T)`` (rows, then columns) that reach the edge of the tower's largest patch grid (64 a side when the
 config names none); a layer with
-square windows (Qwen2.5-VL) runs with its ``axial_window_mask``.
+square windows (Qwen2.5-VL) runs with its ``axial_window_mask``. A vision tower's own config (Qwen3.5's, whose
+decoder the reader refuses) gets those cases only.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def _weights(layer) -> list:
 def cases(config) -> list:
     """The ``model_layers`` cases of ``config`` (anything ``minipos.config.read`` takes)."""
     model = model_config.read(config)
+    if model.kind == "vision encoder":                          # a tower's own config: its layers only
+        return _vision_cases(model)
     small = narrowed(model.config, model.model_type)
     narrow = model_config.read(small)
     seen, out = set(), []

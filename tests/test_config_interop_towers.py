@@ -1,0 +1,312 @@
+"""``minipos.config.read`` on the families of ``minipos._config_towers`` against transformers 5.24: each tower,
+tiny, is built by transformers with random weights in float64 and run on one image; a forward hook captures each
+encoder layer's attention input and output, so that the patch order and the position embeddings are the ones the
+tower itself builds. The weights are copied into the layer ``read`` builds for the same config, which runs on the
+captured input with ``merge_positions``: it must match within atol 1e-6. A decoder the reader refuses is run too,
+to check that the refusal says what the module does. Skipped when torch or transformers is missing.
+
+transformers rotates q and k in float32 (cos and sin from float32 angles) inside the float64 tower: agreement is
+to float32 accuracy, well inside 1e-6 at these sizes."""
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from minipos import config as mconfig  # noqa: E402
+from minipos.axial import merge_positions  # noqa: E402
+from minipos.mrope import MRotary  # noqa: E402
+from minipos.qk_norm import QKNormAttention  # noqa: E402
+
+ATOL = 1e-6
+H, W, MERGE = 6, 10, 2                   # the image: 6 x 10 patches of 2 x 2 pixels, one channel, one frame
+TOWER = dict(num_heads=2, depth=3, patch_size=2, temporal_patch_size=1, in_channels=1, spatial_merge_size=MERGE,
+             rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
+
+
+def _cfg(cls, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = cls(**kw)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def _randomize(module):
+    """Every parameter drawn away from its init (the biases too, so that each is compared)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+            else:
+                p.normal_(0.0, 0.5)
+
+
+def _run_tower(model_cls, cfg, seed=0, **call):
+    """The tower in float64 on one random H x W image: ``(tower, {layer: (attention input, output)})``."""
+    torch.manual_seed(seed)
+    tower = model_cls(cfg).double().eval()
+    seen, hooks = {}, []
+    for i, block in enumerate(tower.blocks):
+        _randomize(block.attn)
+
+        def hook(module, args, kwargs, out, i=i):
+            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            seen[i] = (x.detach().numpy().copy(), out.detach().numpy().copy())
+        hooks.append(block.attn.register_forward_hook(hook, with_kwargs=True))
+    channels = getattr(cfg, "in_channels", getattr(cfg, "num_channels", 1))
+    pixels = torch.from_numpy(np.random.default_rng(seed).standard_normal((H * W, channels * cfg.patch_size ** 2)))
+    with torch.no_grad():
+        tower(pixels, grid_thw=torch.tensor([[1, H, W]]), **call)
+    for h in hooks:
+        h.remove()
+    return tower, seen
+
+
+def _copy_qkv(ref, layer, qkv="qkv", proj="proj"):
+    """HF ``qkv`` (one Linear, [q | k | v] rows) and ``proj`` into the minipos layer: ``W = weight.T``."""
+    w, b = getattr(ref, qkv).weight.detach().numpy(), getattr(ref, qkv).bias
+    d = layer.d_model
+    for n, part in zip("qkv", range(3)):
+        setattr(layer, "w" + n, w[part * d:(part + 1) * d].T.copy())
+        setattr(layer, "b" + n, None if b is None else b.detach().numpy()[part * d:(part + 1) * d].copy())
+    out = getattr(ref, proj)
+    layer.wo = out.weight.detach().numpy().T.copy()
+    layer.bo = None if out.bias is None else out.bias.detach().numpy().copy()
+
+
+def _compare(model, tower, seen, positions, copy=_copy_qkv):
+    """Every layer of ``model`` (read) against the captured module; returns the layer types compared."""
+    assert model.kind == "vision encoder" and len(model.layers) == len(tower.blocks)
+    kinds = []
+    for i, block in enumerate(tower.blocks):
+        x, want = seen[i]                                                       # (T, dim) each: one image
+        layer, spec = model.layers[i], model.specs[i]
+        copy(block.attn, layer)
+        got = layer(x[None], positions=positions, causal=False)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        assert np.max(np.abs(want)) > 0.1                                     # a comparison that can fail
+        raster = layer(x[None], positions=np.roll(positions, 1, axis=1), causal=False)[0]
+        assert np.max(np.abs(raster - want)) > 1e-3                           # the order of the positions matters
+        kinds.append(spec.layer_type)
+    return kinds
+
+
+# --------------------------------------------------------------------------- Qwen3.5
+
+@pytest.mark.parametrize("module, name", [("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe")])
+def test_qwen3_5_vision_tower(module, name):
+    hf = getattr(transformers.models, module)
+    cfg = _cfg(getattr(hf, f"{name}VisionConfig"), hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               num_position_embeddings=16, **TOWER)
+    tower, seen = _run_tower(getattr(hf, f"{name}VisionModel"), cfg)
+    model = mconfig.read(cfg)
+    assert model.model_type == f"{module}_vision"
+    assert _compare(model, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
+    assert "learned position table" in model.specs[0].notes[0]
+
+
+def _qwen3_5_text(module, name, **kw):
+    hf = getattr(transformers.models, module)
+    extra = {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 8,
+             "shared_expert_intermediate_size": 8} if "Moe" in name else {}
+    return _cfg(getattr(hf, f"{name}TextConfig"), hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=16, intermediate_size=16, vocab_size=8, num_hidden_layers=4, linear_num_key_heads=2,
+                linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, **extra,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5,
+                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True}, **kw)
+
+
+@pytest.mark.parametrize("module, name", [("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe")])
+def test_qwen3_5_decoder_is_refused_and_the_refusal_is_what_the_module_does(module, name):
+    """The reader refuses Qwen3.5's decoder for its gated output and says what the rest of the layer is. Both
+    halves are checked on HF's own attention module: its q_proj is twice as wide (the gate), and with the gate's
+    rows of q_proj set to zero (sigmoid(0) = 1/2 on every feature) the layer the refusal describes, its output
+    projection doubled, gives the module's output."""
+    hf = getattr(transformers.models, module)
+    cfg = _qwen3_5_text(module, name)
+    with pytest.raises(ValueError, match=r"gated.*o \* sigmoid\(g\)") as err:
+        mconfig.read(cfg)
+    message = str(err.value)
+    attention = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
+    assert attention == [3] and "attention layers (3;" in message
+    stated = re.search(r"MRotary\(mrope_section=\[(\d+), (\d+), (\d+)\], base=([\d.e+]+), interleaved=True, "
+                       r"rotary_dim=(\d+)\)", message)
+    section, base, R = [int(v) for v in stated.groups()[:3]], float(stated.group(4)), int(stated.group(5))
+    assert (section, base, R) == ([2, 1, 1], 1000.0, 8)                # int(16 * 0.5), HF's rotary dim
+
+    torch.manual_seed(0)
+    rotary = getattr(hf, f"modeling_{module}").__dict__[f"{name}TextRotaryEmbedding"](cfg).double()
+    attn = getattr(hf, f"modeling_{module}").__dict__[f"{name}Attention"](cfg, 3).double().eval()
+    _randomize(attn)
+    D, heads = 16, 4
+    assert attn.q_proj.out_features == 2 * heads * D                    # query and gate, per head
+    with torch.no_grad():
+        attn.q_proj.weight.view(heads, 2 * D, -1)[:, D:] = 0.0          # the gate's rows: sigmoid(0) = 1/2
+    T = 9
+    positions = np.cumsum(np.random.default_rng(3).integers(0, 3, (3, T)), axis=1)    # three different streams
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, T, 32)))
+    cos, sin = rotary(x, torch.from_numpy(np.broadcast_to(positions[:, None], (3, 2, T)).copy()))
+    mask = torch.full((T, T), float("-inf")).triu(1).double()[None, None]
+    with torch.no_grad():
+        want = attn(x, (cos, sin), mask)[0].numpy()
+    layer = QKNormAttention(32, heads, num_kv_heads=2, head_dim=D, norm_offset=1.0, norm_eps=cfg.rms_norm_eps,
+                            scheme=MRotary(mrope_section=section, base=base, interleaved=True, rotary_dim=R))
+    wq = attn.q_proj.weight.detach().numpy().reshape(heads, 2 * D, 32)[:, :D].reshape(heads * D, 32)
+    layer.wq = wq.T.copy()
+    layer.wk, layer.wv = (getattr(attn, f"{n}_proj").weight.detach().numpy().T.copy() for n in "kv")
+    layer.wo = 0.5 * attn.o_proj.weight.detach().numpy().T                # the halving gate, folded in
+    layer.q_norm, layer.k_norm = attn.q_norm.weight.detach().numpy(), attn.k_norm.weight.detach().numpy()
+    got = layer(x.numpy(), positions=positions, causal=True)
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+    assert np.max(np.abs(want)) > 0.1
+
+
+def test_qwen3_5_whole_config_refuses_and_its_tower_reads_alone():
+    cfg = _cfg(transformers.Qwen3_5Config, vision_config={"depth": 2, "num_heads": 2, "hidden_size": 32})
+    with pytest.raises(ValueError, match="model_type 'qwen3_5_text'.*read\\(config\\['vision_config'\\]\\)"):
+        mconfig.read(cfg)
+    tower = mconfig.read(cfg.to_dict()["vision_config"])
+    assert tower.model_type == "qwen3_5_vision" and len(tower.layers) == 2
+    assert tower.layers[0].scheme.layout == "qwen"
+
+
+# --------------------------------------------------------------------------- the Omni thinkers
+
+def _copy_q_k_v(ref, layer):
+    """HF's three Linears ``q``, ``k``, ``v`` and ``proj`` (Qwen2_5OmniVisionAttention) into the minipos layer."""
+    for n in "qkv":
+        lin = getattr(ref, n)
+        setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
+        setattr(layer, "b" + n, lin.bias.detach().numpy().copy())
+    layer.wo, layer.bo = ref.proj.weight.detach().numpy().T.copy(), ref.proj.bias.detach().numpy().copy()
+
+
+def test_qwen2_5_omni_vision_encoder_window_and_full_layers():
+    from minipos.axial import axial_window_mask
+    from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hf
+    # window_size 8 // merge 2 // patch 2 = 2 merged patches a side: windows of 4 x 4 patches, in the window order.
+    cfg = _cfg(hf.Qwen2_5OmniVisionEncoderConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               window_size=8, fullatt_block_indexes=[1], **TOWER)
+    tower, seen = _run_tower(hf.Qwen2_5OmniVisionEncoder, cfg)
+    model, positions = mconfig.read(cfg), merge_positions(H, W, MERGE, window=4)
+    assert [s.layer_type for s in model.specs] == ["window_attention", "full_attention", "window_attention"]
+    for i, block in enumerate(tower.blocks):
+        layer, spec = model.layers[i], model.specs[i]
+        _copy_q_k_v(block.attn, layer)
+        mask = None if spec.patch_window is None else axial_window_mask(positions, spec.patch_window)[None]
+        x, want = seen[i]
+        got = layer(x[None], positions=positions, mask=mask, causal=False)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        if mask is not None:                                                 # the windows matter
+            assert np.max(np.abs(layer(x[None], positions=positions, causal=False)[0] - want)) > 1e-3
+
+
+def test_qwen3_omni_moe_vision_encoder():
+    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as hf
+    cfg = _cfg(hf.Qwen3OmniMoeVisionEncoderConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               num_position_embeddings=16, deepstack_visual_indexes=[], **TOWER)
+    tower, seen = _run_tower(hf.Qwen3OmniMoeVisionEncoder, cfg)
+    model = mconfig.read(cfg)
+    assert _compare(model, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
+    assert "learned position table" in model.specs[0].notes[0]
+
+
+def _float64_norm(norm):
+    """An HF RMSNorm's formula in float64 (HF casts to float32 first), weight w."""
+    def forward(h):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon) * norm.weight
+    norm.forward = forward
+
+
+def _compare_decoder(model_cls, cfg, read):
+    """Each decoder layer's attention of ``model_cls(cfg)`` (float64, random weights, hooks) against ``read``'s
+    layer, on three different position streams; the MLPs (MoE kernels refuse float64) are zeroed."""
+    B, T = 2, 12
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = model_cls(cfg).double().eval()
+    positions = np.cumsum(np.random.default_rng(3).integers(0, 3, (3, T)), axis=1)
+    seen = {}
+    for i, dec in enumerate(model.layers):
+        dec.mlp.forward = lambda h, *a, **k: torch.zeros_like(h)
+        _randomize(dec.self_attn)
+        for name in ("q_norm", "k_norm"):
+            if hasattr(dec.self_attn, name):
+                _float64_norm(getattr(dec.self_attn, name))
+        dec.self_attn.register_forward_hook(
+            lambda m, a, k, out, i=i: seen.__setitem__(i, (k["hidden_states"].numpy().copy(), out[0].numpy().copy())),
+            with_kwargs=True)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, cfg.hidden_size)))
+    with torch.no_grad():
+        model(inputs_embeds=x, position_ids=torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy()),
+              use_cache=False)
+    for i, dec in enumerate(model.layers):
+        layer, ref = read.layers[i], dec.self_attn
+        for n in "qkvo":
+            lin = getattr(ref, f"{n}_proj")
+            setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
+            setattr(layer, "b" + n, None if lin.bias is None else lin.bias.detach().numpy().copy())
+        for name in ("q_norm", "k_norm"):
+            if hasattr(ref, name):
+                setattr(layer, name, getattr(ref, name).weight.detach().numpy().copy())
+        np.testing.assert_allclose(layer(seen[i][0], positions=positions, causal=True), seen[i][1], rtol=0, atol=ATOL)
+        assert np.max(np.abs(seen[i][1])) > 0.1
+        assert np.max(np.abs(layer(seen[i][0], positions=positions[[0, 2, 1]], causal=True) - seen[i][1])) > 1e-3
+
+
+def test_qwen2_5_omni_thinker_text_decoder():
+    # Qwen2_5OmniAttention: Qwen2-VL's split M-RoPE (here [2, 1, 1]: 4 frequencies of head dim 8), biases on q, k, v.
+    from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hf
+    cfg = _cfg(hf.Qwen2_5OmniTextConfig, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=16, vocab_size=8, num_hidden_layers=2,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 1, 1]})
+    read = mconfig.read(cfg)
+    assert read.model_type == "qwen2_5_omni_text" and read.specs[0].no_bias == ("bo",)
+    _compare_decoder(hf.Qwen2_5OmniThinkerTextModel, cfg, read)
+
+
+def test_qwen3_omni_moe_thinker_text_decoder():
+    # Qwen3OmniMoeThinkerTextAttention: Qwen3-VL's interleaved M-RoPE ([2, 1, 1]), q/k RMSNorm (weight w).
+    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as hf
+    cfg = _cfg(hf.Qwen3OmniMoeTextConfig, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+               intermediate_size=16, moe_intermediate_size=8, num_experts=2, num_experts_per_tok=1, vocab_size=8,
+               num_hidden_layers=2, rope_parameters={"rope_type": "default", "rope_theta": 1000.0,
+                                                     "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    read = mconfig.read(cfg)
+    assert read.model_type == "qwen3_omni_moe_text" and read.layers[0].scheme.interleaved
+    _compare_decoder(hf.Qwen3OmniMoeThinkerTextModel, cfg, read)
+
+
+@pytest.mark.parametrize("name, text, vision", [
+    ("Qwen2_5OmniConfig", "qwen2_5_omni_text", "qwen2_5_omni_vision_encoder"),
+    ("Qwen3OmniMoeConfig", "qwen3_omni_moe_text", "qwen3_omni_moe_vision_encoder")])
+def test_a_whole_omni_config_is_read_through_its_thinker(name, text, vision):
+    cfg = _cfg(getattr(transformers, name), thinker_config={
+        "text_config": {"hidden_size": 32, "num_attention_heads": 4, "head_dim": 8, "num_hidden_layers": 2,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 1, 1]}},
+        "vision_config": {"depth": 2, "num_heads": 2, "hidden_size": 32}})
+    model = mconfig.read(cfg)
+    assert (model.model_type, model.vision.model_type, len(model.layers), len(model.vision.layers)) == (text, vision,
+                                                                                                       2, 2)
+    assert "audio_config" in model.notes[0] and "talker_config" in model.notes[0]
+
+
+# --------------------------------------------------------------------------- GLM-4V
+
+@pytest.mark.parametrize("module, name, bias", [("glm4v", "Glm4v", False), ("glm4v", "Glm4v", True),
+                                                ("glm4v_moe", "Glm4vMoe", True)])
+def test_glm4v_vision_tower(module, name, bias):
+    # Glm4vVisionAttention: qkv with attention_bias, proj without; the learned table (image_size 8 // patch 2 = 4 a
+    # side, resampled to 6 x 10) is in the captured input. Its patch embedder is a Conv3d over (C, T, P, P).
+    hf = getattr(transformers.models, module)
+    cfg = _cfg(getattr(hf, f"{name}VisionConfig"), hidden_size=32, out_hidden_size=8, intermediate_size=8,
+               image_size=8, attention_bias=bias, **TOWER)
+    tower, seen = _run_tower(getattr(hf, f"{name}VisionModel"), cfg)
+    model = mconfig.read(cfg)
+    assert model.specs[0].no_bias == (("bo",) if bias else ()) and "4 x 4" in model.specs[0].notes[0]
+    assert _compare(model, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
