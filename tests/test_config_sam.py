@@ -3,6 +3,7 @@ of transformers 5.24's config classes (values below from ``Sam3ViTConfig()``, ``
 ``Inkling2VisionConfig()``), the bad input it refuses by name, and the golden vectors ``vectors export --config``
 writes for a whole SAM 3 (run on each case)."""
 
+import json
 import numpy as np
 import pytest
 
@@ -82,3 +83,16 @@ def test_vectors_export_of_a_whole_sam3(model_type):
     for case in cases:
         y = vmodel.run(case["inputs"], case["params"])["y"]
         assert y.shape == (2, 7, 16) and np.all(np.isfinite(y))
+
+
+def test_golden_vectors_of_the_trackers_memory_attention_and_sam3s_tower(tmp_path):
+    # The memory attention's layers are 256 wide (memory_attention_hidden_size), not hidden_size: the export
+    # narrows them by keyword, like a tower's; SAM 3's tracker also carries the SAM 3 ViT as .vision.
+    from minipos import cli, vectors
+    for model_type, names in [("sam2_video", ["memory0"]), ("sam3_tracker_video", ["memory0", "vision0", "vision7"])]:
+        path, out = tmp_path / f"{model_type}.json", tmp_path / model_type
+        path.write_text(json.dumps({"model_type": model_type}))
+        assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+        doc = json.loads((out / "model_layers.json").read_text())
+        assert [c["name"] for c in doc["cases"]] == names
+        assert vectors.check(str(out)) == []

@@ -13,7 +13,8 @@ the model's. The case records that config in ``params.config`` and the layer ind
 the model's window, chunk, temperature floor and original training length (scaled RoPE), so each of
 them changes the output; M-RoPE layers get three streams of different strides.
 
-A model with a vision tower (``.vision``: 2-D RoPE) gets one case per kind of tower layer too,
+A model with a vision tower (``.vision``: 2-D RoPE) gets one case per kind of tower layer too (and a tower's
+own config, or SAM's video trackers' memory attention, ``memory<i>``, gets those alone),
 ``vision<i>``: the tower's own config (``vision_config``) in ``params.config``, ``params.tower`` =
 ``"vision"``, and the layer narrowed by keywords (``params.narrow``: ``d_model`` 16, 2 heads, each
 head as wide as the model's, so the frequencies are the model's), bidirectional, at positions
@@ -80,8 +81,8 @@ def _weights(layer) -> list:
 def cases(config) -> list:
     """The ``model_layers`` cases of ``config`` (anything ``minipos.config.read`` takes)."""
     model = model_config.read(config)
-    if model.kind == "vision encoder":                          # a tower's own config: its layers only
-        return _vision_cases(model)
+    if model.kind != "decoder":                    # a tower's own config (or SAM's memory attention): its layers only
+        return _vision_cases(model) + ([] if model.vision is None else _vision_cases(model.vision))
     small = narrowed(model.config, model.model_type)
     narrow = model_config.read(small)
     seen, out = set(), []
@@ -143,10 +144,11 @@ def _vision_cases(tower) -> list:
             value = getattr(layer, name)
             base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
             inputs[name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
-        note = (f"{tower.model_type} vision layer {spec.index} ({spec.position}) as {type(layer).__name__}, "
+        note = (f"{tower.model_type} {tower.kind} layer {spec.index} ({spec.position}) as {type(layer).__name__}, "
                 f"narrowed to d_model {WIDTH}, 2 heads of {layer.head_dim}; bidirectional, positions "
                 f"{positions.tolist()}")
-        out.append(_case(f"vision{spec.index}", note, inputs,
+        prefix = "vision" if tower.kind == "vision encoder" else tower.kind.split()[0]      # "memory"
+        out.append(_case(f"{prefix}{spec.index}", note, inputs,
                          {"config": tower.config, "tower": "vision", "layer": spec.index, "narrow": narrow},
                          tol(1e-9, FLOAT32)))
     return out
@@ -166,8 +168,8 @@ def run(inputs, params) -> dict:
     tower = params.get("tower")
     if tower not in (None, "vision"):
         raise ValueError(f"params.tower must be 'vision' or absent, got {tower!r}")
-    if tower == "vision" and model.kind != "vision encoder":
-        raise ValueError(f"params.tower is 'vision' but params.config is a {model.kind}'s ({model.model_type!r})")
+    if tower == "vision" and model.kind == "decoder":
+        raise ValueError(f"params.tower is 'vision' but params.config is a decoder's ({model.model_type!r})")
     index = params["layer"]
     by_index = {spec.index: spec for spec in model.specs}   # a model's index among all its layers (LFM3: some are
     if not isinstance(index, int) or isinstance(index, bool) or index not in by_index:   # convolutions, not read)
