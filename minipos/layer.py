@@ -18,7 +18,8 @@ One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__`
     7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D),
                            value_fn=scheme.value_position(positions, key_positions))   # value seam
                (mask: padding, causal, sliding window, chunks; scale: the layer's ``scale`` if set; sinks)
-    8) y       = merge_heads(out) @ wo + bo                               # (B, T, d_model)
+    8) y       = gate(x, merge_heads(out)) @ wo + bo                      # (B, T, d_model)
+               (gate: none here; an output gate o * sigmoid(g), ``minipos.qk_norm``)
 
 A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 ``rotates_cached_keys``) caches keys unrotated and rotates all S keys in step 4 instead, with this
@@ -30,7 +31,8 @@ scheme. ``attention_chunk=C`` (Llama 4) adds the rule ``i // C == j // C`` to th
 (``_content_position``, ``_extra_backward``): there the scheme's own method runs with the fast
 module of the same names as ``ops``. A layer whose projections are not one matrix each
 (``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project`` and
-``_project_backward``).
+``_project_backward``); a layer with an output gate (``minipos.qk_norm.QKNormAttention``) replaces
+step 8's gate only (``_gate`` and ``_gate_backward``).
 
 With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)``, with a two-stream one
 (2-D RoPE, ``AxialRotary``: rows, then columns) ``(2, T)``; they feed step 3 only, and the mask and
@@ -272,9 +274,9 @@ class MultiHeadAttention:
                                              return_context)
         except Overflow as err:
             raise Overflow(f"x, the weights or the scheme's parameters are too large: {err}") from None
-        # 8) merge the heads, output projection
+        # 8) merge the heads, gate them (a layer with an output gate), output projection
         B, H, T, D = out.shape
-        merged = out.transpose(0, 2, 1, 3).reshape(B, T, H * D)                 # (B, T, H*D)
+        merged = self._gate(x_in, out.transpose(0, 2, 1, 3).reshape(B, T, H * D))   # (B, T, H*D)
         y = self._output(merged)                                                # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
             cache._owner = cache._owner or weakref.ref(self)
@@ -314,6 +316,16 @@ class MultiHeadAttention:
             y = x @ w if b is None else x @ w + b
         B, T, _ = x.shape
         return y.reshape(B, T, heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def _gate(self, x_in, merged):
+        """Step 8's gate of the merged heads ``(B, T, H*Dv)`` by the layer input ``x_in`` ``(B, T, d_model)``:
+        none here (``merged`` itself); a layer with an output gate overrides it and ``_gate_backward``."""
+        return merged
+
+    def _gate_backward(self, ctx, dmerged, add):
+        """Step 8's gate reversed: ``(d merged before the gate, d x_in or None)`` for the gradient ``dmerged``
+        ``(B, T, H*Dv)`` of its output; the gate's weights' gradients go to ``add``. None here."""
+        return dmerged, None
 
     def _output(self, merged):
         """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)``."""
@@ -394,12 +406,14 @@ class MultiHeadAttention:
         shapes = self._grad_shapes(ctx)
         sc_add = checked_add(add, sc, shapes)                                  # what the scheme's seams hand back
         B, T, _ = dy.shape
-        # 8) output projection: y = merged wo + bo
+        # 8) output projection: y = gate(x_in, merged) wo + bo
         with np.errstate(over="ignore", invalid="ignore"):                     # every gradient is checked at the end
             add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))  # merged^T dy
             if self.bo is not None:
                 add("bo", dy.sum(axis=(0, 1)))
-            dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
+            dmerged = dy @ self.wo.T                                            # (B, T, H*Dv)
+        dmerged, dx_gate = self._gate_backward(ctx, dmerged, add)
+        dout = dmerged.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)  # (B, H, T, Dv)
         check_result(dout, "dy @ wo^T")
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
         dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
@@ -419,6 +433,8 @@ class MultiHeadAttention:
             dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)
         # 2) projections: q = heads(x_in wq + bq), ...
         dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
+        if dx_gate is not None:                                                 # 8)'s gate reads x_in too
+            dx_in = dx_in + dx_gate
         # 1) input seam
         add("x", check_like(sc.embed_backward(dx_in, ctx.positions, sc_add), sc, "embed_backward(dx, positions, add)",
                             dx_in, "(B, T, d_model)"))
@@ -592,6 +608,6 @@ class Context:
     extra: object              # the content-position seam's extra logits, or None
     out: np.ndarray            # attention's output (B, H, T, Dv)
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
-    merged: np.ndarray         # (B, T, H*Dv)
+    merged: np.ndarray         # after the output gate, if any (B, T, H*Dv)
     rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), (3, T) or (2, T); None = positions
     configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it
