@@ -9,7 +9,8 @@ a ``Model`` of its own, for the towers with 2-D RoPE below; else ``None``) and `
 per-layer table (the tower's after the decoder's). Layers are built when first indexed, so reading the
 config of a 70B model allocates nothing; each is then an ordinary minipos layer, with random
 weights to be replaced by the checkpoint's (``wq``, ``wk``, ``wv``, ``wo`` and biases; the MLA
-layer's as ``minipos.mla`` names them; ``q_norm``, ``k_norm`` of ``minipos.qk_norm``), called as
+layer's as ``minipos.mla`` names them; ``q_norm``, ``k_norm`` and the output gate's ``wg``, ``bg`` of
+``minipos.qk_norm``), called as
 ``layer(x, positions=p, causal=True)`` with ``p`` ``(T,)``, or ``(3, T)`` for M-RoPE.
 
 The families read (``model_type``; transformers 5.24 defines what each key means):
@@ -34,7 +35,8 @@ gemma4_unified_text             Gemma 4's layers (above); ``use_bidirectional_at
 (gemma4_unified)                Gemma 4's where set) keeps text causal, a note says so; "all" is refused
 lfm3 (lfm3_vl)                  the attention layers only (``spec.index`` their place; the ``conv`` layers in a
                                 note): sliding RoPE and a window, full p-RoPE (p = 0.5), per-head q/k RMSNorm;
-                                ``use_attention_gate`` (each head's sigmoid output gate) is refused
+                                ``use_attention_gate`` (its default): each head's sigmoid output gate, one per
+                                head (``gate="head"``, ``wg`` = ``g_proj``'s, no bias)
 cohere2                         sliding layers: interleaved RoPE and a window; full layers: NoPE
 exaone4                         sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE
                                 without ``sliding_window``); per-head q/k RMSNorm
@@ -73,12 +75,13 @@ model (sam3, sam3_tracker)      take ``axial_window_mask`` (a grid not a multipl
 sam2_video, edgetam_video,      the memory attention's self-attention (kind "memory attention"), 2-D RoPE ``"llama4"``
 sam3_tracker_video              on the ``memory_attention_rope_feat_sizes`` grid; its cross-attention is a note
 inkling2_vision                 2-D RoPE ``"llama4"``, the class token first at (0, 0), patches from 1 in merge blocks
-qwen3_5_text, qwen3_5_moe_text  refused by name: each attention head's output is gated feature by feature, o *
-(qwen3_5, qwen3_5_moe)          sigmoid(g), g from q_proj's second half; the error states the rest (interleaved
-                                M-RoPE on ``head_dim * partial_rotary_factor`` features, q/k norm 1 + w) and which
-                                layers are attention, which gated delta nets
-vision_config: qwen3_5_vision,  the tower, read alone (``read(config["vision_config"])``): Qwen3-VL's (the ``"qwen"``
-qwen3_5_moe_vision              layout, ``merge_positions``, biases on q, k, v, o, the learned table named)
+qwen3_5_text, qwen3_5_moe_text  the attention layers only (``spec.index`` their place; the gated delta nets in a
+(qwen3_5, qwen3_5_moe)          note): interleaved M-RoPE on ``int(head_dim * partial_rotary_factor)`` features,
+                                q/k norm 1 + w, ``attention_bias`` on all four, and each head's output gated
+                                feature by feature, o * sigmoid(g), g from each head's second half of ``q_proj``
+                                (``gate="feature"``: ``minipos.qk_norm`` says how to split it into wq, wg)
+vision_config: qwen3_5_vision,  ``.vision``, or read alone (``read(config["vision_config"])``): Qwen3-VL's (the
+qwen3_5_moe_vision              ``"qwen"`` layout, ``merge_positions``, biases on q, k, v, o, the learned table named)
 qwen2_5_omni, qwen3_omni_moe    the thinker (``thinker_config``): its text decoder as Qwen2-VL's (``qwen2_5_omni_text``)
 (their thinker_config)          or Qwen3-VL's (``qwen3_omni_moe_text``), its tower as Qwen2.5-VL's (windows; q, k, v
                                 Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
@@ -274,11 +277,11 @@ def _gemma4(c):
 
 def _lfm3(c):
     """LFM3's attention layers (HF ``Lfm3Attention``): per-head q/k RMSNorm (weight w), RoPE (half layout) and
-    the window on the sliding layers, p-RoPE by default on the full ones; the ``conv`` layers are left out
-    (``spec.index`` is each attention layer's place among all the layers) and named in a note. ``(specs, notes)``."""
-    if c.flag("use_attention_gate", True):
-        raise c.error("config['use_attention_gate'] = True: each head's output is multiplied by sigmoid(x W_g) "
-                      "(g_proj, one gate per head) before o_proj, an output gate minipos' attention layers do not have")
+    the window on the sliding layers, p-RoPE by default on the full ones; under ``use_attention_gate`` (its
+    default) each head's output multiplied by ``sigmoid(x W_g)`` before ``o_proj`` (``g_proj``, one gate per head,
+    no bias: ``gate="head"``, ``wg = g_proj.weight.T``); the ``conv`` layers are left out (``spec.index`` is each
+    attention layer's place among all the layers) and named in a note. ``(specs, notes)``."""
+    gated = c.flag("use_attention_gate", True)
     if c.data.get("rope_parameters") is None:                               # Lfm3Config's own
         c = _Config({**c.data, "rope_parameters": dict(_LFM3_ROPE)}, c.model_type, c.defaults)
     found = c.data["rope_parameters"]
@@ -296,10 +299,13 @@ def _lfm3(c):
                           f"{found.get(kind)!r}")
         theta = {"rope_theta": found[kind].get("rope_theta")}              # each layer type has its own
         params = rope_parameters(_Config({**c.data, **theta}, c.model_type, c.defaults), kind)
-        kwargs = {**sizes, "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind),
-                  "norm_eps": eps}
+        bias = c.flag("attention_bias", False)
+        kwargs = {**sizes, "bias": bias, "sliding_window": window_of(c, kind), "norm_eps": eps,
+                  "gate": "head" if gated else None}
+        notes = ("q/k RMSNorm per head (q_norm, k_norm)",) + (
+            ("output gate per head: o_h * sigmoid(x wg)_h (g_proj, no bias)",) if gated else ())
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
-                               describe_rope(params, "half"), (), ("q/k RMSNorm per head (q_norm, k_norm)",)))
+                               describe_rope(params, "half"), ("bg",) if gated and bias else (), notes))
     convs = [i for i, t in enumerate(types) if t == "conv"]
     notes = [f"layers {', '.join(map(str, convs))} are short convolutions, not attention (Lfm3ShortConv: a causal "
              f"depthwise conv1d of conv_L_cache = {c.int('conv_L_cache')} taps, gated): they see the previous "

@@ -153,8 +153,8 @@ class QKNormAttention(MultiHeadAttention):
         with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
             g = x_in @ self.wg if self.bg is None else x_in @ self.wg + self.bg
         if not np.isfinite(g).all():
-            raise Overflow(f"the output gate's logits x @ wg + bg are not finite ({g.dtype}): wg or bg hold NaN or inf, "
-                           "or the product overflows; rescale x or them")
+            raise Overflow(f"the output gate's logits x @ wg + bg are not finite ({g.dtype}): wg or bg hold NaN or "
+                           "inf, or the product overflows; rescale x or them")
         return g
 
     def _spread(self, s):  # (B, T, H) -> (B, T, H*D): head h's value on its D features; "feature": s itself
@@ -170,7 +170,7 @@ class QKNormAttention(MultiHeadAttention):
 
     def _gate_backward(self, ctx, dmerged, add):
         if not self._gated():
-            return dmerged, None
+            return dmerged, 0.0
         B, H, T, Dv = ctx.out.shape
         o = ctx.out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)                 # before the gate
         s = sigmoid(self._gate_logits(ctx.x_in))                                # (B, T, H*D) or (B, T, H)
