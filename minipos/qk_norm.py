@@ -63,7 +63,8 @@ GATES = (None, "feature", "head")
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """``1 / (1 + exp(-x))``, written ``exp(-log(1 + exp(-x)))`` so that no ``exp`` overflows."""
+    """``1 / (1 + exp(-x))`` elementwise, ``(...)`` -> ``(...)``, written ``exp(-log(1 + exp(-x)))`` so that no
+    ``exp`` overflows."""
     return np.exp(-np.logaddexp(0.0, -x))
 
 

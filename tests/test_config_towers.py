@@ -86,6 +86,27 @@ def test_qwen3_5_bad_input_names_the_key(kw, match):
         mconfig.read(_qwen3_5(**kw))
 
 
+def test_golden_vectors_of_qwen3_5_hold_the_gate_and_the_decoders_own_layer_index(tmp_path):
+    # 4 layers, interval 4: layer 3 is the only attention layer; narrowed to hidden_size 16 and 2 heads of 32, the
+    # gate's wg is (16, 2 * 32) and, with attention_bias, bg (64,) (half of q_proj's bias). The tower adds vision0.
+    import json
+
+    from minipos import cli, vectors
+    text = _qwen3_5(num_hidden_layers=4, head_dim=32, attention_bias=True,
+                    rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]})
+    path, out = tmp_path / "config.json", tmp_path / "v"
+    path.write_text(json.dumps({"model_type": "qwen3_5", "text_config": text, "vision_config": {"depth": 1}}))
+    assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+    assert vectors.check(str(out)) == []
+    doc = json.loads((out / "model_layers.json").read_text())
+    assert [(c["name"], c["params"]["layer"]) for c in doc["cases"]] == [("layer3_full_attention", 3), ("vision0", 0)]
+    inputs = doc["cases"][0]["inputs"]
+    assert inputs["wg"]["shape"] == [16, 64] and inputs["bg"]["shape"] == [64]
+    inputs["wg"]["data"][0] += 0.5                                       # the gate's weight is checked
+    (out / "model_layers.json").write_text(json.dumps(doc))
+    assert vectors.check(str(out)) != []
+
+
 def test_qwen3_5_attention_bias_must_be_a_flag():
     with pytest.raises(TypeError, match="'qwen3_5_text': config\\['attention_bias'\\] must be true or false"):
         mconfig.read(_qwen3_5(attention_bias="yes"))
