@@ -35,17 +35,19 @@ The output gate is not position machinery either: it scales the heads' output ``
 ``wg`` is ``(d_model, H*D)`` or ``(d_model, H)``; ``bg`` (``(H*D,)`` or ``(H,)``) exists with
 ``bias=True``; setting ``wg`` (and ``bg``) to ``None`` switches the gate off. Where each model keeps it:
 
-=======================  =======================================  ==========================================
-model                    HF                                       minipos
-=======================  =======================================  ==========================================
-Qwen3.5, Qwen3.5-MoE     ``q_proj`` is ``2 H D`` wide: each        ``gate="feature"``; with ``W =
-(``Qwen3_5Attention``)   head's D query features, then its D       q_proj.weight.T.reshape(d_model, H, 2, D)``,
-                         gate features; ``o * sigmoid(gate)``      ``wq = W[:, :, 0].reshape(d_model, H*D)``,
-                                                                   ``wg = W[:, :, 1].reshape(d_model, H*D)``;
-                                                                   the bias likewise (``reshape(H, 2, D)``)
-LFM3 (``Lfm3Attention``,  ``g_proj`` (``H`` outputs, no bias),    ``gate="head"``, ``wg = g_proj.weight.T``;
-``use_attention_gate``)  ``o_h * sigmoid(g_proj(x))_h``           ``bg = None``
-=======================  =======================================  ==========================================
+=======================  ======================================  ================================================
+model                    HF                                      minipos
+=======================  ======================================  ================================================
+Qwen3.5, Qwen3.5-MoE     ``Qwen3_5Attention``: ``q_proj`` is     ``gate="feature"``; with ``W = q_proj.weight.T``
+                         ``2 H D`` wide, each head's D query     ``.reshape(d_model, H, 2, D)``:
+                         features, then its D gate features;     ``wq = W[:, :, 0].reshape(d_model, H*D)``,
+                         ``o * sigmoid(gate)``                   ``wg = W[:, :, 1].reshape(d_model, H*D)``;
+                                                                 the bias likewise (``reshape(H, 2, D)``)
+LFM3                     ``Lfm3Attention``, under                ``gate="head"``, ``wg = g_proj.weight.T``,
+                         ``use_attention_gate``: ``g_proj``      ``bg = None``
+                         (H outputs, no bias):
+                         ``o_h * sigmoid(g)_h``
+=======================  ======================================  ================================================
 """
 
 from __future__ import annotations
