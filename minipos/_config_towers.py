@@ -1,26 +1,28 @@
 """More multimodal families of ``minipos.config``, whose towers or decoders reuse the machinery of
-``minipos._config_vision``: Qwen3.5 (its decoder refused by name: the gated attention output; its vision tower
-read) and the thinkers of Qwen2.5-Omni and Qwen3-Omni (``THINKER_OF``: a whole Omni config is read through its
-``thinker_config``) and GLM-4V's towers, registered in ``VISION`` and ``VISION_OF``. ``minipos.config``'s module docstring
-states the contract."""
+``minipos._config_vision``: Qwen3.5 (its decoder's attention layers, with their gated output, and its vision
+tower), the thinkers of Qwen2.5-Omni and Qwen3-Omni (``THINKER_OF``: a whole Omni config is read through its
+``thinker_config``) and GLM-4V's towers, registered in ``VISION`` and ``VISION_OF``. ``minipos.config``'s module
+docstring states the contract."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ._config_rope import layer_sizes, layer_types_of, rope_parameters
-from ._config_types import Family
+from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, qwen2_vl, qwen3_vl, qwen_tower
 from .layer import MultiHeadAttention
 from .mrope import MRotary
+from .qk_norm import QKNormAttention
 
 # --------------------------------------------------------------------------- Qwen3.5
 
-def _qwen3_5_positions(c: _Config) -> str:
+def _qwen3_5_rope(c: _Config) -> tuple:
     """What Qwen3.5's attention does with positions, read and checked (HF ``Qwen3_5TextRotaryEmbedding``):
     interleaved M-RoPE (section default [11, 11, 10], whatever ``mrope_interleaved`` says) on the first
-    ``int(head_dim * partial_rotary_factor)`` features, half layout; the rest pass through."""
+    ``int(head_dim * partial_rotary_factor)`` features, half layout; the rest pass through. ``(MRotary's keyword
+    arguments, the description)``."""
     data = dict(c.data)
     given = [d for d in (data.get("rope_parameters"), data.get("rope_scaling")) if isinstance(d, dict)]
     if not any("partial_rotary_factor" in d for d in given) and data.get("partial_rotary_factor") is None:
@@ -42,38 +44,44 @@ def _qwen3_5_positions(c: _Config) -> str:
         MultiHeadAttention(scheme=MRotary(**kw), **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
     except (ValueError, TypeError) as err:
         raise c.error(f"rope_parameters (mrope_section, partial_rotary_factor): {err}") from None
-    return (f"MRotary(mrope_section={section}, base={theta:g}, interleaved=True, rotary_dim={R}) on "
-            f"{R} of {sizes['head_dim']} features, positions (3, T), and per-head q/k RMSNorm with weight 1 + w "
-            "(QKNormAttention, norm_offset=1)")
+    return kw, (f"M-RoPE half, interleaved (T H W T H W ...), theta {theta:g}, sections {section} (t, h, w), on the "
+                f"first {R} of {sizes['head_dim']} features; positions (3, T)")
 
 
 def qwen3_5(c):
-    """Qwen3.5's text decoder (dense and MoE, HF ``Qwen3_5Attention``, ``Qwen3_5MoeAttention``): refused by name.
+    """Qwen3.5's text decoder (dense and MoE, HF ``Qwen3_5Attention``, ``Qwen3_5MoeAttention``): its attention
+    layers (``spec.index`` their place among all the layers), the gated delta nets named in a note. ``(specs,
+    notes)``.
 
-    Its attention layers multiply the attention output, feature by feature, by a gate before ``o_proj``:
-    ``q_proj`` is ``2 * num_attention_heads * head_dim`` wide, each head's ``head_dim`` query features followed
-    by ``head_dim`` gate features g, and the heads' output o becomes ``o * sigmoid(g)``: one gate per feature of
-    each head (not one per head), which minipos' attention layers do not have. The error says what the rest of
-    the layer is (its positions, all of which minipos has), which layers are attention and which gated delta
-    nets, and how to read the vision tower alone."""
+    Each attention layer is a ``QKNormAttention``: interleaved M-RoPE on the first ``int(head_dim *
+    partial_rotary_factor)`` features (``_qwen3_5_rope``), per-head q/k RMSNorm with weight ``1 + w``
+    (``Qwen3_5RMSNorm``: ``norm_offset=1``), ``attention_bias`` on q, k, v and o, and the output gate per feature
+    (``gate="feature"``): ``q_proj`` is ``2 * num_attention_heads * head_dim`` wide, each head's ``head_dim`` query
+    features followed by ``head_dim`` gate features g, and the heads' output o becomes ``o * sigmoid(g)`` before
+    ``o_proj``. ``minipos.qk_norm`` says how to split ``q_proj`` into ``wq`` and ``wg``."""
     interval = c.get("full_attention_interval", 4)
     if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
         raise c.error(f"config['full_attention_interval'] must be an integer >= 1, got {interval!r}")
     types = layer_types_of(c, lambda i: "linear_attention" if (i + 1) % interval else "full_attention",
                            allowed=("full_attention", "linear_attention"))
-    attention = [str(i) for i, t in enumerate(types) if t == "full_attention"]
-    positions = _qwen3_5_positions(c)
-    raise c.error(
-        "the attention output is gated, which minipos' attention layers do not model: q_proj is "
-        "2 * num_attention_heads * head_dim wide, each head's head_dim query features followed by head_dim gate "
-        "features g, and each head's output o becomes o * sigmoid(g) before o_proj (one gate per feature of each "
-        f"head, not one per head). The attention layers ({', '.join(attention) or 'none'}; the others are gated "
-        f"delta nets, linear attention without positions) otherwise use {positions}. The vision tower reads "
-        "alone: read(config['vision_config']), its model_type 'qwen3_5_vision' (or 'qwen3_5_moe_vision')")
+    rope, position = _qwen3_5_rope(c)
+    kwargs = {**layer_sizes(c), "bias": c.flag("attention_bias", False), "norm_eps": float(c.get("rms_norm_eps")),
+              "norm_offset": 1.0, "gate": "feature"}
+    notes = ("q/k RMSNorm per head, weight 1 + w (norm_offset=1)",
+             "output gate per feature: o * sigmoid(g), g from q_proj's second half of each head (wg)")
+    specs = [LayerSpec(i, kind, QKNormAttention, kwargs, lambda: MRotary(**rope), position, (), notes)
+             for i, kind in enumerate(types) if kind == "full_attention"]
+    deltas = [str(i) for i, kind in enumerate(types) if kind == "linear_attention"]
+    note = (f"layers {', '.join(deltas)} are gated delta nets, not softmax attention (Qwen3_5GatedDeltaNet: a causal "
+            f"depthwise conv1d of linear_conv_kernel_dim = {c.int('linear_conv_kernel_dim')} taps, then a "
+            "linear-attention recurrence with a decaying state): they see order by their recurrence, not by positions, "
+            "which minipos does not model; .layers holds the attention layers only, spec.index their place")
+    return specs, [note] if deltas else []
 
 
 _QWEN3_5_TEXT = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4,
-                 "head_dim": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 32768}
+                 "head_dim": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 32768,
+                 "linear_conv_kernel_dim": 4}
 """``Qwen3_5TextConfig``'s defaults (``partial_rotary_factor``, 0.25 by its ``__post_init__``, is set where read)."""
 
 FAMILIES = {

@@ -9,82 +9,82 @@ a ``Model`` of its own, for the towers with 2-D RoPE below; else ``None``) and `
 per-layer table (the tower's after the decoder's). Layers are built when first indexed, so reading the
 config of a 70B model allocates nothing; each is then an ordinary minipos layer, with random
 weights to be replaced by the checkpoint's (``wq``, ``wk``, ``wv``, ``wo`` and biases; the MLA
-layer's as ``minipos.mla`` names them; ``q_norm``, ``k_norm`` of ``minipos.qk_norm``), called as
+layer's as ``minipos.mla`` names them; ``q_norm``, ``k_norm`` and the output gate's ``wg``, ``bg`` of
+``minipos.qk_norm``), called as
 ``layer(x, positions=p, causal=True)`` with ``p`` ``(T,)``, or ``(3, T)`` for M-RoPE.
 
 The families read (``model_type``; transformers 5.24 defines what each key means):
 
-==============================  ====================================================================
-model_type                      what the reader builds
-==============================  ====================================================================
-llama                           RoPE (half layout), any ``rope_type`` below, GQA, ``attention_bias``
-mistral, phi3                   the same; ``sliding_window`` on every layer when set; Phi-3's
-                                ``partial_rotary_factor`` and LongRoPE
-qwen2, qwen3                    the same, q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3),
-                                sliding layers from ``layer_types`` / ``max_window_layers``
-gemma3_text (gemma3)            local layers: window and ``rope_parameters["sliding_attention"]``;
-                                global: ``rope_parameters["full_attention"]``; scale
-                                ``query_pre_attn_scalar ** -0.5``; q/k norm with Gemma's ``1 + w``
-gemma4_text (gemma4)            sliding layers: window, ``rope_parameters["sliding_attention"]``; full layers:
-                                p-RoPE (``"proportional"``), ``global_head_dim``, and under
-                                ``attention_k_eq_v`` ``num_global_key_value_heads`` and values = keys'
-                                projection; q/k norm (weight w), weightless value norm, scale 1;
-                                ``num_kv_shared_layers`` > 0 (Gemma 4 E2B, E4B) is refused
-gemma4_unified_text             Gemma 4's layers (above); ``use_bidirectional_attention`` "vision" (its default, and
-(gemma4_unified)                Gemma 4's where set) keeps text causal, a note says so; "all" is refused
-lfm3 (lfm3_vl)                  the attention layers only (``spec.index`` their place; the ``conv`` layers in a
-                                note): sliding RoPE and a window, full p-RoPE (p = 0.5), per-head q/k RMSNorm;
-                                ``use_attention_gate`` (each head's sigmoid output gate) is refused
-cohere2                         sliding layers: interleaved RoPE and a window; full layers: NoPE
-exaone4                         sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE
-                                without ``sliding_window``); per-head q/k RMSNorm
-smollm3                         NoPE every ``no_rope_layers[i] == 0`` layer, RoPE elsewhere
-llama4_text (llama4)            iRoPE: chunked RoPE layers (interleaved, with the L2 q/k norm) and
-                                NoPE layers with the attention temperature
-gpt_oss                         sinks, biases, alternating sliding/full layers, YaRN
-deepseek_v3                     multi-head latent attention with decoupled RoPE (``rope_interleave``)
-deepseek_v2                     the same, always interleaved (complex pairs); ``q_lora_rank`` null: a full
-                                ``wq`` (DeepSeek-V2-Lite)
-deepseek_v32                    the same, plus each layer's indexer (``spec.indexer``: heads, head dim, top-k,
-                                the frequencies of its half-layout RoPE on the first ``qk_rope_head_dim``
-                                features, as ``minipos.dsa`` takes them); its picks are the layer's ``mask``
-ministral3 (mistral3)           Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``:
-                                1 + beta ln(1 + floor(p / original_max_position_embeddings))
-qwen2_vl (qwen2_vl_text)        M-RoPE with ``mrope_section``: positions ``(3, T)``
-glm4v_text (glm4v)              split M-RoPE (default [8, 12, 12]) on the first ``head_dim *
-                                partial_rotary_factor`` features, pairs (2i, 2i + 1); q/k/v biases
-glm4v_moe_text (glm4v_moe)      the same in the half layout, ``partial_rotary_factor`` default 0.5
-qwen3_vl_text (qwen3_vl)        interleaved M-RoPE (T H W T H W ..., ``mrope_section``, default [24, 20, 20];
-                                HF interleaves whatever ``mrope_interleaved`` says), Qwen3's q/k norm
-qwen3_vl_moe_text               the same (Qwen3-VL MoE, read through ``qwen3_vl_moe``)
-vision_config: pixtral          ``.vision``: 2-D RoPE (``minipos.axial``, ``"pixtral"`` layout), bidirectional,
-(mistral3, llava; or alone)     positions ``(2, T)`` (rows, then columns), no biases
-vision_config:                  ``.vision``: 2-D RoPE in the ``"llama4"`` layout, positions from 1 and the
-llama4_vision_model (llama4)    class token last at (0, 0); biases on q, k, v, o
-vision_config: gemma4_vision    ``.vision``: 2-D RoPE in the ``"gemma4"`` layout (HF's ``pixel_position_ids`` (x, y)
-(gemma4)                        reversed), GQA, q/k norm (weight w), weightless value norm, scale 1
-qwen2_5_vl_text (qwen2_5_vl)    Qwen2-VL's decoder (the same attention and M-RoPE)
-vision_config of qwen2_vl,      ``.vision``: 2-D RoPE in the ``"qwen"`` layout, positions ``(2, T)`` in the tower's
-qwen2_5_vl, qwen3_vl(_moe)      order (``minipos.axial.merge_positions``); biases on q, k, v, o; Qwen2.5-VL's window
-(the tower its class builds)    layers take ``axial_window_mask``; Qwen3-VL's learned position table is named
-sam3_vit_model, sam3_vision_    ``.vision`` (or the layers, alone): SAM 3's ViT, 2-D RoPE ``"llama4"``; window layers
-model (sam3, sam3_tracker)      take ``axial_window_mask`` (a grid not a multiple of the window: refused), global
-                                layers ``position_scale`` = window_size / grid (scaled coordinates); biases
-sam2_video, edgetam_video,      the memory attention's self-attention (kind "memory attention"), 2-D RoPE ``"llama4"``
-sam3_tracker_video              on the ``memory_attention_rope_feat_sizes`` grid; its cross-attention is a note
-inkling2_vision                 2-D RoPE ``"llama4"``, the class token first at (0, 0), patches from 1 in merge blocks
-qwen3_5_text, qwen3_5_moe_text  refused by name: each attention head's output is gated feature by feature, o *
-(qwen3_5, qwen3_5_moe)          sigmoid(g), g from q_proj's second half; the error states the rest (interleaved
-                                M-RoPE on ``head_dim * partial_rotary_factor`` features, q/k norm 1 + w) and which
-                                layers are attention, which gated delta nets
-vision_config: qwen3_5_vision,  the tower, read alone (``read(config["vision_config"])``): Qwen3-VL's (the ``"qwen"``
-qwen3_5_moe_vision              layout, ``merge_positions``, biases on q, k, v, o, the learned table named)
-qwen2_5_omni, qwen3_omni_moe    the thinker (``thinker_config``): its text decoder as Qwen2-VL's (``qwen2_5_omni_text``)
-(their thinker_config)          or Qwen3-VL's (``qwen3_omni_moe_text``), its tower as Qwen2.5-VL's (windows; q, k, v
-                                Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
-vision_config of glm4v,         ``.vision``: the Qwen towers' 2-D RoPE and order, every layer full, the ``qkv`` bias
-glm4v_moe                       ``attention_bias`` (none on ``proj``); the learned table before layer 0 named
-==============================  ====================================================================
+- llama: RoPE (half layout), any ``rope_type`` below, GQA, ``attention_bias``
+- mistral, phi3: the same; ``sliding_window`` on every layer when set; Phi-3's ``partial_rotary_factor`` and
+  LongRoPE
+- qwen2, qwen3: the same, q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3), sliding layers from
+  ``layer_types`` / ``max_window_layers``
+- gemma3_text (gemma3): local layers: window and ``rope_parameters["sliding_attention"]``; global:
+  ``rope_parameters["full_attention"]``; scale ``query_pre_attn_scalar ** -0.5``; q/k norm with Gemma's
+  ``1 + w``
+- gemma4_text (gemma4): sliding layers: window, ``rope_parameters["sliding_attention"]``; full layers: p-RoPE
+  (``"proportional"``), ``global_head_dim``, and under ``attention_k_eq_v`` ``num_global_key_value_heads`` and
+  values = keys' projection; q/k norm (weight w), weightless value norm, scale 1; ``num_kv_shared_layers`` > 0
+  (Gemma 4 E2B, E4B) is refused
+- gemma4_unified_text (gemma4_unified): Gemma 4's layers (above); ``use_bidirectional_attention`` "vision"
+  (its default, and Gemma 4's where set) keeps text causal, a note says so; "all" is refused
+- lfm3 (lfm3_vl): the attention layers only (``spec.index`` their place; the ``conv`` layers in a note):
+  sliding RoPE and a window, full p-RoPE (p = 0.5), per-head q/k RMSNorm; ``use_attention_gate`` (its
+  default): each head's sigmoid output gate, one per head (``gate="head"``, ``wg`` = ``g_proj``'s, no bias)
+- cohere2: sliding layers: interleaved RoPE and a window; full layers: NoPE
+- exaone4: sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE without ``sliding_window``);
+  per-head q/k RMSNorm
+- smollm3: NoPE every ``no_rope_layers[i] == 0`` layer, RoPE elsewhere
+- llama4_text (llama4): iRoPE: chunked RoPE layers (interleaved, with the L2 q/k norm) and NoPE layers with
+  the attention temperature
+- gpt_oss: sinks, biases, alternating sliding/full layers, YaRN
+- deepseek_v3: multi-head latent attention with decoupled RoPE (``rope_interleave``)
+- deepseek_v2: the same, always interleaved (complex pairs); ``q_lora_rank`` null: a full ``wq``
+  (DeepSeek-V2-Lite)
+- deepseek_v32: the same, plus each layer's indexer (``spec.indexer``: heads, head dim, top-k, the frequencies
+  of its half-layout RoPE on the first ``qk_rope_head_dim`` features, as ``minipos.dsa`` takes them); its
+  picks are the layer's ``mask``
+- ministral3 (mistral3): Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``: 1 + beta
+  ln(1 + floor(p / original_max_position_embeddings))
+- qwen2_vl (qwen2_vl_text): M-RoPE with ``mrope_section``: positions ``(3, T)``
+- glm4v_text (glm4v): split M-RoPE (default [8, 12, 12]) on the first ``head_dim * partial_rotary_factor``
+  features, pairs (2i, 2i + 1); q/k/v biases
+- glm4v_moe_text (glm4v_moe): the same in the half layout, ``partial_rotary_factor`` default 0.5
+- qwen3_vl_text (qwen3_vl): interleaved M-RoPE (T H W T H W ..., ``mrope_section``, default [24, 20, 20]; HF
+  interleaves whatever ``mrope_interleaved`` says), Qwen3's q/k norm
+- qwen3_vl_moe_text: the same (Qwen3-VL MoE, read through ``qwen3_vl_moe``)
+- vision_config: pixtral (mistral3, llava; or alone): ``.vision``: 2-D RoPE (``minipos.axial``, ``"pixtral"``
+  layout), bidirectional, positions ``(2, T)`` (rows, then columns), no biases
+- vision_config: llama4_vision_model (llama4): ``.vision``: 2-D RoPE in the ``"llama4"`` layout, positions
+  from 1 and the class token last at (0, 0); biases on q, k, v, o
+- vision_config: gemma4_vision (gemma4): ``.vision``: 2-D RoPE in the ``"gemma4"`` layout (HF's
+  ``pixel_position_ids`` (x, y) reversed), GQA, q/k norm (weight w), weightless value norm, scale 1
+- qwen2_5_vl_text (qwen2_5_vl): Qwen2-VL's decoder (the same attention and M-RoPE)
+- vision_config of qwen2_vl, qwen2_5_vl, qwen3_vl(_moe) (the tower its class builds): ``.vision``: 2-D RoPE in
+  the ``"qwen"`` layout, positions ``(2, T)`` in the tower's order (``minipos.axial.merge_positions``); biases
+  on q, k, v, o; Qwen2.5-VL's window layers take ``axial_window_mask``; Qwen3-VL's learned position table is
+  named
+- sam3_vit_model, sam3_vision_model (sam3, sam3_tracker): ``.vision`` (or the layers, alone): SAM 3's ViT, 2-D
+  RoPE ``"llama4"``; window layers take ``axial_window_mask`` (a grid not a multiple of the window: refused),
+  global layers ``position_scale`` = window_size / grid (scaled coordinates); biases
+- sam2_video, edgetam_video, sam3_tracker_video: the memory attention's self-attention (kind "memory
+  attention"), 2-D RoPE ``"llama4"`` on the ``memory_attention_rope_feat_sizes`` grid; its cross-attention is
+  a note
+- inkling2_vision: 2-D RoPE ``"llama4"``, the class token first at (0, 0), patches from 1 in merge blocks
+- qwen3_5_text, qwen3_5_moe_text (qwen3_5, qwen3_5_moe): the attention layers only (``spec.index`` their
+  place; the gated delta nets in a note): interleaved M-RoPE on ``int(head_dim * partial_rotary_factor)``
+  features, q/k norm 1 + w, ``attention_bias`` on all four, and each head's output gated feature by feature,
+  ``o * sigmoid(g)``, g from each head's second half of ``q_proj`` (``gate="feature"``: ``minipos.qk_norm``
+  says how to split it into wq, wg)
+- vision_config: qwen3_5_vision, qwen3_5_moe_vision: ``.vision``, or read alone
+  (``read(config["vision_config"])``): Qwen3-VL's (the ``"qwen"`` layout, ``merge_positions``, biases on q, k,
+  v, o, the learned table named)
+- qwen2_5_omni, qwen3_omni_moe (their thinker_config): the thinker (``thinker_config``): its text decoder as
+  Qwen2-VL's (``qwen2_5_omni_text``) or Qwen3-VL's (``qwen3_omni_moe_text``), its tower as Qwen2.5-VL's
+  (windows; q, k, v Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
+- vision_config of glm4v, glm4v_moe: ``.vision``: the Qwen towers' 2-D RoPE and order, every layer full, the
+  ``qkv`` bias ``attention_bias`` (none on ``proj``); the learned table before layer 0 named
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -274,11 +274,11 @@ def _gemma4(c):
 
 def _lfm3(c):
     """LFM3's attention layers (HF ``Lfm3Attention``): per-head q/k RMSNorm (weight w), RoPE (half layout) and
-    the window on the sliding layers, p-RoPE by default on the full ones; the ``conv`` layers are left out
-    (``spec.index`` is each attention layer's place among all the layers) and named in a note. ``(specs, notes)``."""
-    if c.flag("use_attention_gate", True):
-        raise c.error("config['use_attention_gate'] = True: each head's output is multiplied by sigmoid(x W_g) "
-                      "(g_proj, one gate per head) before o_proj, an output gate minipos' attention layers do not have")
+    the window on the sliding layers, p-RoPE by default on the full ones; under ``use_attention_gate`` (its
+    default) each head's output multiplied by ``sigmoid(x W_g)`` before ``o_proj`` (``g_proj``, one gate per head,
+    no bias: ``gate="head"``, ``wg = g_proj.weight.T``); the ``conv`` layers are left out (``spec.index`` is each
+    attention layer's place among all the layers) and named in a note. ``(specs, notes)``."""
+    gated = c.flag("use_attention_gate", True)
     if c.data.get("rope_parameters") is None:                               # Lfm3Config's own
         c = _Config({**c.data, "rope_parameters": dict(_LFM3_ROPE)}, c.model_type, c.defaults)
     found = c.data["rope_parameters"]
@@ -296,10 +296,13 @@ def _lfm3(c):
                           f"{found.get(kind)!r}")
         theta = {"rope_theta": found[kind].get("rope_theta")}              # each layer type has its own
         params = rope_parameters(_Config({**c.data, **theta}, c.model_type, c.defaults), kind)
-        kwargs = {**sizes, "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind),
-                  "norm_eps": eps}
+        bias = c.flag("attention_bias", False)
+        kwargs = {**sizes, "bias": bias, "sliding_window": window_of(c, kind), "norm_eps": eps,
+                  "gate": "head" if gated else None}
+        notes = ("q/k RMSNorm per head (q_norm, k_norm)",) + (
+            ("output gate per head: o_h * sigmoid(x wg)_h (g_proj, no bias)",) if gated else ())
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
-                               describe_rope(params, "half"), (), ("q/k RMSNorm per head (q_norm, k_norm)",)))
+                               describe_rope(params, "half"), ("bg",) if gated and bias else (), notes))
     convs = [i for i, t in enumerate(types) if t == "conv"]
     notes = [f"layers {', '.join(map(str, convs))} are short convolutions, not attention (Lfm3ShortConv: a causal "
              f"depthwise conv1d of conv_L_cache = {c.int('conv_L_cache')} taps, gated): they see the previous "

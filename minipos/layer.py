@@ -18,7 +18,7 @@ One forward pass, with ``x`` ``(B, T, d_model)`` (``MultiHeadAttention.__call__`
     7) out     = attention(q, k, v, bias=logits_bias(all, all), mask=..., scale=scheme.scale(D),
                            value_fn=scheme.value_position(positions, key_positions))   # value seam
                (mask: padding, causal, sliding window, chunks; scale: the layer's ``scale`` if set; sinks)
-    8) y       = merge_heads(out) @ wo + bo                               # (B, T, d_model)
+    8) y       = gate(x, merge_heads(out)) @ wo + bo    # (B, T, d_model); gate: none, or minipos.qk_norm's
 
 A scheme whose frequencies depend on the length (dynamic-NTK or LongRoPE RoPE,
 ``rotates_cached_keys``) caches keys unrotated and rotates all S keys in step 4 instead, with this
@@ -30,7 +30,7 @@ scheme. ``attention_chunk=C`` (Llama 4) adds the rule ``i // C == j // C`` to th
 (``_content_position``, ``_extra_backward``): there the scheme's own method runs with the fast
 module of the same names as ``ops``. A layer whose projections are not one matrix each
 (``minipos.mla.MultiHeadLatentAttention``) replaces step 2 only (``_project`` and
-``_project_backward``).
+``_project_backward``); one with an output gate, step 8's ``_gate`` and ``_gate_backward``.
 
 With a three-stream scheme (M-RoPE, ``MRotary``) ``positions`` are ``(3, T)``, with a two-stream one
 (2-D RoPE, ``AxialRotary``: rows, then columns) ``(2, T)``; they feed step 3 only, and the mask and
@@ -272,9 +272,9 @@ class MultiHeadAttention:
                                              return_context)
         except Overflow as err:
             raise Overflow(f"x, the weights or the scheme's parameters are too large: {err}") from None
-        # 8) merge the heads, output projection
+        # 8) merge the heads, gate them (a layer with an output gate), output projection
         B, H, T, D = out.shape
-        merged = out.transpose(0, 2, 1, 3).reshape(B, T, H * D)                 # (B, T, H*D)
+        merged = self._gate(x_in, out.transpose(0, 2, 1, 3).reshape(B, T, H * D))   # (B, T, H*D)
         y = self._output(merged)                                                # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
             cache._owner = cache._owner or weakref.ref(self)
@@ -315,6 +315,12 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         return y.reshape(B, T, heads, self.head_dim).transpose(0, 2, 1, 3)
 
+    def _gate(self, x_in, merged):  # step 8's output gate of (B, T, H*Dv) by x_in: none here (minipos.qk_norm)
+        return merged
+
+    def _gate_backward(self, ctx, dmerged, add):  # its backward: (d merged before it, d x_in); weights' to add
+        return dmerged, 0.0
+
     def _output(self, merged):
         """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)``."""
         y = merged @ self.wo
@@ -335,8 +341,6 @@ class MultiHeadAttention:
     def _logits_fn(self, extra, q_pos, k_pos):
         """``logits(qs, ks)``: the bias seam plus the content-position seam's extra logits of the
         queries ``qs`` and keys ``ks`` (index slices), ``(H, tq, tk)`` or ``(B, H, tq, tk)``, or ``None``."""
-        sc = self.scheme
-
         def logits(qs, ks):
             bias = self._bias(q_pos[qs], k_pos[ks])                             # (H, tq, tk) or None
             more = None if extra is None else extra(qs, ks)                     # (B, H, tq, tk) or None
@@ -394,12 +398,13 @@ class MultiHeadAttention:
         shapes = self._grad_shapes(ctx)
         sc_add = checked_add(add, sc, shapes)                                  # what the scheme's seams hand back
         B, T, _ = dy.shape
-        # 8) output projection: y = merged wo + bo
+        # 8) output projection: y = gate(x_in, merged) wo + bo
         with np.errstate(over="ignore", invalid="ignore"):                     # every gradient is checked at the end
             add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))  # merged^T dy
             if self.bo is not None:
                 add("bo", dy.sum(axis=(0, 1)))
-            dout = (dy @ self.wo.T).reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)   # (B, H, T, Dv)
+            dmerged, dx_gate = self._gate_backward(ctx, dy @ self.wo.T, add)    # (B, T, H*Dv), before the gate
+        dout = dmerged.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)  # (B, H, T, Dv)
         check_result(dout, "dy @ wo^T")
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
         dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
@@ -418,7 +423,7 @@ class MultiHeadAttention:
         if not sc.rotates_cached_keys:
             dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)
         # 2) projections: q = heads(x_in wq + bq), ...
-        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add)
+        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add) + dx_gate    # 8)'s gate reads x_in too
         # 1) input seam
         add("x", check_like(sc.embed_backward(dx_in, ctx.positions, sc_add), sc, "embed_backward(dx, positions, add)",
                             dx_in, "(B, T, d_model)"))
@@ -549,8 +554,7 @@ class MultiHeadAttention:
         if positions is None:
             positions = np.arange(seen, seen + T)
         elif self.scheme.position_streams > 1:                                  # M-RoPE (3, T), 2-D RoPE (2, T), or (T,)
-            streams = self.scheme.position_streams
-            positions = stream_positions(positions, T, allow_negative=False, streams=streams)
+            positions = stream_positions(positions, T, allow_negative=False, streams=self.scheme.position_streams)
         else:
             positions = as_positions(positions, "positions", length=T)
         if mask is not None:
@@ -563,8 +567,7 @@ class MultiHeadAttention:
             elif mask.shape == (B, T, S):
                 mask = mask[:, None]
             else:
-                raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, "
-                                 f"got {mask.shape}")
+                raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, got {mask.shape}")
         return x, positions, mask, causal
 
 
@@ -592,6 +595,6 @@ class Context:
     extra: object              # the content-position seam's extra logits, or None
     out: np.ndarray            # attention's output (B, H, T, Dv)
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
-    merged: np.ndarray         # (B, T, H*Dv)
+    merged: np.ndarray         # after the output gate, if any (B, T, H*Dv)
     rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), (3, T) or (2, T); None = positions
     configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it

@@ -1,4 +1,5 @@
-"""Per-head RMSNorm of the queries and keys before the rotate seam (Qwen3, Gemma 3, Llama 4, OLMo-2-style).
+"""Per-head RMSNorm of the queries and keys before the rotate seam (Qwen3, Gemma 3, Llama 4, OLMo-2-style),
+and the sigmoid output gate of the heads (Qwen3.5, LFM3).
 
 Not position machinery: a norm of each head's q and k over the head dim, applied after the
 projections (step 2 of ``MultiHeadAttention``) and before RoPE (step 3)::
@@ -24,17 +25,49 @@ Gemma 4                  ``q_norm``, ``k_norm``,   ``q_norm = q_norm.weight`` (`
 =======================  =======================  =====================================================
 
 HF computes these norms in float32 (``x.float()``) and casts back; here they are float64.
+
+The output gate is not position machinery either: it scales the heads' output ``o`` (merged,
+``(B, T, H*D)``) by a sigmoid of the layer input before the output projection (step 8)::
+
+    g = x @ wg + bg;   y = (o * sigmoid(g)) @ wo + bo     # gate="feature": g (B, T, H*D), one per feature
+    g = x @ wg;        y = (o * sigmoid(g)_h) @ wo + bo   # gate="head": g (B, T, H), head h's D features share g_h
+
+``wg`` is ``(d_model, H*D)`` or ``(d_model, H)``; ``bg`` (``(H*D,)`` or ``(H,)``) exists with
+``bias=True``; setting ``wg`` (and ``bg``) to ``None`` switches the gate off. Where each model keeps it:
+
+=======================  ======================================  ================================================
+model                    HF                                      minipos
+=======================  ======================================  ================================================
+Qwen3.5, Qwen3.5-MoE     ``Qwen3_5Attention``: ``q_proj`` is     ``gate="feature"``; with ``W = q_proj.weight.T``
+                         ``2 H D`` wide, each head's D query     ``.reshape(d_model, H, 2, D)``:
+                         features, then its D gate features;     ``wq = W[:, :, 0].reshape(d_model, H*D)``,
+                         ``o * sigmoid(gate)``                   ``wg = W[:, :, 1].reshape(d_model, H*D)``;
+                                                                 the bias likewise (``reshape(H, 2, D)``)
+LFM3                     ``Lfm3Attention``, under                ``gate="head"``, ``wg = g_proj.weight.T``,
+                         ``use_attention_gate``: ``g_proj``      ``bg = None``
+                         (H outputs, no bias):
+                         ``o_h * sigmoid(g)_h``
+=======================  ======================================  ================================================
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_bool, check_float
+from ._checks import Overflow, check_bool, check_float
 from .layer import MultiHeadAttention
 from .mla import rms_norm, rms_norm_backward
 
-__all__ = ["QKNormAttention"]
+__all__ = ["QKNormAttention", "sigmoid"]
+
+GATES = (None, "feature", "head")
+"""The output gates ``QKNormAttention`` takes: none, one per feature of each head, one per head."""
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-x))`` elementwise, ``(...)`` -> ``(...)``, written ``exp(-log(1 + exp(-x)))`` so that no
+    ``exp`` overflows."""
+    return np.exp(-np.logaddexp(0.0, -x))
 
 
 class QKNormAttention(MultiHeadAttention):
@@ -42,34 +75,61 @@ class QKNormAttention(MultiHeadAttention):
     rotate seam (module docstring).
 
     Takes ``MultiHeadAttention``'s arguments, ``norm_eps`` (HF ``rms_norm_eps``),
-    ``norm_offset`` (0: the norm multiplies by ``q_norm``; 1: by ``1 + q_norm``, Gemma 3's) and
-    ``v_norm`` (True: each head's values get the RMSNorm too, without a weight: Gemma 4's). The
-    weights ``q_norm``, ``k_norm`` ``(head_dim,)`` start at ``1 - norm_offset`` (so the norm
-    multiplies by one); either may be set to ``None`` to switch that norm off. ``backward``
-    returns their gradients as ``"q_norm"``, ``"k_norm"``.
+    ``norm_offset`` (0: the norm multiplies by ``q_norm``; 1: by ``1 + q_norm``, Gemma 3's),
+    ``v_norm`` (True: each head's values get the RMSNorm too, without a weight: Gemma 4's) and
+    ``gate`` (``"feature"``: Qwen3.5's output gate, ``"head"``: LFM3's, ``None``: no gate; module
+    docstring). The weights ``q_norm``, ``k_norm`` ``(head_dim,)`` start at ``1 - norm_offset``
+    (so the norm multiplies by one); either may be set to ``None`` to switch that norm off. The
+    gate's ``wg`` ``(d_model, H*D)`` (``"feature"``) or ``(d_model, H)`` (``"head"``) is drawn as
+    ``wq`` is, its ``bg`` zeros with ``bias=True`` (else ``None``); setting ``wg`` and ``bg`` to
+    ``None`` switches the gate off. ``backward`` returns their gradients as ``"q_norm"``,
+    ``"k_norm"``, ``"wg"``, ``"bg"``.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, norm_eps: float = 1e-6, norm_offset: float = 0.0,
-                 v_norm: bool = False, **kwargs):
+                 v_norm: bool = False, gate: str | None = None, **kwargs):
         self.norm_eps = check_float(norm_eps, "norm_eps", positive=True)
         self.norm_offset = check_float(norm_offset, "norm_offset")
         self.v_norm = check_bool(v_norm, "v_norm")
+        if not (gate is None or isinstance(gate, str)) or gate not in GATES:
+            raise (ValueError if isinstance(gate, str) else TypeError)(
+                f"gate must be None, 'feature' (one gate per feature of each head, Qwen3.5) or 'head' (one per "
+                f"head, LFM3), got {gate!r}")
+        self.gate = gate
         super().__init__(d_model, num_heads, **kwargs)
 
     def _init_weights(self, rng, bias):
         super()._init_weights(rng, bias)
         self.q_norm = np.full(self.head_dim, 1.0 - self.norm_offset, self.dtype)     # (D,)
         self.k_norm = np.full(self.head_dim, 1.0 - self.norm_offset, self.dtype)     # (D,)
+        width = self._gate_width()
+        self.wg = None if width is None else self._init(rng, self.d_model, width)    # (d_model, H*D) or (d_model, H)
+        self.bg = np.zeros(width, self.dtype) if width is not None and bias else None
+
+    def _gate_width(self):
+        """The gate's number of outputs: ``H*D`` (``"feature"``), ``H`` (``"head"``) or ``None``."""
+        return {None: None, "feature": self.num_heads * self.head_dim, "head": self.num_heads}[self.gate]
 
     def _weight_shapes(self) -> dict:
-        D = self.head_dim
+        D, d = self.head_dim, self.d_model
+        gate = {}
+        if self.gate is not None:
+            n, letters = self._gate_width(), "num_heads * head_dim" if self.gate == "feature" else "num_heads"
+            gate = {"wg": ((d, n), f"(d_model, {letters})", True), "bg": ((n,), f"({letters},)", True)}
         return {**super()._weight_shapes(), "q_norm": ((D,), "(head_dim,)", True),
-                "k_norm": ((D,), "(head_dim,)", True)}
+                "k_norm": ((D,), "(head_dim,)", True), **gate}
+
+    def _check_weights(self) -> None:
+        super()._check_weights()
+        if self.gate is not None and self.wg is None and self.bg is not None:
+            raise ValueError("bg is set but wg is None: set both to None to switch the output gate off")
 
     def configuration(self) -> tuple:
-        """``MultiHeadAttention.configuration()`` with the norms' settings (on or off, eps, offset)."""
+        """``MultiHeadAttention.configuration()`` with the norms' settings (on or off, eps, offset) and the
+        gate's (its kind, or None when off)."""
         return (*super().configuration(), ("q_norm", self.q_norm is not None), ("k_norm", self.k_norm is not None),
-                ("norm_eps", self.norm_eps), ("norm_offset", self.norm_offset), ("v_norm", self.v_norm))
+                ("norm_eps", self.norm_eps), ("norm_offset", self.norm_offset), ("v_norm", self.v_norm),
+                ("gate", self.gate if self._gated() else None))
 
     def _norm(self, a, w):  # (B, H, T, D) -> (B, H, T, D); w None: unchanged
         return a if w is None else rms_norm(a, w + self.norm_offset, eps=self.norm_eps)
@@ -92,8 +152,44 @@ class QKNormAttention(MultiHeadAttention):
                 dq, dk = (da, dk) if name == "q_norm" else (dq, da)
         return super()._project_backward(x_in, dq, dk, dv, add)
 
+    def _gate_logits(self, x_in):  # (B, T, d_model) -> (B, T, H*D) or (B, T, H): g = x wg + bg
+        with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
+            g = x_in @ self.wg if self.bg is None else x_in @ self.wg + self.bg
+        if not np.isfinite(g).all():
+            raise Overflow(f"the output gate's logits x @ wg + bg are not finite ({g.dtype}): wg or bg hold NaN or "
+                           "inf, or the product overflows; rescale x or them")
+        return g
+
+    def _spread(self, s):  # (B, T, H) -> (B, T, H*D): head h's value on its D features; "feature": s itself
+        return np.repeat(s, self.head_dim, axis=-1) if self.gate == "head" else s
+
+    def _gated(self) -> bool:
+        return self.gate is not None and self.wg is not None                    # wg = None: switched off
+
+    def _gate(self, x_in, merged):
+        if not self._gated():
+            return merged
+        return merged * self._spread(sigmoid(self._gate_logits(x_in)))         # o * sigmoid(g), (B, T, H*D)
+
+    def _gate_backward(self, ctx, dmerged, add):
+        if not self._gated():
+            return dmerged, 0.0
+        B, H, T, Dv = ctx.out.shape
+        o = ctx.out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)                 # before the gate
+        s = sigmoid(self._gate_logits(ctx.x_in))                                # (B, T, H*D) or (B, T, H)
+        with np.errstate(over="ignore", invalid="ignore"):                     # the layer checks every gradient
+            ds = dmerged * o                                                    # d s, per feature
+            if self.gate == "head":
+                ds = ds.reshape(B, T, H, Dv).sum(axis=-1)                       # head h's features share s_h
+            dg = ds * s * (1.0 - s)                                             # sigmoid' = s (1 - s)
+            add("wg", ctx.x_in.reshape(B * T, -1).T @ dg.reshape(B * T, -1))    # x^T dg
+            if self.bg is not None:
+                add("bg", dg.sum(axis=(0, 1)))
+            return dmerged * self._spread(s), dg @ self.wg.T                    # d o, d x
+
     def __repr__(self) -> str:
         return (f"QKNormAttention(d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, q_norm={'on' if self.q_norm is not None else 'off'}, "
-                f"k_norm={'on' if self.k_norm is not None else 'off'}{', v_norm=on' if self.v_norm else ''}, "
+                f"k_norm={'on' if self.k_norm is not None else 'off'}{', v_norm=on' if self.v_norm else ''}"
+                f"{f', gate={self.gate!r}' if self._gated() else ''}, "
                 f"scheme={self.scheme!r})")

@@ -112,9 +112,22 @@ def test_lfm3_layer_rule_rope_and_conv_note():
     assert config.read({"model_type": "lfm3_vl", "text_config": LFM3}).model_type == "lfm3"
 
 
+@pytest.mark.parametrize("gate", [True, None])                      # absent: Lfm3Config's True
+def test_lfm3_attention_gate_is_one_per_head(gate):
+    # Lfm3Attention: g_proj = nn.Linear(hidden_size, num_attention_heads, bias=False) when use_attention_gate, its
+    # sigmoid multiplying each head's output; attention_bias puts biases on q, k, v, o but never on g_proj.
+    m = config.read({k: v for k, v in {**LFM3, "use_attention_gate": gate, "attention_bias": True}.items()
+                     if v is not None})
+    assert [s.kwargs["gate"] for s in m.specs] == ["head"] * 4 and m.specs[0].no_bias == ("bg",)
+    layer = m.layers[0]
+    assert layer.wg.shape == (32, 4) and layer.bg is None and layer.bq.shape == (32,)
+    assert "output gate per head" in m.specs[0].notes[1]
+    off = config.read(LFM3)
+    assert off.specs[0].kwargs["gate"] is None and off.layers[0].wg is None and len(off.specs[0].notes) == 1
+
+
 @pytest.mark.parametrize("change, words", [
-    ({"use_attention_gate": True}, ["use_attention_gate", "output gate"]),
-    ({"use_attention_gate": None}, ["use_attention_gate", "output gate"]),    # absent: Lfm3Config's True
+    ({"use_attention_gate": "yes"}, ["use_attention_gate", "true or false"]),
     ({"layer_types": ["conv", "mamba"] + ["conv"] * 8}, ["layer_types", "'mamba'"]),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
     ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}},

@@ -127,6 +127,9 @@ def _copy(ref, layer):
                 setattr(layer, n, norm.weight.detach().numpy().copy())
     if getattr(ref, "sinks", None) is not None:
         layer.sinks = ref.sinks.detach().numpy().copy()
+    if getattr(ref, "g_proj", None) is not None:                       # LFM3's output gate, one per head
+        layer.wg = _w(ref.g_proj)
+        assert ref.g_proj.bias is None and layer.bg is None
 
 
 def _compare(cfg, model, seen, positions=None):

@@ -152,16 +152,19 @@ def _lfm3_run(cfg, seed=0):
     return model, seen
 
 
-def test_lfm3_attention_layers_sliding_rope_and_full_prope():
+@pytest.mark.parametrize("gate", [False, True])
+def test_lfm3_attention_layers_sliding_rope_and_full_prope(gate):
     # Lfm3Config's layer rule at 7 layers: conv, conv, full, conv, sliding, conv, full; its default RoPE:
-    # sliding layers theta 1e4, full layers p-RoPE theta 1e6, p = 0.5. Output gate off (the reader refuses it).
+    # sliding layers theta 1e4, full layers p-RoPE theta 1e6, p = 0.5. use_attention_gate: Lfm3Attention's g_proj
+    # (one sigmoid gate per head, no bias even under attention_bias) or none.
     cfg = _cfg(transformers.Lfm3Config, **SMALL, num_hidden_layers=7, head_dim=8, sliding_window=4,
-               use_attention_gate=False, attention_bias=True, pad_token_id=None, bos_token_id=None,
+               use_attention_gate=gate, attention_bias=True, pad_token_id=None, bos_token_id=None,
                eos_token_id=None)
     model, seen = _lfm3_run(cfg)
     m = mconfig.read(cfg)
     assert [s.index for s in m.specs] == [2, 4, 6] and [s.layer_type for s in m.specs] == \
         ["full_attention", "sliding_attention", "full_attention"]
+    assert [layer.gate for layer in m.layers] == ["head" if gate else None] * 3
     for spec, layer in zip(m.specs, m.layers):
         ref = model.layers[spec.index].self_attn
         _copy(ref, layer)
@@ -173,6 +176,10 @@ def test_lfm3_attention_layers_sliding_rope_and_full_prope():
     assert isinstance(full.scheme, ProportionalRotary) and np.count_nonzero(full.scheme.inv_freq) == 2   # int(.5*8//2)
     assert any("0, 1, 3, 5 are short convolutions" in n for n in m.notes)
     x, want = seen[4]
+    if gate:                                                                       # the gate matters
+        ungated = m.layers[1]
+        ungated.wg = None
+        assert np.max(np.abs(ungated(x, positions=np.arange(12), causal=True) - want)) > 1e-3
     wide = m.specs[1].build()                                                      # no window: differs
     wide.sliding_window = None
     _copy(model.layers[4].self_attn, wide)

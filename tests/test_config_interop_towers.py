@@ -2,13 +2,13 @@
 tiny, is built by transformers with random weights in float64 and run on one image; a forward hook captures each
 encoder layer's attention input and output, so that the patch order and the position embeddings are the ones the
 tower itself builds. The weights are copied into the layer ``read`` builds for the same config, which runs on the
-captured input with ``merge_positions``: it must match within atol 1e-6. A decoder the reader refuses is run too,
-to check that the refusal says what the module does. Skipped when torch or transformers is missing.
+captured input with ``merge_positions``: it must match within atol 1e-6. The decoders (Qwen3.5's attention layers
+with their output gate, the Omni thinkers') are run the same way on three position streams. Skipped when torch or
+transformers is missing.
 
 transformers rotates q and k in float32 (cos and sin from float32 angles) inside the float64 tower: agreement is
 to float32 accuracy, well inside 1e-6 at these sizes."""
 
-import re
 import warnings
 
 import numpy as np
@@ -19,8 +19,6 @@ transformers = pytest.importorskip("transformers")
 
 from minipos import config as mconfig  # noqa: E402
 from minipos.axial import merge_positions  # noqa: E402
-from minipos.mrope import MRotary  # noqa: E402
-from minipos.qk_norm import QKNormAttention  # noqa: E402
 
 ATOL = 1e-6
 H, W, MERGE = 6, 10, 2                   # the image: 6 x 10 patches of 2 x 2 pixels, one channel, one frame
@@ -121,57 +119,82 @@ def _qwen3_5_text(module, name, **kw):
                                  "mrope_section": [2, 1, 1], "mrope_interleaved": True}, **kw)
 
 
-@pytest.mark.parametrize("module, name", [("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe")])
-def test_qwen3_5_decoder_is_refused_and_the_refusal_is_what_the_module_does(module, name):
-    """The reader refuses Qwen3.5's decoder for its gated output and says what the rest of the layer is. Both
-    halves are checked on HF's own attention module: its q_proj is twice as wide (the gate), and with the gate's
-    rows of q_proj set to zero (sigmoid(0) = 1/2 on every feature) the layer the refusal describes, its output
-    projection doubled, gives the module's output."""
-    hf = getattr(transformers.models, module)
-    cfg = _qwen3_5_text(module, name)
-    with pytest.raises(ValueError, match=r"gated.*o \* sigmoid\(g\)") as err:
-        mconfig.read(cfg)
-    message = str(err.value)
-    attention = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
-    assert attention == [3] and "attention layers (3;" in message
-    stated = re.search(r"MRotary\(mrope_section=\[(\d+), (\d+), (\d+)\], base=([\d.e+]+), interleaved=True, "
-                       r"rotary_dim=(\d+)\)", message)
-    section, base, R = [int(v) for v in stated.groups()[:3]], float(stated.group(4)), int(stated.group(5))
-    assert (section, base, R) == ([2, 1, 1], 1000.0, 8)                # int(16 * 0.5), HF's rotary dim
+def _copy_gated(ref, layer):
+    """Qwen3.5's attention into the minipos layer, q_proj split as ``minipos.qk_norm`` says: each head's 2 D rows of
+    ``q_proj`` are its D query rows, then its D gate rows, so ``W = q_proj.weight.T.reshape(d, H, 2, D)`` gives
+    ``wq = W[:, :, 0]`` and ``wg = W[:, :, 1]`` (and the bias likewise)."""
+    d, H, D = layer.d_model, layer.num_heads, layer.head_dim
+    w = ref.q_proj.weight.detach().numpy().T.reshape(d, H, 2, D)
+    layer.wq, layer.wg = w[:, :, 0].reshape(d, H * D).copy(), w[:, :, 1].reshape(d, H * D).copy()
+    if ref.q_proj.bias is not None:
+        b = ref.q_proj.bias.detach().numpy().reshape(H, 2, D)
+        layer.bq, layer.bg = b[:, 0].reshape(H * D).copy(), b[:, 1].reshape(H * D).copy()
+    for n in "kvo":
+        lin = getattr(ref, f"{n}_proj")
+        setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
+        setattr(layer, "b" + n, None if lin.bias is None else lin.bias.detach().numpy().copy())
+    layer.q_norm, layer.k_norm = (getattr(ref, n).weight.detach().numpy().copy() for n in ("q_norm", "k_norm"))
 
+
+def _float64_offset_norm(norm):
+    """Qwen3_5RMSNorm's formula, ``x / rms(x) * (1 + w)``, in float64 (HF casts to float32 first)."""
+    def forward(h):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.eps) * (1.0 + norm.weight)
+    norm.forward = forward
+
+
+@pytest.mark.parametrize("module, name, bias", [("qwen3_5", "Qwen3_5", False), ("qwen3_5_moe", "Qwen3_5Moe", False),
+                                                ("qwen3_5", "Qwen3_5", True)])
+def test_qwen3_5_decoder_attention_layers_with_the_gate(module, name, bias):
+    """Qwen3.5's text model in float64 with random weights (the gated delta nets and the MLPs zeroed: they do not
+    touch positions, and the MoE kernels refuse float64), run on three different position streams: each attention
+    layer's captured input and output against the layer ``read`` builds, q_proj split into wq and wg."""
+    hf = getattr(transformers.models, module)
+    cfg = _qwen3_5_text(module, name, attention_bias=bias)
+    read = mconfig.read(cfg)
+    assert [s.index for s in read.specs] == [3] and "layers 0, 1, 2 are gated delta nets" in read.notes[0]
+    layer = read.layers[0]
+    assert (layer.gate, layer.norm_offset, layer.scheme.rotary_dim, layer.scheme.mrope_section) == \
+        ("feature", 1.0, 8, [2, 1, 1])                                     # int(16 * 0.5), HF's rotary dim
+    B, T = 2, 9
+    cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    rotary = getattr(hf, f"modeling_{module}").__dict__[f"{name}TextRotaryEmbedding"](cfg).double()
-    attn = getattr(hf, f"modeling_{module}").__dict__[f"{name}Attention"](cfg, 3).double().eval()
-    _randomize(attn)
-    D, heads = 16, 4
-    assert attn.q_proj.out_features == 2 * heads * D                    # query and gate, per head
-    with torch.no_grad():
-        attn.q_proj.weight.view(heads, 2 * D, -1)[:, D:] = 0.0          # the gate's rows: sigmoid(0) = 1/2
-    T = 9
+    model = getattr(hf, f"{name}TextModel")(cfg).double().eval()
+    seen = {}
+    for i, dec in enumerate(model.layers):
+        dec.mlp.forward = lambda h, *a, **k: torch.zeros_like(h)
+        if cfg.layer_types[i] == "linear_attention":
+            dec.linear_attn.forward = lambda hidden_states, *a, **k: torch.zeros_like(hidden_states)
+            continue
+        _randomize(dec.self_attn)
+        for n in ("q_norm", "k_norm"):
+            _float64_offset_norm(getattr(dec.self_attn, n))
+        dec.self_attn.register_forward_hook(
+            lambda m, a, k, out, i=i: seen.__setitem__(i, (k["hidden_states"].numpy().copy(), out[0].numpy().copy())),
+            with_kwargs=True)
     positions = np.cumsum(np.random.default_rng(3).integers(0, 3, (3, T)), axis=1)    # three different streams
-    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, T, 32)))
-    cos, sin = rotary(x, torch.from_numpy(np.broadcast_to(positions[:, None], (3, 2, T)).copy()))
-    mask = torch.full((T, T), float("-inf")).triu(1).double()[None, None]
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, cfg.hidden_size)))
     with torch.no_grad():
-        want = attn(x, (cos, sin), mask)[0].numpy()
-    layer = QKNormAttention(32, heads, num_kv_heads=2, head_dim=D, norm_offset=1.0, norm_eps=cfg.rms_norm_eps,
-                            scheme=MRotary(mrope_section=section, base=base, interleaved=True, rotary_dim=R))
-    wq = attn.q_proj.weight.detach().numpy().reshape(heads, 2 * D, 32)[:, :D].reshape(heads * D, 32)
-    layer.wq = wq.T.copy()
-    layer.wk, layer.wv = (getattr(attn, f"{n}_proj").weight.detach().numpy().T.copy() for n in "kv")
-    layer.wo = 0.5 * attn.o_proj.weight.detach().numpy().T                # the halving gate, folded in
-    layer.q_norm, layer.k_norm = attn.q_norm.weight.detach().numpy(), attn.k_norm.weight.detach().numpy()
-    got = layer(x.numpy(), positions=positions, causal=True)
+        model(inputs_embeds=x, position_ids=torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy()),
+              use_cache=False)
+    ref = model.layers[3].self_attn
+    assert ref.q_proj.out_features == 2 * 4 * 16                             # query and gate, per head
+    _copy_gated(ref, layer)
+    got, want = layer(seen[3][0], positions=positions, causal=True), seen[3][1]
     np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
     assert np.max(np.abs(want)) > 0.1
+    layer.wg = layer.bg = None                                               # the gate matters
+    assert np.max(np.abs(layer(seen[3][0], positions=positions, causal=True) - want)) > 1e-3
 
 
-def test_qwen3_5_whole_config_refuses_and_its_tower_reads_alone():
+def test_qwen3_5_whole_config_reads_its_decoder_and_its_tower():
     cfg = _cfg(transformers.Qwen3_5Config, vision_config={"depth": 2, "num_heads": 2, "hidden_size": 32})
-    with pytest.raises(ValueError, match="model_type 'qwen3_5_text'.*read\\(config\\['vision_config'\\]\\)"):
-        mconfig.read(cfg)
+    model = mconfig.read(cfg)
+    assert model.model_type == "qwen3_5_text" and [s.index for s in model.specs] == list(range(3, 32, 4))
+    assert model.layers[0].gate == "feature" and model.layers[0].scheme.rotary_dim == 64   # int(256 * 0.25)
     tower = mconfig.read(cfg.to_dict()["vision_config"])
     assert tower.model_type == "qwen3_5_vision" and len(tower.layers) == 2
+    assert model.vision.model_type == "qwen3_5_vision" and len(model.vision.layers) == 2
     assert tower.layers[0].scheme.layout == "qwen"
 
 

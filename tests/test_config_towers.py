@@ -6,6 +6,8 @@ transformers 5.24 config classes and modules named beside each test; the interop
 import pytest
 
 from minipos import config as mconfig
+from minipos.mrope import MRotary
+from minipos.qk_norm import QKNormAttention
 
 
 def _qwen3_5(**kw):
@@ -16,35 +18,55 @@ def _qwen3_5(**kw):
 
 # --------------------------------------------------------------------------- Qwen3.5
 
-def test_qwen3_5_decoder_is_refused_naming_the_gate_and_its_attention_layers():
+def test_qwen3_5_decoder_reads_its_attention_layers_with_the_gate():
     # Qwen3_5TextConfig: layer_types from full_attention_interval 4, "full_attention" where (i + 1) % 4 == 0;
-    # partial_rotary_factor 0.25 (its __post_init__), mrope_section [11, 11, 10] (Qwen3_5TextRotaryEmbedding).
-    with pytest.raises(ValueError, match="model_type 'qwen3_5_text'.*o \\* sigmoid\\(g\\)") as err:
-        mconfig.read(_qwen3_5())
-    message = str(err.value)
-    assert "attention layers (3, 7;" in message and "gated delta nets" in message
-    assert "mrope_section=[11, 11, 10], base=10000, interleaved=True, rotary_dim=64" in message  # int(256 * 0.25)
-    assert "weight 1 + w" in message                                    # Qwen3_5RMSNorm: (1 + weight), zero init
-    with pytest.raises(ValueError, match="attention layers \\(1, 3, 5, 7;"):
-        mconfig.read(_qwen3_5(full_attention_interval=2))
-    with pytest.raises(ValueError, match="attention layers \\(0;"):
-        mconfig.read(_qwen3_5(num_hidden_layers=2, layer_types=["full_attention", "linear_attention"]))
+    # partial_rotary_factor 0.25 (its __post_init__), mrope_section [11, 11, 10] (Qwen3_5TextRotaryEmbedding);
+    # Qwen3_5Attention: q_proj 2 * 4 * 256 wide (query and gate), Qwen3_5RMSNorm (1 + weight), attention_bias False.
+    m = mconfig.read(_qwen3_5())
+    assert [(s.index, s.layer_type) for s in m.specs] == [(3, "full_attention"), (7, "full_attention")]
+    assert m.specs[0].kwargs == {"d_model": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 256, "bias": False,
+                                 "norm_eps": 1e-6, "norm_offset": 1.0, "gate": "feature"}
+    layer = m.layers[1]
+    assert isinstance(layer, QKNormAttention) and layer.wg.shape == (64, 4 * 256) and layer.bg is None
+    sc = layer.scheme
+    assert isinstance(sc, MRotary) and (sc.mrope_section, sc.base, sc.interleaved, sc.rotary_dim) == \
+        ([11, 11, 10], 10000.0, True, 64)                                # int(256 * 0.25)
+    assert "layers 0, 1, 2, 4, 5, 6 are gated delta nets" in m.notes[0] and "4 taps" in m.notes[0]
+    assert "\n7      full_attention" in m.describe(width=300)             # rows keep the decoder's indices
+    assert "on the first 64 of 256 features" in m.specs[0].position
+    assert [s.index for s in mconfig.read(_qwen3_5(full_attention_interval=2)).specs] == [1, 3, 5, 7]
+    m = mconfig.read(_qwen3_5(num_hidden_layers=2, layer_types=["full_attention", "linear_attention"]))
+    assert [s.index for s in m.specs] == [0] and "layers 1 are gated delta nets" in m.notes[0]
+    m = mconfig.read(_qwen3_5(num_hidden_layers=1, layer_types=["full_attention"]))
+    assert m.notes == [] and len(m.layers) == 1
+
+
+def test_qwen3_5_attention_bias_gives_the_gate_its_bias():
+    # Qwen3_5Attention: q_proj, k_proj, v_proj and o_proj all take bias=config.attention_bias; the gate is half of
+    # q_proj, so its bias is half of q_proj's.
+    layer = mconfig.read(_qwen3_5(attention_bias=True)).layers[0]
+    assert layer.bq.shape == layer.bg.shape == (4 * 256,) and layer.bo.shape == (64,)
 
 
 def test_qwen3_5_rope_keys_where_its_config_class_takes_them():
     # Qwen3_5TextConfig(rope_theta=5.0).rope_parameters == {"rope_theta": 5.0, "partial_rotary_factor": 0.25, ...};
     # a partial_rotary_factor in rope_parameters wins over the top level's (printed by transformers 5.24).
-    with pytest.raises(ValueError, match="base=5, interleaved=True, rotary_dim=64"):
-        mconfig.read(_qwen3_5(rope_theta=5.0))
-    with pytest.raises(ValueError, match="mrope_section=\\[6, 5, 5\\], base=7, interleaved=True, rotary_dim=32"):
-        mconfig.read(_qwen3_5(partial_rotary_factor=0.5, rope_parameters={
-            "rope_theta": 7.0, "partial_rotary_factor": 0.125, "mrope_section": [6, 5, 5], "mrope_interleaved": True}))
+    sc = mconfig.read(_qwen3_5(rope_theta=5.0)).layers[0].scheme
+    assert (sc.base, sc.rotary_dim) == (5.0, 64)
+    sc = mconfig.read(_qwen3_5(partial_rotary_factor=0.5, rope_parameters={
+        "rope_theta": 7.0, "partial_rotary_factor": 0.125, "mrope_section": [6, 5, 5], "mrope_interleaved": True}))\
+        .layers[0].scheme
+    assert (sc.mrope_section, sc.base, sc.interleaved, sc.rotary_dim) == ([6, 5, 5], 7.0, True, 32)
 
 
 def test_qwen3_5_whole_and_moe_configs_are_read_through_their_text_config():
     for outer, text in (("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")):
-        with pytest.raises(ValueError, match=f"model_type '{text}': the attention output is gated"):
-            mconfig.read({"model_type": outer, "text_config": _qwen3_5(model_type=text)})
+        m = mconfig.read({"model_type": outer, "text_config": _qwen3_5(model_type=text), "vision_config": {"depth": 1}})
+        assert m.model_type == text and [s.index for s in m.specs] == [3, 7] and m.layers[0].gate == "feature"
+        assert m.vision.model_type == f"{outer}_vision"                  # VISION_OF: the tower its class builds
+    # Qwen3_5MoeTextConfig's defaults: 40 layers, hidden 2048, 2 key/value heads
+    m = mconfig.read({"model_type": "qwen3_5_moe_text"})
+    assert len(m.specs) == 10 and m.specs[0].kwargs["d_model"] == 2048 and m.specs[0].kwargs["num_kv_heads"] == 2
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -57,10 +79,37 @@ def test_qwen3_5_whole_and_moe_configs_are_read_through_their_text_config():
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope_type 'yarn'"),
     ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}, "add up to rotary_dim/2 = 64"),
     ({"rope_parameters": {"rope_theta": 1e4, "mrope_section": [11, 11, 10], "factor": 2.0}}, "\\['factor'\\]"),
+    ({"linear_conv_kernel_dim": 0}, "linear_conv_kernel_dim.*integer >= 1"),
 ])
 def test_qwen3_5_bad_input_names_the_key(kw, match):
     with pytest.raises(ValueError, match=match):
         mconfig.read(_qwen3_5(**kw))
+
+
+def test_golden_vectors_of_qwen3_5_hold_the_gate_and_the_decoders_own_layer_index(tmp_path):
+    # 4 layers, interval 4: layer 3 is the only attention layer; narrowed to hidden_size 16 and 2 heads of 32, the
+    # gate's wg is (16, 2 * 32) and, with attention_bias, bg (64,) (half of q_proj's bias). The tower adds vision0.
+    import json
+
+    from minipos import cli, vectors
+    text = _qwen3_5(num_hidden_layers=4, head_dim=32, attention_bias=True,
+                    rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]})
+    path, out = tmp_path / "config.json", tmp_path / "v"
+    path.write_text(json.dumps({"model_type": "qwen3_5", "text_config": text, "vision_config": {"depth": 1}}))
+    assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+    assert vectors.check(str(out)) == []
+    doc = json.loads((out / "model_layers.json").read_text())
+    assert [(c["name"], c["params"]["layer"]) for c in doc["cases"]] == [("layer3_full_attention", 3), ("vision0", 0)]
+    inputs = doc["cases"][0]["inputs"]
+    assert inputs["wg"]["shape"] == [16, 64] and inputs["bg"]["shape"] == [64]
+    inputs["wg"]["data"][0] += 0.5                                       # the gate's weight is checked
+    (out / "model_layers.json").write_text(json.dumps(doc))
+    assert vectors.check(str(out)) != []
+
+
+def test_qwen3_5_attention_bias_must_be_a_flag():
+    with pytest.raises(TypeError, match="'qwen3_5_text': config\\['attention_bias'\\] must be true or false"):
+        mconfig.read(_qwen3_5(attention_bias="yes"))
 
 
 def test_qwen3_5_vision_tower_alone():
@@ -87,7 +136,7 @@ def test_qwen3_5_vision_bad_input_names_the_key(kw, error, match):
 
 
 def test_golden_vectors_of_a_tower_read_alone(tmp_path):
-    # Qwen3.5's tower is read from its own config (its decoder is refused): the export holds the tower's cases
+    # Qwen3.5's tower is read from its own config (no decoder): the export holds the tower's cases
     # only, one per kind of layer (3 full layers: one case), and they check.
     import json
 

@@ -20,8 +20,8 @@ own config, or SAM's video trackers' memory attention, ``memory<i>``, gets those
 head as wide as the model's, so the frequencies are the model's), bidirectional, at positions
 ``(2, T)`` (rows, then columns) that reach the edge of the tower's largest patch grid (64 a side when the
 config names none); a layer with
-square windows (Qwen2.5-VL) runs with its ``axial_window_mask``. A vision tower's own config (Qwen3.5's, whose
-decoder the reader refuses) gets those cases only.
+square windows (Qwen2.5-VL) runs with its ``axial_window_mask``. A vision tower's own config (Qwen3.5's
+``vision_config``, say) gets those cases only.
 """
 
 from __future__ import annotations
