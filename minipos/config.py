@@ -85,6 +85,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   (windows; q, k, v Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
 - vision_config of glm4v, glm4v_moe: ``.vision``: the Qwen towers' 2-D RoPE and order, every layer full, the
   ``qkv`` bias ``attention_bias`` (none on ``proj``); the learned table before layer 0 named
+- paddleocr_vl_text (paddleocr_vl): Qwen2-VL's split M-RoPE (default [16, 24, 24]), ``use_bias`` on q, k, v and
+  o; vision_config: ``.vision``: the Qwen towers' 2-D RoPE, positions row-major (``merge_positions(h, w, 1)``: the
+  projector merges after the encoder), biases on all four, the learned table before layer 0 named
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -124,6 +127,8 @@ from ._config_rope import (
     rope_parameters,
     window_of,
 )
+from ._config_more import FAMILIES as MORE_FAMILIES_2
+from ._config_more import TEXT_OF as MORE_TEXT_OF_2
 from ._config_sam import SAM_MODELS, read_sam
 from ._config_towers import FAMILIES as MORE_FAMILIES
 from ._config_towers import TEXT_OF as MORE_TEXT_OF
@@ -568,6 +573,8 @@ TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
 FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
 TEXT_OF.update(MORE_TEXT_OF)
+FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL
+TEXT_OF.update(MORE_TEXT_OF_2)
 
 
 # --------------------------------------------------------------------------- read

@@ -1,0 +1,61 @@
+"""More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower). Its towers are registered in ``VISION``
+and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
+``minipos.config``'s module docstring states the contract."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ._config_rope import dense_layers, layer_types_of
+from ._config_types import Family
+from ._config_types import FamilyConfig as _Config
+from ._config_vision import VISION, VISION_OF, qwen_tower
+
+# --------------------------------------------------------------------------- PaddleOCR-VL
+
+def _paddleocr_vl(c):
+    """PaddleOCR-VL's text decoder (HF ``PaddleOCRAttention``): Qwen2-VL's split M-RoPE (half layout, default
+    section [16, 24, 24]), GQA, ``head_dim`` from the config (default 128), ``use_bias`` on q, k, v and o alike,
+    every layer full (the config class has no ``layer_types``)."""
+    layer_types_of(c, lambda i: "full_attention", allowed=("full_attention",))
+    bias = c.flag("use_bias", False)
+    specs = dense_layers(c, bias="none", window="none", mrope=True)
+    return [replace(s, kwargs={**s.kwargs, "bias": bias}, notes=s.notes + (("use_bias: biases on q, k, v, o",)
+                                                                           if bias else ())) for s in specs]
+
+
+def _paddleocr_vl_vision(c):
+    """PaddleOCR-VL's vision encoder (HF ``PaddleOCRVisionAttention``): the Qwen towers' 2-D RoPE (``"qwen"``
+    layout, frequencies over head_dim / 2), q, k, v and ``out_proj`` with biases, every layer full, bidirectional;
+    positions plain row-major: HF calls ``get_vision_position_ids(grid_thw, 1)`` (the patches are merged after the
+    encoder, in the projector), whatever ``spatial_merge_size`` says. A learned table of ``(image_size //
+    patch_size) ** 2`` positions, bilinearly resampled, is added before layer 0."""
+    side = c.int("image_size", required=True) // c.int("patch_size", required=True)
+    if side < 1:
+        raise c.error(f"config['image_size'] ({c.get('image_size')}) is less than patch_size ({c.get('patch_size')}): "
+                      "the learned position table would hold no position")
+    data = {**c.data, "spatial_merge_size": 1, "num_heads": c.int("num_attention_heads", required=True),
+            "depth": c.int("num_hidden_layers", required=True)}         # qwen_tower's names for HF's keys here
+    specs = qwen_tower(_Config(data, c.model_type, c.defaults), "hidden_size")
+    note = (f"before this layer a learned position table ({side} x {side}, image_size // patch_size a side, "
+            "bilinearly resampled to the image's grid) is added to the patch embeddings: the input seam, not RoPE, "
+            "and not modelled here")
+    position = specs[0].position.replace("merge_positions(h, w, 1)", "row-major: merge_positions(h, w, 1); the "
+                                         "projector merges spatial_merge_size after the encoder")
+    return [replace(s, position=position, notes=(note,) if s.index == 0 else ()) for s in specs]
+
+
+_PADDLEOCR_TEXT = {"hidden_size": 1024, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
+                   "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
+"""``PaddleOCRTextConfig``'s defaults."""
+
+VISION.update({"paddleocr_vl_vision": Family(_paddleocr_vl_vision, {
+    "hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "image_size": 384, "patch_size": 14,
+    "rope_theta": 10000.0})})
+VISION_OF.update({"paddleocr_vl": "paddleocr_vl_vision"})
+
+FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT)}
+"""``model_type`` -> ``Family``: the decoders of this module (``minipos.config`` merges them into its own)."""
+
+TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text"}

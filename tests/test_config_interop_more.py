@@ -1,0 +1,187 @@
+"""``minipos.config.read`` on the families of ``minipos._config_more`` against transformers 5.24, as in
+``test_config_interop_towers.py``: each model, tiny, is built by transformers with random weights in float64; a
+forward hook captures each attention module's input and output, so that the positions (the tower's patch order, the
+decoder's three streams) are the ones the model itself uses. The weights are copied into the layer ``read`` builds
+for the same config: it must match within atol 1e-6. Bad input: the reader's errors name the key. Skipped when
+torch or transformers is missing.
+
+transformers rotates q and k in float32 (cos and sin from float32 angles) inside the float64 model: agreement is
+to float32 accuracy, well inside 1e-6 at these sizes."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from minipos import config as mconfig  # noqa: E402
+from minipos.axial import merge_positions  # noqa: E402
+
+ATOL = 1e-6
+H, W = 6, 10                             # the image: 6 x 10 patches
+
+
+def _cfg(cls, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = cls(**kw)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def _randomize(module):
+    """Every parameter drawn away from its init (the biases too, so that each is compared)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+            else:
+                p.normal_(0.0, 0.5)
+
+
+def _hook(module, seen, i):
+    def hook(m, args, kwargs, out):
+        x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        seen[i] = (x.detach().numpy().copy(), out[0].detach().numpy().copy())
+    return module.register_forward_hook(hook, with_kwargs=True)
+
+
+def _copy(ref, layer, names=("q_proj", "k_proj", "v_proj", "o_proj")):
+    """HF's four Linears into the minipos layer: ``W = weight.T``, the biases as they are (or ``None``)."""
+    for n, name in zip("qkvo", names):
+        lin = getattr(ref, name)
+        setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
+        setattr(layer, "b" + n, None if lin.bias is None else lin.bias.detach().numpy().copy())
+
+
+def _compare_decoder(model, read, layers, positions, T, causal=True):
+    """Each layer of ``model.layers`` (float64, random attention weights, the MLPs zeroed) against ``read``'s, on
+    the given position streams; a permuted set of streams must change the output."""
+    B = 2
+    seen, hooks = {}, []
+    for i, dec in enumerate(layers):
+        dec.mlp.forward = lambda h, *a, **k: torch.zeros_like(h)
+        _randomize(dec.self_attn)
+        hooks.append(_hook(dec.self_attn, seen, i))
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, model.config.hidden_size)))
+    with torch.no_grad():
+        model(inputs_embeds=x, position_ids=torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy()),
+              use_cache=False)
+    for h in hooks:
+        h.remove()
+    for i, dec in enumerate(layers):
+        layer = read.layers[i]
+        _copy(dec.self_attn, layer)
+        got = layer(seen[i][0], positions=positions, causal=causal)
+        np.testing.assert_allclose(got, seen[i][1], rtol=0, atol=ATOL, err_msg=f"layer {i}")
+        assert np.max(np.abs(seen[i][1])) > 0.1                                # a comparison that can fail
+        other = layer(seen[i][0], positions=positions[[0, 2, 1]], causal=causal)
+        assert np.max(np.abs(other - seen[i][1])) > 1e-3                      # the streams matter
+
+
+def _streams(T):
+    return np.cumsum(np.random.default_rng(3).integers(0, 3, (3, T)), axis=1)   # three different streams
+
+
+# --------------------------------------------------------------------------- ERNIE-4.5-VL
+
+def test_ernie4_5_vl_is_refused_with_its_assignment_named():
+    # Ernie4_5_VLMoeTextRotaryEmbedding (transformers 5.24): pairs (2i, 2i+1) (rotate_half_text), frequency i
+    # height for even i and width for odd i below mrope_section[0] + [1], temporal above. Checked on HF's rotary: a
+    # (t, h, w) = (3, 2, 1) token with head_dim 32 and section [6, 6, 4] gives angle / theta_i = 2 1 2 1 ... 3 3 3 3.
+    for model_type in ("ernie4_5_vl_moe", "ernie4_5_vl"):
+        with pytest.raises(ValueError, match="not support yet") as err:
+            mconfig.read({"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4})
+        assert "H W H W ... T T T" in str(err.value) or model_type == "ernie4_5_vl"
+
+
+# --------------------------------------------------------------------------- PaddleOCR-VL
+
+def _paddle_text(**kw):
+    from transformers.models.paddleocr_vl import modeling_paddleocr_vl as hf
+    cfg = _cfg(hf.PaddleOCRTextConfig, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+               intermediate_size=16, vocab_size=8, num_hidden_layers=2,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 1, 1]}, **kw)
+    return hf, cfg
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_paddleocr_vl_text_decoder(bias):
+    # PaddleOCRAttention: Qwen2-VL's split M-RoPE ([2, 1, 1]: 4 frequencies of head dim 8), use_bias on all four.
+    hf, cfg = _paddle_text(use_bias=bias)
+    read = mconfig.read(cfg)
+    assert read.model_type == "paddleocr_vl_text" and read.layers[0].scheme.mrope_section == [2, 1, 1]
+    assert (read.layers[0].bo is None) == (not bias) and read.specs[0].no_bias == ()
+    torch.manual_seed(0)
+    model = hf.PaddleOCRTextModel(cfg).double().eval()
+    _compare_decoder(model, read, model.layers, _streams(12), 12)
+
+
+def _paddle_vision(**kw):
+    from transformers.models.paddleocr_vl import modeling_paddleocr_vl as hf
+    cfg = _cfg(hf.PaddleOCRVisionConfig, hidden_size=32, intermediate_size=8, num_hidden_layers=3,
+               num_attention_heads=2, num_channels=1, image_size=8, patch_size=2, spatial_merge_size=2,
+               rope_parameters={"rope_type": "axial", "rope_theta": 100.0}, **kw)
+    return hf, cfg
+
+
+def test_paddleocr_vl_vision_tower():
+    # PaddleOCRVisionEncoder: get_vision_position_ids(grid_thw, 1): row-major positions whatever spatial_merge_size
+    # (2 here) says; the learned table (8 // 2 = 4 a side, resampled to 6 x 10) is in the captured input.
+    hf, cfg = _paddle_vision()
+    torch.manual_seed(0)
+    tower = hf.PaddleOCRVisionModel(cfg).double().eval()
+    layers = tower.vision_model.encoder.layers
+    seen = {}
+    for i, block in enumerate(layers):
+        _randomize(block.self_attn)
+        _hook(block.self_attn, seen, i)
+    pixels = torch.from_numpy(np.random.default_rng(0).standard_normal((1, H * W, 1, 2, 2)))
+    with torch.no_grad():
+        tower(pixels, grid_thw=torch.tensor([[1, H, W]]))
+    model, positions = mconfig.read(cfg), merge_positions(H, W, 1)
+    assert model.kind == "vision encoder" and "4 x 4" in model.specs[0].notes[0]
+    assert np.array_equal(positions, np.stack(np.divmod(np.arange(H * W), W)))  # row-major
+    for i, block in enumerate(layers):
+        layer = model.layers[i]
+        _copy(block.self_attn, layer, ("q_proj", "k_proj", "v_proj", "out_proj"))
+        x, want = seen[i]
+        np.testing.assert_allclose(layer(x[None], positions=positions, causal=False)[0], want, rtol=0, atol=ATOL)
+        assert np.max(np.abs(want)) > 0.1
+        merged = layer(x[None], positions=merge_positions(H, W, 2), causal=False)[0]
+        assert np.max(np.abs(merged - want)) > 1e-3                           # not the Qwen towers' merge order
+
+
+def test_paddleocr_vl_whole_config_reads_its_decoder_and_its_tower():
+    cfg = _cfg(transformers.PaddleOCRVLConfig, text_config={"hidden_size": 256, "num_attention_heads": 2,
+                                                            "num_hidden_layers": 2},
+               vision_config={"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 2})
+    model = mconfig.read(cfg)
+    assert (model.model_type, model.vision.model_type) == ("paddleocr_vl_text", "paddleocr_vl_vision")
+    assert (len(model.layers), len(model.vision.layers), model.layers[0].scheme.mrope_section) == (2, 2, [16, 24, 24])
+    flat = mconfig.read({"model_type": "paddleocr_vl", "num_hidden_layers": 1})   # a flat hub config: the defaults
+    assert flat.model_type == "paddleocr_vl_text" and flat.layers[0].head_dim == 128
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"layer_types": ["sliding_attention"]}, "layer_types"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "mrope_section": [16, 24, 24]}},
+     "rope_type"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [16, 24]}}, "mrope_section"),
+])
+def test_paddleocr_vl_bad_text_configs_name_the_key(change, key):
+    with pytest.raises(ValueError, match=key):
+        mconfig.read({"model_type": "paddleocr_vl_text", "num_hidden_layers": 1, **change})
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"image_size": 8, "patch_size": 14}, "image_size"),
+    ({"hidden_size": 30, "num_attention_heads": 4}, "hidden_size"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),   # HF: "supports only axial"
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2.0}}, "factor"),
+])
+def test_paddleocr_vl_bad_vision_configs_name_the_key(change, key):
+    with pytest.raises(ValueError, match=key):
+        mconfig.read({"model_type": "paddleocr_vl_vision", **change})
