@@ -1,5 +1,5 @@
 """More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
-``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower). Its towers are registered in ``VISION``
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder. Its towers are registered in ``VISION``
 and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
 ``minipos.config``'s module docstring states the contract."""
 
@@ -55,7 +55,31 @@ VISION.update({"paddleocr_vl_vision": Family(_paddleocr_vl_vision, {
     "rope_theta": 10000.0})})
 VISION_OF.update({"paddleocr_vl": "paddleocr_vl_vision"})
 
-FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT)}
+
+# --------------------------------------------------------------------------- DeepSeek-OCR-2
+
+def _deepseek_ocr2(c):
+    """DeepSeek-OCR-2's text decoder (HF ``DeepseekOcr2TextAttention``): Llama's layer, not DeepSeek-V2's latent
+    attention: RoPE half layout (any ``rope_type``), GQA, ``attention_bias`` on q, k, v and o, every layer full. HF's
+    config sets ``head_dim = hidden_size // num_attention_heads`` whatever it is given; a config whose ``head_dim``
+    differs (a narrowed copy) is read with its ``head_dim``, and a note says so."""
+    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
+    if d_model % heads:
+        raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
+    notes = ()
+    if c.int("head_dim") is None:
+        c = _Config({**c.data, "head_dim": d_model // heads}, c.model_type, c.defaults)
+    elif c.int("head_dim") != d_model // heads:
+        notes = (f"head_dim {c.int('head_dim')} as the config says; HF's DeepseekOcr2TextConfig would set "
+                 f"hidden_size // num_attention_heads = {d_model // heads}",)
+    specs = dense_layers(c, bias="attention_bias", window="none")
+    return [replace(s, notes=s.notes + notes) for s in specs]
+
+
+FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
+            "deepseek_ocr2_text": Family(_deepseek_ocr2, {"hidden_size": 4096, "num_hidden_layers": 32,
+                                                          "num_attention_heads": 32, "rope_theta": 10000.0,
+                                                          "max_position_embeddings": 2048, "rms_norm_eps": 1e-6})}
 """``model_type`` -> ``Family``: the decoders of this module (``minipos.config`` merges them into its own)."""
 
-TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text"}
+TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text"}

@@ -88,6 +88,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - paddleocr_vl_text (paddleocr_vl): Qwen2-VL's split M-RoPE (default [16, 24, 24]), ``use_bias`` on q, k, v and
   o; vision_config: ``.vision``: the Qwen towers' 2-D RoPE, positions row-major (``merge_positions(h, w, 1)``: the
   projector merges after the encoder), biases on all four, the learned table before layer 0 named
+- deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
+  ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
+  decomposed relative positions, then a Qwen2 encoder) is named in a note
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),

@@ -56,9 +56,10 @@ def _copy(ref, layer, names=("q_proj", "k_proj", "v_proj", "o_proj")):
         setattr(layer, "b" + n, None if lin.bias is None else lin.bias.detach().numpy().copy())
 
 
-def _compare_decoder(model, read, layers, positions, T, causal=True):
+def _compare_decoder(model, read, layers, positions, T, causal=True, other=None):
     """Each layer of ``model.layers`` (float64, random attention weights, the MLPs zeroed) against ``read``'s, on
-    the given position streams; a permuted set of streams must change the output."""
+    the given positions (``(3, T)`` streams, or ``(T,)``); ``other`` positions (default: the streams permuted) must
+    change the output."""
     B = 2
     seen, hooks = {}, []
     for i, dec in enumerate(layers):
@@ -67,8 +68,9 @@ def _compare_decoder(model, read, layers, positions, T, causal=True):
         hooks.append(_hook(dec.self_attn, seen, i))
     x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, model.config.hidden_size)))
     with torch.no_grad():
-        model(inputs_embeds=x, position_ids=torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy()),
-              use_cache=False)
+        ids = np.broadcast_to(positions[:, None], (3, B, T)) if positions.ndim == 2 else np.broadcast_to(positions,
+                                                                                                         (B, T))
+        model(inputs_embeds=x, position_ids=torch.from_numpy(ids.copy()), use_cache=False)
     for h in hooks:
         h.remove()
     for i, dec in enumerate(layers):
@@ -77,8 +79,8 @@ def _compare_decoder(model, read, layers, positions, T, causal=True):
         got = layer(seen[i][0], positions=positions, causal=causal)
         np.testing.assert_allclose(got, seen[i][1], rtol=0, atol=ATOL, err_msg=f"layer {i}")
         assert np.max(np.abs(seen[i][1])) > 0.1                                # a comparison that can fail
-        other = layer(seen[i][0], positions=positions[[0, 2, 1]], causal=causal)
-        assert np.max(np.abs(other - seen[i][1])) > 1e-3                      # the streams matter
+        moved = layer(seen[i][0], positions=positions[[0, 2, 1]] if other is None else other, causal=causal)
+        assert np.max(np.abs(moved - seen[i][1])) > 1e-3                      # the streams matter
 
 
 def _streams(T):
@@ -185,3 +187,47 @@ def test_paddleocr_vl_bad_text_configs_name_the_key(change, key):
 def test_paddleocr_vl_bad_vision_configs_name_the_key(change, key):
     with pytest.raises(ValueError, match=key):
         mconfig.read({"model_type": "paddleocr_vl_vision", **change})
+
+
+# --------------------------------------------------------------------------- DeepSeek-OCR-2
+
+def _ocr2_text(**kw):
+    from transformers.models.deepseek_ocr2 import modeling_deepseek_ocr2 as hf
+    cfg = _cfg(hf.DeepseekOcr2TextConfig, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=16, moe_intermediate_size=8, n_routed_experts=2, num_experts_per_tok=1,
+               n_shared_experts=1, vocab_size=8, num_hidden_layers=2, mlp_layer_types=["dense", "sparse"],
+               rope_parameters={"rope_type": "default", "rope_theta": 100.0}, **kw)
+    return hf, cfg
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_deepseek_ocr2_text_decoder(bias):
+    # DeepseekOcr2TextAttention: Llama's layer (RoPE half, GQA 4/2, head_dim 32 // 4 = 8), attention_bias on all four.
+    hf, cfg = _ocr2_text(attention_bias=bias)
+    read = mconfig.read(cfg)
+    assert read.model_type == "deepseek_ocr2_text" and (read.layers[0].num_kv_heads, read.layers[0].head_dim) == (2, 8)
+    torch.manual_seed(0)
+    model = hf.DeepseekOcr2TextModel(cfg).double().eval()
+    T = 12
+    # 1-D positions stepping by 1, from 5: transformers' mask (find_packed_sequence_indices) takes any other step for the
+    # start of a packed sequence and masks across it.
+    _compare_decoder(model, read, model.layers, 5 + np.arange(T), T, other=2 * np.arange(T))
+
+
+def test_deepseek_ocr2_whole_config_reads_its_decoder_and_names_its_tower():
+    from transformers.models.deepseek_ocr2 import configuration_deepseek_ocr2 as hf
+    cfg = _cfg(hf.DeepseekOcr2Config, text_config={"hidden_size": 64, "num_attention_heads": 4,
+                                                    "num_hidden_layers": 2})
+    model = mconfig.read(cfg)
+    assert (model.model_type, model.vision, model.layers[0].head_dim) == ("deepseek_ocr2_text", None, 16)
+    assert "deepseek_ocr2_vision" in model.notes[0] and "not read" in model.notes[0]
+
+
+def test_deepseek_ocr2_bad_configs_name_the_key():
+    with pytest.raises(ValueError, match="hidden_size"):
+        mconfig.read({"model_type": "deepseek_ocr2_text", "hidden_size": 30, "num_attention_heads": 4})
+    with pytest.raises(ValueError, match="rope_type"):
+        mconfig.read({"model_type": "deepseek_ocr2_text", "rope_parameters": {"rope_type": "warp", "rope_theta": 1e4}})
+    narrowed = mconfig.read({"model_type": "deepseek_ocr2_text", "hidden_size": 16, "num_attention_heads": 2,
+                             "head_dim": 128, "num_hidden_layers": 1})          # a narrowed copy keeps head_dim
+    assert narrowed.layers[0].head_dim == 128 and "head_dim 128" in narrowed.specs[0].notes[-1]
