@@ -1,5 +1,5 @@
 """More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
-``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder. Its towers are registered in ``VISION``
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's). Its towers are registered in ``VISION``
 and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
 ``minipos.config``'s module docstring states the contract."""
 
@@ -82,4 +82,9 @@ FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
                                                           "max_position_embeddings": 2048, "rms_norm_eps": 1e-6})}
 """``model_type`` -> ``Family``: the decoders of this module (``minipos.config`` merges them into its own)."""
 
-TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text"}
+TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text",
+           "kimi_k25": "deepseek_v3"}     # Kimi K2.5: Kimi_K25Config's text_config is a DeepseekV3Config by default
+
+TEXT_RENAMED = {("kimi_k25", "kimi_k2"): "deepseek_v3"}
+"""``(outer model_type, its text_config's model_type)`` -> the family read: a text ``model_type`` the outer config
+class renames (``Kimi_K25Config.__post_init__``: the hub's ``kimi_k2`` is built as ``deepseek_v3``)."""

@@ -231,3 +231,57 @@ def test_deepseek_ocr2_bad_configs_name_the_key():
     narrowed = mconfig.read({"model_type": "deepseek_ocr2_text", "hidden_size": 16, "num_attention_heads": 2,
                              "head_dim": 128, "num_hidden_layers": 1})          # a narrowed copy keeps head_dim
     assert narrowed.layers[0].head_dim == 128 and "head_dim 128" in narrowed.specs[0].notes[-1]
+
+
+# --------------------------------------------------------------------------- Kimi K2.5
+
+def _kimi(text_type="deepseek_v3"):
+    text = dict(model_type=text_type, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
+                intermediate_size=16, moe_intermediate_size=8, vocab_size=8, num_hidden_layers=2,
+                first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
+                rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                 "original_max_position_embeddings": 4, "mscale": 1.0, "mscale_all_dim": 0.5,
+                                 "beta_fast": 8.0, "beta_slow": 1.0})
+    return _cfg(transformers.Kimi_K25Config, text_config=text,
+                vision_config={"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1})
+
+
+@pytest.mark.parametrize("text_type", ["deepseek_v3", "kimi_k2"])
+def test_kimi_k25_reads_its_deepseek_v3_decoder(text_type):
+    # Kimi_K25Model builds AutoModel.from_config(text_config): a DeepseekV3Model (the hub's "kimi_k2" renamed by
+    # Kimi_K25Config.__post_init__). Its MLA layers against read(the whole Kimi config), as test_config_interop does.
+    from test_config_interop import _compare as compare_layers, _run_model
+    cfg = _kimi(text_type)
+    assert cfg.text_config.model_type == "deepseek_v3"
+    model, seen = _run_model(transformers.DeepseekV3Model, cfg.text_config)
+    compare_layers(cfg, model, seen)
+    raw = cfg.to_dict()
+    raw["text_config"]["model_type"] = text_type                             # the hub file as it is
+    read = mconfig.read(raw)
+    assert read.model_type == "deepseek_v3" and read.vision is None
+    assert "kimi_k25_vision" in read.notes[0] and "not support yet" in read.notes[0]
+
+
+def test_kimi_k25_vision_rotary_is_not_an_axial_layout_minipos_has():
+    # Kimi_K25VisionRotaryEmbedding (head_dim 16, theta 100) at a patch of row 2, column 1: pair i = (i, i + 8) turns
+    # by 1 * f_(i//2) for even i (the column), 2 * f_(i//2) for odd i (the row), f_j = 100^(-4j/16). The angles are
+    # read back from HF's cos and sin; the reader refuses the tower, naming that assignment.
+    from transformers.models.kimi_k25 import modeling_kimi_k25 as hf
+    cfg = _cfg(hf.Kimi_K25VisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
+               rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
+    cos, sin = hf.Kimi_K25VisionRotaryEmbedding(cfg)(torch.zeros(1), torch.tensor([[2, 1]]))
+    angles = np.arctan2(sin.numpy()[0], cos.numpy()[0])                       # (16,): [a_0 .. a_7 | a_0 .. a_7]
+    f = 100.0 ** (-4 * np.arange(4) / 16)
+    want = np.array([(1 if i % 2 == 0 else 2) * f[i // 2] for i in range(8)])
+    np.testing.assert_allclose(angles, np.concatenate([want, want]), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="not support yet") as err:
+        mconfig.read(cfg)
+    assert "the column for even i" in str(err.value)
+
+
+def test_kimi_k25_bad_text_config_names_the_key():
+    raw = _kimi().to_dict()
+    raw["text_config"]["rope_parameters"]["rope_type"] = "warp"
+    with pytest.raises(ValueError, match="rope_type"):
+        mconfig.read(raw)
