@@ -1,5 +1,6 @@
 """More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
-``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's). Its towers are registered in ``VISION``
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's),
+VideoLLaMA 3 (its text_config's decoder, its vision tower). Its towers are registered in ``VISION``
 and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
 ``minipos.config``'s module docstring states the contract."""
 
@@ -76,6 +77,25 @@ def _deepseek_ocr2(c):
     return [replace(s, notes=s.notes + notes) for s in specs]
 
 
+# --------------------------------------------------------------------------- VideoLLaMA 3
+
+def _video_llama_3_vision(c):
+    """VideoLLaMA 3's vision encoder (HF ``VideoLlama3VisionAttention``): the Qwen towers' 2-D RoPE (``"qwen"``
+    layout), q, k, v and ``out_proj`` with biases, every layer full, bidirectional, no learned position table. Its
+    patches come in merge blocks of a size given with each image at call time (``merge_sizes``: the image
+    processor's ``merge_size`` 1, the video processor's 2), not by the config."""
+    data = {**c.data, "spatial_merge_size": 1, "num_heads": c.int("num_attention_heads", required=True),
+            "depth": c.int("num_hidden_layers", required=True)}         # qwen_tower's names for HF's keys here
+    specs = qwen_tower(_Config(data, c.model_type, c.defaults), "hidden_size")
+    position = specs[0].position.replace("merge_positions(h, w, 1)", "merge_positions(h, w, m), m the image's "
+                                         "merge_sizes entry: 1 for images, 2 for video frames by the processors")
+    return [replace(s, position=position) for s in specs]
+
+
+VISION.update({"video_llama_3_vision": Family(_video_llama_3_vision, {
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16, "rope_theta": 10000.0})})
+VISION_OF.update({"video_llama_3": "video_llama_3_vision"})
+
 FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
             "deepseek_ocr2_text": Family(_deepseek_ocr2, {"hidden_size": 4096, "num_hidden_layers": 32,
                                                           "num_attention_heads": 32, "rope_theta": 10000.0,
@@ -83,7 +103,8 @@ FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
 """``model_type`` -> ``Family``: the decoders of this module (``minipos.config`` merges them into its own)."""
 
 TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text",
-           "kimi_k25": "deepseek_v3"}     # Kimi K2.5: Kimi_K25Config's text_config is a DeepseekV3Config by default
+           "kimi_k25": "deepseek_v3",         # Kimi_K25Config's text_config: a DeepseekV3Config by default
+           "video_llama_3": "qwen2"}          # VideoLlama3Config's text_config: a Qwen2Config by default
 
 TEXT_RENAMED = {("kimi_k25", "kimi_k2"): "deepseek_v3"}
 """``(outer model_type, its text_config's model_type)`` -> the family read: a text ``model_type`` the outer config

@@ -90,6 +90,8 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   projector merges after the encoder), biases on all four, the learned table before layer 0 named
 - kimi_k25: its ``text_config``, DeepSeek-V3's (``deepseek_v3``, which ``kimi_k2`` there means); its tower's 2-D
   RoPE (column and row alternating pair by pair) is not read, a note says why
+- video_llama_3: its ``text_config`` (Qwen2's by default); vision_config: ``.vision``: the Qwen towers' 2-D RoPE,
+  positions ``merge_positions(h, w, m)`` with m each image's ``merge_sizes`` entry (a call input), biases on all four
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
   ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
   decomposed relative positions, then a Qwen2 encoder) is named in a note

@@ -285,3 +285,59 @@ def test_kimi_k25_bad_text_config_names_the_key():
     raw["text_config"]["rope_parameters"]["rope_type"] = "warp"
     with pytest.raises(ValueError, match="rope_type"):
         mconfig.read(raw)
+
+
+# --------------------------------------------------------------------------- VideoLLaMA 3
+
+@pytest.mark.parametrize("merge", [1, 2])
+def test_video_llama_3_vision_tower(merge):
+    # VideoLlama3VisionModel: get_vision_position_ids(grid_thw, merge_sizes), the merge size a call input (the image
+    # processor's 1, the video processor's 2); q, k, v, out_proj with biases; no learned table.
+    from transformers.models.video_llama_3 import modeling_video_llama_3 as hf
+    cfg = _cfg(hf.VideoLlama3VisionConfig, hidden_size=32, intermediate_size=8, num_hidden_layers=3,
+               num_attention_heads=2, num_channels=1, patch_size=2,
+               rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
+    torch.manual_seed(0)
+    tower = hf.VideoLlama3VisionModel(cfg).double().eval()
+    layers = tower.encoder.layers
+    seen = {}
+    for i, block in enumerate(layers):
+        _randomize(block.self_attn)
+        _hook(block.self_attn, seen, i)
+    pixels = torch.from_numpy(np.random.default_rng(0).standard_normal((H * W, 1 * 2 * 2)))
+    with torch.no_grad():
+        tower(pixels, grid_thw=torch.tensor([[1, H, W]]), merge_sizes=torch.tensor([merge]))
+    model, positions = mconfig.read(cfg), merge_positions(H, W, merge)
+    assert model.model_type == "video_llama_3_vision" and "merge_sizes" in model.specs[0].position
+    for i, block in enumerate(layers):
+        layer = model.layers[i]
+        _copy(block.self_attn, layer, ("q_proj", "k_proj", "v_proj", "out_proj"))
+        x, want = seen[i]
+        np.testing.assert_allclose(layer(x[None], positions=positions, causal=False)[0], want, rtol=0, atol=ATOL)
+        assert np.max(np.abs(want)) > 0.1
+        wrong = layer(x[None], positions=merge_positions(H, W, 3 - merge), causal=False)[0]
+        assert np.max(np.abs(wrong - want)) > 1e-3                            # the merge size matters
+
+
+def test_video_llama_3_reads_its_qwen2_decoder_and_its_tower():
+    # VideoLlama3Model builds AutoModel.from_config(text_config): a Qwen2Model by default (RoPE half, q/k/v biases).
+    from test_config_interop import SMALL
+    from test_config_interop import _compare as compare_layers, _run_model
+    cfg = _cfg(transformers.VideoLlama3Config, text_config={**SMALL, "model_type": "qwen2", "num_hidden_layers": 2,
+                                                            "rope_parameters": {"rope_type": "default",
+                                                                                "rope_theta": 100.0}},
+               vision_config={"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 2})
+    model, seen = _run_model(transformers.Qwen2Model, cfg.text_config)
+    compare_layers(cfg, model, seen)
+    read = mconfig.read(cfg)
+    assert (read.model_type, read.vision.model_type, len(read.vision.layers)) == ("qwen2", "video_llama_3_vision", 2)
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"hidden_size": 30, "num_attention_heads": 4}, "hidden_size"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
+    ({"head_dim": 32}, "head_dim"),
+])
+def test_video_llama_3_bad_vision_configs_name_the_key(change, key):
+    with pytest.raises(ValueError, match=key):
+        mconfig.read({"model_type": "video_llama_3_vision", **change})
