@@ -85,6 +85,16 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   (windows; q, k, v Linears) or Qwen3-VL's; the audio encoder and the talker named in a note
 - vision_config of glm4v, glm4v_moe: ``.vision``: the Qwen towers' 2-D RoPE and order, every layer full, the
   ``qkv`` bias ``attention_bias`` (none on ``proj``); the learned table before layer 0 named
+- paddleocr_vl_text (paddleocr_vl): Qwen2-VL's split M-RoPE (default [16, 24, 24]), ``use_bias`` on q, k, v and
+  o; vision_config: ``.vision``: the Qwen towers' 2-D RoPE, positions row-major (``merge_positions(h, w, 1)``: the
+  projector merges after the encoder), biases on all four, the learned table before layer 0 named
+- kimi_k25: its ``text_config``, DeepSeek-V3's (``deepseek_v3``, which ``kimi_k2`` there means); its tower's 2-D
+  RoPE (column and row alternating pair by pair) is not read, a note says why
+- video_llama_3: its ``text_config`` (Qwen2's by default); vision_config: ``.vision``: the Qwen towers' 2-D RoPE,
+  positions ``merge_positions(h, w, m)`` with m each image's ``merge_sizes`` entry (a call input), biases on all four
+- deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
+  ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
+  decomposed relative positions, then a Qwen2 encoder) is named in a note
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -124,6 +134,9 @@ from ._config_rope import (
     rope_parameters,
     window_of,
 )
+from ._config_more import FAMILIES as MORE_FAMILIES_2
+from ._config_more import TEXT_OF as MORE_TEXT_OF_2
+from ._config_more import TEXT_RENAMED
 from ._config_sam import SAM_MODELS, read_sam
 from ._config_towers import FAMILIES as MORE_FAMILIES
 from ._config_towers import TEXT_OF as MORE_TEXT_OF
@@ -568,6 +581,8 @@ TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
 FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
 TEXT_OF.update(MORE_TEXT_OF)
+FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL
+TEXT_OF.update(MORE_TEXT_OF_2)
 
 
 # --------------------------------------------------------------------------- read
@@ -618,6 +633,7 @@ def read(config) -> Model:
         if isinstance(data.get("text_config"), dict):
             text = data["text_config"]
         model_type = text.get("model_type") or TEXT_OF.get(outer, outer)
+        model_type = TEXT_RENAMED.get((outer, model_type), model_type)     # as the outer config class renames it
         if outer in TEXT_OF and model_type == outer:
             model_type = TEXT_OF[outer]
     if outer in VISION:                                                    # a vision encoder's own config
@@ -627,7 +643,10 @@ def read(config) -> Model:
     vision = data.get("vision_config")
     if isinstance(vision, dict) and outer in VISION_OF:                   # the tower its config class builds
         vision = {**vision, "model_type": VISION_OF[outer]}
-    if isinstance(vision, dict) and vision.get("model_type") not in VISION:
+    if isinstance(vision, dict) and vision.get("model_type") in NOT_YET:
+        notes.append(f"the vision tower ({vision['model_type']}) is not read: it needs {NOT_YET[vision['model_type']]}, "
+                     "which minipos does not support yet; .vision is None")
+    elif isinstance(vision, dict) and vision.get("model_type") not in VISION:
         notes.append(f"the vision tower ({vision.get('model_type', 'vision_config')}) is not read (minipos reads "
                      f"those of {', '.join(VISION)}); .vision is None")
     for key in (outer, model_type):

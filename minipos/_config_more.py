@@ -1,0 +1,111 @@
+"""More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's),
+VideoLLaMA 3 (its text_config's decoder, its vision tower). Its towers are registered in ``VISION``
+and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
+``minipos.config``'s module docstring states the contract."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ._config_rope import dense_layers, layer_types_of
+from ._config_types import Family
+from ._config_types import FamilyConfig as _Config
+from ._config_vision import VISION, VISION_OF, qwen_tower
+
+# --------------------------------------------------------------------------- PaddleOCR-VL
+
+def _paddleocr_vl(c):
+    """PaddleOCR-VL's text decoder (HF ``PaddleOCRAttention``): Qwen2-VL's split M-RoPE (half layout, default
+    section [16, 24, 24]), GQA, ``head_dim`` from the config (default 128), ``use_bias`` on q, k, v and o alike,
+    every layer full (the config class has no ``layer_types``)."""
+    layer_types_of(c, lambda i: "full_attention", allowed=("full_attention",))
+    bias = c.flag("use_bias", False)
+    specs = dense_layers(c, bias="none", window="none", mrope=True)
+    return [replace(s, kwargs={**s.kwargs, "bias": bias}, notes=s.notes + (("use_bias: biases on q, k, v, o",)
+                                                                           if bias else ())) for s in specs]
+
+
+def _paddleocr_vl_vision(c):
+    """PaddleOCR-VL's vision encoder (HF ``PaddleOCRVisionAttention``): the Qwen towers' 2-D RoPE (``"qwen"``
+    layout, frequencies over head_dim / 2), q, k, v and ``out_proj`` with biases, every layer full, bidirectional;
+    positions plain row-major: HF calls ``get_vision_position_ids(grid_thw, 1)`` (the patches are merged after the
+    encoder, in the projector), whatever ``spatial_merge_size`` says. A learned table of ``(image_size //
+    patch_size) ** 2`` positions, bilinearly resampled, is added before layer 0."""
+    side = c.int("image_size", required=True) // c.int("patch_size", required=True)
+    if side < 1:
+        raise c.error(f"config['image_size'] ({c.get('image_size')}) is less than patch_size ({c.get('patch_size')}): "
+                      "the learned position table would hold no position")
+    data = {**c.data, "spatial_merge_size": 1, "num_heads": c.int("num_attention_heads", required=True),
+            "depth": c.int("num_hidden_layers", required=True)}         # qwen_tower's names for HF's keys here
+    specs = qwen_tower(_Config(data, c.model_type, c.defaults), "hidden_size")
+    note = (f"before this layer a learned position table ({side} x {side}, image_size // patch_size a side, "
+            "bilinearly resampled to the image's grid) is added to the patch embeddings: the input seam, not RoPE, "
+            "and not modelled here")
+    position = specs[0].position.replace("merge_positions(h, w, 1)", "row-major: merge_positions(h, w, 1); the "
+                                         "projector merges spatial_merge_size after the encoder")
+    return [replace(s, position=position, notes=(note,) if s.index == 0 else ()) for s in specs]
+
+
+_PADDLEOCR_TEXT = {"hidden_size": 1024, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
+                   "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
+"""``PaddleOCRTextConfig``'s defaults."""
+
+VISION.update({"paddleocr_vl_vision": Family(_paddleocr_vl_vision, {
+    "hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "image_size": 384, "patch_size": 14,
+    "rope_theta": 10000.0})})
+VISION_OF.update({"paddleocr_vl": "paddleocr_vl_vision"})
+
+
+# --------------------------------------------------------------------------- DeepSeek-OCR-2
+
+def _deepseek_ocr2(c):
+    """DeepSeek-OCR-2's text decoder (HF ``DeepseekOcr2TextAttention``): Llama's layer, not DeepSeek-V2's latent
+    attention: RoPE half layout (any ``rope_type``), GQA, ``attention_bias`` on q, k, v and o, every layer full. HF's
+    config sets ``head_dim = hidden_size // num_attention_heads`` whatever it is given; a config whose ``head_dim``
+    differs (a narrowed copy) is read with its ``head_dim``, and a note says so."""
+    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
+    if d_model % heads:
+        raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
+    notes = ()
+    if c.int("head_dim") is None:
+        c = _Config({**c.data, "head_dim": d_model // heads}, c.model_type, c.defaults)
+    elif c.int("head_dim") != d_model // heads:
+        notes = (f"head_dim {c.int('head_dim')} as the config says; HF's DeepseekOcr2TextConfig would set "
+                 f"hidden_size // num_attention_heads = {d_model // heads}",)
+    specs = dense_layers(c, bias="attention_bias", window="none")
+    return [replace(s, notes=s.notes + notes) for s in specs]
+
+
+# --------------------------------------------------------------------------- VideoLLaMA 3
+
+def _video_llama_3_vision(c):
+    """VideoLLaMA 3's vision encoder (HF ``VideoLlama3VisionAttention``): the Qwen towers' 2-D RoPE (``"qwen"``
+    layout), q, k, v and ``out_proj`` with biases, every layer full, bidirectional, no learned position table. Its
+    patches come in merge blocks of a size given with each image at call time (``merge_sizes``: the image
+    processor's ``merge_size`` 1, the video processor's 2), not by the config."""
+    data = {**c.data, "spatial_merge_size": 1, "num_heads": c.int("num_attention_heads", required=True),
+            "depth": c.int("num_hidden_layers", required=True)}         # qwen_tower's names for HF's keys here
+    specs = qwen_tower(_Config(data, c.model_type, c.defaults), "hidden_size")
+    position = specs[0].position.replace("merge_positions(h, w, 1)", "merge_positions(h, w, m), m the image's "
+                                         "merge_sizes entry: 1 for images, 2 for video frames by the processors")
+    return [replace(s, position=position) for s in specs]
+
+
+VISION.update({"video_llama_3_vision": Family(_video_llama_3_vision, {
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16, "rope_theta": 10000.0})})
+VISION_OF.update({"video_llama_3": "video_llama_3_vision"})
+
+FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
+            "deepseek_ocr2_text": Family(_deepseek_ocr2, {"hidden_size": 4096, "num_hidden_layers": 32,
+                                                          "num_attention_heads": 32, "rope_theta": 10000.0,
+                                                          "max_position_embeddings": 2048, "rms_norm_eps": 1e-6})}
+"""``model_type`` -> ``Family``: the decoders of this module (``minipos.config`` merges them into its own)."""
+
+TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text",
+           "kimi_k25": "deepseek_v3",         # Kimi_K25Config's text_config: a DeepseekV3Config by default
+           "video_llama_3": "qwen2"}          # VideoLlama3Config's text_config: a Qwen2Config by default
+
+TEXT_RENAMED = {("kimi_k25", "kimi_k2"): "deepseek_v3"}
+"""``(outer model_type, its text_config's model_type)`` -> the family read: a text ``model_type`` the outer config
+class renames (``Kimi_K25Config.__post_init__``: the hub's ``kimi_k2`` is built as ``deepseek_v3``)."""
