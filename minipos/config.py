@@ -106,9 +106,9 @@ A key the reader does not understand raises ``ValueError`` naming the key and th
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
 minipos does not have yet (ERNIE-4.5-VL's M-RoPE, Gemma 3n's machinery) raise ``ValueError``
-saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower other than Pixtral's,
-Llama 4's, Gemma 4's and the Qwen towers is named in ``.notes`` and ``.vision`` is ``None``. Docs: "What does my
-model do with positions?" (``docs/my-model.md``).
+saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower the list above
+does not name is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
+"What does my model do with positions?" (``docs/my-model.md``).
 """
 
 from __future__ import annotations
