@@ -252,3 +252,27 @@ def named_errors(c: _Config, build):
         if str(err).startswith("model_type"):
             raise
         raise type(err)(f"model_type {c.model_type!r}: {err}") from None
+
+
+def axial_theta(c: _Config, kinds=("default", "axial")) -> float:
+    """The 2-D RoPE base of a vision config: ``rope_parameters['rope_theta']`` (``rope_type`` absent or one of
+    ``kinds``, no other key), else ``rope_theta``, else the class's; a number > 0. (The SAM rotaries take
+    ``"axial"`` only: they raise "supports only axial rope" for any other.)"""
+    params = c.data.get("rope_parameters")
+    if params is None:
+        theta = c.get("rope_theta", required=True)
+    elif not isinstance(params, dict):
+        raise TypeError(f"model_type {c.model_type!r}: config['rope_parameters'] must be a dict")
+    else:
+        kind = params.get("rope_type") or params.get("type") or kinds[0]
+        if kind not in kinds:
+            raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: this 2-D RoPE takes no scaling "
+                          f"(rope_type {' or '.join(repr(k) for k in kinds)})")
+        extra = sorted(set(params) - {"rope_type", "type", "rope_theta"})
+        if extra:
+            raise c.error(f"config['rope_parameters'][{extra[0]!r}] is not read by this 2-D RoPE (it takes "
+                          "rope_theta only)")
+        theta = params.get("rope_theta", c.get("rope_theta", required=True))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise c.error(f"config['rope_parameters']['rope_theta'] must be a number > 0, got {theta!r}")
+    return float(theta)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._config_rope import dense_layers, layer_sizes, rope_parameters
+from ._config_rope import axial_theta, dense_layers, layer_sizes, rope_parameters
 from ._config_sam import SAM_VISION
 from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
@@ -91,32 +91,13 @@ def glm4v(c, *, moe: bool = False):
 
 # --------------------------------------------------------------------------- vision towers
 
-def _vision_theta(c: _Config) -> float:
-    """The 2-D RoPE base of a vision config: ``rope_parameters['rope_theta']`` (rope_type absent, ``default`` or
-    ``axial``, no other key), else ``rope_theta``, else the class's."""
-    params = c.data.get("rope_parameters")
-    if params is None:
-        return float(c.get("rope_theta", required=True))
-    if not isinstance(params, dict):
-        raise TypeError(f"model_type {c.model_type!r}: config['rope_parameters'] must be a dict")
-    kind = params.get("rope_type") or params.get("type") or "default"
-    if kind not in ("default", "axial"):
-        raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: this vision tower's 2-D RoPE takes no "
-                      "scaling (rope_type 'axial' or 'default')")
-    extra = sorted(set(params) - {"rope_type", "type", "rope_theta"})
-    if extra:
-        raise c.error(f"config['rope_parameters'][{extra[0]!r}] is not read by this vision tower's 2-D RoPE "
-                      "(it takes rope_theta only)")
-    return float(params.get("rope_theta", c.get("rope_theta", required=True)))
-
-
 def _vision_tower(c: _Config, layout: str, bias: bool, start: int, cls_token: bool) -> list:
     """A vision encoder's attention layers: 2-D RoPE (``minipos.axial``), bidirectional, head dim
     ``hidden_size // num_attention_heads`` (what the attention modules compute, whatever ``head_dim`` says)."""
     d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
     if d_model % heads:
         raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
-    theta, grid = _vision_theta(c), c.int("image_size", required=True) // c.int("patch_size", required=True)
+    theta, grid = axial_theta(c), c.int("image_size", required=True) // c.int("patch_size", required=True)
     kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": d_model // heads,
               "bias": bias}
     try:
@@ -155,7 +136,7 @@ def _gemma4_vision(c):
     kind = (params.get("rope_type") or "axial") if isinstance(params, dict) else "axial"
     if kind != "axial":                                     # Gemma4VisionRotaryEmbedding raises for any other
         raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: Gemma 4's vision rotary is 'axial' only")
-    theta, heads = _vision_theta(c), c.int("num_attention_heads", required=True)
+    theta, heads = axial_theta(c), c.int("num_attention_heads", required=True)
     kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": heads,
               "num_kv_heads": c.int("num_key_value_heads") or heads, "head_dim": c.int("head_dim", required=True),
               "bias": False, "scale": 1.0, "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
@@ -205,7 +186,7 @@ def _qwen_theta(c: _Config) -> float:
     if kind not in (None, "axial"):
         raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: the Qwen vision rotary supports only "
                       "'axial'")
-    return _vision_theta(c)
+    return axial_theta(c)
 
 
 def _fullatt_blocks(c: _Config) -> set:

@@ -8,7 +8,6 @@ torch or transformers is missing.
 transformers rotates q and k in float32 (cos and sin from float32 angles) inside the float64 model: agreement is
 to float32 accuracy, well inside 1e-6 at these sizes."""
 
-import warnings
 
 import numpy as np
 import pytest
@@ -18,27 +17,10 @@ transformers = pytest.importorskip("transformers")
 
 from minipos import config as mconfig  # noqa: E402
 from minipos.axial import merge_positions  # noqa: E402
+from test_config_interop_qwen_vision import _cfg, _randomize  # noqa: E402
 
 ATOL = 1e-6
 H, W = 6, 10                             # the image: 6 x 10 patches
-
-
-def _cfg(cls, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cfg = cls(**kw)
-    cfg._attn_implementation = "eager"
-    return cfg
-
-
-def _randomize(module):
-    """Every parameter drawn away from its init (the biases too, so that each is compared)."""
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.ndim == 2:
-                p.normal_(0.0, p.shape[1] ** -0.5)
-            else:
-                p.normal_(0.0, 0.5)
 
 
 def _hook(module, seen, i):

@@ -44,7 +44,7 @@ def _randomize(module):
                 p.normal_(0.0, 0.5)
 
 
-def _run_tower(model_cls, cfg, seed=0):
+def _run_tower(model_cls, cfg, seed=0, **call):
     """The tower in float64 on one random H x W image: ``(tower, {layer: (attention input, output)})``."""
     torch.manual_seed(seed)
     tower = model_cls(cfg).double().eval()
@@ -56,9 +56,10 @@ def _run_tower(model_cls, cfg, seed=0):
             x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             seen[i] = (x.detach().numpy().copy(), out.detach().numpy().copy())
         hooks.append(block.attn.register_forward_hook(hook, with_kwargs=True))
-    pixels = torch.from_numpy(np.random.default_rng(seed).standard_normal((H * W, cfg.patch_size ** 2)))
+    channels = getattr(cfg, "in_channels", getattr(cfg, "num_channels", 1))
+    pixels = torch.from_numpy(np.random.default_rng(seed).standard_normal((H * W, channels * cfg.patch_size ** 2)))
     with torch.no_grad():
-        tower(pixels, grid_thw=torch.tensor([[1, H, W]]))
+        tower(pixels, grid_thw=torch.tensor([[1, H, W]]), **call)
     for h in hooks:
         h.remove()
     return tower, seen

@@ -14,7 +14,6 @@ copied into the layer ``read`` builds for the same config, and the outputs must 
 transformers rotates q and k in float32 (``q.float()``, float32 angles) inside the float64 modules: agreement is
 to float32 accuracy, inside 1e-6 at these sizes. Skipped when torch or transformers is missing."""
 
-import warnings
 
 import numpy as np
 import pytest
@@ -24,17 +23,10 @@ transformers = pytest.importorskip("transformers")
 
 from minipos import config as mconfig  # noqa: E402
 from minipos.axial import axial_positions, axial_window_mask, merge_positions  # noqa: E402
+from test_config_interop_qwen_vision import _cfg  # noqa: E402
 
 ATOL = 1e-6
 ROPE = {"rope_type": "axial", "rope_theta": 100.0}
-
-
-def _cfg(cls, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cfg = cls(**kw)
-    cfg._attn_implementation = "eager"
-    return cfg
 
 
 def _randomize(module, seed):

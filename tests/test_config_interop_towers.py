@@ -9,7 +9,6 @@ transformers is missing.
 transformers rotates q and k in float32 (cos and sin from float32 angles) inside the float64 tower: agreement is
 to float32 accuracy, well inside 1e-6 at these sizes."""
 
-import warnings
 
 import numpy as np
 import pytest
@@ -17,52 +16,19 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from test_config_interop_qwen_vision import (  # noqa: E402
+    ATOL,
+    MERGE,
+    TOWER,
+    H,
+    W,
+    _cfg,
+    _randomize,
+    _run_tower,
+)
+
 from minipos import config as mconfig  # noqa: E402
 from minipos.axial import merge_positions  # noqa: E402
-
-ATOL = 1e-6
-H, W, MERGE = 6, 10, 2                   # the image: 6 x 10 patches of 2 x 2 pixels, one channel, one frame
-TOWER = dict(num_heads=2, depth=3, patch_size=2, temporal_patch_size=1, in_channels=1, spatial_merge_size=MERGE,
-             rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
-
-
-def _cfg(cls, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cfg = cls(**kw)
-    cfg._attn_implementation = "eager"
-    return cfg
-
-
-def _randomize(module):
-    """Every parameter drawn away from its init (the biases too, so that each is compared)."""
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.ndim == 2:
-                p.normal_(0.0, p.shape[1] ** -0.5)
-            else:
-                p.normal_(0.0, 0.5)
-
-
-def _run_tower(model_cls, cfg, seed=0, **call):
-    """The tower in float64 on one random H x W image: ``(tower, {layer: (attention input, output)})``."""
-    torch.manual_seed(seed)
-    tower = model_cls(cfg).double().eval()
-    seen, hooks = {}, []
-    for i, block in enumerate(tower.blocks):
-        _randomize(block.attn)
-
-        def hook(module, args, kwargs, out, i=i):
-            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            seen[i] = (x.detach().numpy().copy(), out.detach().numpy().copy())
-        hooks.append(block.attn.register_forward_hook(hook, with_kwargs=True))
-    channels = getattr(cfg, "in_channels", getattr(cfg, "num_channels", 1))
-    pixels = torch.from_numpy(np.random.default_rng(seed).standard_normal((H * W, channels * cfg.patch_size ** 2)))
-    with torch.no_grad():
-        tower(pixels, grid_thw=torch.tensor([[1, H, W]]), **call)
-    for h in hooks:
-        h.remove()
-    return tower, seen
 
 
 def _copy_qkv(ref, layer, qkv="qkv", proj="proj"):
@@ -210,8 +176,9 @@ def _copy_q_k_v(ref, layer):
 
 
 def test_qwen2_5_omni_vision_encoder_window_and_full_layers():
-    from minipos.axial import axial_window_mask
     from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hf
+
+    from minipos.axial import axial_window_mask
     # window_size 8 // merge 2 // patch 2 = 2 merged patches a side: windows of 4 x 4 patches, in the window order.
     cfg = _cfg(hf.Qwen2_5OmniVisionEncoderConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
                window_size=8, fullatt_block_indexes=[1], **TOWER)
