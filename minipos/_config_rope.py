@@ -33,6 +33,7 @@ NOT_YET = {
                        "within a two-sided window, over the encoder's cached keys and values plus its own)",
     "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
     "gemma3n": "Gemma 3n's position machinery",
+    "mistral4": "Mistral 4's llama_4_scaling_beta on the whole MLA query (minipos' MLA layer scales no query)",
     "sam3_window_padding": "SAM 3's window layers on a patch grid that is not a multiple of window_size (HF "
                            "window_partition pads the grid with zero tokens that the window's patches attend, unmasked: "
                            "extra keys whose content is the projections' biases)",

@@ -455,6 +455,7 @@ def test_bad_qwen_vision_settings_are_named(change, words):
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0, "llama_4_scaling_beta": 0.1,
                           "original_max_position_embeddings": 4}}, ["llama_4_scaling_beta", "ministral3", "'llama'"]),
     ({"model_type": "ernie4_5_vl_moe"}, ["ernie4_5_vl_moe", "not support yet"]),
+    ({"model_type": "mistral4"}, ["mistral4", "MLA query", "not support yet"]),
     ({"model_type": "pixtral", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}}, ["'yarn'", "'pixtral'"]),
     ({"model_type": "deepseek_v32", "kv_lora_rank": 8, "q_lora_rank": None}, ["q_lora_rank", "'deepseek_v32'"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),

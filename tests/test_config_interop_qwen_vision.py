@@ -65,26 +65,29 @@ def _run_tower(model_cls, cfg, seed=0, **call):
     return tower, seen
 
 
-def _copy(ref, layer):
+def _copy(ref, layer, qkv="qkv", proj="proj"):
     """HF ``qkv`` (one Linear, [q | k | v] rows) and ``proj`` into the minipos layer: ``W = weight.T``."""
-    w, b = ref.qkv.weight.detach().numpy(), ref.qkv.bias.detach().numpy()
+    w, b = getattr(ref, qkv).weight.detach().numpy(), getattr(ref, qkv).bias
     d = layer.d_model
     for n, part in zip("qkv", range(3)):
         setattr(layer, "w" + n, w[part * d:(part + 1) * d].T.copy())
-        setattr(layer, "b" + n, b[part * d:(part + 1) * d].copy())
-    layer.wo, layer.bo = ref.proj.weight.detach().numpy().T.copy(), ref.proj.bias.detach().numpy().copy()
+        setattr(layer, "b" + n, None if b is None else b.detach().numpy()[part * d:(part + 1) * d].copy())
+    out = getattr(ref, proj)
+    layer.wo = out.weight.detach().numpy().T.copy()
+    layer.bo = None if out.bias is None else out.bias.detach().numpy().copy()
 
 
-def _compare(cfg, tower, seen, positions, window=None):
-    """Every layer of ``read(cfg)`` against the captured module; returns the layer types compared."""
-    model = mconfig.read(cfg)
+def _compare(model, tower, seen, positions, window=None, copy=_copy):
+    """Every layer of ``model`` (read) against the captured module; returns the layer types compared. A window
+    layer must carry ``window`` as its ``patch_window`` and runs with that window's mask."""
     assert model.kind == "vision encoder" and len(model.layers) == len(tower.blocks)
     kinds = []
     for i, block in enumerate(tower.blocks):
         x, want = seen[i]                                                       # (T, dim) each: one image
         layer, spec = model.layers[i], model.specs[i]
-        _copy(block.attn, layer)
-        mask = None if spec.layer_type == "full_attention" else axial_window_mask(positions, window)[None]
+        copy(block.attn, layer)
+        assert spec.patch_window == (None if spec.layer_type == "full_attention" else window)
+        mask = None if spec.patch_window is None else axial_window_mask(positions, window)[None]
         got = layer(x[None], positions=positions, mask=mask, causal=False)[0]
         np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
         assert np.max(np.abs(want)) > 0.1                                     # a comparison that can fail
@@ -99,7 +102,7 @@ def test_qwen2_vl_vision_tower():
     # embed_dim is the tower's width (head dim 32 / 2 = 16); hidden_size, the merger's output, plays no part.
     cfg = _cfg(hf.Qwen2VLVisionConfig, embed_dim=32, hidden_size=8, mlp_ratio=1, **TOWER)
     tower, seen = _run_tower(hf.Qwen2VisionTransformerPretrainedModel, cfg)
-    assert _compare(cfg, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
+    assert _compare(mconfig.read(cfg), tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
     assert mconfig.read(cfg).specs[0].kwargs["head_dim"] == 16
 
 
@@ -111,7 +114,7 @@ def test_qwen2_5_vl_vision_tower_window_and_full_layers():
                fullatt_block_indexes=[1], **TOWER)
     tower, seen = _run_tower(hf.Qwen2_5_VisionTransformerPretrainedModel, cfg)
     positions = merge_positions(H, W, MERGE, window=4)                          # the window order, every layer
-    kinds = _compare(cfg, tower, seen, positions, window=4)
+    kinds = _compare(mconfig.read(cfg), tower, seen, positions, window=4)
     assert kinds == ["window_attention", "full_attention", "window_attention"]
     layer, x = mconfig.read(cfg).layers[0], seen[0][0]
     _copy(tower.blocks[0].attn, layer)
@@ -126,7 +129,7 @@ def test_qwen3_vl_vision_tower_with_its_learned_position_table():
     cfg = _cfg(hf.Qwen3VLVisionConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
                num_position_embeddings=16, deepstack_visual_indexes=[], **TOWER)
     tower, seen = _run_tower(hf.Qwen3VLVisionModel, cfg)
-    assert _compare(cfg, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
+    assert _compare(mconfig.read(cfg), tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
     assert "learned position table" in mconfig.read(cfg).specs[0].notes[0]
 
 
@@ -135,7 +138,7 @@ def test_qwen3_vl_moe_vision_tower():
     cfg = _cfg(hf.Qwen3VLMoeVisionConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
                num_position_embeddings=16, deepstack_visual_indexes=[], **TOWER)
     tower, seen = _run_tower(hf.Qwen3VLMoeVisionModel, cfg)
-    assert _compare(cfg, tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
+    assert _compare(mconfig.read(cfg), tower, seen, merge_positions(H, W, MERGE)) == ["full_attention"] * 3
 
 
 @pytest.mark.parametrize("outer, vision_cls", [("Qwen2VLConfig", "Qwen2VLVisionConfig"),

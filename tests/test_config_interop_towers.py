@@ -26,38 +26,19 @@ from test_config_interop_qwen_vision import (  # noqa: E402
     _randomize,
     _run_tower,
 )
+from test_config_interop_qwen_vision import (
+    _compare as compare_tower,
+)
+from test_config_interop_qwen_vision import (
+    _copy as _copy_qkv,
+)
 
 from minipos import config as mconfig  # noqa: E402
 from minipos.axial import merge_positions  # noqa: E402
 
 
-def _copy_qkv(ref, layer, qkv="qkv", proj="proj"):
-    """HF ``qkv`` (one Linear, [q | k | v] rows) and ``proj`` into the minipos layer: ``W = weight.T``."""
-    w, b = getattr(ref, qkv).weight.detach().numpy(), getattr(ref, qkv).bias
-    d = layer.d_model
-    for n, part in zip("qkv", range(3)):
-        setattr(layer, "w" + n, w[part * d:(part + 1) * d].T.copy())
-        setattr(layer, "b" + n, None if b is None else b.detach().numpy()[part * d:(part + 1) * d].copy())
-    out = getattr(ref, proj)
-    layer.wo = out.weight.detach().numpy().T.copy()
-    layer.bo = None if out.bias is None else out.bias.detach().numpy().copy()
-
-
-def _compare(model, tower, seen, positions, copy=_copy_qkv):
-    """Every layer of ``model`` (read) against the captured module; returns the layer types compared."""
-    assert model.kind == "vision encoder" and len(model.layers) == len(tower.blocks)
-    kinds = []
-    for i, block in enumerate(tower.blocks):
-        x, want = seen[i]                                                       # (T, dim) each: one image
-        layer, spec = model.layers[i], model.specs[i]
-        copy(block.attn, layer)
-        got = layer(x[None], positions=positions, causal=False)[0]
-        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
-        assert np.max(np.abs(want)) > 0.1                                     # a comparison that can fail
-        raster = layer(x[None], positions=np.roll(positions, 1, axis=1), causal=False)[0]
-        assert np.max(np.abs(raster - want)) > 1e-3                           # the order of the positions matters
-        kinds.append(spec.layer_type)
-    return kinds
+def _compare(model, tower, seen, positions):
+    return compare_tower(model, tower, seen, positions, copy=_copy_qkv)
 
 
 # --------------------------------------------------------------------------- Qwen3.5
