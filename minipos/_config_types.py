@@ -143,7 +143,9 @@ class Model:
                 mask.append(f"chunks of {kw['attention_chunk']}")
             if s.patch_window:
                 mask.append(f"windows of {s.patch_window} x {s.patch_window} patches")
-            if s.indexer:
+            if s.indexer and s.indexer.get("shared_from") is not None:
+                mask.append(f"layer {s.indexer['shared_from']}'s indexer's top {s.indexer['topk']}")
+            elif s.indexer:
                 mask.append(f"the indexer's top {s.indexer['topk']}")
             notes = list(s.notes)
             if kw.get("sinks"):

@@ -45,6 +45,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - deepseek_v32: the same, plus each layer's indexer (``spec.indexer``: heads, head dim, top-k, the frequencies
   of its half-layout RoPE on the first ``qk_rope_head_dim`` features, as ``minipos.dsa`` takes them); its
   picks are the layer's ``mask``
+- glm_moe_dsa (GLM-5): DeepSeek-V3.2's layers with the indexer's RoPE interleaved (``spec.indexer["layout"]``), and
+  ``indexer_types``: a "shared" layer runs no indexer and reuses the picks of the last layer before it that does
+  (``spec.indexer["shared_from"]``)
 - ministral3 (mistral3): Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``: 1 + beta
   ln(1 + floor(p / original_max_position_embeddings))
 - qwen2_vl (qwen2_vl_text): M-RoPE with ``mrope_section``: positions ``(3, T)``
@@ -120,6 +123,10 @@ from dataclasses import replace
 
 from . import safe_io
 from ._checks import check_float
+from ._config_mla import FAMILIES as MLA_FAMILIES
+from ._config_more import FAMILIES as MORE_FAMILIES_2
+from ._config_more import TEXT_OF as MORE_TEXT_OF_2
+from ._config_more import TEXT_RENAMED
 from ._config_rope import (
     LAYER_TYPES,
     NOT_YET,
@@ -134,9 +141,6 @@ from ._config_rope import (
     rope_parameters,
     window_of,
 )
-from ._config_more import FAMILIES as MORE_FAMILIES_2
-from ._config_more import TEXT_OF as MORE_TEXT_OF_2
-from ._config_more import TEXT_RENAMED
 from ._config_sam import SAM_MODELS, read_sam
 from ._config_towers import FAMILIES as MORE_FAMILIES
 from ._config_towers import TEXT_OF as MORE_TEXT_OF
@@ -147,11 +151,9 @@ from ._config_vision import VISION, VISION_OF, glm4v, qwen2_vl, qwen3_vl, read_v
 from .irope import llama4_layer, smollm3_layer
 from .layer import MultiHeadAttention
 from .local_global import gemma3_attention, gemma3_layer_types, gemma3_rope_parameters
-from .mla import DecoupledRotary, MultiHeadLatentAttention
 from .qk_norm import QKNormAttention
 from .query_scale import ScaledQueryRotary
-from .rope import rope_inv_freq
-from .rope_scaling import REGISTRY, Rotary
+from .rope_scaling import Rotary
 from .seams import NoPE
 
 __all__ = ["read", "Model", "LayerSpec", "FAMILIES", "NOT_YET"]
@@ -422,67 +424,6 @@ def _gpt_oss(c):
     return specs
 
 
-def _mla(c: _Config, layout: str, q_lora_rank) -> tuple:
-    """The MLA layers of the DeepSeek families (``minipos.mla``): ``(specs, rope parameters)``."""
-    n = c.int("num_hidden_layers", required=True)
-    params = rope_parameters(c)
-    scaling = None if params["rope_type"] == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
-    theta = params["rope_theta"]
-
-    def make():
-        return DecoupledRotary(layout=layout, base=theta, scaling=None if scaling is None else dict(scaling))
-    try:
-        make()
-    except (ValueError, TypeError) as err:
-        raise c.error(f"config['rope_parameters']: {err}") from None
-    if q_lora_rank is not None and (isinstance(q_lora_rank, bool) or not isinstance(q_lora_rank, int)
-                                    or q_lora_rank < 1):
-        raise c.error(f"config['q_lora_rank'] must be an integer >= 1 or null, got {q_lora_rank!r}")
-    kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": c.int("num_attention_heads", required=True),
-              "kv_lora_rank": c.int("kv_lora_rank", required=True), "q_lora_rank": q_lora_rank,
-              "qk_nope_head_dim": c.int("qk_nope_head_dim", required=True),
-              "qk_rope_head_dim": c.int("qk_rope_head_dim", required=True),
-              "v_head_dim": c.int("v_head_dim", required=True), "bias": c.flag("attention_bias", False)}
-    position = f"MLA: RoPE {layout} on the last {kwargs['qk_rope_head_dim']} features of each head, " + \
-        describe_rope(params, layout).split(", ", 1)[1]
-    specs = [LayerSpec(i, "full_attention", MultiHeadLatentAttention, kwargs, make, position) for i in range(n)]
-    return specs, params
-
-
-def _deepseek_v3(c):
-    return _mla(c, "interleaved" if c.flag("rope_interleave", True) else "half", c.int("q_lora_rank"))[0]
-
-
-def _deepseek_v2(c):
-    # DeepseekV2Attention's apply_rotary_emb: complex pairs (2i, 2i + 1), no rope_interleave key. q_lora_rank:
-    # null in a config.json means no query LoRA (DeepSeek-V2-Lite), absent means the class's 1536.
-    return _mla(c, "interleaved", c.data["q_lora_rank"] if "q_lora_rank" in c.data else c.defaults["q_lora_rank"])[0]
-
-
-def _deepseek_v32(c):
-    # DeepseekV32Attention: MLA rotated interleaved (apply_rotary_pos_emb_interleave, always), plus the indexer.
-    if "q_lora_rank" in c.data and c.data["q_lora_rank"] is None:       # the indexer's query reads the query latent
-        raise c.error("config['q_lora_rank'] is null; DeepSeek-V3.2's indexer needs the query latent (an integer)")
-    q_lora_rank = c.int("q_lora_rank", required=True)
-    specs, params = _mla(c, "interleaved", q_lora_rank)
-    rope_dim, kind = c.int("qk_rope_head_dim", required=True), params["rope_type"]
-    heads, head_dim, topk = c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk")
-    if rope_dim > head_dim:
-        raise c.error(f"qk_rope_head_dim ({rope_dim}) is more than index_head_dim ({head_dim}): the indexer rotates "
-                      "its first qk_rope_head_dim features")
-    if kind in ("dynamic", "longrope"):
-        raise c.error(f"rope_type {kind!r} changes the frequencies with the length; the indexer's keys are cached "
-                      "rotated, which minipos models for fixed frequencies only")
-    args = {k: v for k, v in params.items() if k not in ("rope_type", "rope_theta")}
-    inv_freq, factor = (rope_inv_freq(rope_dim, base=params["rope_theta"]), 1.0) if kind == "default" else \
-        REGISTRY[kind](rope_dim, base=params["rope_theta"], **args)
-    indexer = {"num_heads": heads, "head_dim": head_dim, "rope_dim": rope_dim, "topk": topk,
-               "inv_freq": inv_freq, "attention_factor": factor}
-    note = (f"indexer: {heads} heads x {head_dim}, RoPE half on the first {rope_dim} features (minipos.dsa, "
-            "spec.indexer); pass its picks as the layer's mask")
-    return [replace(s, indexer=indexer, notes=(note,)) for s in specs]
-
-
 def _query_scale(c: _Config, params: dict) -> dict:
     """``ScaledQueryRotary``'s ``beta`` and ``original_max_position_embeddings``, popped from ``params`` with
     the ``max_position_embeddings`` HF's config class leaves there and ignores (except for LongRoPE)."""
@@ -539,14 +480,6 @@ FAMILIES = {
     "llama4_text": Family(_llama4, {"rope_theta": 500_000.0, "max_position_embeddings": 131072, "head_dim": 128}),
     "gpt_oss": Family(_gpt_oss, {"rope_theta": 150_000.0, "max_position_embeddings": 131072, "head_dim": 64,
                                  "sliding_window": 128}),
-    "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
-    "deepseek_v2": Family(_deepseek_v2, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "kv_lora_rank": 512,
-                                         "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                                         "v_head_dim": 128}),
-    "deepseek_v32": Family(_deepseek_v32, {"rope_theta": 10000.0, "max_position_embeddings": 163840,
-                                           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
-                                           "qk_rope_head_dim": 64, "v_head_dim": 128, "index_topk": 2048,
-                                           "index_head_dim": 128, "index_n_heads": 64}),
     "ministral3": Family(_ministral3, {"rope_theta": 10000.0, "max_position_embeddings": 262144, "head_dim": 128,
                                       "rope_parameters": _MINISTRAL3_ROPE}),
     "qwen2_vl_text": Family(qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
@@ -579,6 +512,7 @@ TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
 TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
+FAMILIES.update(MLA_FAMILIES)                 # minipos._config_mla: DeepSeek-V2, V3, V3.2, GLM-5
 FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
 TEXT_OF.update(MORE_TEXT_OF)
 FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL

@@ -17,7 +17,9 @@ pairs (2i, 2i + 1) (HF ``rope_interleave=True``, ``apply_rotary_pos_emb_interlea
 rotates the FIRST D_R features in the half layout, pairs (i, i + D_R/2) (HF ``apply_rotary_pos_emb``,
 the comment "The indexer uses NON-interleaved (half-split) RoPE — unlike the main MLA attention").
 Both read the same cos and sin (θ_i = base^(-2i/D_R), the rotary embedding's ``head_dim`` pointed at
-``qk_rope_head_dim``). The two agree up to a fixed permutation of features (``proofs.dsa``), so a
+``qk_rope_head_dim``). GLM-MoE-DSA (GLM-5, HF ``GlmMoeDsaIndexer``: "the indexer applies **interleaved**
+RoPE rather than the non-interleaved half-split RoPE used by DeepSeek-V3.2") keeps the indexer on the
+first D_R features but in the interleaved layout: ``layout="interleaved"`` below. The two agree up to a fixed permutation of features (``proofs.dsa``), so a
 port that uses one for both gets each score right only if it also permutes the weights; the
 indexer's scores and its top-k depend on the layout otherwise.
 
@@ -47,28 +49,40 @@ def _rope_dim(rope_dim, D: int, name: str) -> int:
     return R
 
 
-def indexer_rope(x, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None,
-                 attention_factor: float = 1.0) -> np.ndarray:
-    """The indexer's RoPE: the first ``rope_dim`` features of ``x`` ``(..., T, D)`` rotated in the half layout.
+def _layout(layout) -> str:
+    if not isinstance(layout, str) or layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' (DeepSeek-V3.2's indexer) or 'interleaved' (GLM-MoE-DSA's), "
+                         f"got {layout!r}")
+    return layout
 
-    = ``apply_rope(x, positions, layout="half", rotary_dim=rope_dim)``; the last D - D_R features pass
+
+def indexer_rope(x, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None,
+                 attention_factor: float = 1.0, layout: str = "half") -> np.ndarray:
+    """The indexer's RoPE: the first ``rope_dim`` features of ``x`` ``(..., T, D)`` rotated, in the half
+    layout (DeepSeek-V3.2) or the interleaved one (``layout="interleaved"``, GLM-MoE-DSA).
+
+    = ``apply_rope(x, positions, layout=layout, rotary_dim=rope_dim)``; the last D - D_R features pass
     through. inv_freq ``(D_R/2,)`` replaces ``base^(-2i/D_R)`` (a scaled ``rope_parameters``), and
     ``attention_factor`` multiplies cos and sin (YaRN's, as HF's rotary embedding gives both attentions).
+    HF's interleaved indexer returns the rotated slice de-interleaved (``mla_rope`` says how); q and k
+    alike, so no score changes; this keeps the input's order.
     """
+    layout = _layout(layout)
     x = as_float_array(x, "x")
     check_ndim(x, "x", 2, "(..., T, D)")
     R = _rope_dim(rope_dim, x.shape[-1], "x")
-    return apply_rope(x, positions, base=base, inv_freq=inv_freq, layout="half", rotary_dim=R,
+    return apply_rope(x, positions, base=base, inv_freq=inv_freq, layout=layout, rotary_dim=R,
                       attention_factor=attention_factor)
 
 
 def indexer_rope_backward(dy, positions, *, rope_dim: int, base: float = 10000.0, inv_freq=None,
-                          attention_factor: float = 1.0) -> np.ndarray:
+                          attention_factor: float = 1.0, layout: str = "half") -> np.ndarray:
     """The gradient of ``indexer_rope`` for ``dy`` ``(..., T, D)``: ``R^T`` on the first ``rope_dim`` features."""
+    layout = _layout(layout)
     dy = as_float_array(dy, "dy")
     check_ndim(dy, "dy", 2, "(..., T, D)")
     R = _rope_dim(rope_dim, dy.shape[-1], "dy")
-    return apply_rope_backward(dy, positions, base=base, inv_freq=inv_freq, layout="half", rotary_dim=R,
+    return apply_rope_backward(dy, positions, base=base, inv_freq=inv_freq, layout=layout, rotary_dim=R,
                                attention_factor=attention_factor)
 
 

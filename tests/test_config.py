@@ -360,6 +360,31 @@ def test_deepseek_v32_bad_indexer_settings_are_named(change, words):
         assert w in str(err.value)
 
 
+def test_glm_moe_dsa_indexer_types_by_the_config_class_rule():
+    # GlmMoeDsaConfig.__post_init__: "full" where max(i - offset + 1, 0) % freq == 0 (offset 2), else "shared";
+    # worked by hand for freq 3 over 6 layers: i = 0..5 -> 0, 0, 1, 2, 3, 4 -> F F S S F S.
+    m = config.read({"model_type": "glm_moe_dsa", "num_hidden_layers": 6, "index_topk_freq": 3})
+    assert [s.indexer["shared_from"] for s in m.specs] == [None, None, 1, 1, None, 4]
+    assert m.specs[0].indexer["layout"] == "interleaved" and m.specs[0].kwargs["qk_nope_head_dim"] == 192
+    m = config.read({"model_type": "glm_moe_dsa", "num_hidden_layers": 3, "index_topk_pattern": "FSF"})
+    assert [s.indexer["shared_from"] for s in m.specs] == [None, 0, None]
+    assert "layer 0's indexer's top 2048" in m.rows()[1][4]
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"indexer_types": ["full", "full"]}, ["indexer_types", "3 layers"]),
+    ({"indexer_types": ["shared", "full", "full"]}, ["indexer_types'][0]", "no layer before it"]),
+    ({"indexer_types": ["full", "dense", "full"]}, ["indexer_types", "'dense'"]),
+    ({"index_topk_pattern": "FXF"}, ["index_topk_pattern", "F and S"]),
+    ({"layer_types": ["sliding_attention"] * 3}, ["layer_types", "'sliding_attention'"]),
+])
+def test_glm_moe_dsa_bad_indexer_types_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({"model_type": "glm_moe_dsa", "num_hidden_layers": 3, **change})
+    for w in words + ["'glm_moe_dsa'"]:
+        assert w in str(err.value)
+
+
 PIXTRAL = {"model_type": "pixtral", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
            "image_size": 64, "patch_size": 16}
 

@@ -490,19 +490,22 @@ def _indexer_capture(model):
     for i, layer in enumerate(model.layers):
         def hook(module, args, kwargs, out, i=i):
             seen[i] = (args, out.detach().numpy().copy())
-        hooks.append(layer.self_attn.indexer.register_forward_hook(hook, with_kwargs=True))
+        if layer.self_attn.indexer is not None:                          # GLM-MoE-DSA's "shared" layers have none
+            hooks.append(layer.self_attn.indexer.register_forward_hook(hook, with_kwargs=True))
     return seen, hooks
 
 
-def _hf_index_scores(indexer, hidden_states, q_resid, cos, sin, mask):
+def _hf_index_scores(indexer, hidden_states, q_resid, cos, sin, mask, interleaved=False):
     """DeepseekV32Indexer.forward's scores in float64 (its own lines, without the float32 casts), from its own
-    weights and its own apply_rotary_pos_emb: the reference the minipos indexer is compared with."""
+    weights and its own apply_rotary_pos_emb (GlmMoeDsaIndexer's: apply_rotary_pos_emb_interleave): the reference
+    the minipos indexer is compared with."""
     from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf
     B, S, _ = hidden_states.shape
     R, D, H = indexer.qk_rope_head_dim, indexer.head_dim, indexer.n_heads
     q = indexer.wq_b(q_resid).view(B, S, H, D)
     k = indexer.k_norm(indexer.wk(hidden_states)).unsqueeze(2)
-    q_rot, k_rot = hf.apply_rotary_pos_emb(q[..., :R], k[..., :R], cos, sin, unsqueeze_dim=2)
+    rotate = hf.apply_rotary_pos_emb_interleave if interleaved else hf.apply_rotary_pos_emb
+    q_rot, k_rot = rotate(q[..., :R], k[..., :R], cos, sin, unsqueeze_dim=2)
     q, k = torch.cat([q_rot, q[..., R:]], -1), torch.cat([k_rot, k[..., R:]], -1).squeeze(2)
     scores = torch.relu(torch.matmul(q.transpose(1, 2), k.transpose(-1, -2).unsqueeze(1)) * D ** -0.5)  # (B, H, S, T)
     weights = indexer.weights_proj(hidden_states) * H ** -0.5                                        # (B, S, H)
@@ -511,15 +514,31 @@ def _hf_index_scores(indexer, hidden_states, q_resid, cos, sin, mask):
 
 
 def test_deepseek_v32_mla_and_its_indexer():
-    from minipos import dsa
     # index_topk 5 < T = 12: the indexer's scores are compared with HF's, its picks too (up to ties), and the
     # main attention, given the picks as its mask ((B, T, S), True = may attend), with HF's attention module.
     cfg = _cfg(transformers.DeepseekV32Config, **MLA_SMALL, q_lora_rank=16, index_n_heads=3, index_head_dim=8,
                index_topk=5, rope_parameters=dict(MLA_YARN))
-    model, _ = _run_model(transformers.DeepseekV32Model, cfg, attn="eager")
+    _check_indexed_model(transformers.DeepseekV32Model, cfg, "half")
+
+
+def test_glm_moe_dsa_interleaved_indexer_and_shared_picks():
+    # GLM-5: the indexer rotates interleaved; index_topk_freq 2 makes layer 2 "shared": it runs no indexer and
+    # attends to layer 1's picks.
+    cfg = _cfg(transformers.GlmMoeDsaConfig, **{**MLA_SMALL, "num_hidden_layers": 3}, q_lora_rank=16,
+               index_n_heads=3, index_head_dim=8, index_topk=5, index_topk_freq=2, rope_parameters=dict(MLA_YARN))
+    assert cfg.indexer_types == ["full", "full", "shared"]
+    specs = _check_indexed_model(transformers.GlmMoeDsaModel, cfg, "interleaved")
+    assert [s.indexer["shared_from"] for s in specs] == [None, None, 1]
+    assert {s.layer_type for s in specs} == {"indexed_attention"}
+
+
+def _check_indexed_model(model_class, cfg, layout):
+    """Each layer's indexer scores and picks, and its MLA over the picks, against HF's ``model_class``."""
+    from minipos import dsa
+    model, _ = _run_model(model_class, cfg, attn="eager")
     read = mconfig.read(cfg)
     ix = read.specs[0].indexer
-    assert ix["topk"] == 5 and ix["attention_factor"] != 1.0                      # mscale != mscale_all_dim
+    assert ix["topk"] == 5 and ix["attention_factor"] != 1.0 and ix["layout"] == layout   # mscale != mscale_all_dim
     seen, hooks = _capture(model, model.layers)                                  # again, the indexer watched too
     isee, more = _indexer_capture(model)
     x = torch.from_numpy(np.random.default_rng(0).standard_normal((B, T, cfg.hidden_size)))
@@ -528,26 +547,32 @@ def test_deepseek_v32_mla_and_its_indexer():
     for h in hooks + more:
         h.remove()
     causal = np.tril(np.ones((T, T), bool))
-    rope = dict(rope_dim=ix["rope_dim"], inv_freq=ix["inv_freq"], attention_factor=ix["attention_factor"])
+    rope = dict(rope_dim=ix["rope_dim"], inv_freq=ix["inv_freq"], attention_factor=ix["attention_factor"],
+                layout=layout)
     for i, ref_layer in enumerate(model.layers):
-        (hidden, q_resid, (cos, sin), mask, *_), hf_topk = isee[i]
-        ref = ref_layer.self_attn.indexer
-        with torch.no_grad():
-            want = _hf_index_scores(ref, hidden, q_resid, cos, sin, mask)
-            q = ref.wq_b(q_resid).view(B, T, 3, 8).numpy()                              # (B, S, H, D), not rotated
-            k = ref.k_norm(ref.wk(hidden)).numpy()                                      # (B, T, D): the norm is HF's
-            w = ref.weights_proj(hidden).numpy() * 3 ** -0.5
-        q_rot = dsa.indexer_rope(q.transpose(0, 2, 1, 3), np.arange(T), **rope).transpose(0, 2, 1, 3)
-        k_rot = dsa.indexer_rope(k, np.arange(T), **rope)
-        got = dsa.index_scores(q_rot, k_rot, w, mask=causal)
-        allowed = want > -1e300                                   # HF's additive mask: the dtype's min, not -inf
-        assert np.array_equal(allowed, np.isfinite(got))
-        np.testing.assert_allclose(got[allowed], want[allowed], rtol=0, atol=ATOL, err_msg=f"layer {i}")
-        # HF's top-k picks keys of the same scores as minipos' (ties aside); rows 4 on have 5 keys to pick from.
-        hf_topk = hf_topk.astype(np.int64)
-        mine = dsa.index_topk(got, ix["topk"])
-        np.testing.assert_allclose(np.sort(np.take_along_axis(got, hf_topk, -1)[:, 4:], -1),
-                                   np.sort(np.take_along_axis(got, mine, -1)[:, 4:], -1), rtol=0, atol=ATOL)
+        source = read.specs[i].indexer["shared_from"]
+        if source is None:
+            (hidden, q_resid, (cos, sin), mask, *_), hf_topk = isee[i]
+            ref = ref_layer.self_attn.indexer
+            with torch.no_grad():
+                want = _hf_index_scores(ref, hidden, q_resid, cos, sin, mask, interleaved=layout == "interleaved")
+                q = ref.wq_b(q_resid).view(B, T, 3, 8).numpy()                          # (B, S, H, D), not rotated
+                k = ref.k_norm(ref.wk(hidden)).numpy()                                  # (B, T, D): the norm is HF's
+                w = ref.weights_proj(hidden).numpy() * 3 ** -0.5
+            q_rot = dsa.indexer_rope(q.transpose(0, 2, 1, 3), np.arange(T), **rope).transpose(0, 2, 1, 3)
+            k_rot = dsa.indexer_rope(k, np.arange(T), **rope)
+            got = dsa.index_scores(q_rot, k_rot, w, mask=causal)
+            allowed = want > -1e300                               # HF's additive mask: the dtype's min, not -inf
+            assert np.array_equal(allowed, np.isfinite(got))
+            np.testing.assert_allclose(got[allowed], want[allowed], rtol=0, atol=ATOL, err_msg=f"layer {i}")
+            # HF's top-k picks keys of the same scores as minipos' (ties aside); rows 4 on have 5 keys to pick from.
+            hf_topk = hf_topk.astype(np.int64)
+            mine = dsa.index_topk(got, ix["topk"])
+            np.testing.assert_allclose(np.sort(np.take_along_axis(got, hf_topk, -1)[:, 4:], -1),
+                                       np.sort(np.take_along_axis(got, mine, -1)[:, 4:], -1), rtol=0, atol=ATOL)
+        else:
+            assert ref_layer.self_attn.indexer is None and i not in isee
+            hf_topk = isee[source][1].astype(np.int64)                   # the source layer's picks
         # The main attention: MLA over the keys the indexer picked (and the causal mask allows).
         picked = np.zeros((B, T, T), bool)
         np.put_along_axis(picked, hf_topk, True, -1)
@@ -557,6 +582,7 @@ def test_deepseek_v32_mla_and_its_indexer():
         got_out = layer(x_in, positions=np.arange(T), mask=picked, causal=True)
         np.testing.assert_allclose(got_out, want_out, rtol=0, atol=ATOL, err_msg=f"layer {i}")
         assert np.max(np.abs(layer(x_in, positions=np.arange(T), causal=True) - want_out)) > 1e-3   # the picks matter
+    return read.specs
 
 
 def _vision_run(attn, x, **kwargs):

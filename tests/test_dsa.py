@@ -1,15 +1,14 @@
 """DeepSeek-V3.2's indexer (minipos.dsa): its RoPE layout (first D_R features, half layout) beside MLA's (last D_R,
-interleaved), hand-worked values, transformers 5.24's ``DeepseekV32Indexer`` and rotary functions with copied weights,
+interleaved), GLM-MoE-DSA's interleaved indexer, hand-worked values, transformers 5.24's ``DeepseekV32Indexer`` and rotary functions with copied weights,
 bad input, and the layout proof fed a wrong formula."""
 
 import math
 
 import numpy as np
 import pytest
+from _torch import _np, _t, needs_torch, torch
 
 from minipos import dsa, rope
-
-from _torch import _np, _t, needs_torch, torch
 
 
 def test_hand_worked_layouts():
@@ -22,6 +21,18 @@ def test_hand_worked_layouts():
     y = dsa.mla_rope(x, [2], rope_dim=4, base=100.0)
     c, s = math.cos(0.2), math.sin(0.2)
     np.testing.assert_allclose(y[0], [1.0, 0.0, 0.0, 0.0, 5 * c - 6 * s, 6 * c + 5 * s], rtol=1e-15, atol=1e-16)
+
+
+def test_hand_worked_interleaved_indexer():
+    # GLM-MoE-DSA's indexer: pairs (0, 1), (2, 3) of the first D_R = 4 features, θ = (1, 0.1) at base 100;
+    # position 2 turns (1, 0) by 2 rad and (0, 3) by 0.2 rad; features 4, 5 unchanged.
+    x = np.array([[1.0, 0.0, 0.0, 3.0, 5.0, 6.0]])
+    y = dsa.indexer_rope(x, [2], rope_dim=4, base=100.0, layout="interleaved")
+    c, s = math.cos(0.2), math.sin(0.2)
+    np.testing.assert_allclose(y[0], [math.cos(2), math.sin(2), -3 * s, 3 * c, 5.0, 6.0], rtol=1e-15, atol=1e-15)
+    dy = np.array([[math.cos(2), math.sin(2), -3 * s, 3 * c, 5.0, 6.0]])    # R^T undoes the turn
+    np.testing.assert_allclose(dsa.indexer_rope_backward(dy, [2], rope_dim=4, base=100.0, layout="interleaved"), x,
+                               rtol=1e-14, atol=1e-15)
 
 
 def test_the_layouts_agree_up_to_a_permutation_and_scores_need_it():
@@ -54,7 +65,8 @@ def test_scores_and_top_k_by_hand():
 
 
 def _indexer():
-    from transformers.models.deepseek_v32 import configuration_deepseek_v32 as cd, modeling_deepseek_v32 as md
+    from transformers.models.deepseek_v32 import configuration_deepseek_v32 as cd
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as md
     cfg = cd.DeepseekV32Config(hidden_size=32, num_attention_heads=2, q_lora_rank=16, kv_lora_rank=8,
                                qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, index_n_heads=3,
                                index_head_dim=16, index_topk=4, num_hidden_layers=1, vocab_size=10,
@@ -111,7 +123,49 @@ def test_the_indexer_top_k_matches_transformers():
         np.testing.assert_array_equal(np.sort(got[:, s, :n], -1), np.sort(want[:, s, :n], -1), err_msg=f"row {s}")
 
 
+@needs_torch
+def test_the_interleaved_indexer_matches_glm_moe_dsa():
+    # GlmMoeDsaIndexer.forward's top-k from copied weights, against minipos's interleaved indexer RoPE and scores.
+    from transformers.models.glm_moe_dsa import configuration_glm_moe_dsa as cg
+    from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mg
+    cfg = cg.GlmMoeDsaConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=16, kv_lora_rank=8,
+                             qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, index_n_heads=3, index_head_dim=16,
+                             index_topk=4, num_hidden_layers=1, vocab_size=10,
+                             rope_parameters={"rope_type": "default", "rope_theta": 100.0})
+    torch.manual_seed(0)
+    ix = mg.GlmMoeDsaIndexer(cfg, 0).double().eval()
+    ix.k_norm = torch.nn.Identity()                                      # a norm, not position machinery
+    rotary = mg.GlmMoeDsaRotaryEmbedding(cfg)
+    B, T = 2, 9
+    rng = np.random.default_rng(4)
+    x, q_resid = rng.standard_normal((B, T, 32)), rng.standard_normal((B, T, 16))
+    pos = np.arange(T)
+    causal = np.tril(np.ones((T, T), bool))
+    with torch.no_grad():
+        cos, sin = rotary(_t(x), _t(pos)[None].expand(B, T))
+        want = _np(ix(_t(x), _t(q_resid), (cos.double(), sin.double()), torch.from_numpy(causal)[None].expand(B, T, T),
+                      _t(pos)[None]))
+    wq_b, wk, ww = (_np(m.weight).T for m in (ix.wq_b, ix.wk, ix.weights_proj))
+    q = (q_resid @ wq_b).reshape(B, T, 3, 16)
+    k = x @ wk
+    rot = {"rope_dim": 8, "base": 100.0, "layout": "interleaved"}
+    q = dsa.indexer_rope(q.transpose(0, 2, 1, 3), pos, **rot).transpose(0, 2, 1, 3)
+    k = dsa.indexer_rope(k, pos, **rot)
+    scores = dsa.index_scores(q, k, (x @ ww) * 3 ** -0.5, mask=causal)
+    got = dsa.index_topk(scores, 4)
+    for s in range(T):
+        n = min(4, s + 1)
+        np.testing.assert_array_equal(np.sort(got[:, s, :n], -1), np.sort(want[:, s, :n], -1), err_msg=f"row {s}")
+    # the half layout (DeepSeek-V3.2's) picks other keys from the same weights
+    half = dsa.index_scores(dsa.indexer_rope((q_resid @ wq_b).reshape(B, T, 3, 16).transpose(0, 2, 1, 3), pos,
+                                             rope_dim=8, base=100.0).transpose(0, 2, 1, 3),
+                            dsa.indexer_rope(x @ wk, pos, rope_dim=8, base=100.0), (x @ ww) * 3 ** -0.5, mask=causal)
+    assert not np.allclose(half, scores)
+
+
 @pytest.mark.parametrize("call, exc, words", [
+    (lambda: dsa.indexer_rope(np.ones((2, 8)), [0, 1], rope_dim=4, layout="neox"), ValueError, "layout"),
+    (lambda: dsa.indexer_rope_backward(np.ones((2, 8)), [0, 1], rope_dim=4, layout=None), ValueError, "layout"),
     (lambda: dsa.indexer_rope(np.ones((2, 8)), [0, 1], rope_dim=10), ValueError, "rope_dim"),
     (lambda: dsa.indexer_rope(np.ones((2, 8)), [0, 1], rope_dim=3), ValueError, "rope_dim"),
     (lambda: dsa.mla_rope(np.ones(8), [0], rope_dim=4), ValueError, "x"),
@@ -130,6 +184,7 @@ def test_bad_input_is_refused_naming_the_argument(call, exc, words):
 def test_the_proof_fails_on_a_wrong_formula(monkeypatch):
     pytest.importorskip("sympy")
     from _proof_support import proof_failure
+
     from proofs.core import TieMismatch
     # The indexer rotated like MLA's slice (interleaved pairs) instead of the half layout: the score's tie fails.
     err = proof_failure("dsa.layouts", monkeypatch, dsa, "indexer_rope",
