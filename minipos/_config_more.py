@@ -1,5 +1,6 @@
 """More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
-``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's),
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's)
+and its vision tower,
 VideoLLaMA 3 (its text_config's decoder, its vision tower). Its towers are registered in ``VISION``
 and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
 ``minipos.config``'s module docstring states the contract."""
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._config_rope import dense_layers, layer_types_of
-from ._config_types import Family
+from ._config_rope import axial_theta, dense_layers, layer_types_of
+from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, qwen_tower
+from .axial import AxialRotary
+from .layer import MultiHeadAttention
 
 # --------------------------------------------------------------------------- PaddleOCR-VL
 
@@ -75,6 +78,48 @@ def _deepseek_ocr2(c):
                  f"hidden_size // num_attention_heads = {d_model // heads}",)
     specs = dense_layers(c, bias="attention_bias", window="none")
     return [replace(s, notes=s.notes + notes) for s in specs]
+
+
+# --------------------------------------------------------------------------- Kimi K2.5's tower
+
+def _kimi_k25_vision(c):
+    """Kimi K2.5's vision encoder (HF ``Kimi_K25VisionAttention`` with ``Kimi_K25VisionRotaryEmbedding``): 2-D RoPE in
+    the ``"kimi"`` layout of ``minipos.axial`` (pairs (i, i + D/2); pair 2j by the column, 2j + 1 by the row, both at
+    f_j = base^(-4j/D)), ``rope_type`` "axial" only (HF raises for any other); q, k, v and ``proj`` with biases; head
+    dim ``hidden_size // num_attention_heads``; every layer full and bidirectional over one clip (HF
+    ``get_vision_attention_seqlens(..., merge_temporal=True)``: a video's frames attend each other). Positions
+    row-major (``get_vision_position_ids(grid_thw, 1)``), each frame of a video the same grid again. Before layer 0 a
+    learned ``pos_emb_height`` x ``pos_emb_width`` table, bicubically resampled to the grid, and for a video a
+    sinusoidal table by frame are added to the patch embeddings: the input seam, named in a note."""
+    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
+    if d_model % heads:
+        raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
+    head_dim = d_model // heads
+    if c.has("head_dim") and c.data["head_dim"] != head_dim:          # HF's rotary would read it, its attention not
+        raise c.error(f"config['head_dim'] ({c.data['head_dim']!r}) differs from hidden_size // num_attention_heads "
+                      f"({head_dim}): transformers' vision rotary would take head_dim and its attention the quotient")
+    theta = axial_theta(c, kinds=("axial",))
+    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": head_dim, "bias": True}
+    try:
+        MultiHeadAttention(scheme=AxialRotary(base=theta, layout="kimi"), **{**kwargs, "d_model": 1, "num_heads": 1,
+                                                                             "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"2-D RoPE of head dim {head_dim}: {err}") from None
+    position = (f"2-D RoPE kimi, theta {theta:g}; positions (2, T): rows, then columns, row-major "
+                "(axial_positions(h, w)), each frame of a clip the same grid")
+    note = (f"before this layer a learned position table ({c.int('pos_emb_height', required=True)} x "
+            f"{c.int('pos_emb_width', required=True)}, bicubically resampled to the image's grid) and, for a video, a "
+            "sinusoidal table by frame are added to the patch embeddings: the input seam, not RoPE, and not modelled "
+            "here")
+    make = lambda: AxialRotary(base=theta, layout="kimi")                     # noqa: E731
+    return [LayerSpec(i, "full_attention", MultiHeadAttention, kwargs, make, position, (), (note,) if i == 0 else (),
+                      causal=False) for i in range(c.int("num_hidden_layers", required=True))]
+
+
+VISION.update({"kimi_k25_vision": Family(_kimi_k25_vision, {
+    "hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "pos_emb_height": 64,
+    "pos_emb_width": 64, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}})})
+VISION_OF.update({"kimi_k25": "kimi_k25_vision"})
 
 
 # --------------------------------------------------------------------------- VideoLLaMA 3

@@ -27,8 +27,6 @@ NOT_YET = {
                        "for odd i below mrope_section[0] + mrope_section[1], temporal above: H W H W ... T T T), which "
                        "neither of MRotary's assignments (split; Qwen3-VL's interleaved T H W) gives",
     "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE assignment (see ernie4_5_vl_moe)",
-    "kimi_k25_vision": "Kimi K2.5's vision 2-D RoPE layout (pairs (i, i + D/2); pair i turned by the column for even "
-                       "i, the row for odd i, both at f_(i//2) = base^(-4 (i//2) / D)), none of minipos.axial's layouts",
     "diffusion_gemma": "DiffusionGemma's block-diffusion decoder (a canvas attending both ways, its sliding layers "
                        "within a two-sided window, over the encoder's cached keys and values plus its own)",
     "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
@@ -273,7 +271,7 @@ def axial_theta(c: _Config, kinds=("default", "axial")) -> float:
         if extra:
             raise c.error(f"config['rope_parameters'][{extra[0]!r}] is not read by this 2-D RoPE (it takes "
                           "rope_theta only)")
-        theta = params.get("rope_theta", c.get("rope_theta", required=True))
+        theta = params["rope_theta"] if "rope_theta" in params else c.get("rope_theta", required=True)
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
         raise c.error(f"config['rope_parameters']['rope_theta'] must be a number > 0, got {theta!r}")
     return float(theta)

@@ -6,7 +6,7 @@ Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transfo
 ``apply_rotary_pos_emb``, ``Gemma4VisionRotaryEmbedding`` with ``apply_multidimensional_rope``, and
 ``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``, and
 ``Qwen2VLVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``; Qwen2.5-VL's and
-Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, its positions from ``get_vision_position_ids``
+Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, ``Kimi_K25VisionRotaryEmbedding`` likewise, its positions from ``get_vision_position_ids``
 (``transformers/vision_utils.py``). The SAM family's ``Sam3ViTRotaryEmbedding`` (with ``rotate_pairwise``; SAM 2's,
 EdgeTAM's and SAM 3 tracker's ``*VideoVisionRotaryEmbedding`` in their memory attention, Inkling 2's vision rotary) is
 the ``llama4`` layout: ``cat([freq_x, freq_y]).repeat_interleave(2)``, columns first, the same f_i for both axes.
@@ -28,6 +28,7 @@ the frequencies of a D/2-dim RoPE):
               (D/2 + i - q, D/2 + i)  each half of the head)
     llama4    (2i, 2i + 1)           (complex pairs)           col, row  f_i, then f_{i-q}
     qwen      (i, i + D/2)           (rotate_half over D)      row, col  f_i, then f_{i-q}
+    kimi      (i, i + D/2)           (rotate_half over D)      col for even i, row for odd i: f_{i//2}
 
 Pixtral splits RoPE's D/2 frequencies between the axes alternately (rows the even ones, columns the
 odd ones, HF ``cat([inv_freq[0::2], inv_freq[1::2]])``), in the half layout over the whole head.
@@ -39,6 +40,9 @@ layout, columns first, and counts positions from 1: its class token, last, gets 
 both axes the same f_i in the half layout over the whole head, rows first (HF ``cat([freq_h, freq_w])``, then
 ``cat([freq_hw, freq_hw])``); their patches come in ``merge_size`` x ``merge_size`` blocks, not row by row
 (``merge_positions``), and Qwen2.5-VL's window layers attend within squares of patches (``axial_window_mask``).
+Kimi K2.5's tower (HF ``Kimi_K25VisionRotaryEmbedding``) takes the same f_i and the same pairs (i, i + D/2) but
+hands the pairs to the axes by turns, the column first: pair 2j by the column at f_j, pair 2j + 1 by the row at f_j
+(HF ``freq.transpose(1, 2).flip(-1).flatten(1)``: for each frequency the column's angle, then the row's).
 
 Scaled coordinates. ``position_scale`` s turns pair i by ``s p_{s(i)} ω_i`` instead: SAM 3's global ViT layers
 hold the grid's coordinates times ``window_size / grid_width`` (HF ``Sam3ViTLayer.precompute_positions``), so that
@@ -71,7 +75,7 @@ from .seams import Scheme
 __all__ = ["AXIAL_LAYOUTS", "axial_pairs", "axial_angles", "apply_axial_rope", "apply_axial_rope_backward",
            "axial_positions", "merge_positions", "axial_window_mask", "AxialRotary"]
 
-AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4", "qwen")
+AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4", "qwen", "kimi")
 ROW, COLUMN = 0, 1
 
 
@@ -103,6 +107,9 @@ def axial_pairs(head_dim: int, *, base: float = 10000.0, layout: str = "pixtral"
     if layout == "qwen":                                               # half layout over D, rows first, f for both
         a = np.arange(D // 2)
         return a, a + D // 2, np.repeat([ROW, COLUMN], q), np.concatenate([f, f])
+    if layout == "kimi":                                               # half layout over D, column and row by turns
+        a = np.arange(D // 2)
+        return a, a + D // 2, np.tile([COLUMN, ROW], q), np.repeat(f, 2)
     omega, axis = np.concatenate([f, f]), np.repeat([COLUMN, ROW], q)  # columns first
     if layout == "gemma4":                                             # each half a D/2-dim half-layout RoPE
         a = np.concatenate([i, D // 2 + i])
@@ -158,7 +165,7 @@ def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixt
                      position_scale: float = 1.0) -> np.ndarray:
     """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns), integers.
 
-    layout: "pixtral", "gemma4", "llama4" or "qwen" (the table of the module docstring); D a multiple of 4 (even
+    layout: "pixtral", "gemma4", "llama4", "qwen" or "kimi" (the table of the module docstring); D a multiple of 4 (even
     for "pixtral"). position_scale: s > 0, each angle ``s p ω`` (SAM 3's global layers; module docstring).
     Returns ``(..., T, D)`` in x's floating dtype.
     """

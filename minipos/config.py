@@ -91,8 +91,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - paddleocr_vl_text (paddleocr_vl): Qwen2-VL's split M-RoPE (default [16, 24, 24]), ``use_bias`` on q, k, v and
   o; vision_config: ``.vision``: the Qwen towers' 2-D RoPE, positions row-major (``merge_positions(h, w, 1)``: the
   projector merges after the encoder), biases on all four, the learned table before layer 0 named
-- kimi_k25: its ``text_config``, DeepSeek-V3's (``deepseek_v3``, which ``kimi_k2`` there means); its tower's 2-D
-  RoPE (column and row alternating pair by pair) is not read, a note says why
+- kimi_k25: its ``text_config``, DeepSeek-V3's (``deepseek_v3``, which ``kimi_k2`` there means); vision_config:
+  ``.vision``: 2-D RoPE in the ``"kimi"`` layout (column and row alternating pair by pair), row-major positions,
+  biases on all four, the learned table before layer 0 named
 - video_llama_3: its ``text_config`` (Qwen2's by default); vision_config: ``.vision``: the Qwen towers' 2-D RoPE,
   positions ``merge_positions(h, w, m)`` with m each image's ``merge_sizes`` entry (a call input), biases on all four
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,

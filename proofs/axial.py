@@ -1,4 +1,4 @@
-r"""2-D (axial) RoPE for vision towers (Pixtral, Gemma 4, Llama 4, Qwen; Heo et al. 2024, arXiv:2403.13298).
+r"""2-D (axial) RoPE for vision towers (Pixtral, Gemma 4, Llama 4, Qwen, Kimi K2.5; Heo et al. 2024, arXiv:2403.13298).
 
 A patch at row r and column c turns pair i, features (a_i, b_i), by B(p_{s(i)} ω_i), p_0 = r, p_1 = c:
 R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r ω_i) or B(c ω_i).
@@ -8,8 +8,9 @@ R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r �
   columns alone; not a function of the distance in the flattened sequence. Scaled coordinates (SAM 3's global
   layers, position_scale s) give R(s (r' - r), s (c' - c)): still relative per axis, the offsets scaled.
 - The frequencies: Pixtral's rows take RoPE's even-indexed θ_{2i} = base^(-4i/D), its columns the
-  odd-indexed θ_{2i+1} = base^(-4i/D) base^(-2/D); Gemma 4, Llama 4 and Qwen give both axes
-  f_i = base^(-2i/(D/2)) = base^(-4i/D), a D/2-dim RoPE's (Qwen in Pixtral's pairs (i, i + D/2), rows first).
+  odd-indexed θ_{2i+1} = base^(-4i/D) base^(-2/D); Gemma 4, Llama 4, Qwen and Kimi K2.5 give both axes
+  f_i = base^(-2i/(D/2)) = base^(-4i/D), a D/2-dim RoPE's (Qwen in Pixtral's pairs (i, i + D/2), rows first; Kimi
+  in the same pairs, pair 2j the column's and 2j + 1 the row's, both at f_j).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def table(D, layout, b_=base):
         return [(i, i + q, 1, f[i]) if i < q else (D // 2 + i - q, D // 2 + i, 0, f[i - q]) for i in range(D // 2)]
     if layout == "qwen":
         return [(i, i + D // 2, 0 if i < q else 1, f[i % q]) for i in range(D // 2)]
+    if layout == "kimi":
+        return [(i, i + D // 2, 1 if i % 2 == 0 else 0, f[i // 2]) for i in range(D // 2)]
     return [(2 * i, 2 * i + 1, 1 if i < q else 0, f[i % q]) for i in range(D // 2)]
 
 
@@ -63,7 +66,7 @@ def _(p):
       .step(B((r2 - r) * w), "$B(a) B(b) = B(a + b)$: the row offset only", by="trig"))
     p.claim(sp.MatMul(B_T(c * w), B(c2 * w), evaluate=False), B((c2 - c) * w),
             "a column pair likewise: the column offset only", by="trig")
-    for layout in p.cases(layout=["pixtral", "gemma4", "llama4", "qwen"]):
+    for layout in p.cases(layout=["pixtral", "gemma4", "llama4", "qwen", "kimi"]):
         p.claim(R2(r, c, 4, layout).T * R2(r2, c2, 4, layout), R2(r2 - r, c2 - c, 4, layout),
                 "D = 4, blockwise: $R(r, c)^T R(r', c') = R(r' - r, c' - c)$", by="trig")
     qv = sp.Matrix([1, 0, 0, 0])
@@ -74,7 +77,7 @@ def _(p):
     rng = np.random.default_rng(7)
     qn, kn = rng.normal(size=8), rng.normal(size=8)
     pts = [(0, 0, 0, 0), (2, 5, 7, 1), (9, 0, 3, 12), (-4, 6, 30, -8)]
-    for layout in ("pixtral", "gemma4", "llama4", "qwen"):
+    for layout in ("pixtral", "gemma4", "llama4", "qwen", "kimi"):
         want = (sp.Matrix(qn).T * R2(r2 - r, c2 - c, 8, layout, 10000) * sp.Matrix(kn))[0, 0]
         p.tie(APPLY, expected=want, symbols=(r, c, r2, c2), points=pts, rtol=1e-10,
               call=lambda f, a, b, a2, b2, layout=layout: (f(qn[None], np.array([[a], [b]]), layout=layout)[0]
@@ -90,7 +93,7 @@ def _(p):
                                         @ f(kn[None], np.array([[a2], [b2]]), layout="llama4", position_scale=1 / 3)[0]),
           reason="score = q^T R((r' - r) / 3, (c' - c) / 3) k, llama4 with position_scale 1/3, D = 8")
     pos_q, pos_k = np.array([[0, 3, 5], [1, 4, 0]]), np.array([[2, 2, 7], [6, 0, 3]])
-    for layout in ("pixtral", "gemma4", "llama4", "qwen"):
+    for layout in ("pixtral", "gemma4", "llama4", "qwen", "kimi"):
         def scores(shift, layout=layout):
             qs = code.apply_axial_rope(np.tile(qn, (3, 1)), pos_q + shift, layout=layout)
             ks = code.apply_axial_rope(np.tile(kn, (3, 1)), pos_k + shift, layout=layout)
@@ -103,7 +106,7 @@ def _(p):
 
 @theorem("axial.frequencies",
          "Pixtral: rows θ_{2i} = base^(-4i/D), columns θ_{2i+1} = base^(-4i/D) base^(-2/D) (RoPE's even and odd "
-         "frequencies); Gemma 4, Llama 4 and Qwen: both axes f_i = base^(-2i/(D/2)) = base^(-4i/D)",
+         "frequencies); Gemma 4, Llama 4, Qwen and Kimi K2.5: both axes f_i = base^(-2i/(D/2)) = base^(-4i/D)",
          checks=(PAIRS,))
 def _(p):
     (p.derive(base ** (-2 * (2 * i_) / D_), "Pixtral's row frequency $\\theta_{2i}$",
@@ -113,7 +116,7 @@ def _(p):
       .step(base ** (-4 * i_ / D_) * base ** (-2 / D_), "$b^{x + y} = b^x b^y$", by="simplify"))
     p.claim(base ** (-2 * i_ / (D_ / 2)), base ** (-4 * i_ / D_), "a $D/2$-dim RoPE's $f_i$", by="simplify",
             shown=("f_i = base^{-2i / (D/2)}", None))
-    for layout in ("pixtral", "gemma4", "llama4", "qwen"):
+    for layout in ("pixtral", "gemma4", "llama4", "qwen", "kimi"):
         def expected(D, b_, layout=layout):
             rows = table(D, layout, b_)
             return np.array([[a, b, axis, float(om)] for a, b, axis, om in rows])
@@ -129,3 +132,7 @@ def _(p):
               and np.array_equal(qwen[3][:4], qwen[3][4:]) and np.allclose(qwen[3][:4], om[:4], rtol=1e-15, atol=0.0),
               "Qwen pairs features as Pixtral does (i, i + D/2), and gives its rows and its columns the same f_i, "
               "Pixtral's row frequencies")
+    kimi = code.axial_pairs(16, layout="kimi")
+    p.require(np.array_equal(kimi[0], qwen[0]) and np.array_equal(np.sort(kimi[3]), np.sort(qwen[3]))
+              and np.array_equal(kimi[2][0::2], np.ones(4)) and np.array_equal(kimi[2][1::2], np.zeros(4)),
+              "Kimi K2.5 pairs features and takes frequencies as Qwen does; only the axes alternate, the column first")

@@ -189,6 +189,16 @@ def test_hand_worked_qwen():
     np.testing.assert_allclose(y[0], [math.cos(a) for a in angles] + [math.sin(a) for a in angles], rtol=1e-15)
 
 
+def test_hand_worked_kimi():
+    # Kimi K2.5's tower (HF Kimi_K25VisionRotaryEmbedding), D = 8, base 100: f_j = 100^(-2j/4) = (1, 0.1); pairs
+    # (i, i + 4) by turns: pair 0 the column at f_0, pair 1 the row at f_0, pair 2 the column at f_1, pair 3 the row
+    # at f_1. Row 2, column 30: angles 30, 2, 3, 0.2.
+    x = np.array([[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    y = axial.apply_axial_rope(x, np.array([[2], [30]]), base=100.0, layout="kimi")
+    angles = [30.0, 2.0, 3.0, 0.2]
+    np.testing.assert_allclose(y[0], [math.cos(a) for a in angles] + [math.sin(a) for a in angles], rtol=1e-15)
+
+
 def test_qwen_patch_order_hand_worked():
     # A 2 x 4 grid in 2 x 2 blocks: block (0, 0) holds (0,0) (0,1) (1,0) (1,1), block (0, 1) the columns 2, 3.
     np.testing.assert_array_equal(axial.merge_positions(2, 4, 2), [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 2, 3, 2, 3]])
@@ -308,6 +318,13 @@ def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
         return a, b, axis, real(head_dim, base=base, layout="pixtral")[3] if layout == "qwen" else omega
     err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", pixtral_freqs)
     assert isinstance(err, TieMismatch) and "qwen" in str(err)
+    monkeypatch.undo()
+    # Kimi's axes in Qwen's order (rows on the first half): the table's tie fails for kimi.
+    def qwen_axes(head_dim, *, base=10000.0, layout="pixtral"):
+        a, b, axis, omega = real(head_dim, base=base, layout=layout)
+        return a, b, real(head_dim, base=base, layout="qwen")[2] if layout == "kimi" else axis, omega
+    err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", qwen_axes)
+    assert isinstance(err, TieMismatch) and "kimi" in str(err)
     monkeypatch.undo()
     # One position for both axes (the row's, as a 1-D RoPE over the flattened index would): not relative per axis.
     good = axial.apply_axial_rope

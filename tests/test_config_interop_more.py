@@ -241,14 +241,14 @@ def test_kimi_k25_reads_its_deepseek_v3_decoder(text_type):
     raw = cfg.to_dict()
     raw["text_config"]["model_type"] = text_type                             # the hub file as it is
     read = mconfig.read(raw)
-    assert read.model_type == "deepseek_v3" and read.vision is None
-    assert "kimi_k25_vision" in read.notes[0] and "not support yet" in read.notes[0]
+    assert read.model_type == "deepseek_v3" and read.vision.model_type == "kimi_k25_vision"
 
 
-def test_kimi_k25_vision_rotary_is_not_an_axial_layout_minipos_has():
+def test_kimi_k25_vision_rotary_angles():
     # Kimi_K25VisionRotaryEmbedding (head_dim 16, theta 100) at a patch of row 2, column 1: pair i = (i, i + 8) turns
-    # by 1 * f_(i//2) for even i (the column), 2 * f_(i//2) for odd i (the row), f_j = 100^(-4j/16). The angles are
-    # read back from HF's cos and sin; the reader refuses the tower, naming that assignment.
+    # by 1 * f_(i//2) for even i (the column), 2 * f_(i//2) for odd i (the row), f_j = 100^(-4j/16), worked by hand
+    # and read back from HF's cos and sin; minipos's "kimi" layout gives the same pairs, axes and frequencies.
+    from minipos.axial import axial_angles, axial_pairs
     from transformers.models.kimi_k25 import modeling_kimi_k25 as hf
     cfg = _cfg(hf.Kimi_K25VisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
                rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
@@ -257,9 +257,63 @@ def test_kimi_k25_vision_rotary_is_not_an_axial_layout_minipos_has():
     f = 100.0 ** (-4 * np.arange(4) / 16)
     want = np.array([(1 if i % 2 == 0 else 2) * f[i // 2] for i in range(8)])
     np.testing.assert_allclose(angles, np.concatenate([want, want]), rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="not support yet") as err:
-        mconfig.read(cfg)
-    assert "the column for even i" in str(err.value)
+    a, b, _, _ = axial_pairs(16, base=100.0, layout="kimi")
+    assert list(a) == list(range(8)) and list(b) == list(range(8, 16))
+    np.testing.assert_allclose(axial_angles(np.array([[2], [1]]), 16, base=100.0, layout="kimi")[0], want,
+                               rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("frames", [1, 2])
+def test_kimi_k25_vision_tower(frames):
+    # Kimi_K25VisionModel: get_vision_position_ids(grid_thw, 1), row-major, each frame the same grid; one clip attends
+    # as a whole (merge_temporal=True); q, k, v and proj with biases; the learned and the frame tables are added
+    # before layer 0 (inside the hooked input).
+    from minipos.axial import axial_positions
+    from transformers.models.kimi_k25 import modeling_kimi_k25 as hf
+    cfg = _cfg(hf.Kimi_K25VisionConfig, hidden_size=32, intermediate_size=8, num_hidden_layers=2,
+               num_attention_heads=2, patch_size=2, pos_emb_height=4, pos_emb_width=4,
+               rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
+    torch.manual_seed(0)
+    tower = hf.Kimi_K25VisionModel(cfg).double().eval()
+    seen = {}
+    for i, block in enumerate(tower.layers):
+        _randomize(block.attn)
+
+        def hook(m, args, kwargs, out, i=i):
+            seen[i] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]).detach().numpy().copy(), \
+                out.detach().numpy().copy()
+        block.attn.register_forward_hook(hook, with_kwargs=True)
+    pixels = torch.from_numpy(np.random.default_rng(0).standard_normal((frames * H * W, 3, 2, 2)))
+    with torch.no_grad():
+        tower(pixels, grid_thw=torch.tensor([[frames, H, W]]))
+    model = mconfig.read(cfg)
+    positions = np.tile(axial_positions(H, W), frames)
+    assert model.model_type == "kimi_k25_vision" and "kimi" in model.specs[0].position
+    for i, block in enumerate(tower.layers):
+        layer = model.layers[i]
+        _copy(block.attn, layer, ("q_proj", "k_proj", "v_proj", "proj"))
+        x, want = seen[i]
+        np.testing.assert_allclose(layer(x[None], positions=positions, causal=False)[0], want, rtol=0, atol=ATOL)
+        assert np.max(np.abs(want)) > 0.1
+        wrong = layer(x[None], positions=positions[::-1], causal=False)[0]
+        assert np.max(np.abs(wrong - want)) > 1e-3                            # rows and columns are not alike
+
+
+def test_kimi_k25_reads_its_tower():
+    read = mconfig.read(_kimi())
+    assert read.vision.model_type == "kimi_k25_vision" and len(read.vision.layers) == 1
+    assert "learned position table" in read.vision.specs[0].notes[0]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"hidden_size": 30, "num_attention_heads": 4}, "hidden_size"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": -1.0}}, "rope_theta"),
+    ({"head_dim": 32}, "head_dim"),
+])
+def test_kimi_k25_bad_vision_configs_name_the_key(change, key):
+    with pytest.raises(ValueError, match=key):
+        mconfig.read({"model_type": "kimi_k25_vision", **change})
 
 
 def test_kimi_k25_bad_text_config_names_the_key():

@@ -324,7 +324,8 @@ def _mrope_layer_grad_run(inputs, params):
 
 def _axial_cases(grad: bool = False):
     """Each layout on a 3 x 4 grid (rows, then columns), on Llama 4's grid counted from 1 with its class
-    token at (0, 0), and Qwen's on a 4 x 4 grid in 2 x 2 merge blocks; x or dy ``(H, T, D)``, D = 16."""
+    token at (0, 0), Qwen's on a 4 x 4 grid in 2 x 2 merge blocks, then SAM 3's scaled grid and Kimi K2.5's layout;
+    x or dy ``(H, T, D)``, D = 16."""
     rng = np.random.default_rng(27 if grad else 28)
     name = "dy" if grad else "x"
     what = "dx = R^T dy, each pair turned back" if grad else "x rotated"
@@ -350,6 +351,11 @@ def _axial_cases(grad: bool = False):
                        "each angle (p / 3) f_i); positions (2, T) of a 3 x 4 grid, row-major",
                        {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
                        {"layout": "llama4", "base": 100.0, "position_scale": 1 / 3}))
+    # Kimi K2.5's tower, drawn after the cases above (each case keeps its values as the spec adds cases).
+    cases.append(_case("kimi_d16", f"{what}; layout 'kimi': pairs (i, i + D/2), pair 2j by the column and 2j + 1 by "
+                       "the row, both at f_j = base^(-4j/D) (Kimi K2.5's tower); positions (2, T) of a 3 x 4 grid, "
+                       "row-major", {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
+                       {"layout": "kimi", "base": 100.0}))
     return cases
 
 
