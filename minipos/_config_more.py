@@ -1,20 +1,21 @@
 """More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
-``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's (DeepSeek-V3's)
-and its vision tower,
-VideoLLaMA 3 (its text_config's decoder, its vision tower). Its towers are registered in ``VISION``
-and ``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
-``minipos.config``'s module docstring states the contract."""
+``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's
+(DeepSeek-V3's) and its vision tower, VideoLLaMA 3 (its text_config's decoder, its vision tower), ERNIE-4.5-VL (its
+decoder and its vision tower). Its towers are registered in ``VISION`` and ``VISION_OF``, its decoders returned in
+``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states the
+contract."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ._config_rope import axial_theta, dense_layers, layer_types_of
+from ._config_rope import axial_theta, dense_layers, layer_sizes, layer_types_of, rope_parameters
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, qwen_tower
 from .axial import AxialRotary
 from .layer import MultiHeadAttention
+from .mrope import MRotary
 
 # --------------------------------------------------------------------------- PaddleOCR-VL
 
@@ -141,7 +142,60 @@ VISION.update({"video_llama_3_vision": Family(_video_llama_3_vision, {
     "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16, "rope_theta": 10000.0})})
 VISION_OF.update({"video_llama_3": "video_llama_3_vision"})
 
+# --------------------------------------------------------------------------- ERNIE-4.5-VL
+
+def _ernie4_5_vl(c):
+    """ERNIE-4.5-VL's text decoder (HF ``Ernie4_5_VLMoeTextAttention`` with ``Ernie4_5_VLMoeTextRotaryEmbedding``):
+    M-RoPE whose first ``2 n_h`` frequencies alternate height and width and whose last ``n_t`` are temporal
+    (``MRotary(interleaved="hw")``), each frequency at its own θ_i = base^(-2i/D), in pairs (2i, 2i + 1)
+    (``rotate_half_text``: ``layout="interleaved"``); ``rope_parameters['mrope_section']`` is ``[n_h, n_w, n_t]``
+    (height first; default [22, 22, 20]) where minipos writes ``[n_t, n_h, n_w]``; ``rope_type`` "default" only
+    (HF raises for any other). GQA, ``head_dim`` (default ``hidden_size // num_attention_heads``), ``use_bias`` on
+    q, k, v and o alike, every layer full and causal. Positions ``(3, T)`` (temporal, height, width) as its
+    ``get_rope_index`` builds them."""
+    layer_types_of(c, lambda i: "full_attention", allowed=("full_attention",))
+    sizes, params = layer_sizes(c), rope_parameters(c)
+    extra = sorted(set(params) - {"rope_type", "rope_theta", "mrope_section"})
+    if params["rope_type"] != "default" or extra:
+        raise c.error(f"rope_type {params['rope_type']!r} with rope_parameters {extra}: ERNIE-4.5-VL's M-RoPE takes "
+                      "rope_type 'default', rope_theta and mrope_section only (HF raises for any other rope_type)")
+    hwt = params.get("mrope_section", [22, 22, 20])                          # HF's default, (h, w, t)
+    if isinstance(hwt, (str, bytes)) or not isinstance(hwt, (list, tuple)) or len(hwt) != 3:
+        raise c.error(f"rope_parameters['mrope_section'] must hold three counts [height, width, temporal], got {hwt!r}")
+    section, theta = [hwt[2], hwt[0], hwt[1]], params["rope_theta"]         # minipos: (t, h, w)
+    kw = {"mrope_section": section, "base": theta, "interleaved": "hw", "layout": "interleaved"}
+    try:
+        MultiHeadAttention(scheme=MRotary(**kw), **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"rope_parameters['mrope_section'] {list(hwt)} (height, width, temporal): {err}") from None
+    bias = c.flag("use_bias", False)
+    position = (f"M-RoPE interleaved pairs (2i, 2i+1), H W H W ... T, theta {theta:g}, sections {section} (t, h, w; "
+                f"the config's {list(hwt)} is h, w, t); positions (3, T)")
+    specs = dense_layers(c, bias="none", window="none")
+    return [replace(s, kwargs={**s.kwargs, "bias": bias}, scheme=lambda: MRotary(**kw), position=position,
+                    notes=s.notes + (("use_bias: biases on q, k, v, o",) if bias else ())) for s in specs]
+
+
+def _ernie4_5_vl_vision(c):
+    """ERNIE-4.5-VL's vision encoder (HF ``Ernie4_5_VLMoeVisionAttention``): the Qwen towers' layer (one ``qkv``, a
+    ``proj``, biases on all four, 2-D RoPE in the ``"qwen"`` layout, bidirectional), positions in
+    ``spatial_merge_size`` blocks (``get_vision_position_ids(grid_thw, spatial_merge_size)``), no learned table."""
+    return qwen_tower(c, "hidden_size")
+
+
+VISION.update({"ernie4_5_vl_moe_vision": Family(_ernie4_5_vl_vision, {
+    "hidden_size": 1280, "depth": 32, "num_heads": 16, "spatial_merge_size": 2,
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}})})
+VISION_OF.update({"ernie4_5_vl_moe": "ernie4_5_vl_moe_vision"})
+
+_ERNIE_TEXT = {"hidden_size": 2560, "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4,
+               "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "use_bias": False,
+               "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
+"""``Ernie4_5_VLMoeTextConfig``'s defaults."""
+
+
 FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
+            "ernie4_5_vl_moe_text": Family(_ernie4_5_vl, _ERNIE_TEXT),
             "deepseek_ocr2_text": Family(_deepseek_ocr2, {"hidden_size": 4096, "num_hidden_layers": 32,
                                                           "num_attention_heads": 32, "rope_theta": 10000.0,
                                                           "max_position_embeddings": 2048, "rms_norm_eps": 1e-6})}
@@ -149,7 +203,8 @@ FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
 
 TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text",
            "kimi_k25": "deepseek_v3",         # Kimi_K25Config's text_config: a DeepseekV3Config by default
-           "video_llama_3": "qwen2"}          # VideoLlama3Config's text_config: a Qwen2Config by default
+           "video_llama_3": "qwen2",          # VideoLlama3Config's text_config: a Qwen2Config by default
+           "ernie4_5_vl_moe": "ernie4_5_vl_moe_text"}
 
 TEXT_RENAMED = {("kimi_k25", "kimi_k2"): "deepseek_v3"}
 """``(outer model_type, its text_config's model_type)`` -> the family read: a text ``model_type`` the outer config

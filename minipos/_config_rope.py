@@ -23,10 +23,6 @@ ROPE_TYPES = ("default", *REGISTRY)
 
 NOT_YET = {
     "mrope_interleaved": "interleaved M-RoPE in a family whose M-RoPE is split (Qwen3-VL's is read: qwen3_vl)",
-    "ernie4_5_vl_moe": "ERNIE-4.5-VL's M-RoPE assignment (pairs (2i, 2i+1); frequency i height for even i, width "
-                       "for odd i below mrope_section[0] + mrope_section[1], temporal above: H W H W ... T T T), which "
-                       "neither of MRotary's assignments (split; Qwen3-VL's interleaved T H W) gives",
-    "ernie4_5_vl": "ERNIE-4.5-VL's M-RoPE assignment (see ernie4_5_vl_moe)",
     "diffusion_gemma": "DiffusionGemma's block-diffusion decoder (a canvas attending both ways, its sliding layers "
                        "within a two-sided window, over the encoder's cached keys and values plus its own)",
     "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",

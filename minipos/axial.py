@@ -6,7 +6,8 @@ Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transfo
 ``apply_rotary_pos_emb``, ``Gemma4VisionRotaryEmbedding`` with ``apply_multidimensional_rope``, and
 ``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``, and
 ``Qwen2VLVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``; Qwen2.5-VL's and
-Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, ``Kimi_K25VisionRotaryEmbedding`` likewise, its positions from ``get_vision_position_ids``
+Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, ``Kimi_K25VisionRotaryEmbedding`` likewise, their
+positions from ``get_vision_position_ids``
 (``transformers/vision_utils.py``). The SAM family's ``Sam3ViTRotaryEmbedding`` (with ``rotate_pairwise``; SAM 2's,
 EdgeTAM's and SAM 3 tracker's ``*VideoVisionRotaryEmbedding`` in their memory attention, Inkling 2's vision rotary) is
 the ``llama4`` layout: ``cat([freq_x, freq_y]).repeat_interleave(2)``, columns first, the same f_i for both axes.

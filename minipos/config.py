@@ -96,6 +96,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   biases on all four, the learned table before layer 0 named
 - video_llama_3: its ``text_config`` (Qwen2's by default); vision_config: ``.vision``: the Qwen towers' 2-D RoPE,
   positions ``merge_positions(h, w, m)`` with m each image's ``merge_sizes`` entry (a call input), biases on all four
+- ernie4_5_vl_moe_text (ernie4_5_vl_moe): M-RoPE "hw" (``MRotary(interleaved="hw", layout="interleaved")``: H W H W
+  ... T, the config's ``mrope_section`` [h, w, t]), GQA, ``use_bias`` on all four; vision_config: ``.vision``: the
+  Qwen towers' layer, positions ``merge_positions(h, w, spatial_merge_size)``
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
   ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
   decomposed relative positions, then a Qwen2 encoder) is named in a note
@@ -109,7 +112,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (ERNIE-4.5-VL's M-RoPE, Gemma 3n's machinery) raise ``ValueError``
+minipos does not have yet (Gemma 3n's machinery) raise ``ValueError``
 saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower the list above
 does not name is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).

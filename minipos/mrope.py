@@ -2,7 +2,8 @@
 
 Source: Wang et al. 2024, "Qwen2-VL", arXiv:2409.12191, §2.1 ("Multimodal Rotary Position
 Embedding"); Bai et al. 2025, "Qwen2.5-VL", arXiv:2502.13923, §2.1.3 (absolute time); the
-interleaved assignment is Qwen3-VL's (HF ``Qwen3VLTextRotaryEmbedding``). Derivations and the
+interleaved assignment is Qwen3-VL's (HF ``Qwen3VLTextRotaryEmbedding``), the ``"hw"`` one ERNIE-4.5-VL's (HF
+``Ernie4_5_VLMoeTextRotaryEmbedding``). Derivations and the
 traps are on the docs page "Multimodal RoPE: Qwen2-VL and Qwen3-VL".
 
 The rotation. Plain RoPE in the "half" layout (HF ``rotate_half``) rotates pair i = (i, i + D/2)
@@ -21,6 +22,11 @@ stream owns; ``mrope_streams`` gives the assignment s(i):
 - interleaved (Qwen3-VL): frequency i is height if ``i % 3 == 1`` and ``i < 3 n_h``, width if
   ``i % 3 == 2`` and ``i < 3 n_w``, temporal otherwise: T H W T H W … T T T T, so each stream spans
   fast and slow frequencies. ``[24, 20, 20]`` for D = 128.
+- "hw" (ERNIE-4.5-VL): the first 2 n_h frequencies alternate height and width, H W H W …, the last n_t are
+  temporal (n_h = n_w): HF ``inv_freq_3d`` takes the even then the odd frequencies of the first 2 n_h, and
+  ``recomposition_frequencies`` stacks height's and width's back into one H W pattern, each at its own θ_i.
+  ``[20, 22, 22]`` (t, h, w) for D = 128; ERNIE's config writes it ``[22, 22, 20]`` (h, w, t) and pairs
+  features (2i, 2i + 1) (``layout="interleaved"``).
 
 Partial rotary M-RoPE (``rotary_dim`` R < D, HF ``int(head_dim * partial_rotary_factor)``): the first
 R features rotate with θ_i = base^(-2i/R), i < R/2, the section counts R/2 frequencies, and the last
@@ -51,14 +57,14 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import (POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_bool, check_choice,
+from ._checks import (POSITION_LIMIT, as_float_array, as_positions, check_alloc, check_choice,
                       check_even_int, check_float, check_int, check_ndim)
 from .rope import (LAYOUTS, as_inv_freq, check_angles, check_rotary_dim, overflow_raises, rope_inv_freq,
                    rotate_every_two, rotate_half)
 from .seams import Scheme
 
-__all__ = ["STREAMS", "mrope_streams", "mrope_angles", "apply_mrope", "apply_mrope_backward", "mrope_positions",
-           "mrope_decode_positions", "MRotary"]
+__all__ = ["STREAMS", "INTERLEAVINGS", "check_interleaved", "mrope_streams", "mrope_angles", "apply_mrope",
+           "apply_mrope_backward", "mrope_positions", "mrope_decode_positions", "MRotary"]
 
 STREAMS = ("temporal", "height", "width")
 TEXT, IMAGE, VIDEO = 0, 1, 2  # HF mm_token_type_ids
@@ -70,25 +76,44 @@ def check_section(mrope_section, name: str = "mrope_section") -> tuple:
     return tuple(check_int(n, f"{name}[{s}]", minimum=0) for s, n in enumerate(mrope_section))
 
 
-def mrope_streams(mrope_section: Sequence[int], *, interleaved: bool = False) -> np.ndarray:
+INTERLEAVINGS = (False, True, "hw")
+"""``interleaved``: split (Qwen2-VL), Qwen3-VL's T H W pattern, or ERNIE-4.5-VL's H W pattern then T."""
+
+
+def check_interleaved(interleaved, name: str = "interleaved"):
+    """``interleaved`` as one of ``INTERLEAVINGS`` (a NumPy bool as a bool)."""
+    if isinstance(interleaved, (bool, np.bool_)):
+        return bool(interleaved)
+    if isinstance(interleaved, str) and interleaved == "hw":
+        return "hw"
+    raise TypeError(f"{name} must be False (split), True (Qwen3-VL's T H W pattern) or 'hw' (ERNIE-4.5-VL's H W "
+                    f"pattern, then T), got {interleaved!r}")
+
+
+def mrope_streams(mrope_section: Sequence[int], *, interleaved: bool | str = False) -> np.ndarray:
     """Which stream owns each frequency: int64 ``(D/2,)`` of 0 (temporal), 1 (height), 2 (width).
 
     mrope_section: ``[n_t, n_h, n_w]``, the number of frequencies of each stream (D/2 in all).
     ``interleaved=False``: ``[0]*n_t + [1]*n_h + [2]*n_w`` (Qwen2-VL). ``True``: Qwen3-VL's
     T H W T H W … pattern, height at ``i % 3 == 1, i < 3 n_h``, width at ``i % 3 == 2, i < 3 n_w``,
     temporal elsewhere; a section for which that pattern does not give each stream its count
-    (a temporal count below the others') raises ``ValueError``.
+    (a temporal count below the others') raises ``ValueError``. ``"hw"``: ERNIE-4.5-VL's H W H W … on the
+    first ``2 n_h`` frequencies, then ``n_t`` temporal; it needs ``n_h == n_w`` (HF stacks the two).
     """
     n_t, n_h, n_w = section = check_section(mrope_section)
     half = n_t + n_h + n_w
     if half < 1:
         raise ValueError(f"mrope_section must count D/2 >= 1 frequencies, got {list(section)}")
     check_alloc((half,), np.int64, f"mrope_section {list(section)} (D/2 = {half} frequencies)", copies=3)
-    if not isinstance(interleaved, (bool, np.bool_)):
-        raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
-    if not interleaved:
+    interleaved = check_interleaved(interleaved)
+    if interleaved is False:
         return np.repeat(np.arange(3), section)                            # (D/2,): 0…0 1…1 2…2
     i = np.arange(half)
+    if interleaved == "hw":
+        if n_h != n_w:
+            raise ValueError(f"mrope_section {list(section)}: the 'hw' interleaving alternates height and width, so "
+                             f"their counts must be equal, got n_h = {n_h}, n_w = {n_w}")
+        return np.where(i < 2 * n_h, 1 + i % 2, 0)                        # H W H W … T T T
     streams = np.zeros(half, dtype=np.int64)                               # temporal by default
     streams[(i % 3 == 1) & (i < 3 * n_h)] = 1                              # HF: slice(1, 3 n_h, 3)
     streams[(i % 3 == 2) & (i < 3 * n_w)] = 2                              # HF: slice(2, 3 n_w, 3)
@@ -113,7 +138,7 @@ def stream_positions(positions, T: int | None = None, *, allow_negative: bool = 
 
 
 def mrope_angles(positions: ArrayLike, inv_freq: ArrayLike, mrope_section: Sequence[int], *,
-                 interleaved: bool = False) -> np.ndarray:
+                 interleaved: bool | str = False) -> np.ndarray:
     """The angles ``positions[s(i), t] · θ_i``, float64 ``(T, D/2)``.
 
     positions: integers ``(3, T)`` (temporal, height, width), or ``(T,)`` for three equal streams.
@@ -162,14 +187,14 @@ def cos_sin(x, positions, mrope_section, base, inv_freq, interleaved, attention_
 
 
 def apply_mrope(x: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int], *, base: float = 10000.0,
-                inv_freq: ArrayLike | None = None, interleaved: bool = False, attention_factor: float = 1.0,
+                inv_freq: ArrayLike | None = None, interleaved: bool | str = False, attention_factor: float = 1.0,
                 rotary_dim: int | None = None, layout: str = "half") -> np.ndarray:
     """Rotate ``x`` by M-RoPE: ``x ⊙ [cos | cos] + rotate_half(x) ⊙ [sin | sin]`` of ``mrope_angles``.
 
     x: ``(..., T, D)``, e.g. q or k ``(B, H, T, D)``. positions: ``(3, T)`` integers (temporal, height,
     width), or ``(T,)`` meaning three equal streams (plain RoPE). mrope_section: ``[n_t, n_h, n_w]``
-    adding up to R/2. interleaved: Qwen3-VL's assignment (see ``mrope_streams``). inv_freq: ``(R/2,)``
-    replacing ``base^(-2i/R)``. attention_factor multiplies cos and sin. rotary_dim: rotate only the
+    adding up to R/2. interleaved: True for Qwen3-VL's assignment, "hw" for ERNIE-4.5-VL's (see
+    ``mrope_streams``). inv_freq: ``(R/2,)`` replacing ``base^(-2i/R)``. attention_factor multiplies cos and sin. rotary_dim: rotate only the
     first R features (even, <= D; default D), the rest pass through (partial rotary M-RoPE: GLM-4V,
     Qwen3.5, HF ``partial_rotary_factor``). layout: "half" (pairs (i, i + R/2), HF ``rotate_half``;
     the Qwen VL models) or "interleaved" (pairs (2i, 2i + 1), ``cos.repeat_interleave(2)`` and
@@ -184,7 +209,8 @@ def apply_mrope(x: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int]
 
 
 def apply_mrope_backward(dy: ArrayLike, positions: ArrayLike, mrope_section: Sequence[int], *, base: float = 10000.0,
-                         inv_freq: ArrayLike | None = None, interleaved: bool = False, attention_factor: float = 1.0,
+                         inv_freq: ArrayLike | None = None, interleaved: bool | str = False,
+                         attention_factor: float = 1.0,
                          rotary_dim: int | None = None, layout: str = "half") -> np.ndarray:
     """The gradient of ``apply_mrope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair rotated back.
 
@@ -308,7 +334,8 @@ def mrope_decode_positions(cache_length: int, length: int, delta: int) -> np.nda
 
 class MRotary(Scheme):
     """Multimodal RoPE (the functions above): RoPE whose frequencies are shared by three position
-    streams, temporal, height and width (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with ``interleaved``;
+    streams, temporal, height and width (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with ``interleaved``, ERNIE-4.5-VL with
+    ``interleaved="hw"`` and ``layout="interleaved"``;
     partial rotary with ``rotary_dim``: Qwen3.5 interleaved, GLM-4V split in the interleaved ``layout``).
 
     The layer's ``positions`` are then ``(3, T)`` (``mrope_positions``; a ``(T,)``
@@ -318,7 +345,8 @@ class MRotary(Scheme):
     ``mrope_section`` ``[n_t, n_h, n_w]`` adds up to R/2 (HF ``rope_parameters["mrope_section"]``), R the
     rotated features: ``rotary_dim`` (HF ``int(head_dim * partial_rotary_factor)``), default head_dim;
     ``None`` scales the model's default to R: Qwen2-VL's [16, 24, 24] or, interleaved,
-    Qwen3-VL's [24, 20, 20] at R = 128 (n_h = n_w = 3/16 resp. 5/32 of R, n_t the rest).
+    Qwen3-VL's [24, 20, 20] or, "hw", ERNIE-4.5-VL's [20, 22, 22] at R = 128 (n_h = n_w = 3/16, 5/32 resp. 11/64
+    of R, n_t the rest).
     ``layout``: "half" (the Qwen VL models) or "interleaved" (GLM-4V), as ``apply_mrope``.
     """
 
@@ -326,11 +354,11 @@ class MRotary(Scheme):
     seams = ("rotate",)
     position_streams = 3
 
-    def __init__(self, *, mrope_section=None, base: float = 10000.0, interleaved: bool = False,
+    def __init__(self, *, mrope_section=None, base: float = 10000.0, interleaved: bool | str = False,
                  rotary_dim: int | None = None, layout: str = "half"):
         self.mrope_section = None if mrope_section is None else list(check_section(mrope_section))
         self.base = check_float(base, "base", positive=True)
-        self.interleaved = check_bool(interleaved, "interleaved")
+        self.interleaved = check_interleaved(interleaved)
         self.rotary_dim = None if rotary_dim is None else check_even_int(rotary_dim, "rotary_dim")
         self.layout = check_choice(layout, "layout", LAYOUTS)
 
@@ -343,7 +371,7 @@ class MRotary(Scheme):
             raise ValueError(f"rotary_dim must be <= head_dim ({self.head_dim}), got {R}")
         half = R // 2
         if self.mrope_section is None:                       # the model's proportions at this rotary dim
-            n = 3 * half // 8 if not self.interleaved else 5 * half // 16
+            n = {False: 3 * half // 8, True: 5 * half // 16, "hw": 11 * half // 32}[self.interleaved]
             self.mrope_section = [half - 2 * n, n, n]
         if sum(self.mrope_section) != half:
             what = "head_dim/2" if self.rotary_dim is None else "rotary_dim/2"
@@ -368,4 +396,4 @@ class MRotary(Scheme):
     def __repr__(self) -> str:
         extra = "" if self.rotary_dim is None else f", rotary_dim={self.rotary_dim}"
         extra += "" if self.layout == "half" else f", layout={self.layout!r}"
-        return f"MRotary(mrope_section={self.mrope_section}, interleaved={self.interleaved}{extra})"
+        return f"MRotary(mrope_section={self.mrope_section}, interleaved={self.interleaved!r}{extra})"

@@ -71,14 +71,69 @@ def _streams(T):
 
 # --------------------------------------------------------------------------- ERNIE-4.5-VL
 
-def test_ernie4_5_vl_is_refused_with_its_assignment_named():
-    # Ernie4_5_VLMoeTextRotaryEmbedding (transformers 5.24): pairs (2i, 2i+1) (rotate_half_text), frequency i
-    # height for even i and width for odd i below mrope_section[0] + [1], temporal above. Checked on HF's rotary: a
-    # (t, h, w) = (3, 2, 1) token with head_dim 32 and section [6, 6, 4] gives angle / theta_i = 2 1 2 1 ... 3 3 3 3.
-    for model_type in ("ernie4_5_vl_moe", "ernie4_5_vl"):
-        with pytest.raises(ValueError, match="not support yet") as err:
-            mconfig.read({"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4})
-        assert "H W H W ... T T T" in str(err.value) or model_type == "ernie4_5_vl"
+def _ernie(**kw):
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as hf
+    text = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=16,
+                vocab_size=8, num_hidden_layers=2, mlp_layer_types=["dense", "dense"],
+                rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [3, 3, 2]}, **kw)
+    return hf, _cfg(hf.Ernie4_5_VLMoeTextConfig, **text)
+
+
+def test_ernie4_5_vl_rotary_by_hand():
+    # Ernie4_5_VLMoeTextRotaryEmbedding (transformers 5.24), head_dim 16, section [3, 3, 2] (h, w, t), theta 100: a
+    # (t, h, w) = (3, 2, 1) token turns frequency i by 2 theta_i (height) for even i < 6, 1 theta_i (width) for odd
+    # i < 6, 3 theta_i (temporal) for i = 6, 7, theta_i = 100^(-2i/16); each angle twice, pairs (2i, 2i + 1).
+    from minipos.mrope import mrope_angles, mrope_streams
+    hf, cfg = _ernie()
+    cfg.rope_parameters["rope_theta"] = 100.0
+    cos, sin = hf.Ernie4_5_VLMoeTextRotaryEmbedding(cfg)(torch.zeros(1), torch.tensor([[[3]], [[2]], [[1]]]))
+    angles = np.arctan2(sin.numpy()[0, 0], cos.numpy()[0, 0])
+    theta = 100.0 ** (-2 * np.arange(8) / 16)
+    want = np.array([2, 1, 2, 1, 2, 1, 3, 3]) * theta
+    np.testing.assert_allclose(angles, np.repeat(want, 2), rtol=0, atol=1e-6)
+    assert list(mrope_streams([2, 3, 3], interleaved="hw")) == [1, 2, 1, 2, 1, 2, 0, 0]
+    np.testing.assert_allclose(mrope_angles(np.array([[3], [2], [1]]), theta, [2, 3, 3], interleaved="hw")[0], want,
+                               rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_ernie4_5_vl_text_decoder(bias):
+    # Ernie4_5_VLMoeTextAttention: M-RoPE "hw" ([3, 3, 2] h, w, t in the config: minipos [2, 3, 3]), pairs (2i, 2i+1),
+    # GQA, use_bias on all four; against the text model with its own cos and sin from (3, B, T) position ids.
+    hf, cfg = _ernie(use_bias=bias)
+    read = mconfig.read(cfg)
+    assert read.model_type == "ernie4_5_vl_moe_text" and read.layers[0].scheme.mrope_section == [2, 3, 3]
+    assert read.layers[0].scheme.interleaved == "hw" and (read.layers[0].bo is None) == (not bias)
+    torch.manual_seed(0)
+    model = hf.Ernie4_5_VLMoeTextModel(cfg).double().eval()
+    _compare_decoder(model, read, model.layers, _streams(12), 12)
+
+
+def test_ernie4_5_vl_reads_its_decoder_and_its_tower():
+    from test_config_interop_qwen_vision import H as QH, MERGE, W as QW, _compare as compare_tower, _run_tower
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as hf
+    _, text = _ernie()
+    vision = dict(hidden_size=32, num_heads=2, depth=2, patch_size=2, in_channels=1, spatial_merge_size=MERGE,
+                  intermediate_size=8, rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
+    cfg = _cfg(hf.Ernie4_5_VLMoeConfig, text_config=text.to_dict(), vision_config=vision)
+    read = mconfig.read(cfg)
+    assert (read.model_type, read.vision.model_type) == ("ernie4_5_vl_moe_text", "ernie4_5_vl_moe_vision")
+    tower, seen = _run_tower(hf.Ernie4_5_VLMoeVisionTransformerPretrainedModel, cfg.vision_config)
+    assert compare_tower(read.vision, tower, seen, merge_positions(QH, QW, MERGE)) == ["full_attention"] * 2
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope_type"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}}, "mrope_section"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 2]}}, "mrope_section"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [3, 3, 3]}}, "mrope_section"),
+])
+def test_ernie4_5_vl_bad_configs_name_the_key(change, key):
+    raw = {"model_type": "ernie4_5_vl_moe_text", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1,
+           **change}
+    with pytest.raises(ValueError, match=key) as err:
+        mconfig.read(raw)
+    assert "ernie4_5_vl_moe_text" in str(err.value)
 
 
 # --------------------------------------------------------------------------- PaddleOCR-VL

@@ -19,6 +19,10 @@ def test_streams_split_and_interleaved_by_hand():
     # (read off HF Qwen3VLTextRotaryEmbedding.recomposition_frequencies): T H W x 20, then T T T T.
     assert mrope.mrope_streams([24, 20, 20], interleaved=True).tolist() == [0, 1, 2] * 20 + [0] * 4
     assert mrope.mrope_streams([4, 2, 2], interleaved=True).tolist() == [0, 1, 2, 0, 1, 2, 0, 0]
+    # ERNIE-4.5-VL, config section [22, 22, 20] (h, w, t) = minipos [20, 22, 22]: H W x 22, then T x 20 (HF
+    # inv_freq_3d takes the even, then the odd frequencies of the first 44; recomposition_frequencies stacks them).
+    assert mrope.mrope_streams([20, 22, 22], interleaved="hw").tolist() == [1, 2] * 22 + [0] * 20
+    assert mrope.mrope_streams([2, 3, 3], interleaved="hw").tolist() == [1, 2, 1, 2, 1, 2, 0, 0]
 
 
 def test_angles_by_hand():
@@ -28,7 +32,7 @@ def test_angles_by_hand():
     np.testing.assert_array_equal(got, [[5.0, 3.5, 2.75]])
 
 
-@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("interleaved", [False, True, "hw"])
 def test_equal_streams_are_plain_rope(interleaved):
     # Text tokens (t = h = w = m): every pair is rotated by m θ_i, i.e. half-layout RoPE.
     x = np.random.default_rng(0).standard_normal((2, 3, 6, 16))
@@ -37,7 +41,7 @@ def test_equal_streams_are_plain_rope(interleaved):
     np.testing.assert_allclose(got, rope.apply_rope(x, pos, layout="half", base=500.0), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("interleaved", [False, True, "hw"])
 def test_score_depends_on_the_three_differences_only(interleaved):
     rng = np.random.default_rng(1)
     q, k = rng.standard_normal((2, 16))
@@ -52,7 +56,7 @@ def test_score_depends_on_the_three_differences_only(interleaved):
     assert abs(score(pq, pk) - score(pq + shift * [[1], [0], [0]], pk)) > 1e-3   # one stream moved: changes
 
 
-@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("interleaved", [False, True, "hw"])
 def test_backward_is_the_adjoint(interleaved):
     rng = np.random.default_rng(2)
     x, dy = rng.standard_normal((2, 3, 5, 8))
@@ -80,6 +84,9 @@ def test_positions_text_image_text_by_hand():
     (lambda: mrope.mrope_streams([2, 3]), "mrope_section"),
     (lambda: mrope.mrope_streams([1, 3, 3], interleaved=True), "interleaved mrope_section"),
     (lambda: mrope.mrope_streams([2, 3, 3], interleaved=1), "interleaved"),
+    (lambda: mrope.mrope_streams([2, 3, 3], interleaved="thw"), "interleaved.*'hw'"),
+    (lambda: mrope.mrope_streams([2, 4, 2], interleaved="hw"), "counts must be equal"),
+    (lambda: MRotary(interleaved="ernie"), "interleaved"),
     (lambda: mrope.apply_mrope(np.ones((4, 8)), np.zeros((2, 4), int), [2, 1, 1]), "positions"),
     (lambda: mrope.apply_mrope(np.ones((4, 8)), np.zeros((3, 4), int), [2, 2, 1]), "inv_freq|mrope_section"),
     (lambda: mrope.apply_mrope(np.ones((4, 7)), np.zeros((3, 4), int), [2, 1, 1]), "even head dim"),
@@ -106,7 +113,7 @@ def _sequence():
     return np.random.default_rng(3).standard_normal((2, 11, 32)), pos, delta
 
 
-@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("interleaved", [False, True, "hw"])
 def test_layer_dense_blockwise_fast_and_cache_agree(interleaved):
     x, pos, delta = _sequence()
     dense = _layer(interleaved=interleaved)(x, positions=pos, causal=True)
@@ -140,7 +147,8 @@ def test_layer_text_positions_equal_rotary():
 
 
 @pytest.mark.parametrize("interleaved, block, cls", [(False, None, MultiHeadAttention), (True, 3, MultiHeadAttention),
-                                                     (True, None, fast.MultiHeadAttention)])
+                                                     (True, None, fast.MultiHeadAttention),
+                                                     ("hw", 3, fast.MultiHeadAttention)])
 def test_layer_gradients_match_finite_differences(interleaved, block, cls):
     x, pos, _ = _sequence()
     layer = _layer(cls, interleaved, block_size=block)

@@ -127,12 +127,21 @@ def _rope_scaling_f32(inputs, params):
     return {k: _f32(v) for k, v in vectors.FAMILIES["rope_scaling"].run(inputs, params).items()}
 
 
-def _mrope_f32(x, positions, mrope_section, interleaved, base, sign=1):
-    """HF Qwen2-VL / Qwen3-VL's float32 rotary embedding: inv_freq, angles, cos and sin in float32, each
-    frequency taking the position of its stream (the assignment read off HF, not minipos)."""
+def _mrope_f32(x, positions, mrope_section, interleaved, base, sign=1, layout="half"):
+    """HF Qwen2-VL / Qwen3-VL's (and ERNIE-4.5-VL's) float32 rotary embedding: inv_freq, angles, cos and sin in
+    float32, each frequency taking the position of its stream (the assignment read off HF, not minipos)."""
     x = _f32(x)
     D = x.shape[-1]
     inv_freq = F32(1.0) / (F32(base) ** (np.arange(0, D, 2).astype(F32) / F32(D)))
+    if interleaved == "hw":                           # Ernie4_5_VLMoeTextRotaryEmbedding, section (h, w, t) there
+        n_t, n_h, n_w = mrope_section
+        hw = n_h + n_w
+        inv_freq = np.concatenate([inv_freq[:hw][0::2], inv_freq[:hw][1::2], inv_freq[hw:]])   # inv_freq_3d
+        freqs = np.asarray(positions).astype(F32)[:, :, None] * inv_freq
+        f_h, f_w, f_t = (m[(i + 1) % 3] for i, m in enumerate(np.split(freqs, [n_h, hw], axis=-1)))
+        angles = np.concatenate([np.stack([f_h, f_w], -1).reshape(f_h.shape[0], -1), f_t], -1)
+        angles = np.repeat(angles, 2, axis=-1)                                     # repeat_interleave(2)
+        return x * np.cos(angles) + sign * _rotate(x, layout) * np.sin(angles)
     freqs = np.asarray(positions).astype(F32)[:, :, None] * inv_freq              # (3, T, D/2) float32
     if interleaved:                                   # Qwen3VLTextRotaryEmbedding.recomposition_frequencies
         angles = freqs[0].copy()

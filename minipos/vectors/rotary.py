@@ -213,7 +213,8 @@ MROPE_TYPES = [0] * 2 + [1] * 6 + [0] * 2 + [1] * 3 + [0] * 2   # text, image 1x
 MROPE_IMAGES = [[1, 4, 6], [1, 6, 2]]
 MROPE_LAYERS = (("qwen2_vl_split", [2, 1, 1], False), ("qwen3_vl_interleaved", [2, 1, 1], True),
                 ("qwen3_5_interleaved_partial", [1, 1, 0], True, {"rotary_dim": 4}),
-                ("glm4v_split_partial", [1, 0, 1], False, {"rotary_dim": 4, "layout": "interleaved"}))
+                ("glm4v_split_partial", [1, 0, 1], False, {"rotary_dim": 4, "layout": "interleaved"}),
+                ("ernie4_5_vl_hw", [2, 1, 1], "hw", {"layout": "interleaved"}))
 """(label, mrope_section, interleaved[, the scheme's other keywords]) at d_model 16, 2 heads (head dim 8)."""
 
 
@@ -232,11 +233,19 @@ def _mrope_cases(grad: bool = False):
              ("qwen2_vl_split_d128", [16, 24, 24], False, "Qwen2-VL's section at head dim 128"),
              ("qwen3_vl_interleaved_d128", [24, 20, 20], True, "Qwen3-VL's section at head dim 128")]
     what = "dx = R^T dy, each pair rotated back by its angle" if grad else "x rotated in the half layout"
-    return [_case(label, f"{what}; angle of pair i = positions[stream(i)] * base^(-2i/D), {note}; positions of "
-                  "text, two images, text and two decoded tokens",
-                  {name: _grid(rng, (2, pos.shape[1], 2 * sum(section))), "positions": pos},
-                  {"mrope_section": section, "interleaved": inter, "base": 10000.0})
-            for label, section, inter, note in specs]
+    cases = [_case(label, f"{what}; angle of pair i = positions[stream(i)] * base^(-2i/D), {note}; positions of "
+                   "text, two images, text and two decoded tokens",
+                   {name: _grid(rng, (2, pos.shape[1], 2 * sum(section))), "positions": pos},
+                   {"mrope_section": section, "interleaved": inter, "base": 10000.0})
+             for label, section, inter, note in specs]
+    # ERNIE-4.5-VL, drawn after the cases above (each case keeps its values as the spec adds cases): H W H W H W T T
+    # in pairs (2i, 2i + 1).
+    what = "dx = R^T dy, each pair rotated back by its angle" if grad else "x rotated in the interleaved layout"
+    cases.append(_case("ernie4_5_vl_hw_d16", f"{what} (pairs (2i, 2i + 1)); angle of pair i = positions[stream(i)] * "
+                       "base^(-2i/D), interleaved 'hw' (ERNIE-4.5-VL): H W H W H W T T; positions of text, two "
+                       "images, text and two decoded tokens", {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
+                       {"mrope_section": [2, 3, 3], "interleaved": "hw", "base": 10000.0, "layout": "interleaved"}))
+    return cases
 
 
 def _mrope_run(inputs, params):
