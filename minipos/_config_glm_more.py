@@ -88,11 +88,13 @@ def _alias(c: _Config, key: str, alias: str) -> int:
     return c.int(alias) if c.has(alias) and not c.has(key) else c.int(key, required=True)
 
 
-class PatchNoPE(NoPE):
-    """NoPE called as the 2-D RoPE towers are, with positions ``(2, T)`` (rows, then columns), which it ignores: the
-    scheme of a vision tower whose attention has no position machinery (GLM-Image's)."""
-
-    position_streams = 2
+def _patch_nope() -> NoPE:
+    """A ``NoPE`` that a tower's layer calls, as the 2-D RoPE towers' layers are called, with positions ``(2, T)``
+    (rows, then columns): ``position_streams`` 2 (``minipos.seams.Scheme``'s hook) makes the layer take them, and NoPE
+    reads none of them. The scheme of a vision tower whose attention has no position machinery (GLM-Image's)."""
+    scheme = NoPE()
+    scheme.position_streams = 2
+    return scheme
 
 
 def _glm_image_vision(c):
@@ -116,7 +118,7 @@ def _glm_image_vision(c):
     table = (f"before this layer a learned position table ({side} x {side}, image_size // patch_size a side, "
              "bilinearly resampled to the image's grid) is added to the patch embeddings: the input seam, not "
              "modelled here")
-    specs = [LayerSpec(i, "full_attention", MultiHeadAttention, kwargs, PatchNoPE,
+    specs = [LayerSpec(i, "full_attention", MultiHeadAttention, kwargs, _patch_nope,
                        "NoPE (no rotation; positions (2, T) accepted and ignored)", (), (table,) if i == 0 else (),
                        causal=False) for i in range(_alias(c, "depth", "num_hidden_layers"))]
     notes = [("the tower's output is turned into image tokens by the VQ-VAE (vq_config), which has no attention: "
