@@ -55,9 +55,10 @@ def _glm_ocr_vision(c):
     eps = named_errors(c, lambda: check_float(c.get("rms_norm_eps"), "config['rms_norm_eps']", positive=True))
     specs = qwen_tower(c, "hidden_size")
     note = "q/k RMSNorm per head (q_norm, k_norm: weight w), before RoPE"
+    first = ("no learned position table before this layer (GLM-4V's is deleted): image_size bounds no position",)
     return [replace(s, cls=QKNormAttention, kwargs={**s.kwargs, "bias": bias, "norm_eps": eps},
-                    notes=(note,) + (() if bias else ("attention_bias false: no bias on qkv or proj",)))
-            for s in specs]
+                    notes=(note,) + (() if bias else ("attention_bias false: no bias on qkv or proj",))
+                    + (first if s.index == 0 else ())) for s in specs]
 
 
 _GLM_OCR_TEXT = {"hidden_size": 1024, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 8,

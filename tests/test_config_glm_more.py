@@ -55,7 +55,8 @@ def test_glm_ocr_vision_rows():
         assert (row["type"], row["heads"], row["mask"]) == ("full_attention", "16/16 x 64",
                                                             "bidirectional (causal=False)")
         assert row["position"].startswith("2-D RoPE qwen, theta 10000") and "merge_positions(h, w, 2)" in row["position"]
-        assert "q/k RMSNorm" in row["notes"] and "learned" not in row["notes"]     # GlmOcrVisionModel: del embeddings
+        assert "q/k RMSNorm" in row["notes"]
+    assert "no learned position table" in _rows(tower)[0]["notes"]             # GlmOcrVisionModel: del self.embeddings
     spec = tower.specs[0]
     assert spec.cls is QKNormAttention and spec.kwargs["norm_eps"] == 1e-5 and spec.kwargs["bias"]
     assert spec.no_bias == () and tower.layers[0].bo is not None               # proj has the bias, unlike GLM-4V's
