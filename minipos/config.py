@@ -102,6 +102,13 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
   ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
   decomposed relative positions, then a Qwen2 encoder) is named in a note
+- glm_ocr_text (glm_ocr): GLM-4.1V's split M-RoPE (pairs (2i, 2i + 1)), no biases, ``head_dim`` or the quotient;
+  vision_config (glm_ocr, glm5_next): ``.vision``: the Qwen towers' 2-D RoPE and order, q/k RMSNorm before RoPE,
+  ``attention_bias`` on ``qkv`` and ``proj``, no learned table
+- glm_image_text (glm_image): the same M-RoPE, half layout, ``attention_bias`` on q, k, v; vision_config: ``.vision``:
+  NoPE layers (bidirectional, biases on all four; the learned table before layer 0 and the VQ-VAE named in notes)
+- glm5_next (GLM-5.3-Flash): its decoder (KDA layers; MLA without RoPE behind a k-pool indexer) is refused, "not
+  supported yet"; its tower reads alone (``read(config["vision_config"])``)
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -127,6 +134,8 @@ from dataclasses import replace
 
 from . import safe_io
 from ._checks import check_float
+from ._config_glm_more import FAMILIES as GLM_FAMILIES
+from ._config_glm_more import TEXT_OF as GLM_TEXT_OF
 from ._config_mla import FAMILIES as MLA_FAMILIES
 from ._config_more import FAMILIES as MORE_FAMILIES_2
 from ._config_more import TEXT_OF as MORE_TEXT_OF_2
@@ -521,6 +530,8 @@ FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5,
 TEXT_OF.update(MORE_TEXT_OF)
 FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL
 TEXT_OF.update(MORE_TEXT_OF_2)
+FAMILIES.update(GLM_FAMILIES)                 # minipos._config_glm_more: GLM-OCR, GLM-Image (GLM-5.3-Flash refused)
+TEXT_OF.update(GLM_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read
