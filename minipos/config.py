@@ -5,7 +5,7 @@ transformers config object, read through its ``to_dict()``: minipos never import
 and returns a ``Model``: ``.layers``, one attention layer per decoder layer, built as the model
 builds it (heads, key/value heads, head dim, the scheme and its parameters, the window, the chunks,
 the sinks, the scale, the per-head q/k norms), ``.vision`` (the vision tower's attention layers,
-a ``Model`` of its own, for the towers with 2-D RoPE below; else ``None``) and ``.describe()``, the
+a ``Model`` of its own, for the towers named below, 2-D RoPE or, GLM-Image's, none; else ``None``) and ``.describe()``, the
 per-layer table (the tower's after the decoder's). Layers are built when first indexed, so reading the
 config of a 70B model allocates nothing; each is then an ordinary minipos layer, with random
 weights to be replaced by the checkpoint's (``wq``, ``wk``, ``wv``, ``wo`` and biases; the MLA
