@@ -611,6 +611,19 @@ def test_model_vectors_round_trip_and_a_changed_value_fails(tmp_path):
     assert len(vectors.check(str(out))) == 1
 
 
+def test_model_vectors_of_a_config_without_its_widths(tmp_path):
+    # A GLM-Image decoder config stating neither hidden_size nor head_dim: the class's 4096 / 32 = 128, rotary dim
+    # 64 with partial 0.5, whose 32 frequencies the sections [8, 12, 12] fill; the narrowed config keeps head dim 128.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "glm_image_text", "num_hidden_layers": 1, "rope_parameters": {
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}}))
+    out = tmp_path / "v"
+    assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+    assert vectors.check(str(out)) == []
+    doc = json.loads((out / "model_layers.json").read_text())
+    assert doc["cases"][0]["params"]["config"]["head_dim"] == 128
+
+
 def test_model_vectors_cover_the_vision_tower_bidirectionally(tmp_path):
     # Ministral 3's Pixtral tower: head dim 1024 / 16 = 64 kept, 2 heads in d_model 16, image 1540 / patch 14 =
     # 110 patches a side (Mistral3Config's vision_config), so the last position is (109, 109).

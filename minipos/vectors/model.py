@@ -43,13 +43,17 @@ BATCH, LENGTH, WIDTH = 2, 7, 16
 FLOAT32 = 1e-2   # positions reach the model's windows and original lengths (thousands): float32 angles err there
 
 
-def narrowed(text: dict, model_type: str) -> dict:
-    """The text config with its widths made small and every position setting kept (module docstring)."""
+def narrowed(text: dict, model_type: str, head_dim: int | None = None) -> dict:
+    """The text config with its widths made small and every position setting kept (module docstring).
+    head_dim: the head dim the reader built (its family's default width over its heads), kept when the
+    config states neither ``head_dim`` nor ``hidden_size``."""
     small = dict(text, model_type=model_type)
     heads = small.get("num_attention_heads") or 1
     kv = small.get("num_key_value_heads") or heads
-    if small.get("head_dim") is None and "kv_lora_rank" not in small and small.get("hidden_size"):
-        small["head_dim"] = small["hidden_size"] // heads                 # kept when the width shrinks
+    if small.get("head_dim") is None and "kv_lora_rank" not in small:
+        width = small["hidden_size"] // heads if small.get("hidden_size") else head_dim
+        if width:
+            small["head_dim"] = width                                      # kept when the width shrinks
     small.update(hidden_size=WIDTH, num_attention_heads=2, num_key_value_heads=1 if kv < heads else 2)
     for key in ("kv_lora_rank", "q_lora_rank"):
         if small.get(key):
@@ -83,7 +87,7 @@ def cases(config) -> list:
     model = model_config.read(config)
     if model.kind != "decoder":                    # a tower's own config (or SAM's memory attention): its layers only
         return _vision_cases(model) + ([] if model.vision is None else _vision_cases(model.vision))
-    small = narrowed(model.config, model.model_type)
+    small = narrowed(model.config, model.model_type, model.specs[0].kwargs.get("head_dim"))
     narrow = model_config.read(small)
     seen, out = set(), []
     for spec in narrow.specs:
