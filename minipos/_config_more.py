@@ -12,7 +12,7 @@ from dataclasses import replace
 from ._config_rope import axial_theta, dense_layers, layer_sizes, layer_types_of, rope_parameters
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
-from ._config_vision import VISION, VISION_OF, qwen_tower
+from ._config_vision import VISION, VISION_OF, qwen_tower, tower_kwargs
 from .axial import AxialRotary
 from .layer import MultiHeadAttention
 from .mrope import MRotary
@@ -92,20 +92,8 @@ def _kimi_k25_vision(c):
     row-major (``get_vision_position_ids(grid_thw, 1)``), each frame of a video the same grid again. Before layer 0 a
     learned ``pos_emb_height`` x ``pos_emb_width`` table, bicubically resampled to the grid, and for a video a
     sinusoidal table by frame are added to the patch embeddings: the input seam, named in a note."""
-    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
-    if d_model % heads:
-        raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
-    head_dim = d_model // heads
-    if c.has("head_dim") and c.data["head_dim"] != head_dim:          # HF's rotary would read it, its attention not
-        raise c.error(f"config['head_dim'] ({c.data['head_dim']!r}) differs from hidden_size // num_attention_heads "
-                      f"({head_dim}): transformers' vision rotary would take head_dim and its attention the quotient")
     theta = axial_theta(c, kinds=("axial",))
-    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": head_dim, "bias": True}
-    try:
-        MultiHeadAttention(scheme=AxialRotary(base=theta, layout="kimi"), **{**kwargs, "d_model": 1, "num_heads": 1,
-                                                                             "num_kv_heads": 1})
-    except (ValueError, TypeError) as err:
-        raise c.error(f"2-D RoPE of head dim {head_dim}: {err}") from None
+    kwargs = tower_kwargs(c, "hidden_size", c.int("num_attention_heads", required=True), theta, "kimi")
     position = (f"2-D RoPE kimi, theta {theta:g}; positions (2, T): rows, then columns, row-major "
                 "(axial_positions(h, w)), each frame of a clip the same grid")
     note = (f"before this layer a learned position table ({c.int('pos_emb_height', required=True)} x "
@@ -119,7 +107,7 @@ def _kimi_k25_vision(c):
 
 VISION.update({"kimi_k25_vision": Family(_kimi_k25_vision, {
     "hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "pos_emb_height": 64,
-    "pos_emb_width": 64, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}})})
+    "pos_emb_width": 64, "rope_theta": 10000.0})})
 VISION_OF.update({"kimi_k25": "kimi_k25_vision"})
 
 

@@ -208,24 +208,33 @@ def _qwen_window(c: _Config, merge: int) -> tuple:
     return blocks * merge, f"window_size {size} // {merge} // patch_size {patch} = {blocks} merged patches a side"
 
 
+def tower_kwargs(c: _Config, dim_key: str, heads: int, theta: float, layout: str) -> dict:
+    """A vision tower's ``MultiHeadAttention`` keywords (head dim ``c[dim_key] // heads``, no GQA, biases), checked:
+    a config ``head_dim`` other than the quotient (HF's rotary would read it, its attention not) and a head dim
+    2-D RoPE in ``layout`` cannot take raise, naming the key and the model type."""
+    d_model = c.int(dim_key, required=True)
+    if d_model % heads:
+        raise c.error(f"{dim_key} ({d_model}) is not a multiple of num_heads ({heads})")
+    head_dim = d_model // heads
+    if c.has("head_dim") and c.data["head_dim"] != head_dim:     # HF's rotary would read it, its attention not
+        raise c.error(f"config['head_dim'] ({c.data['head_dim']!r}) differs from {dim_key} // num_heads ({head_dim}): "
+                      "transformers' vision rotary would take head_dim and its attention the quotient")
+    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": head_dim, "bias": True}
+    try:
+        MultiHeadAttention(scheme=AxialRotary(base=theta, layout=layout), **{**kwargs, "d_model": 1, "num_heads": 1,
+                                                                             "num_kv_heads": 1})
+    except (ValueError, TypeError) as err:
+        raise c.error(f"2-D RoPE of head dim {head_dim}: {err}") from None
+    return kwargs
+
+
 def qwen_tower(c: _Config, dim_key: str, windows: bool = False, learned: bool = False) -> list:
     """A Qwen vision encoder's attention layers (HF ``VisionAttention``, ``Qwen2_5_VLVisionAttention``,
     ``Qwen3VLVisionAttention``): one ``qkv`` and one ``proj``, biases on all four, scale ``head_dim ** -0.5``, head
     dim ``dim // num_heads``, 2-D RoPE in the ``"qwen"`` layout, bidirectional, positions in merge blocks."""
-    d_model, heads = c.int(dim_key, required=True), _alias(c, "num_heads", "num_attention_heads")
-    if d_model % heads:
-        raise c.error(f"{dim_key} ({d_model}) is not a multiple of num_heads ({heads})")
-    head_dim, merge = d_model // heads, c.int("spatial_merge_size", required=True)
-    if c.has("head_dim") and c.data["head_dim"] != head_dim:     # HF's rotary would read it, its attention not
-        raise c.error(f"config['head_dim'] ({c.data['head_dim']!r}) differs from {dim_key} // num_heads ({head_dim}): "
-                      "transformers' vision rotary would take head_dim and its attention the quotient")
+    heads, merge = _alias(c, "num_heads", "num_attention_heads"), c.int("spatial_merge_size", required=True)
     theta = _qwen_theta(c)
-    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": head_dim, "bias": True}
-    try:
-        MultiHeadAttention(scheme=AxialRotary(base=theta, layout="qwen"), **{**kwargs, "d_model": 1, "num_heads": 1,
-                                                                             "num_kv_heads": 1})
-    except (ValueError, TypeError) as err:
-        raise c.error(f"2-D RoPE of head dim {head_dim}: {err}") from None
+    kwargs = tower_kwargs(c, dim_key, heads, theta, "qwen")
     full, window, how = set(), None, ""
     if windows:
         full, (window, how) = _fullatt_blocks(c), _qwen_window(c, merge)

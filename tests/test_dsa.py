@@ -97,12 +97,12 @@ def test_rotations_match_transformers_in_float64():
     np.testing.assert_allclose(got, _np(want), rtol=1e-13, atol=1e-13)
 
 
-@needs_torch
-def test_the_indexer_top_k_matches_transformers():
-    md, cfg, ix = _indexer()
-    rotary = md.DeepseekV32RotaryEmbedding(cfg)
+def _indexer_against(ix, rotary, layout, seed):
+    """An HF indexer's top-k (rows of 4 keys from 9, B = 2, x of width 32, q_resid 16, 3 heads of 16 with D_R = 8,
+    theta 100) against minipos's from its copied weights: q = heads(q_resid W_q), k = x W_k, RoPE on the first D_R
+    in ``layout``, scores, top-k. Returns minipos's scores."""
     B, T = 2, 9
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     x, q_resid = rng.standard_normal((B, T, 32)), rng.standard_normal((B, T, 16))
     pos = np.arange(T)
     causal = np.tril(np.ones((T, T), bool))
@@ -110,17 +110,23 @@ def test_the_indexer_top_k_matches_transformers():
         cos, sin = rotary(_t(x), _t(pos)[None].expand(B, T))
         want = _np(ix(_t(x), _t(q_resid), (cos.double(), sin.double()), torch.from_numpy(causal)[None].expand(B, T, T),
                       _t(pos)[None]))
-    # minipos, from the copied weights: q = heads(q_resid W_q), k = x W_k, RoPE on the first D_R, scores, top-k
     wq_b, wk, ww = (_np(m.weight).T for m in (ix.wq_b, ix.wk, ix.weights_proj))
-    q = (q_resid @ wq_b).reshape(B, T, 3, 16)
-    k = x @ wk
-    q = dsa.indexer_rope(q.transpose(0, 2, 1, 3), pos, rope_dim=8, base=100.0).transpose(0, 2, 1, 3)
-    k = dsa.indexer_rope(k, pos, rope_dim=8, base=100.0)
+    rot = {"rope_dim": 8, "base": 100.0, "layout": layout}
+    q = dsa.indexer_rope((q_resid @ wq_b).reshape(B, T, 3, 16).transpose(0, 2, 1, 3), pos, **rot).transpose(0, 2, 1, 3)
+    k = dsa.indexer_rope(x @ wk, pos, **rot)
     scores = dsa.index_scores(q, k, (x @ ww) * 3 ** -0.5, mask=causal)
     got = dsa.index_topk(scores, 4)
     for s in range(T):                                                  # rows with fewer than 4 keys: -inf ties
         n = min(4, s + 1)
         np.testing.assert_array_equal(np.sort(got[:, s, :n], -1), np.sort(want[:, s, :n], -1), err_msg=f"row {s}")
+    return scores
+
+
+@needs_torch
+def test_the_indexer_top_k_matches_transformers():
+    md, cfg, ix = _indexer()
+    half = _indexer_against(ix, md.DeepseekV32RotaryEmbedding(cfg), "half", 3)
+    assert np.isfinite(half).any()
 
 
 @needs_torch
@@ -135,32 +141,11 @@ def test_the_interleaved_indexer_matches_glm_moe_dsa():
     torch.manual_seed(0)
     ix = mg.GlmMoeDsaIndexer(cfg, 0).double().eval()
     ix.k_norm = torch.nn.Identity()                                      # a norm, not position machinery
-    rotary = mg.GlmMoeDsaRotaryEmbedding(cfg)
-    B, T = 2, 9
-    rng = np.random.default_rng(4)
-    x, q_resid = rng.standard_normal((B, T, 32)), rng.standard_normal((B, T, 16))
-    pos = np.arange(T)
-    causal = np.tril(np.ones((T, T), bool))
-    with torch.no_grad():
-        cos, sin = rotary(_t(x), _t(pos)[None].expand(B, T))
-        want = _np(ix(_t(x), _t(q_resid), (cos.double(), sin.double()), torch.from_numpy(causal)[None].expand(B, T, T),
-                      _t(pos)[None]))
-    wq_b, wk, ww = (_np(m.weight).T for m in (ix.wq_b, ix.wk, ix.weights_proj))
-    q = (q_resid @ wq_b).reshape(B, T, 3, 16)
-    k = x @ wk
-    rot = {"rope_dim": 8, "base": 100.0, "layout": "interleaved"}
-    q = dsa.indexer_rope(q.transpose(0, 2, 1, 3), pos, **rot).transpose(0, 2, 1, 3)
-    k = dsa.indexer_rope(k, pos, **rot)
-    scores = dsa.index_scores(q, k, (x @ ww) * 3 ** -0.5, mask=causal)
-    got = dsa.index_topk(scores, 4)
-    for s in range(T):
-        n = min(4, s + 1)
-        np.testing.assert_array_equal(np.sort(got[:, s, :n], -1), np.sort(want[:, s, :n], -1), err_msg=f"row {s}")
-    # the half layout (DeepSeek-V3.2's) picks other keys from the same weights
-    half = dsa.index_scores(dsa.indexer_rope((q_resid @ wq_b).reshape(B, T, 3, 16).transpose(0, 2, 1, 3), pos,
-                                             rope_dim=8, base=100.0).transpose(0, 2, 1, 3),
-                            dsa.indexer_rope(x @ wk, pos, rope_dim=8, base=100.0), (x @ ww) * 3 ** -0.5, mask=causal)
-    assert not np.allclose(half, scores)
+    scores = _indexer_against(ix, mg.GlmMoeDsaRotaryEmbedding(cfg), "interleaved", 4)
+    # the half layout (DeepSeek-V3.2's) fails against the same module: it picks other keys from the same weights
+    with pytest.raises(AssertionError):
+        _indexer_against(ix, mg.GlmMoeDsaRotaryEmbedding(cfg), "half", 4)
+    assert np.isfinite(scores).any()
 
 
 @pytest.mark.parametrize("call, exc, words", [
