@@ -98,6 +98,19 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
   ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
   decomposed relative positions, then a Qwen2 encoder) is named in a note
+- minimax_m3_vl_text (minimax_m3_vl): the full-attention layers (``spec.index`` their place; the block-sparse
+  "minimax_m3_sparse" layers in a note): RoPE half on ``int(head_dim * partial_rotary_factor)`` features (HF reads no
+  ``rotary_dim``: a note says so), GQA, q/k norm 1 + w; its 3-D vision RoPE tower is refused in a note
+- step3p5 (step3p7): RoPE half per layer type (its theta and partial factor), windows, the sliding layers' own heads,
+  scale ``query_pre_attn_scalar ** -0.5``, q/k norm 1 + w, each head's output gate (``gate="head"``); vision_config:
+  ``.vision``: the ``"qwen"`` layout on ``axial_positions(h, w)[::-1]`` (HF flips the ids), biases on all four
+- muse_glimmer_text (muse_glimmer): RoPE half, NoPE where ``layer_rope_theta`` is 0, windows, weightless q/k norm, scale
+  ``qk_scale_factor / sqrt(head_dim)``, the output gate per feature; vision_config (muse_glimmer, muse_spark, or alone):
+  ``.vision``: the ``"qwen"`` layout on ``merge_positions(h, w, 1, window=pos_emb_height)[::-1] + 1``, window layers
+  ``axial_window_mask``, biases on all four. Muse Spark's decoder (a per-head output norm) is refused
+- vision_config: dots3_note_vision_encoder (dots3_note; read alone, its MLA decoder refused): the Qwen towers' 2-D RoPE
+  and order, q/k norm (weight w), ``attention_bias`` on ``qkv`` and ``proj``
+- musicflamingo: its ``text_config`` (Qwen2's by default); the audio encoder and its rotary time embedding in a note
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -123,6 +136,8 @@ from dataclasses import replace
 
 from . import safe_io
 from ._checks import check_float
+from ._config_minimax_muse import FAMILIES as MUSE_FAMILIES
+from ._config_minimax_muse import TEXT_OF as MUSE_TEXT_OF
 from ._config_mla import FAMILIES as MLA_FAMILIES
 from ._config_more import FAMILIES as MORE_FAMILIES_2
 from ._config_more import TEXT_OF as MORE_TEXT_OF_2
@@ -517,6 +532,8 @@ FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5,
 TEXT_OF.update(MORE_TEXT_OF)
 FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL
 TEXT_OF.update(MORE_TEXT_OF_2)
+FAMILIES.update(MUSE_FAMILIES)                # minipos._config_minimax_muse: MiniMax M3, Step 3.7, Muse, Dots 3
+TEXT_OF.update(MUSE_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read
