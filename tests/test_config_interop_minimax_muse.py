@@ -17,14 +17,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from minipos import config as mconfig  # noqa: E402
-from minipos.axial import axial_positions, axial_window_mask, merge_positions  # noqa: E402
 from test_config_interop import SMALL, T, _float64_norm, _run_model  # noqa: E402
 from test_config_interop import _compare as compare_layers  # noqa: E402
 from test_config_interop import _copy as copy_decoder  # noqa: E402
-from test_config_interop_qwen_vision import _cfg  # noqa: E402
+from test_config_interop_qwen_vision import _cfg, _randomize  # noqa: E402
 from test_config_interop_qwen_vision import _copy as copy_qkv  # noqa: E402
-from test_config_interop_qwen_vision import _randomize  # noqa: E402
+
+from minipos import config as mconfig  # noqa: E402
+from minipos.axial import axial_positions, axial_window_mask, merge_positions  # noqa: E402
 
 ATOL = 1e-6
 H, W = 6, 10                             # the image: 6 x 10 patches
