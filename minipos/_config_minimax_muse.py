@@ -30,17 +30,18 @@ from .seams import NoPE
 
 NOT_YET.update({
     "minimax_m3_sparse": "MiniMax M3's block-sparse attention (each query attends only the key blocks its lightning "
-                         "indexer picks: index_topk_blocks blocks of index_block_size keys, ranked by max-pooled indexer "
-                         "scores, plus the index_local_blocks blocks up to its own), a mask minipos does not compute",
+                         "indexer picks: index_topk_blocks blocks of index_block_size keys, ranked by max-pooled "
+                         "indexer scores, plus the index_local_blocks blocks up to its own), a mask minipos does not "
+                         "compute",
     "minimax_m3_vl_vision": "MiniMax M3's 3-D vision RoPE (pairs (i, i + 3F) on the first 6F features, F = "
                             "(head_dim // 3) // 2: pair i turned by the frame for i < F, the row for F <= i < 2F, the "
                             "column for 2F <= i < 3F, each axis with its own f_j = base^(-j/F)), which neither "
                             "minipos.axial's 2-D layouts nor MRotary's shared frequencies give",
     "muse_spark_text": "Muse Spark's per-head output norm (o_norm: each head's attention output RMS-normed, without "
                        "weight, before the output gate; its vision tower is read alone: read(config['vision_config']))",
-    "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, k_rope_only_layernorm, "
-                       "before its interleaved rotation, each head's output gated by sigmoid(g_proj), and the "
-                       "indexed_attention layers' DSA indexer; its vision tower is read alone: "
+    "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, "
+                       "k_rope_only_layernorm, before its interleaved rotation, each head's output gated by "
+                       "sigmoid(g_proj), and the indexed_attention layers' DSA indexer; its vision tower is read alone: "
                        "read(config['vision_config']))",
 })
 
@@ -81,8 +82,8 @@ def _minimax_m3(c):
     notes = []
     if c.get("rotary_dim") != rotated:
         notes.append(f"rotary_dim {c.get('rotary_dim')} is not read: transformers 5.24 rotates int(head_dim * "
-                     f"rope_parameters['partial_rotary_factor']) = {rotated} features (MiniMaxM3VLRotaryEmbedding), and "
-                     "so does this reader")
+                     f"rope_parameters['partial_rotary_factor']) = {rotated} features (MiniMaxM3VLRotaryEmbedding), "
+                     "and so does this reader")
     if sparse:
         notes.append(f"layer{'s' * (len(sparse) > 1)} {', '.join(sparse)} {'are' if len(sparse) > 1 else 'is'} "
                      f"'minimax_m3_sparse': {NOT_YET['minimax_m3_sparse']}; not read "
@@ -118,7 +119,8 @@ def _step_rope(c: _Config, types: list) -> tuple:
     ``partial_rotary_factors`` (one per layer) at the type's first layer, ``rope_scaling`` added to "full_attention"."""
     found, notes = c.data.get("rope_parameters"), []
     if isinstance(found, dict) and all(isinstance(found.get(t), dict) for t in set(types)):
-        return _Config({**c.data, "rope_parameters": {t: found[t] for t in set(types)}}, c.model_type, c.defaults), notes
+        nested = {t: found[t] for t in set(types)}
+        return _Config({**c.data, "rope_parameters": nested}, c.model_type, c.defaults), notes
     if found:
         notes.append("rope_parameters is not per layer type, so Step3p7TextConfig rebuilds it from rope_theta and "
                      "partial_rotary_factors and ignores it; so does this reader")
@@ -173,9 +175,9 @@ def _step3p5(c):
     refuse_keys(c, ("use_bidirectional_attention",))
     gating = c.data.get("gating", True)
     if not (gating is True or gating == "per-head"):
-        raise c.error(f"config['gating'] = {gating!r}: Step3p7Attention builds a g_proj of num_heads * head_dim outputs "
-                      "then, whose gate does not broadcast against the heads (transformers raises); only true or "
-                      "'per-head' is read")
+        raise c.error(f"config['gating'] = {gating!r}: Step3p7Attention builds a g_proj of num_heads * head_dim "
+                      "outputs then, whose gate does not broadcast against the heads (transformers raises); only true "
+                      "or 'per-head' is read")
     types = _step_types(c)
     c, notes = _step_rope(c, types)
     heads, sizes = _step_heads(c, types), layer_sizes(c)
@@ -201,9 +203,9 @@ _STEP3P5 = {"hidden_size": 4096, "num_hidden_layers": 45, "num_attention_heads":
 def _step3p5_vision(c):
     """Step 3.7's vision encoder (HF ``Step3p7VisionAttention``): the Qwen towers' 2-D RoPE (``"qwen"`` layout over
     the whole head, f_j = base^(-4j/D) for both axes), q, k, v and ``out_proj`` with biases, head dim ``hidden_size //
-    num_attention_heads``, every layer full, bidirectional; the patches row-major, but HF's ``recomposition_frequencies``
-    flips the (row, column) ids (``freq.flip(1)``), so the first D/4 pairs turn by the column: positions
-    ``axial_positions(h, w)[::-1]``. The hub's ``width``, ``layers``, ``heads`` are its aliases of ``hidden_size``,
+    num_attention_heads``, every layer full, bidirectional; the patches row-major, but HF's
+    ``recomposition_frequencies`` flips the (row, column) ids (``freq.flip(1)``), so the first D/4 pairs turn by the
+    column: positions ``axial_positions(h, w)[::-1]``. The hub's ``width``, ``layers``, ``heads`` are its aliases of ``hidden_size``,
     ``num_hidden_layers``, ``num_attention_heads``; a learned table, bilinearly resampled, is added before layer 0."""
     data = dict(c.data)
     for alias, key in (("width", "hidden_size"), ("layers", "num_hidden_layers"), ("heads", "num_attention_heads")):
@@ -237,19 +239,26 @@ def _muse_glimmer(c):
     128), ``attention_bias`` on all four; q and k RMS-normed per head without weight, the query then times
     ``qk_scale_factor`` (here the scale, ``qk_scale_factor / sqrt(head_dim)``: RoPE is linear), and the heads' output
     times ``sigmoid(gate_proj(x))`` feature by feature. HF reads ``layer_rope_theta`` only as RoPE-or-NoPE: every RoPE
-    layer takes ``rope_parameters['rope_theta']``; a note says so where they differ."""
+    layer takes ``rope_parameters['rope_theta']``, on every feature (its default rotary reads no
+    ``partial_rotary_factor``); a note says so where they differ."""
     n = c.int("num_hidden_layers", required=True)
     nope = lambda i: (n - 1 - i) % 4 == 0                                  # noqa: E731  (the config class's rule)
     types = layer_types_of(c, lambda i: "full_attention" if nope(i) else "sliding_attention")
-    params, sizes = rope_parameters(c), layer_sizes(c)
+    params, sizes, notes = rope_parameters(c), layer_sizes(c), []
+    if "partial_rotary_factor" in params:                  # HF: not read by "default", a shape error for the others
+        if params["rope_type"] != "default":
+            raise c.error(f"config['rope_parameters']['partial_rotary_factor'] with rope_type {params['rope_type']!r}: "
+                          "MuseGlimmerTextAttention rotates every feature by cos and sin of head_dim * factor "
+                          "(transformers raises); only the default type, which ignores the factor, is read")
+        notes.append(f"partial_rotary_factor {params.pop('partial_rotary_factor'):g} is not read: transformers 5.24 "
+                     "rotates the whole head (MuseGlimmerTextRotaryEmbedding's default), and so does this reader")
     thetas = c.data.get("layer_rope_theta")
     if thetas is None:
         thetas = [0 if nope(i) else params["rope_theta"] for i in range(n)]
     if not isinstance(thetas, list) or len(thetas) != n:
         raise c.error(f"config['layer_rope_theta'] must hold one value per layer (num_hidden_layers = {n})")
     scale = float(c.get("qk_scale_factor")) / sizes["head_dim"] ** 0.5
-    bias = c.flag("attention_bias", False)
-    notes, specs = [], []
+    bias, specs = c.flag("attention_bias", False), []
     ignored = sorted({t for t in thetas if t and t != params["rope_theta"]})
     if ignored:
         notes.append(f"layer_rope_theta {ignored} is not read as a base: transformers 5.24 gives every RoPE layer "
@@ -279,9 +288,10 @@ def _muse_vision(c):
     head dim ``hidden_size // num_attention_heads``, bidirectional. HF flips the (row, column) ids and adds 1
     (``position_ids.flip(-1) + 1``), then holds the patches in Qwen2.5-VL's window order (``get_vision_window_index``,
     merge 1, windows of ``pos_emb_height`` patches a side): positions ``merge_positions(h, w, 1, window=W)[::-1] +
-    1``, the first D/4 pairs turned by the column. "window_attention" layers attend within their window
-    (``axial_window_mask`` of the 0-based positions), "full_attention" layers over the image; default: full every 4th
-    layer and the last. A learned ``pos_emb_height`` x ``pos_emb_width`` table is added before layer 0."""
+    1``, the first D/4 pairs turned by the column (the + 1 changes no output: each axis turns relatively).
+    "window_attention" layers attend within their window (``axial_window_mask`` of the 0-based positions),
+    "full_attention" layers over the image; default: full every 4th layer and the last. A learned
+    ``pos_emb_height`` x ``pos_emb_width`` table is added before layer 0."""
     n = c.int("num_hidden_layers", required=True)
     types = layer_types_of(c, lambda i: "full_attention" if (i + 1) % 4 == 0 or i == n - 1 else "window_attention",
                            allowed=("full_attention", "window_attention"))
@@ -295,9 +305,9 @@ def _muse_vision(c):
         notes = (f"pos_emb_height {W}: pass mask=axial_window_mask(merge_positions(h, w, 1, window={W}), {W}) (the "
                  "0-based positions) repeated to (B, T, T)",) if kind == "window_attention" else ()
         if s.index == 0:
-            notes += (f"before this layer a learned position table ({W} x {side_w}, bilinearly resampled by grid_sample, "
-                      "read at (column, row)) is added to the patch embeddings: the input seam, not RoPE, and not "
-                      "modelled here",)
+            notes += (f"before this layer a learned position table ({W} x {side_w}, bilinearly resampled by "
+                      "grid_sample, read at (column, row)) is added to the patch embeddings: the input seam, not "
+                      "RoPE, and not modelled here",)
         out.append(replace(s, layer_type=kind, position=position, notes=notes,
                            patch_window=W if kind == "window_attention" else None))
     return out
@@ -319,7 +329,8 @@ def _dots3_note_vision(c):
     num_attention_heads``, every layer full, bidirectional, no learned table. The hub's ``embed_dim``, ``num_heads``,
     ``use_bias`` are its aliases of ``hidden_size``, ``num_attention_heads``, ``attention_bias``."""
     data = dict(c.data)
-    for alias, key in (("embed_dim", "hidden_size"), ("num_heads", "num_attention_heads"), ("use_bias", "attention_bias")):
+    aliases = (("embed_dim", "hidden_size"), ("num_heads", "num_attention_heads"), ("use_bias", "attention_bias"))
+    for alias, key in aliases:
         if data.get(alias) is not None:
             data[key] = data[alias]                                     # Dots3NoteVisionConfig: the alias wins
     c = _Config(data, c.model_type, c.defaults)

@@ -151,11 +151,13 @@ def test_step3p5_hub_config_reads_as_transformers_builds_it():
            "head_dim": 8, "num_hidden_layers": 3, "num_nextn_predict_layers": 1, "sliding_window": 4,
            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
            "rope_theta": [100.0, 1000.0, 100.0, 1000.0], "partial_rotary_factors": [0.5, 1.0, 0.5, 1.0],
-           "attention_other_setting": {"num_attention_heads": 2}, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+           "attention_other_setting": {"num_attention_heads": 2},
+           "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
     cfg = _cfg(hf.Step3p7TextConfig, **{k: v for k, v in hub.items() if k != "model_type"})
     read = mconfig.read(hub)
     assert [s.layer_type for s in read.specs] == cfg.layer_types
-    assert [s.kwargs["num_heads"] for s in read.specs] == [cfg.per_layer_config[i].num_attention_heads for i in range(3)]
+    heads = [cfg.per_layer_config[i].num_attention_heads for i in range(3)]
+    assert [s.kwargs["num_heads"] for s in read.specs] == heads
     for s in read.specs:
         params = cfg.rope_parameters[s.layer_type]
         scheme = read.layers[s.index].scheme
@@ -227,6 +229,25 @@ def test_muse_glimmer_sliding_rope_and_full_nope_layers(bias):
     assert "[77.0]" in read.notes[0]
 
 
+def test_muse_glimmer_rotates_the_whole_head_whatever_partial_rotary_factor_says():
+    # MuseGlimmerTextRotaryEmbedding.compute_default_rope_parameters reads no partial_rotary_factor: head dim 8 gives
+    # 4 frequencies with a factor 0.5; with another rope_type the factor shrinks cos and transformers raises.
+    from transformers.models.muse_glimmer import modeling_muse_glimmer as hf
+    kw = {**SMALL, "head_dim": 8, "num_hidden_layers": 4, "sliding_window": 4}
+    cfg = _cfg(hf.MuseGlimmerTextConfig, **kw, rope_parameters={"rope_type": "default", "rope_theta": 100.0,
+                                                               "partial_rotary_factor": 0.5})
+    assert hf.MuseGlimmerTextRotaryEmbedding(cfg).inv_freq.shape[0] == 4
+    model, seen = _run_model(hf.MuseGlimmerTextModel, cfg)
+    read, _ = _compare_decoder(cfg, model, seen, gate="gate_proj")
+    assert "partial_rotary_factor 0.5 is not read" in read.notes[0]
+    linear = _cfg(hf.MuseGlimmerTextConfig, **kw, rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                  "rope_theta": 100.0, "partial_rotary_factor": 0.5})
+    with pytest.raises(RuntimeError):
+        hf.MuseGlimmerTextModel(linear)(inputs_embeds=torch.zeros(1, 3, 32))
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        mconfig.read(linear)
+
+
 def _muse_tower(module, **kw):
     cfg = _cfg(getattr(module, [n for n in dir(module) if n.endswith("VisionConfig")][0]), hidden_size=32,
                intermediate_size=8, num_attention_heads=2, num_hidden_layers=3, patch_size=2, pos_emb_height=4,
@@ -257,7 +278,8 @@ def test_muse_vision_tower_flipped_offset_positions_in_window_order(name):
         _copy_four(block.attn, layer, "proj")
         x, want = seen[i]
         m = mask if read.specs[i].patch_window else None
-        np.testing.assert_allclose(layer(x[None], positions=positions, mask=m, causal=False)[0], want, rtol=0, atol=ATOL)
+        got = layer(x[None], positions=positions, mask=m, causal=False)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
         assert np.max(np.abs(want)) > 0.1
         rows_first = layer(x[None], positions=positions[::-1], mask=m, causal=False)[0]
         assert np.max(np.abs(rows_first - want)) > 1e-3
@@ -297,12 +319,14 @@ def test_dots3_note_vision_tower(bias):
         _float64_norm(block.attn.k_norm)
     seen, hooks = _hook_towers([block.attn for block in tower.blocks])
     with torch.no_grad():
-        tower(torch.from_numpy(np.random.default_rng(0).standard_normal((H * W, 4))), grid_thw=torch.tensor([[1, H, W]]))
+        pixels = torch.from_numpy(np.random.default_rng(0).standard_normal((H * W, 4)))
+        tower(pixels, grid_thw=torch.tensor([[1, H, W]]))
     read, positions = mconfig.read(cfg), merge_positions(H, W, 2)
     for i, block in enumerate(tower.blocks):
         layer = read.layers[i]
         copy_qkv(block.attn, layer)
-        layer.q_norm, layer.k_norm = (getattr(block.attn, n).weight.detach().numpy().copy() for n in ("q_norm", "k_norm"))
+        layer.q_norm, layer.k_norm = (getattr(block.attn, n).weight.detach().numpy().copy()
+                                      for n in ("q_norm", "k_norm"))
         x, want = seen[i]
         np.testing.assert_allclose(layer(x[None], positions=positions, causal=False)[0], want, rtol=0, atol=ATOL)
         assert np.max(np.abs(want)) > 0.1

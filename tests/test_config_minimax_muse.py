@@ -130,7 +130,8 @@ def test_muse_vision_defaults_windows_and_full_layers():
 
 @pytest.mark.parametrize("config, key", [
     ({"model_type": "muse_glimmer_text", "num_hidden_layers": 4, "layer_rope_theta": [0, 1e4]}, "layer_rope_theta"),
-    ({"model_type": "muse_glimmer_vision", "num_hidden_layers": 1, "layer_types": ["sliding_attention"]}, "layer_types"),
+    ({"model_type": "muse_glimmer_vision", "num_hidden_layers": 1, "layer_types": ["sliding_attention"]},
+     "layer_types"),
     ({"model_type": "muse_spark_vision", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
 ])
 def test_muse_bad_configs_name_the_key(config, key):
