@@ -41,8 +41,8 @@ NOT_YET.update({
                        "weight, before the output gate; its vision tower is read alone: read(config['vision_config']))",
     "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, "
                        "k_rope_only_layernorm, before its interleaved rotation, each head's output gated by "
-                       "sigmoid(g_proj), and the indexed_attention layers' DSA indexer; its vision tower is read alone: "
-                       "read(config['vision_config']))",
+                       "sigmoid(g_proj), and the indexed_attention layers' DSA indexer; its vision tower is read "
+                       "alone: read(config['vision_config']))",
 })
 
 
@@ -205,16 +205,17 @@ def _step3p5_vision(c):
     the whole head, f_j = base^(-4j/D) for both axes), q, k, v and ``out_proj`` with biases, head dim ``hidden_size //
     num_attention_heads``, every layer full, bidirectional; the patches row-major, but HF's
     ``recomposition_frequencies`` flips the (row, column) ids (``freq.flip(1)``), so the first D/4 pairs turn by the
-    column: positions ``axial_positions(h, w)[::-1]``. The hub's ``width``, ``layers``, ``heads`` are its aliases of ``hidden_size``,
-    ``num_hidden_layers``, ``num_attention_heads``; a learned table, bilinearly resampled, is added before layer 0."""
+    column: positions ``axial_positions(h, w)[::-1]``. The hub's ``width``, ``layers``, ``heads`` are its aliases of
+    ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``; a learned table, bilinearly resampled, is added
+    before layer 0."""
     data = dict(c.data)
     for alias, key in (("width", "hidden_size"), ("layers", "num_hidden_layers"), ("heads", "num_attention_heads")):
         if data.get(alias) is not None:
             data[key] = data[alias]                                     # Step3p7VisionConfig: the alias wins
-    c = _Config({**data, "spatial_merge_size": 1}, c.model_type, c.defaults)
-    specs = qwen_tower(_Config({**c.data, "num_heads": c.int("num_attention_heads", required=True),
-                                "depth": c.int("num_hidden_layers", required=True)}, c.model_type, c.defaults),
-                       "hidden_size")
+    c = _Config(data, c.model_type, c.defaults)
+    names = {"spatial_merge_size": 1, "num_heads": c.int("num_attention_heads", required=True),
+             "depth": c.int("num_hidden_layers", required=True)}              # qwen_tower's names for HF's keys here
+    specs = qwen_tower(_Config({**data, **names}, c.model_type, c.defaults), "hidden_size")
     side = c.int("image_size", required=True) // c.int("patch_size", required=True)
     position = (f"2-D RoPE qwen, theta {specs[0].scheme().base:g}; positions (2, T): columns, then rows, the patches "
                 "row-major (axial_positions(h, w)[::-1]: HF flips its (row, column) ids)")
