@@ -109,6 +109,19 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   NoPE layers (bidirectional, biases on all four; the learned table before layer 0 and the VQ-VAE named in notes)
 - glm5_next (GLM-5.3-Flash): its decoder (KDA layers; MLA without RoPE behind a k-pool indexer) is refused, "not
   supported yet"; its tower reads alone (``read(config["vision_config"])``)
+- minimax_m3_vl_text (minimax_m3_vl): the full-attention layers (``spec.index`` their place; the block-sparse
+  "minimax_m3_sparse" layers in a note): RoPE half on ``int(head_dim * partial_rotary_factor)`` features (HF reads no
+  ``rotary_dim``: a note says so), GQA, q/k norm 1 + w; its 3-D vision RoPE tower is refused in a note
+- step3p5 (step3p7): RoPE half per layer type (its theta and partial factor), windows, the sliding layers' own heads,
+  scale ``query_pre_attn_scalar ** -0.5``, q/k norm 1 + w, each head's output gate (``gate="head"``); vision_config:
+  ``.vision``: the ``"qwen"`` layout on ``axial_positions(h, w)[::-1]`` (HF flips the ids), biases on all four
+- muse_glimmer_text (muse_glimmer): RoPE half, NoPE where ``layer_rope_theta`` is 0, windows, weightless q/k norm, scale
+  ``qk_scale_factor / sqrt(head_dim)``, the output gate per feature; vision_config (muse_glimmer, muse_spark, or alone):
+  ``.vision``: the ``"qwen"`` layout on ``merge_positions(h, w, 1, window=pos_emb_height)[::-1] + 1``, window layers
+  ``axial_window_mask``, biases on all four. Muse Spark's decoder (a per-head output norm) is refused
+- vision_config: dots3_note_vision_encoder (dots3_note; read alone, its MLA decoder refused): the Qwen towers' 2-D RoPE
+  and order, q/k norm (weight w), ``attention_bias`` on ``qkv`` and ``proj``
+- musicflamingo: its ``text_config`` (Qwen2's by default); the audio encoder and its rotary time embedding in a note
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -136,6 +149,8 @@ from . import safe_io
 from ._checks import check_float
 from ._config_glm_more import FAMILIES as GLM_FAMILIES
 from ._config_glm_more import TEXT_OF as GLM_TEXT_OF
+from ._config_minimax_muse import FAMILIES as MUSE_FAMILIES
+from ._config_minimax_muse import TEXT_OF as MUSE_TEXT_OF
 from ._config_mla import FAMILIES as MLA_FAMILIES
 from ._config_more import FAMILIES as MORE_FAMILIES_2
 from ._config_more import TEXT_OF as MORE_TEXT_OF_2
@@ -532,6 +547,8 @@ FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-
 TEXT_OF.update(MORE_TEXT_OF_2)
 FAMILIES.update(GLM_FAMILIES)                 # minipos._config_glm_more: GLM-OCR, GLM-Image (GLM-5.3-Flash refused)
 TEXT_OF.update(GLM_TEXT_OF)
+FAMILIES.update(MUSE_FAMILIES)                # minipos._config_minimax_muse: MiniMax M3, Step 3.7, Muse, Dots 3
+TEXT_OF.update(MUSE_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read
