@@ -98,6 +98,18 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
   ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
   decomposed relative positions, then a Qwen2 encoder) is named in a note
+- cohere_compass_text (cohere_compass): Cohere 2's layer with interleaved M-RoPE (half layout, default [24, 20, 20])
+  or NoPE per layer type (``rope_parameters`` nested; an entry null: NoPE), the window on sliding layers,
+  ``attention_bias`` on all four; vision_config: ``.vision``: Qwen3-VL's tower
+- qwen4_exp_text (qwen4_exp): the attention layers only (``spec.index``): Qwen3.5's layer, interleaved M-RoPE
+  (default [11, 11, 10], ``partial_rotary_factor`` default 1); the QSA indexer's picks (a mask), the delta nets and
+  the hyper-connections in notes; vision_config: ``.vision``: Qwen3-VL's tower. Here and in cohere_compass an
+  ``mrope_section`` not counting R/2 frequencies is read as HF assigns it, a note says so
+- mlcd_vision_model (alone): the Qwen towers' 2-D RoPE, patches row-major, biases; its class token's learned angles
+  are not read (a note); vision_config: lfm3_vl_vision (lfm3_vl): ``.vision``: the attention layers only
+  (``spec.index``), 2-D RoPE ``"qwen"``, ``merge_positions``, GQA, q/k norm (weight w); the convolutions in a note
+- inkling2_text (inkling2): refused, "not supported yet" (no RoPE: a relative bias mixed per token, convolutions on
+  k and v); qwen3_omni_moe_text takes HF's head dim, ``hidden_size // num_attention_heads`` floored
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -123,6 +135,8 @@ from dataclasses import replace
 
 from . import safe_io
 from ._checks import check_float
+from ._config_compass_qwen4 import FAMILIES as COMPASS_FAMILIES
+from ._config_compass_qwen4 import TEXT_OF as COMPASS_TEXT_OF
 from ._config_mla import FAMILIES as MLA_FAMILIES
 from ._config_more import FAMILIES as MORE_FAMILIES_2
 from ._config_more import TEXT_OF as MORE_TEXT_OF_2
@@ -517,6 +531,8 @@ FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5,
 TEXT_OF.update(MORE_TEXT_OF)
 FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL
 TEXT_OF.update(MORE_TEXT_OF_2)
+FAMILIES.update(COMPASS_FAMILIES)             # minipos._config_compass_qwen4: Cohere Compass, Qwen4-Exp, Qwen3-Omni
+TEXT_OF.update(COMPASS_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read
