@@ -291,7 +291,7 @@ def _lfm3_vl_vision(c):
     position = (f"2-D RoPE qwen, theta {theta:g}; positions (2, T): rows, then columns, in the tower's order "
                 f"(merge_positions(h, w, {merge})); each frame alone")
     make = lambda: AxialRotary(base=theta, layout="qwen")                     # noqa: E731
-    specs = [LayerSpec(i, "vision", QKNormAttention, kwargs, make, position, (), ("q/k RMSNorm per head (weight w)",),
+    specs = [LayerSpec(i, kind, QKNormAttention, kwargs, make, position, (), ("q/k RMSNorm per head (weight w)",),
                        causal=False) for i, kind in enumerate(types) if kind == "full_attention"]
     convs = [str(i) for i, kind in enumerate(types) if kind == "conv"]
     return specs, [f"layers {', '.join(convs)} are gated depthwise convolutions over each frame's patch grid "
