@@ -53,6 +53,13 @@ def _strip_interleaved_flag(params):
     return {k: v for k, v in params.items() if k != "mrope_interleaved"} if isinstance(params, dict) else params
 
 
+def _flag_note(params) -> tuple:
+    """A note for ``mrope_interleaved: false``, which says split M-RoPE where transformers interleaves."""
+    if isinstance(params, dict) and params.get("mrope_interleaved") is False:
+        return ("mrope_interleaved false is not read: transformers' rotary interleaves whatever it says",)
+    return ()
+
+
 def interleaved_mrope(c: _Config, params: dict, head_dim: int, default: list) -> tuple:
     """Interleaved M-RoPE from ``params`` (``rope_parameters``' result): ``(MRotary's keywords, the description,
     notes)``. ``rope_type`` "default" only; ``partial_rotary_factor`` (default 1) rotates the first ``int(head_dim *
@@ -132,7 +139,7 @@ def _cohere_compass(c):
                           "or null)")
         params = rope_parameters(_Config({**c.data, "rope_parameters": entry}, c.model_type, c.defaults))
         kw, position, mnotes = interleaved_mrope(c, params, head_dim, [24, 20, 20])
-        schemes[kind] = (lambda kw=kw: MRotary(**kw), position, mnotes)
+        schemes[kind] = (lambda kw=kw: MRotary(**kw), position, mnotes + _flag_note(found[kind]))
     sizes = {"d_model": c.int("hidden_size"), "num_heads": c.int("num_attention_heads"),
              "num_kv_heads": c.int("num_key_value_heads") or c.int("num_attention_heads"), "head_dim": head_dim}
     bias = c.flag("attention_bias", False)
@@ -216,6 +223,7 @@ def _qwen4_exp(c):
                          if k in c.data}}
     params = rope_parameters(_Config(data, c.model_type, c.defaults))
     rope, position, mnotes = interleaved_mrope(c, params, sizes["head_dim"], [11, 11, 10])
+    mnotes += _flag_note(c.data.get("rope_parameters")) or _flag_note(c.data.get("rope_scaling"))
     kwargs = {**sizes, "bias": c.flag("attention_bias", False), "norm_eps": float(c.get("rms_norm_eps")),
               "norm_offset": 1.0, "gate": "feature"}
     notes = ("q/k RMSNorm per head, weight 1 + w (norm_offset=1)",

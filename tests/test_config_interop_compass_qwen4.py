@@ -143,11 +143,13 @@ def test_cohere_compass_sliding_mrope_and_full_nope_layers(bias):
 
 def test_cohere_compass_default_section_on_a_small_head_as_hf_assigns_it():
     # No mrope_section: HF's [24, 20, 20] on head dim 64 // 4 = 16 (8 frequencies): height at 1, 4, 7, width at 2, 5,
-    # time at 0, 3, 6: read as [3, 3, 2], a note says so; 1-D positions (text alone) too.
-    rope = {"full_attention": {"rope_type": "default", "rope_theta": 100.0}}
+    # time at 0, 3, 6: read as [3, 3, 2], a note says so; 1-D positions (text alone) too. mrope_interleaved false
+    # changes nothing in HF (a note says so).
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": 100.0, "mrope_interleaved": False}}
     cfg = _compass(_compass_text(hidden_size=64, num_hidden_layers=1, rope_parameters=rope))
     read = mconfig.read(cfg)
-    assert read.layers[0].scheme.mrope_section == [3, 3, 2] and "[3, 3, 2]" in read.specs[0].notes[-1]
+    assert read.layers[0].scheme.mrope_section == [3, 3, 2] and "[3, 3, 2]" in read.specs[0].notes[0]
+    assert read.layers[0].scheme.interleaved and "mrope_interleaved false is not read" in read.specs[0].notes[1]
     positions = _streams(transformers.CohereCompassModel, cfg)
     for p in (positions, np.arange(positions.shape[1])):
         model, seen = _run_compass(cfg, p)
