@@ -132,14 +132,17 @@ def _cohere_compass(c):
         entry = _strip_interleaved_flag(found[kind])
         if entry is None:
             schemes[kind] = (lambda: NoPE(), f"NoPE (rope_parameters[{kind!r}] is null); positions (T,): the "
-                                                      "sequence order, not the M-RoPE streams", ())
+                             "sequence order, not the M-RoPE streams", ())
             continue
         if not isinstance(entry, dict) or entry.get("rope_theta") is None:
             raise c.error(f"config['rope_parameters'][{kind!r}]['rope_theta'] is required (a dict with rope_theta, "
                           "or null)")
         params = rope_parameters(_Config({**c.data, "rope_parameters": entry}, c.model_type, c.defaults))
+        unread = ()
+        if params.pop("partial_rotary_factor", None) is not None:       # HF's default rope: dim = head_dim
+            unread = ("partial_rotary_factor is not read: CohereCompassRotaryEmbedding turns the whole head",)
         kw, position, mnotes = interleaved_mrope(c, params, head_dim, [24, 20, 20])
-        schemes[kind] = (lambda kw=kw: MRotary(**kw), position, mnotes + _flag_note(found[kind]))
+        schemes[kind] = (lambda kw=kw: MRotary(**kw), position, mnotes + _flag_note(found[kind]) + unread)
     sizes = {"d_model": c.int("hidden_size"), "num_heads": c.int("num_attention_heads"),
              "num_kv_heads": c.int("num_key_value_heads") or c.int("num_attention_heads"), "head_dim": head_dim}
     bias = c.flag("attention_bias", False)

@@ -59,6 +59,15 @@ def test_cohere_compass_defaults_and_dangling_rope_keys():
     assert m.vision is None
 
 
+def test_cohere_compass_ignores_partial_rotary_factor_as_hf_does():
+    # CohereCompassRotaryEmbedding.compute_default_rope_parameters: dim = head_dim, whatever partial_rotary_factor says.
+    rope = {"sliding_attention": {**MROPE, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5},
+            "full_attention": None}
+    m = mconfig.read({**COMPASS, "rope_parameters": rope})
+    assert m.layers[0].scheme.rotary_dim == 16 and m.layers[0].scheme.mrope_section == [6, 1, 1]
+    assert any("partial_rotary_factor is not read" in n for n in m.specs[0].notes)
+
+
 def test_cohere_compass_tower_and_its_renamed_model_type():
     # CohereCompassConfig.__post_init__: a vision_config of model_type "cohere_compass" is the tower.
     m = mconfig.read({"model_type": "cohere_compass", "text_config": COMPASS,

@@ -158,6 +158,21 @@ def test_cohere_compass_default_section_on_a_small_head_as_hf_assigns_it():
         np.testing.assert_allclose(layer(seen[0][0], positions=p, causal=True), seen[0][1], rtol=0, atol=ATOL)
 
 
+def test_cohere_compass_turns_the_whole_head_whatever_partial_rotary_factor_says():
+    # CohereCompassRotaryEmbedding.compute_default_rope_parameters takes dim = head_dim: [2, 1, 1] with
+    # partial_rotary_factor 0.5 turns all 8 features, its 4 frequencies assigned [2, 1, 1].
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [2, 1, 1],
+                               "partial_rotary_factor": 0.5}}
+    cfg = _compass(_compass_text(num_hidden_layers=1, rope_parameters=rope))
+    read = mconfig.read(cfg)
+    assert read.layers[0].scheme.rotary_dim == 8 and "partial_rotary_factor is not read" in read.specs[0].notes[-1]
+    positions = _streams(transformers.CohereCompassModel, cfg)
+    model, seen = _run_compass(cfg, positions)
+    layer = read.layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    np.testing.assert_allclose(layer(seen[0][0], positions=positions, causal=True), seen[0][1], rtol=0, atol=ATOL)
+
+
 def test_cohere_compass_vision_tower_is_qwen3_vls():
     from transformers.models.cohere_compass import modeling_cohere_compass as hf
     cfg = _cfg(hf.CohereCompassVisionConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8,
