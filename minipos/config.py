@@ -122,6 +122,18 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - vision_config: dots3_note_vision_encoder (dots3_note; read alone, its MLA decoder refused): the Qwen towers' 2-D RoPE
   and order, q/k norm (weight w), ``attention_bias`` on ``qkv`` and ``proj``
 - musicflamingo: its ``text_config`` (Qwen2's by default); the audio encoder and its rotary time embedding in a note
+- cohere_compass_text (cohere_compass): Cohere 2's layer with interleaved M-RoPE (half layout, default [24, 20, 20])
+  or NoPE per layer type (``rope_parameters`` nested; an entry null: NoPE), the window on sliding layers,
+  ``attention_bias`` on all four; vision_config: ``.vision``: Qwen3-VL's tower
+- qwen4_exp_text (qwen4_exp): the attention layers only (``spec.index``): Qwen3.5's layer, interleaved M-RoPE
+  (default [11, 11, 10], ``partial_rotary_factor`` default 1); the QSA indexer's picks (a mask), the delta nets and
+  the hyper-connections in notes; vision_config: ``.vision``: Qwen3-VL's tower. Here and in cohere_compass an
+  ``mrope_section`` not counting R/2 frequencies is read as HF assigns it, a note says so
+- mlcd_vision_model (alone): the Qwen towers' 2-D RoPE, patches row-major, biases; its class token's learned angles
+  are not read (a note); vision_config: lfm3_vl_vision (lfm3_vl): ``.vision``: the attention layers only
+  (``spec.index``), 2-D RoPE ``"qwen"``, ``merge_positions``, GQA, q/k norm (weight w); the convolutions in a note
+- inkling2_text (inkling2): refused, "not supported yet" (no RoPE: a relative bias mixed per token, convolutions on
+  k and v); qwen3_omni_moe_text takes HF's head dim, ``hidden_size // num_attention_heads`` floored
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -147,6 +159,8 @@ from dataclasses import replace
 
 from . import safe_io
 from ._checks import check_float
+from ._config_compass_qwen4 import FAMILIES as COMPASS_FAMILIES
+from ._config_compass_qwen4 import TEXT_OF as COMPASS_TEXT_OF
 from ._config_glm_more import FAMILIES as GLM_FAMILIES
 from ._config_glm_more import TEXT_OF as GLM_TEXT_OF
 from ._config_minimax_muse import FAMILIES as MUSE_FAMILIES
@@ -549,6 +563,8 @@ FAMILIES.update(GLM_FAMILIES)                 # minipos._config_glm_more: GLM-OC
 TEXT_OF.update(GLM_TEXT_OF)
 FAMILIES.update(MUSE_FAMILIES)                # minipos._config_minimax_muse: MiniMax M3, Step 3.7, Muse, Dots 3
 TEXT_OF.update(MUSE_TEXT_OF)
+FAMILIES.update(COMPASS_FAMILIES)             # minipos._config_compass_qwen4: Cohere Compass, Qwen4-Exp, Qwen3-Omni
+TEXT_OF.update(COMPASS_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read

@@ -173,8 +173,8 @@ def test_omni_thinkers_read_as_the_decoders_they_copy():
 @pytest.mark.parametrize("config, match", [
     ({"model_type": "qwen2_5_omni"}, "qwen2_5_omni.*thinker_config.*required"),
     ({"model_type": "qwen3_omni_moe", "thinker_config": "x"}, "qwen3_omni_moe.*thinker_config.*required"),
-    # Qwen3OmniMoeTextConfig's defaults: hidden_size 2048, 28 heads, no head_dim: 2048 / 28 is no integer.
-    ({"model_type": "qwen3_omni_moe", "thinker_config": {"text_config": {}}}, "not a multiple.*give head_dim"),
+    # Qwen3OmniMoeTextConfig's defaults: hidden_size 2048, 28 heads, no head_dim: the attention's 2048 // 28 is odd.
+    ({"model_type": "qwen3_omni_moe", "thinker_config": {"text_config": {}}}, "2048 // 28 = 73, odd.*give head_dim"),
     (_omni(rope_parameters={"rope_theta": 1e6, "mrope_section": [4, 2, 1]}), "mrope_section"),
     (_omni(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 2.0}), "M-RoPE.*'yarn'"),
     ({"model_type": "qwen2_5_omni_vision_encoder", "window_size": 16}, "window_size.*is 0"),     # 16 // 2 // 14
