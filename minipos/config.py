@@ -144,8 +144,9 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (Gemma 3n's machinery) raise ``ValueError``
-saying "not supported yet" (DiffusionGemma's block-diffusion decoder too); a vision tower the list above
+minipos does not have yet (Gemma 3n's machinery; the decoders of DiffusionGemma, GLM-5.3-Flash, Muse Spark,
+Dots 3 Note and Inkling 2; MiniMax M3's 3-D vision RoPE) raise ``ValueError`` saying "not supported yet",
+naming what is missing; a vision tower the list above
 does not name is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).
 """
