@@ -1,9 +1,9 @@
 """More multimodal families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
 ``minipos._config_rope``: PaddleOCR-VL (its decoder and its vision tower), DeepSeek-OCR-2's decoder, Kimi K2.5's
 (DeepSeek-V3's) and its vision tower, VideoLLaMA 3 (its text_config's decoder, its vision tower), ERNIE-4.5-VL (its
-decoder and its vision tower). Its towers are registered in ``VISION`` and ``VISION_OF``, its decoders returned in
-``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states the
-contract."""
+decoder and its vision tower), EXAONE 4.5's vision tower. Its towers are registered in ``VISION`` and
+``VISION_OF``, its decoders returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge.
+``minipos.config``'s module docstring states the contract."""
 
 from __future__ import annotations
 
@@ -129,6 +129,26 @@ def _video_llama_3_vision(c):
 VISION.update({"video_llama_3_vision": Family(_video_llama_3_vision, {
     "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16, "rope_theta": 10000.0})})
 VISION_OF.update({"video_llama_3": "video_llama_3_vision"})
+
+# --------------------------------------------------------------------------- EXAONE 4.5's tower
+
+def _exaone4_5_vision(c):
+    """EXAONE 4.5's vision encoder (HF ``Exaone4_5_VisionAttention`` in ``Exaone4_5_VisionModel``): Qwen2.5-VL's
+    tower (2-D RoPE in the ``"qwen"`` layout, the patches permuted into window order, window layers and the full
+    ones of ``fullatt_block_indexes``, biases on all four) with grouped keys and values: one ``qkv`` Linear of
+    ``num_heads`` query heads and ``num_key_value_heads`` key and value heads."""
+    specs = qwen_tower(c, "hidden_size", windows=True)
+    heads, kv = specs[0].kwargs["num_heads"], c.int("num_key_value_heads", required=True)
+    if kv < 1 or heads % kv:
+        raise c.error(f"num_key_value_heads ({kv}) must divide num_heads ({heads})")
+    return [replace(s, kwargs={**s.kwargs, "num_kv_heads": kv}) for s in specs]
+
+
+VISION.update({"exaone4_5_vision": Family(_exaone4_5_vision, {
+    "hidden_size": 3584, "depth": 32, "num_heads": 16, "num_key_value_heads": 8, "patch_size": 14,
+    "spatial_merge_size": 2, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31], "rope_theta": 10000.0})})
+VISION_OF.update({"exaone4_5": "exaone4_5_vision"})
+
 
 # --------------------------------------------------------------------------- ERNIE-4.5-VL
 

@@ -35,6 +35,8 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - cohere2: sliding layers: interleaved RoPE and a window; full layers: NoPE
 - exaone4: sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE without ``sliding_window``);
   per-head q/k RMSNorm
+- exaone4_5: its ``text_config``, EXAONE 4's; vision_config: ``.vision``: Qwen2.5-VL's tower (window order, window
+  and full layers) with ``num_key_value_heads`` key/value heads
 - smollm3: NoPE every ``no_rope_layers[i] == 0`` layer, RoPE elsewhere
 - llama4_text (llama4): iRoPE: chunked RoPE layers (interleaved, with the L2 q/k norm) and NoPE layers with
   the attention temperature

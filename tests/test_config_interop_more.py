@@ -136,6 +136,33 @@ def test_ernie4_5_vl_bad_configs_name_the_key(change, key):
     assert "ernie4_5_vl_moe_text" in str(err.value)
 
 
+# --------------------------------------------------------------------------- EXAONE 4.5's tower
+
+def test_exaone4_5_vision_tower_windows_and_grouped_keys():
+    # Exaone4_5_VisionModel: Qwen2.5-VL's tower (window order, window layers, fullatt_block_indexes) with one qkv
+    # Linear of 2 query heads and 1 key/value head (rows [q | k | v] of sizes 32, 16, 16).
+    from test_config_interop_qwen_vision import H as QH, MERGE, TOWER, W as QW, _compare as compare_tower, _run_tower
+    from transformers.models.exaone4_5 import modeling_exaone4_5 as hf
+
+    def copy(ref, layer):
+        w, b = ref.qkv.weight.detach().numpy(), ref.qkv.bias.detach().numpy()
+        for n, rows in zip("qkv", (slice(0, 32), slice(32, 48), slice(48, 64))):
+            setattr(layer, "w" + n, w[rows].T.copy())
+            setattr(layer, "b" + n, b[rows].copy())
+        layer.wo, layer.bo = ref.proj.weight.detach().numpy().T.copy(), ref.proj.bias.detach().numpy().copy()
+    cfg = _cfg(hf.Exaone4_5_VisionConfig, hidden_size=32, out_hidden_size=8, intermediate_size=8, window_size=8,
+               fullatt_block_indexes=[1], num_key_value_heads=1, **TOWER)
+    tower, seen = _run_tower(hf.Exaone4_5_VisionModel, cfg)
+    model = mconfig.read(cfg)
+    assert model.specs[0].kwargs["num_kv_heads"] == 1
+    kinds = compare_tower(model, tower, seen, merge_positions(QH, QW, MERGE, window=4), window=4, copy=copy)
+    assert kinds == ["window_attention", "full_attention", "window_attention"]
+    whole = mconfig.read(transformers.Exaone4_5_Config(vision_config=cfg.to_dict()).to_dict())
+    assert whole.vision.model_type == "exaone4_5_vision" and whole.vision.specs[1].layer_type == "full_attention"
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        mconfig.read({**cfg.to_dict(), "num_key_value_heads": 3})
+
+
 # --------------------------------------------------------------------------- PaddleOCR-VL
 
 def _paddle_text(**kw):
