@@ -35,6 +35,7 @@ import numpy as np
 from minipos import terminal
 from minipos.terminal import plain
 
+from . import corpus
 from . import record as records
 from . import schemes as scheme_specs
 from .model import ACTIVATIONS, Model
@@ -323,6 +324,8 @@ def check_runs(base: Settings, lists: dict) -> None:
     head size only there)."""
     for name in lists["tasks"]:
         s = replace(base, task=name)
+        if name == "prose" and corpus.prose_missing() is not None:
+            continue                                # check_prepared names it, after every flag is checked
         if name == "markov" and (s.order > 20 or s.vocab ** s.order > 1 << 20):           # before building it
             raise UsageError(f"--vocab {s.vocab} --order {s.order}: a Markov source has vocab**order contexts, "
                              f"at most 2**20")
@@ -342,6 +345,16 @@ def check_runs(base: Settings, lists: dict) -> None:
                 for n in base.lengths():
                     _build(f"RoPE's {kind} extension at length {n}", scheme_specs.build,
                            scheme_specs.extension_spec(kind, base.length, n / base.length))
+
+
+def check_prepared(lists: dict) -> None:
+    """Refuse a run of the prose task before its corpus is prepared, naming the command that prepares it (made
+    after the flags' checks, so that a mistake in a flag is reported first; ``--print-commands`` runs nothing and
+    needs no corpus)."""
+    missing = corpus.prose_missing() if "prose" in lists["tasks"] else None
+    if missing is not None:
+        raise UsageError(f"--tasks prose: the prose corpus is not prepared ({missing} is missing): python -m "
+                         "lab.corpus fetch")
 
 
 def check_out(out: Path) -> None:
@@ -382,7 +395,15 @@ def plan(args) -> tuple[Settings, dict, Path]:
             raise UsageError(f"--out {out}: holds no records (<task>-<scheme>-s<seed>.json) to summarize")
     else:
         check_runs(base, lists)
+    made = [d for d in (out, *out.parents) if not d.exists()]          # the folders check_out makes, deepest first
     check_out(out)
+    if not args.summarize and not args.print_commands:
+        try:
+            check_prepared(lists)
+        except UsageError:
+            for folder in made:                                          # refused: leave no folder behind
+                folder.rmdir()
+            raise
     return base, lists, out
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from minipos import terminal
 
 __all__ = ["PACKAGE", "VERSION", "SHA256", "HOLDOUT_EVERY", "ORIGIN", "files", "load", "PROSE", "data_dir",
-           "fetch_prose", "load_prose", "CORPORA", "main"]
+           "fetch_prose", "prose_missing", "load_prose", "CORPORA", "main"]
 
 PACKAGE, VERSION = "sympy", "1.14.0"
 SHA256 = "5459d1a3880c29c26a38fff02d4c513e5f03a66d64b231c7e7e1cd0547efa7b7"
@@ -186,6 +186,13 @@ def fetch_prose(deb: str | None = None, *, log=print) -> Path:
         os.replace(tmp, target)
     log(f"the prose corpus ({sum(len(t.encode()) for t in novels.values())} bytes, sha256 {text_digest}) is in {folder}")
     return folder
+
+
+def prose_missing() -> Path | None:
+    """The first novel file of the prose corpus that is not there (``python -m lab.corpus fetch`` writes them), or
+    None when every one is: a check of presence only, which ``load_prose`` completes with the hash."""
+    folder = _prose_dir()
+    return next((folder / f"{name}.txt" for name in PROSE["novels"] if not (folder / f"{name}.txt").is_file()), None)
 
 
 def load_prose() -> dict:

@@ -335,6 +335,20 @@ def test_a_mistake_is_a_one_line_usage_error_before_any_work(cli, files, capsys,
     assert not (files / "out").exists() and not Path("/proc/lab-out").exists()   # nothing made before refusing
 
 
+def test_without_the_prose_corpus_flags_are_checked_first_and_nothing_is_made(cli, files, capsys, monkeypatch):
+    # A machine where `python -m lab.corpus fetch` has not run: a mistake in a flag is still the error; a sound
+    # command line names the fetch command and leaves no --out folder; --print-commands needs no corpus.
+    monkeypatch.setenv("MINIPOS_LAB_DATA", str(files / "no-corpus"))
+    line = _usage_error(cli, ["--d-model", "30", "--out", str(files / "out")], capsys)
+    assert "d_model (30) must be divisible by num_heads (4)" in line
+    line = _usage_error(cli, ["--schemes", "alibi", "--out", str(files / "out" / "deeper")], capsys)
+    assert "--tasks prose: the prose corpus is not prepared" in line and "python -m lab.corpus fetch" in line
+    assert not (files / "out").exists()
+    assert cli.main(["--print-commands", "--schemes", "alibi", "--tasks", "prose", "--seeds", "0",
+                     "--out", str(files / "records")]) == 0
+    assert "--tasks prose" in capsys.readouterr().out
+
+
 def _numeric_settings():
     from dataclasses import fields
 
@@ -421,7 +435,7 @@ def test_a_run_that_fails_or_is_interrupted_ends_in_one_line(cli, monkeypatch, t
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "run_one", interrupt)
-    assert cli.main(["--schemes", "alibi", "--out", str(tmp_path), "--jobs", "1"]) == 130
+    assert cli.main(["--schemes", "alibi", "--tasks", "markov,retrieval", "--out", str(tmp_path), "--jobs", "1"]) == 130
     assert capsys.readouterr().err == f"python -m lab: interrupted; the 0 records written stand in {tmp_path}/\n"
 
 
