@@ -25,10 +25,11 @@ from ._config_rope import (
 from ._config_towers import FAMILIES as TOWER_FAMILIES
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
-from ._config_vision import VISION, VISION_OF, qwen3_vl, qwen_tower
+from ._config_vision import (VISION, VISION_OF, hf_interleaved_section, interleaved_section_note, qwen3_vl,
+                             qwen_tower)
 from .axial import AxialRotary
 from .layer import MultiHeadAttention
-from .mrope import MRotary, check_section
+from .mrope import MRotary
 from .qk_norm import QKNormAttention
 from .seams import NoPE
 
@@ -36,17 +37,6 @@ __all__ = ["FAMILIES", "TEXT_OF"]
 
 
 # --------------------------------------------------------------------------- interleaved M-RoPE, as HF assigns it
-
-def hf_interleaved_section(section, half: int) -> list:
-    """The frequencies each stream gets from HF's interleaving of ``half`` frequencies (``[n_t, n_h, n_w]``): height
-    at ``i % 3 == 1, i < 3 n_h``, width at ``i % 3 == 2, i < 3 n_w``, temporal the rest (``freqs[..., slice(1, 3
-    n_h, 3)] = ...`` in ``recomposition_frequencies``). Equal to ``section`` when it counts ``half`` frequencies and
-    its temporal count is the largest."""
-    _, n_h, n_w = check_section(section)
-    h = len(range(1, min(half, 3 * n_h), 3))
-    w = len(range(2, min(half, 3 * n_w), 3))
-    return [half - h - w, h, w]
-
 
 def _strip_interleaved_flag(params):
     # HF's rotaries here never read mrope_interleaved: they always interleave.
@@ -79,10 +69,7 @@ def interleaved_mrope(c: _Config, params: dict, head_dim: int, default: list) ->
         MultiHeadAttention(scheme=MRotary(**kw), d_model=1, num_heads=1, num_kv_heads=1, head_dim=head_dim)
     except (ValueError, TypeError) as err:
         raise c.error(f"rope_parameters (mrope_section, partial_rotary_factor): {err}") from None
-    notes = () if section == given else (
-        f"mrope_section {given} counts {sum(given)} frequencies, the rotary has {R // 2}: transformers gives height "
-        f"the i % 3 == 1 below {3 * given[1]}, width the i % 3 == 2 below {3 * given[2]} and time the rest, "
-        f"{section}, which is what is read",)
+    notes = interleaved_section_note(given, section, R // 2)
     position = (f"M-RoPE half, interleaved (T H W T H W ...), theta {params['rope_theta']:g}, sections {section} "
                 f"(t, h, w)" + (f", on the first {R} of {head_dim} features" if R != head_dim else "")
                 + "; positions (3, T)")

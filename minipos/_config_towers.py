@@ -11,7 +11,8 @@ from dataclasses import replace
 from ._config_rope import layer_sizes, layer_types_of, rope_parameters
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
-from ._config_vision import VISION, VISION_OF, qwen2_vl, qwen3_vl, qwen_tower
+from ._config_vision import (VISION, VISION_OF, hf_interleaved_section, interleaved_section_note, qwen2_vl,
+                             qwen3_vl, qwen_tower)
 from .layer import MultiHeadAttention
 from .mrope import MRotary
 from .qk_norm import QKNormAttention
@@ -21,8 +22,9 @@ from .qk_norm import QKNormAttention
 def _qwen3_5_rope(c: _Config) -> tuple:
     """What Qwen3.5's attention does with positions, read and checked (HF ``Qwen3_5TextRotaryEmbedding``):
     interleaved M-RoPE (section default [11, 11, 10], whatever ``mrope_interleaved`` says) on the first
-    ``int(head_dim * partial_rotary_factor)`` features, half layout; the rest pass through. ``(MRotary's keyword
-    arguments, the description)``."""
+    ``int(head_dim * partial_rotary_factor)`` features, half layout; the rest pass through; a section HF reads as
+    another (``hf_interleaved_section``) is read as HF reads it. ``(MRotary's keyword arguments, the description,
+    notes)``."""
     data = dict(c.data)
     given = [d for d in (data.get("rope_parameters"), data.get("rope_scaling")) if isinstance(d, dict)]
     if not any("partial_rotary_factor" in d for d in given) and data.get("partial_rotary_factor") is None:
@@ -37,15 +39,17 @@ def _qwen3_5_rope(c: _Config) -> tuple:
         raise c.error(f"Qwen3.5's M-RoPE with rope_type {params['rope_type']!r} and rope_parameters {sorted(extra)}: "
                       "minipos' MRotary takes mrope_section, partial_rotary_factor and rope_theta only")
     sizes = layer_sizes(c)
-    section, theta = list(params.get("mrope_section") or [11, 11, 10]), params["rope_theta"]   # HF's default
+    given, theta = list(params.get("mrope_section") or [11, 11, 10]), params["rope_theta"]   # HF's default
     R = int(sizes["head_dim"] * params.get("partial_rotary_factor", 1.0))                   # HF: int(head_dim * p)
-    kw = {"mrope_section": section, "base": theta, "interleaved": True, "rotary_dim": R}
     try:
+        section = hf_interleaved_section(given, R // 2)                   # as HF assigns it (a note if not given)
+        kw = {"mrope_section": section, "base": theta, "interleaved": True, "rotary_dim": R}
         MultiHeadAttention(scheme=MRotary(**kw), **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
     except (ValueError, TypeError) as err:
         raise c.error(f"rope_parameters (mrope_section, partial_rotary_factor): {err}") from None
     return kw, (f"M-RoPE half, interleaved (T H W T H W ...), theta {theta:g}, sections {section} (t, h, w), on the "
-                f"first {R} of {sizes['head_dim']} features; positions (3, T)")
+                f"first {R} of {sizes['head_dim']} features; positions (3, T)"), \
+        interleaved_section_note(given, section, R // 2)
 
 
 def qwen3_5(c):
@@ -64,11 +68,11 @@ def qwen3_5(c):
         raise c.error(f"config['full_attention_interval'] must be an integer >= 1, got {interval!r}")
     types = layer_types_of(c, lambda i: "linear_attention" if (i + 1) % interval else "full_attention",
                            allowed=("full_attention", "linear_attention"))
-    rope, position = _qwen3_5_rope(c)
+    rope, position, section_notes = _qwen3_5_rope(c)
     kwargs = {**layer_sizes(c), "bias": c.flag("attention_bias", False), "norm_eps": float(c.get("rms_norm_eps")),
               "norm_offset": 1.0, "gate": "feature"}
     notes = ("q/k RMSNorm per head, weight 1 + w (norm_offset=1)",
-             "output gate per feature: o * sigmoid(g), g from q_proj's second half of each head (wg)")
+             "output gate per feature: o * sigmoid(g), g from q_proj's second half of each head (wg)", *section_notes)
     specs = [LayerSpec(i, kind, QKNormAttention, kwargs, lambda: MRotary(**rope), position, (), notes)
              for i, kind in enumerate(types) if kind == "full_attention"]
     deltas = [str(i) for i, kind in enumerate(types) if kind == "linear_attention"]

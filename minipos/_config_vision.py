@@ -12,7 +12,7 @@ from ._config_types import Family, LayerSpec, Model
 from ._config_types import FamilyConfig as _Config
 from .axial import AxialRotary
 from .layer import MultiHeadAttention
-from .mrope import MRotary
+from .mrope import MRotary, check_section
 from .qk_norm import QKNormAttention
 
 # --------------------------------------------------------------------------- M-RoPE text decoders
@@ -32,6 +32,26 @@ def _without_mrope_flag(c: _Config) -> _Config:
     return _Config(data, c.model_type, c.defaults)
 
 
+def hf_interleaved_section(section, half: int) -> list:
+    """The frequencies each stream gets from HF's interleaving of ``half`` frequencies (``[n_t, n_h, n_w]``): height
+    at ``i % 3 == 1, i < 3 n_h``, width at ``i % 3 == 2, i < 3 n_w``, temporal the rest (``freqs[..., slice(1, 3
+    n_h, 3)] = ...`` in ``recomposition_frequencies``). Equal to ``section`` when it counts ``half`` frequencies and
+    its temporal count is the largest."""
+    _, n_h, n_w = check_section(section)
+    h = len(range(1, min(half, 3 * n_h), 3))
+    w = len(range(2, min(half, 3 * n_w), 3))
+    return [half - h - w, h, w]
+
+
+def interleaved_section_note(given: list, section: list, half: int) -> tuple:
+    """A note when HF's interleaving reads ``given`` as another ``section`` (``hf_interleaved_section``), else ()."""
+    if section == list(given):
+        return ()
+    return (f"mrope_section {list(given)} counts {sum(given)} frequencies, the rotary has {half}: transformers gives "
+            f"height the i % 3 == 1 below {3 * given[1]}, width the i % 3 == 2 below {3 * given[2]} and time the rest, "
+            f"{section}, which is what is read",)
+
+
 def qwen3_vl(c):
     """Qwen3-VL and Qwen3-VL-MoE text decoders: Qwen3's layer (per-head q/k RMSNorm, ``attention_bias`` on
     all four projections, no window) with interleaved M-RoPE, HF's default section [24, 20, 20]."""
@@ -41,9 +61,10 @@ def qwen3_vl(c):
     if params["rope_type"] != "default" or extra:
         raise c.error(f"interleaved M-RoPE with rope_type {params['rope_type']!r} and rope_parameters "
                       f"{sorted(extra)}: minipos' MRotary takes mrope_section and rope_theta only")
-    section, theta = list(params.get("mrope_section") or [24, 20, 20]), params["rope_theta"]   # HF's default
+    given, theta = list(params.get("mrope_section") or [24, 20, 20]), params["rope_theta"]   # HF's default
     sizes = layer_sizes(c)
     try:
+        section = hf_interleaved_section(given, sizes["head_dim"] // 2)        # as HF assigns it (a note if not given)
         MultiHeadAttention(scheme=MRotary(mrope_section=section, base=theta, interleaved=True),
                            **{**sizes, "d_model": 1, "num_heads": 1, "num_kv_heads": 1})
     except (ValueError, TypeError) as err:
@@ -51,8 +72,9 @@ def qwen3_vl(c):
     specs = dense_layers(c, bias="attention_bias", window="none", qk_norm=True)
     position = (f"M-RoPE half, interleaved (T H W T H W ...), theta {theta:g}, sections {section} (t, h, w); "
                 "positions (3, T)")
+    notes = interleaved_section_note(given, section, sizes["head_dim"] // 2)
     return [replace(s, scheme=lambda: MRotary(mrope_section=section, base=theta, interleaved=True),
-                    position=position) for s in specs]
+                    position=position, notes=s.notes + notes) for s in specs]
 
 
 def glm4v(c, *, moe: bool = False):

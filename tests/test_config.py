@@ -132,10 +132,8 @@ QWEN3_VL = {**LLAMA, "model_type": "qwen3_vl_text", "head_dim": 16,
 
 @pytest.mark.parametrize("params, words", [
     ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8}, ["'yarn'", "MRotary"]),
-    ({"mrope_section": [4, 2, 3]}, ["mrope_section", "head_dim/2 = 8", "qwen3_vl_text"]),
-    ({"mrope_section": [2, 3, 3]}, ["mrope_section", "temporal count", "qwen3_vl_text"]),
     ({"mrope_section": [4, 4]}, ["mrope_section", "three counts"]),
-    ({"mrope_section": None}, ["mrope_section", "[24, 20, 20]", "head_dim/2 = 8"]),   # HF's default is for D = 128
+    ({"mrope_section": [4, -1, 2]}, ["mrope_section", "qwen3_vl_text"]),
 ])
 def test_qwen3_vl_bad_rope_parameters_are_named(params, words):
     cfg = {**QWEN3_VL, "rope_parameters": {**QWEN3_VL["rope_parameters"], **params}}
@@ -143,6 +141,20 @@ def test_qwen3_vl_bad_rope_parameters_are_named(params, words):
         config.read(cfg)
     for w in words:
         assert w in str(err.value)
+
+
+@pytest.mark.parametrize("given, read", [
+    ([4, 2, 3], [4, 2, 2]),     # width at slice(2, 9, 3) of 8 frequencies: 2, 5; time the other 4
+    ([2, 3, 3], [3, 3, 2]),     # height at slice(1, 9, 3): 1, 4, 7; width 2, 5; time 0, 3, 6
+    (None, [3, 3, 2]),          # HF's default [24, 20, 20] (for D = 128) on D = 16: every slice runs to the end
+])
+def test_qwen3_vl_reads_a_section_as_transformers_assigns_it(given, read):
+    # Qwen3VLTextRotaryEmbedding.apply_interleaved_mrope writes height over freqs[..., slice(1, 3 n_h, 3)] and
+    # width over slice(2, 3 n_w, 3) of the D/2 temporal frequencies, whatever the section adds up to: it runs.
+    cfg = {**QWEN3_VL, "rope_parameters": {**QWEN3_VL["rope_parameters"], "mrope_section": given}}
+    model = config.read(cfg)
+    assert model.layers[0].scheme.mrope_section == read
+    assert "which is what is read" in model.specs[0].notes[-1]
 
 
 def test_qwen3_vl_reads_the_moe_text_config_and_the_flag_changes_nothing():

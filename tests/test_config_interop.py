@@ -315,8 +315,8 @@ def _three_streams(seed):
     return positions, torch.from_numpy(np.broadcast_to(positions[:, None], (3, B, T)).copy())
 
 
-@pytest.mark.parametrize("moe", [False, True])
-def test_qwen3_vl_interleaved_mrope_and_qk_norm(moe):
+@pytest.mark.parametrize("moe, section", [(False, [4, 2, 2]), (True, [4, 2, 2]), (False, [2, 3, 3])])
+def test_qwen3_vl_interleaved_mrope_and_qk_norm(moe, section):
     # Qwen3-VL's text rotary interleaves the streams whatever mrope_interleaved says; [4, 2, 2] at D = 16
     # puts height on frequencies 1, 4 and width on 2, 5 (HF recomposition_frequencies' slices).
     if moe:
@@ -327,8 +327,8 @@ def test_qwen3_vl_interleaved_mrope_and_qk_norm(moe):
         from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel as model_cls
         cls, extra = transformers.Qwen3VLTextConfig, {}
     cfg = _cfg(cls, **SMALL, **extra, num_hidden_layers=2, head_dim=16, attention_bias=True,
-               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [4, 2, 2],
-                                "mrope_interleaved": True})
+               rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": section,
+                                "mrope_interleaved": True})     # [2, 3, 3]: HF reads it as [3, 3, 2]
     positions, pos = _three_streams(4)
     model, seen = _run_model(model_cls, cfg, position_ids=pos)
     _compare(cfg, model, seen, positions=positions)

@@ -74,16 +74,26 @@ def test_qwen3_5_whole_and_moe_configs_are_read_through_their_text_config():
     ({"full_attention_interval": True}, "full_attention_interval.*integer >= 1"),
     ({"layer_types": ["sliding_attention"] * 8}, "layer_types.*'sliding_attention'"),
     ({"layer_types": ["full_attention"] * 3}, "layer_types.*one type per layer"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1, 1, 1]}},
-     "mrope_section"),                                                    # 3 frequencies, not rotary_dim / 2 = 32
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope_type 'yarn'"),
-    ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}, "add up to rotary_dim/2 = 64"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1, -1, 1]}},
+     "mrope_section"),
     ({"rope_parameters": {"rope_theta": 1e4, "mrope_section": [11, 11, 10], "factor": 2.0}}, "\\['factor'\\]"),
     ({"linear_conv_kernel_dim": 0}, "linear_conv_kernel_dim.*integer >= 1"),
 ])
 def test_qwen3_5_bad_input_names_the_key(kw, match):
     with pytest.raises(ValueError, match=match):
         mconfig.read(_qwen3_5(**kw))
+
+
+@pytest.mark.parametrize("rope, read", [
+    ({"mrope_section": [1, 1, 1]}, [30, 1, 1]),              # R = 64: height at slice(1, 3, 3), width slice(2, 3, 3)
+    ({"partial_rotary_factor": 0.5}, [43, 11, 10]),          # R = 128, [11, 11, 10]: slices in range, time the rest
+])
+def test_qwen3_5_reads_a_section_as_transformers_assigns_it(rope, read):
+    # Qwen3_5TextRotaryEmbedding.apply_interleaved_mrope writes height and width over the temporal frequencies at
+    # slice(1, 3 n_h, 3) and slice(2, 3 n_w, 3), whatever the section adds up to.
+    m = mconfig.read(_qwen3_5(rope_parameters={"rope_type": "default", "rope_theta": 1e4, **rope}))
+    assert m.layers[0].scheme.mrope_section == read and "which is what is read" in m.specs[0].notes[-1]
 
 
 def test_golden_vectors_of_qwen3_5_hold_the_gate_and_the_decoders_own_layer_index(tmp_path):
