@@ -1,6 +1,6 @@
 """More families of ``minipos.config`` built from the machinery of ``minipos._config_rope`` and
-``minipos._config_vision``: MiniMax M3 (its full-attention decoder layers; its block-sparse layers and its 3-D vision
-RoPE named), Step 3.7 (its ``step3p5`` decoder and its vision tower), Muse Glimmer (decoder and tower), Muse Spark
+``minipos._config_vision``: MiniMax M3 (its full-attention decoder layers, its block-sparse layers named; its tower's
+3-D RoPE), Step 3.7 (its ``step3p5`` decoder and its vision tower), Muse Glimmer (decoder and tower), Muse Spark
 (its tower; its decoder refused), Dots 3 Note (its tower; its decoder refused) and MusicFlamingo (its Qwen2 decoder).
 Its towers are registered in ``VISION`` and ``VISION_OF``, what minipos does not model yet in ``NOT_YET``, its decoders
 returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states
@@ -13,6 +13,7 @@ from dataclasses import replace
 from ._config_more import TEXT_RENAMED
 from ._config_rope import (
     NOT_YET,
+    axial_theta,
     dense_layers,
     describe_rope,
     layer_sizes,
@@ -24,7 +25,9 @@ from ._config_rope import (
 )
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
-from ._config_vision import VISION, VISION_OF, qwen_tower
+from ._config_vision import VISION, VISION_OF, qwen_tower, tower_kwargs
+from .axial import AxialRotary, axial_pairs
+from .layer import MultiHeadAttention
 from .qk_norm import QKNormAttention
 from .seams import NoPE
 
@@ -33,10 +36,6 @@ NOT_YET.update({
                          "indexer picks: index_topk_blocks blocks of index_block_size keys, ranked by max-pooled "
                          "indexer scores, plus the index_local_blocks blocks up to its own), a mask minipos does not "
                          "compute",
-    "minimax_m3_vl_vision": "MiniMax M3's 3-D vision RoPE (pairs (i, i + 3F) on the first 6F features, F = "
-                            "(head_dim // 3) // 2: pair i turned by the frame for i < F, the row for F <= i < 2F, the "
-                            "column for 2F <= i < 3F, each axis with its own f_j = base^(-j/F)), which neither "
-                            "minipos.axial's 2-D layouts nor MRotary's shared frequencies give",
     "muse_spark_text": "Muse Spark's per-head output norm (o_norm: each head's attention output RMS-normed, without "
                        "weight, before the output gate; its vision tower is read alone: read(config['vision_config']))",
     "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, "
@@ -97,6 +96,35 @@ _MINIMAX_M3 = {"hidden_size": 6144, "num_hidden_layers": 60, "num_attention_head
                "rotary_dim": 64}
 """``MiniMaxM3VLTextConfig``'s defaults (``default_theta`` 5e6; ``rotary_dim`` 64, which HF does not read)."""
 
+
+
+def _minimax_m3_vision(c):
+    """MiniMax M3's vision encoder (HF ``MiniMaxM3VLVisionAttention`` with ``MiniMaxM3VLVisionRotaryEmbedding``): the
+    3-D RoPE of ``minipos.axial``'s ``"minimax_m3"`` layout (positions (frame, row, column); pairs (i, i + 3F) on the
+    first 6F features, F = (head_dim // 3) // 2, by the frame, the row, then the column, each at base^(-j/F); the
+    rest unrotated), ``rope_type`` "axial" (or "default", which the config class turns into "axial"; the rotary raises for
+    any other); q, k, v and ``out_proj`` with biases; head
+    dim ``hidden_size // num_attention_heads``, scale ``head_dim ** -0.5``; every layer full and bidirectional over one
+    image or clip (``get_vision_attention_seqlens(..., merge_temporal=True)``: a video's frames attend each other).
+    Positions ``get_vision_position_ids(grid_thw, spatial_merge_size, include_temporal=True)``: the frame index, then
+    each frame's rows and columns in ``spatial_merge_size`` blocks, restarting at 0 for each image or clip."""
+    theta = axial_theta(c)                 # MiniMaxM3VLVisionConfig turns rope_type "default" into "axial"
+    kwargs = tower_kwargs(c, "hidden_size", c.int("num_attention_heads", required=True), theta, "minimax_m3")
+    merge, D = c.int("spatial_merge_size", required=True), kwargs["head_dim"]
+    rotated = 2 * len(axial_pairs(D, base=theta, layout="minimax_m3")[0])             # 6F
+    position = (f"3-D RoPE minimax_m3, theta {theta:g}, the first {rotated} of {D} features; positions (3, T): "
+                f"frames, rows, then columns, each frame in merge blocks (vstack([repeat(arange(t), h * w), "
+                f"tile(merge_positions(h, w, {merge}), t)]))")
+    make = lambda: AxialRotary(base=theta, layout="minimax_m3")                    # noqa: E731
+    return [LayerSpec(i, "full_attention", MultiHeadAttention, kwargs, make, position, (), (), causal=False)
+            for i in range(c.int("num_hidden_layers", required=True))]
+
+
+VISION.update({"minimax_m3_vl_vision": Family(_minimax_m3_vision, {
+    "hidden_size": 1280, "num_hidden_layers": 32, "num_attention_heads": 16, "spatial_merge_size": 2,
+    "rope_theta": 10000.0})})
+"""``MiniMaxM3VLVisionConfig``'s defaults (``default_theta`` 10000; head dim 1280 // 16 = 80: F = 13, 78 features
+rotated)."""
 VISION_OF.update({"minimax_m3_vl": "minimax_m3_vl_vision"})
 
 

@@ -246,7 +246,7 @@ def tower_kwargs(c: _Config, dim_key: str, heads: int, theta: float, layout: str
         MultiHeadAttention(scheme=AxialRotary(base=theta, layout=layout), **{**kwargs, "d_model": 1, "num_heads": 1,
                                                                              "num_kv_heads": 1})
     except (ValueError, TypeError) as err:
-        raise c.error(f"2-D RoPE of head dim {head_dim}: {err}") from None
+        raise c.error(f"{'3-D' if layout == 'minimax_m3' else '2-D'} RoPE of head dim {head_dim}: {err}") from None
     return kwargs
 
 

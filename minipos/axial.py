@@ -1,4 +1,5 @@
-r"""2-D (axial) RoPE for vision towers: each patch turns some pairs by its row, the others by its column.
+r"""2-D (axial) RoPE for vision towers: each patch turns some pairs by its row, the others by its column (MiniMax M3's
+tower: a third axis, the frame).
 
 Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transformer", arXiv:2403.13298
 (§3.2, "axial frequency"); the code of the vision towers minipos matches, transformers 5.24's
@@ -6,7 +7,8 @@ Sources: Heo, Park, Han, Yun 2024, "Rotary Position Embedding for Vision Transfo
 ``apply_rotary_pos_emb``, ``Gemma4VisionRotaryEmbedding`` with ``apply_multidimensional_rope``, and
 ``Llama4VisionRotaryEmbedding._compute_freqs_ci`` with ``vision_apply_rotary_emb``, and
 ``Qwen2VLVisionRotaryEmbedding`` (``compute_axial_rope_parameters``, ``recomposition_frequencies``; Qwen2.5-VL's and
-Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, ``Kimi_K25VisionRotaryEmbedding`` likewise, their
+Qwen3-VL's are the same) with ``apply_rotary_pos_emb_vision``, ``Kimi_K25VisionRotaryEmbedding`` likewise,
+``MiniMaxM3VLVisionRotaryEmbedding`` with its ``apply_rotary_pos_emb_vision`` (3-D), their
 positions from ``get_vision_position_ids``
 (``transformers/vision_utils.py``). The SAM family's ``Sam3ViTRotaryEmbedding`` (with ``rotate_pairwise``; SAM 2's,
 EdgeTAM's and SAM 3 tracker's ``*VideoVisionRotaryEmbedding`` in their memory attention, Inkling 2's vision rotary) is
@@ -30,6 +32,13 @@ the frequencies of a D/2-dim RoPE):
     llama4    (2i, 2i + 1)           (complex pairs)           col, row  f_i, then f_{i-q}
     qwen      (i, i + D/2)           (rotate_half over D)      row, col  f_i, then f_{i-q}
     kimi      (i, i + D/2)           (rotate_half over D)      col for even i, row for odd i: f_{i//2}
+    minimax_m3  (i, i + 3F), i < 3F  (rotate_half over 6F)     frame, row, col by thirds: φ_{i mod F}
+
+MiniMax M3's tower (HF ``MiniMaxM3VLVisionRotaryEmbedding``) is 3-D: ``positions`` ``(3, T)`` (frames, rows, then
+columns, HF's THW order), F = (D // 3) // 2 frequencies per axis, φ_j = base^(-j/F) (a 2F-dim RoPE's), the same for
+each axis. Pair i, features (i, i + 3F), turns by the frame for i < F, the row for F <= i < 2F, the column for
+2F <= i < 3F, all at φ_{i mod F} (HF ``cat([freq, freq])`` of the flattened (T, 3, F) angles); the last D - 6F
+features pass through unrotated (HF ``q[..., rot_dim:]``: 2 of the default head dim 80). D is any integer >= 6.
 
 Pixtral splits RoPE's D/2 frequencies between the axes alternately (rows the even ones, columns the
 odd ones, HF ``cat([inv_freq[0::2], inv_freq[1::2]])``), in the half layout over the whole head.
@@ -59,9 +68,10 @@ a function of the row offset and the column offset separately (``proofs.axial``)
 distance between the patches in the flattened sequence.
 
 Conventions: positions ``(2, T)`` integers (negative allowed), a ``(T,)`` array meaning row =
-column; x ``(..., T, D)``; frequencies and angles in float64 (HF: float32), outputs in x's dtype.
+column (``"minimax_m3"``: ``(3, T)``, frames, rows, then columns, a ``(T,)`` array meaning all three equal); x
+``(..., T, D)``; frequencies and angles in float64 (HF: float32), outputs in x's dtype.
 The scheme class the layer runs, ``AxialRotary``, is at the bottom; the layer takes its positions
-``(2, T)`` (``causal=False`` for a vision tower). Docs page: "2-D (axial) RoPE".
+``(2, T)`` (``(3, T)`` for ``"minimax_m3"``; ``causal=False`` for a vision tower). Docs page: "2-D (axial) RoPE".
 """
 
 from __future__ import annotations
@@ -76,14 +86,24 @@ from .seams import Scheme
 __all__ = ["AXIAL_LAYOUTS", "axial_pairs", "axial_angles", "apply_axial_rope", "apply_axial_rope_backward",
            "axial_positions", "merge_positions", "axial_window_mask", "AxialRotary"]
 
-AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4", "qwen", "kimi")
-ROW, COLUMN = 0, 1
+AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4", "qwen", "kimi", "minimax_m3")
+ROW, COLUMN = 0, 1                                                     # of positions (2, T); minimax_m3's (3, T): 1, 2
+
+
+def _streams(layout: str) -> int:
+    """How many rows ``positions`` has in ``layout``: 3 (frames, rows, columns) for ``"minimax_m3"``, else 2."""
+    return 3 if layout == "minimax_m3" else 2
 
 
 def _check_dim(head_dim, layout: str, name: str = "head_dim") -> int:
     """D: a multiple of 4 (D/4 pairs per axis); Pixtral's layout also takes D = 2 mod 4, as HF's code does
     (``chunk(2)`` of the D/2 frequencies gives the rows the one more: ceil(D/4) pairs, the columns floor(D/4))."""
     D = check_positive_int(head_dim, name)
+    if layout == "minimax_m3":
+        if D < 6:
+            raise ValueError(f"{name} must be at least 6 for 3-D RoPE in the 'minimax_m3' layout (F = (D // 3) // 2 "
+                             f">= 1 frequency per axis), got {D}")
+        return D
     if layout == "pixtral" and D % 2 == 0:
         return D
     if D % 4:
@@ -94,10 +114,17 @@ def _check_dim(head_dim, layout: str, name: str = "head_dim") -> int:
 
 def axial_pairs(head_dim: int, *, base: float = 10000.0, layout: str = "pixtral"):
     """``(a, b, axis, omega)``, each ``(D/2,)``: pair i is features ``(a[i], b[i])``, turned by
-    ``positions[axis[i]] * omega[i]`` (axis 0 the row, 1 the column). Int64, int64, int64, float64."""
+    ``positions[axis[i]] * omega[i]`` (axis 0 the row, 1 the column). Int64, int64, int64, float64.
+    ``"minimax_m3"``: each ``(3F,)``, F = (D // 3) // 2, axis 0 the frame, 1 the row, 2 the column; the features
+    6F .. D - 1 are in no pair (they pass through)."""
     check_choice(layout, "layout", AXIAL_LAYOUTS)
     D = _check_dim(head_dim, layout)
     base = check_float(base, "base", positive=True)
+    if layout == "minimax_m3":                                         # half layout over 6F, frame, row, column
+        F = (D // 3) // 2
+        phi = rope_inv_freq(2 * F, base=base)                          # φ_j = base^(-2j/(2F)) = base^(-j/F), (F,)
+        a = np.arange(3 * F)
+        return a, a + 3 * F, np.repeat([0, 1, 2], F), np.tile(phi, 3)
     q, i = D // 4, np.arange(D // 4)
     if layout == "pixtral":                                            # half layout over D, θ alternating
         theta = rope_inv_freq(D, base=base)                            # θ_j = base^(-2j/D), (D/2,)
@@ -119,24 +146,27 @@ def axial_pairs(head_dim: int, *, base: float = 10000.0, layout: str = "pixtral"
     return a, a + 1, axis, omega
 
 
-def _stream_positions(positions, T=None) -> np.ndarray:
+def _stream_positions(positions, T=None, streams=2) -> np.ndarray:
     pos = as_positions(positions, "positions", allow_negative=True, ndim=None)
     if pos.ndim == 1:
-        pos = np.broadcast_to(pos, (2, pos.shape[0]))                   # row = column
-    if pos.ndim != 2 or pos.shape[0] != 2 or (T is not None and pos.shape[1] != T):
-        want = "(2, T)" if T is None else f"(2, {T}) or ({T},)"
-        raise ValueError(f"positions must have shape {want} (rows, then columns), got {pos.shape}")
+        pos = np.broadcast_to(pos, (streams, pos.shape[0]))             # row = column (= frame)
+    if pos.ndim != 2 or pos.shape[0] != streams or (T is not None and pos.shape[1] != T):
+        want = f"({streams}, T)" if T is None else f"({streams}, {T}) or ({T},)"
+        what = "rows, then columns" if streams == 2 else "frames, rows, then columns"
+        raise ValueError(f"positions must have shape {want} ({what}), got {pos.shape}")
     return pos
 
 
 def axial_angles(positions, head_dim: int, *, base: float = 10000.0, layout: str = "pixtral",
                  position_scale: float = 1.0) -> np.ndarray:
-    """The angles ``position_scale * positions[axis[i], t] * omega[i]`` of ``axial_pairs``, float64 ``(T, D/2)``.
+    """The angles ``position_scale * positions[axis[i], t] * omega[i]`` of ``axial_pairs``, float64 ``(T, D/2)``
+    (``"minimax_m3"``: ``(T, 3F)``).
 
     positions: integers ``(2, T)`` (rows, then columns), or ``(T,)`` meaning row = column (floats raise: scaled
-    coordinates are integer positions and a ``position_scale`` > 0, SAM 3's ``window_size / grid_width``).
+    coordinates are integer positions and a ``position_scale`` > 0, SAM 3's ``window_size / grid_width``);
+    ``"minimax_m3"``: ``(3, T)``, frames, rows, then columns.
     """
-    pos = _stream_positions(positions)                                 # (2, T)
+    pos = _stream_positions(positions, streams=_streams(layout))     # (2, T) or (3, T)
     s = check_float(position_scale, "position_scale", positive=True)
     _, _, axis, omega = axial_pairs(head_dim, base=base, layout=layout)
     check_angles(pos * s, omega, 1.0)
@@ -148,14 +178,14 @@ def _turn(x, positions, base, layout, name, sign, scale=1.0):
     x = as_float_array(x, name)
     check_ndim(x, name, 2, "(..., T, D)")
     *_, T, D = x.shape
-    if D % (2 if layout == "pixtral" else 4) or D < 2:
+    if D < 6 if layout == "minimax_m3" else D % (2 if layout == "pixtral" else 4) or D < 2:
         raise ValueError(f"{name} must have a head dim D (last axis) that is a multiple of 4 for 2-D RoPE in the "
-                         f"{layout!r} layout ('pixtral': even), got {D}")
+                         f"{layout!r} layout ('pixtral': even; 'minimax_m3': at least 6), got {D}")
     a, b, _, _ = axial_pairs(D, base=base, layout=layout)
-    angles = axial_angles(_stream_positions(positions, T), D, base=base, layout=layout,
+    angles = axial_angles(_stream_positions(positions, T, _streams(layout)), D, base=base, layout=layout,
                           position_scale=scale)                        # (T, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), sign * np.sin(angles).astype(x.dtype)
-    y = np.empty_like(x)
+    y = x.copy()                                                       # features in no pair pass through
     with overflow_raises(x.dtype, name):
         y[..., a] = x[..., a] * cos - x[..., b] * sin                 # [[cos, -sin],
         y[..., b] = x[..., b] * cos + x[..., a] * sin                 #  [sin,  cos]] on (x_a, x_b)
@@ -166,8 +196,9 @@ def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixt
                      position_scale: float = 1.0) -> np.ndarray:
     """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns), integers.
 
-    layout: "pixtral", "gemma4", "llama4", "qwen" or "kimi" (the table of the module docstring); D a multiple of 4 (even
-    for "pixtral"). position_scale: s > 0, each angle ``s p ω`` (SAM 3's global layers; module docstring).
+    layout: "pixtral", "gemma4", "llama4", "qwen", "kimi" or "minimax_m3" (the table of the module docstring); D a
+    multiple of 4 (even for "pixtral"; "minimax_m3": any D >= 6, positions ``(3, T)``, frames, rows, then columns, the
+    features past 6F unrotated). position_scale: s > 0, each angle ``s p ω`` (SAM 3's global layers; module docstring).
     Returns ``(..., T, D)`` in x's floating dtype.
     """
     return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0, position_scale)
@@ -247,7 +278,9 @@ class AxialRotary(Scheme):
 
     The layer's positions are ``(2, T)``, rows then columns (``axial_positions``; a ``(T,)`` array
     means row = column) and serve the rotate seam only; a vision tower is called with
-    ``causal=False``. base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4", "llama4" or "qwen";
+    ``causal=False``. In the ``"minimax_m3"`` layout they are ``(3, T)``, frames, rows, then columns
+    (``position_streams`` 3). base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4", "llama4", "qwen",
+    "kimi" or "minimax_m3";
     position_scale: each angle's factor s (SAM 3's global layers: ``window_size / grid_width``). No learned
     parameters.
     """
@@ -262,6 +295,7 @@ class AxialRotary(Scheme):
     def __init__(self, *, base: float = 10000.0, layout: str = "pixtral", position_scale: float = 1.0):
         self.base = check_float(base, "base", positive=True)
         self.layout = check_choice(layout, "layout", AXIAL_LAYOUTS)
+        self.position_streams = _streams(self.layout)                # the layer's positions (2, T) or (3, T)
         self.position_scale = check_float(position_scale, "position_scale", positive=True)
 
     def bind(self, layer, rng):

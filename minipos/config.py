@@ -113,7 +113,8 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   supported yet"; its tower reads alone (``read(config["vision_config"])``)
 - minimax_m3_vl_text (minimax_m3_vl): the full-attention layers (``spec.index`` their place; the block-sparse
   "minimax_m3_sparse" layers in a note): RoPE half on ``int(head_dim * partial_rotary_factor)`` features (HF reads no
-  ``rotary_dim``: a note says so), GQA, q/k norm 1 + w; its 3-D vision RoPE tower is refused in a note
+  ``rotary_dim``: a note says so), GQA, q/k norm 1 + w; vision_config: ``.vision``: the 3-D RoPE of the
+  ``"minimax_m3"`` layout on (frame, row, column) positions, biases on all four
 - step3p5 (step3p7): RoPE half per layer type (its theta and partial factor), windows, the sliding layers' own heads,
   scale ``query_pre_attn_scalar ** -0.5``, q/k norm 1 + w, each head's output gate (``gate="head"``); vision_config:
   ``.vision``: the ``"qwen"`` layout on ``axial_positions(h, w)[::-1]`` (HF flips the ids), biases on all four
@@ -147,7 +148,7 @@ A key the reader does not understand raises ``ValueError`` naming the key and th
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
 minipos does not have yet (Gemma 3n's machinery; the decoders of DiffusionGemma, GLM-5.3-Flash, Muse Spark,
-Dots 3 Note and Inkling 2; MiniMax M3's 3-D vision RoPE) raise ``ValueError`` saying "not supported yet",
+Dots 3 Note and Inkling 2) raise ``ValueError`` saying "not supported yet",
 naming what is missing; a vision tower the list above
 does not name is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).

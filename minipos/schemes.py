@@ -281,7 +281,8 @@ register(ProportionalRotary, example=lambda L: {"partial_rotary_factor": 0.5},
                        "partial_rotary_factor": "rope_parameters['partial_rotary_factor'] (rope_type 'proportional')",
                        "factor": "rope_parameters['factor']"})
 register(AxialRotary, config_names={"base": "vision_config.rope_parameters['rope_theta'] (rope_type 'axial')",
-                                    "layout": "the vision tower's family: 'pixtral', 'gemma4', 'llama4', 'qwen' or 'kimi'",
+                                    "layout": "the vision tower's family: 'pixtral', 'gemma4', 'llama4', 'qwen', "
+                                              "'kimi' or 'minimax_m3' (3-D: positions (3, T))",
                                     "position_scale": "SAM 3's global ViT layers: window_size / (image_size // "
                                                       "patch_size)"})
 # Ministral 3 scales its queries from original_max_position_embeddings = 16384 on (a 16th of its 256k context),

@@ -1,4 +1,5 @@
-r"""2-D (axial) RoPE for vision towers (Pixtral, Gemma 4, Llama 4, Qwen, Kimi K2.5; Heo et al. 2024, arXiv:2403.13298).
+r"""2-D (axial) RoPE for vision towers (Pixtral, Gemma 4, Llama 4, Qwen, Kimi K2.5; Heo et al. 2024, arXiv:2403.13298),
+and MiniMax M3's 3-D one (a frame axis too).
 
 A patch at row r and column c turns pair i, features (a_i, b_i), by B(p_{s(i)} ω_i), p_0 = r, p_1 = c:
 R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r ω_i) or B(c ω_i).
@@ -11,6 +12,10 @@ R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r �
   odd-indexed θ_{2i+1} = base^(-4i/D) base^(-2/D); Gemma 4, Llama 4, Qwen and Kimi K2.5 give both axes
   f_i = base^(-2i/(D/2)) = base^(-4i/D), a D/2-dim RoPE's (Qwen in Pixtral's pairs (i, i + D/2), rows first; Kimi
   in the same pairs, pair 2j the column's and 2j + 1 the row's, both at f_j).
+- MiniMax M3 (layout minimax_m3): positions (frame, row, column), F = (D // 3) // 2, pairs (i, i + 3F) for i < 3F,
+  by the frame, the row, then the column, F pairs each, all three at φ_j = base^(-2j/(2F)) = base^(-j/F); the last
+  D - 6F features pass through. Relative in each of the three axes: R(t, r, c)^T R(t', r', c') = R(t' - t, r' - r,
+  c' - c).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ base = sp.Symbol("base", positive=True)
 D_ = sp.Symbol("D", integer=True, positive=True)
 i_ = sp.Symbol("i", integer=True, nonnegative=True)
 r, c, r2, c2, w = sp.symbols("r c r' c' omega", real=True)
+t, t2 = sp.symbols("t t'", real=True)
 
 
 def table(D, layout, b_=base):
@@ -44,16 +50,30 @@ def table(D, layout, b_=base):
         return [(i, i + D // 2, 0 if i < q else 1, f[i % q]) for i in range(D // 2)]
     if layout == "kimi":
         return [(i, i + D // 2, 1 if i % 2 == 0 else 0, f[i // 2]) for i in range(D // 2)]
+    if layout == "minimax_m3":                         # axis 0 the frame, 1 the row, 2 the column; D - 6F pass
+        F = (D // 3) // 2
+        return [(i, i + 3 * F, i // F, b_ ** sp.Rational(-(i % F), F)) for i in range(3 * F)]
     return [(2 * i, 2 * i + 1, 1 if i < q else 0, f[i % q]) for i in range(D // 2)]
 
 
-def R2(row, col, D, layout, b_=base):
-    """R(row, col), (D, D): block [[cos, -sin], [sin, cos]] of angle p_{axis} ω on features (a, b)."""
-    M = sp.zeros(D, D)
+def R(pos, D, layout, b_=base):
+    """R(pos), (D, D): block [[cos, -sin], [sin, cos]] of angle pos[axis] ω on features (a, b); a feature in no pair
+    (minimax_m3's last D - 6F) keeps its 1 on the diagonal."""
+    M = sp.eye(D)
     for a, b, axis, om in table(D, layout, b_):
-        ang = (row if axis == 0 else col) * om
+        ang = pos[axis] * om
         M[a, a], M[a, b], M[b, a], M[b, b] = sp.cos(ang), -sp.sin(ang), sp.sin(ang), sp.cos(ang)
     return M
+
+
+def R2(row, col, D, layout, b_=base):
+    """R(row, col), (D, D), a 2-D layout's."""
+    return R((row, col), D, layout, b_)
+
+
+def R3(frame, row, col, D, b_=base):
+    """R(frame, row, col), (D, D), MiniMax M3's 3-D layout."""
+    return R((frame, row, col), D, "minimax_m3", b_)
 
 
 @theorem("axial.relative.per_axis",
@@ -83,6 +103,31 @@ def _(p):
               call=lambda f, a, b, a2, b2, layout=layout: (f(qn[None], np.array([[a], [b]]), layout=layout)[0]
                                                            @ f(kn[None], np.array([[a2], [b2]]), layout=layout)[0]),
               reason=f"score = q^T R(r' - r, c' - c) k, {layout}, D = 8")
+    p.claim(R3(t, r, c, 7).T * R3(t2, r2, c2, 7), R3(t2 - t, r2 - r, c2 - c, 7),
+            "MiniMax M3, D = 7 (F = 1: one pair per axis, feature 6 unrotated): $R(t, r, c)^T R(t', r', c') = "
+            "R(t' - t, r' - r, c' - c)$", by="trig")
+    pts3 = [(0, 0, 0, 0, 0, 0), (1, 2, 5, 3, 7, 1), (4, 9, 0, 0, 3, 12), (-2, -4, 6, 5, 30, -8)]
+    q14, k14 = rng.normal(size=14), rng.normal(size=14)
+    want = (sp.Matrix(q14).T * R3(t2 - t, r2 - r, c2 - c, 14, 10000) * sp.Matrix(k14))[0, 0]
+    p.tie(APPLY, expected=want, symbols=(t, r, c, t2, r2, c2), points=pts3, rtol=1e-10,
+          call=lambda f, a0, a, b, a2, b2, b3: (f(q14[None], np.array([[a0], [a], [b]]), layout="minimax_m3")[0]
+                                                @ f(k14[None], np.array([[a2], [b2], [b3]]), layout="minimax_m3")[0]),
+          reason="score = q^T R(t' - t, r' - r, c' - c) k, minimax_m3, D = 14 (F = 2, two features unrotated)")
+    pos_q3 = np.array([[0, 1, 1], [0, 3, 5], [1, 4, 0]])
+    pos_k3 = np.array([[2, 0, 1], [2, 2, 7], [6, 0, 3]])
+
+    def scores3(shift, k_shift=None):
+        qs = code.apply_axial_rope(np.tile(q14, (3, 1)), pos_q3 + shift, layout="minimax_m3")
+        ks = code.apply_axial_rope(np.tile(k14, (3, 1)), pos_k3 + (shift if k_shift is None else k_shift),
+                                   layout="minimax_m3")
+        return qs @ ks.T
+    p.require(all(np.allclose(scores3(np.array(sh)[:, None]), scores3(0), rtol=1e-12, atol=1e-12)
+                  for sh in ((5, 0, 0), (0, 9, 0), (0, 0, -3), (2, -1, 40))),
+              "apply_axial_rope, minimax_m3: shifting the frames alone, the rows alone, the columns alone, or all "
+              "three, leaves every score unchanged")
+    p.require(not np.allclose(scores3(np.array([[1], [0], [0]]), 0), scores3(np.array([[0], [1], [0]]), 0)),
+              "apply_axial_rope, minimax_m3: the frame is an axis of its own (the queries one frame on and one row on "
+              "give other scores)")
     s_ = sp.Symbol("s", positive=True)
     p.claim(R2(s_ * r, s_ * c, 4, "llama4").T * R2(s_ * r2, s_ * c2, 4, "llama4"),
             R2(s_ * (r2 - r), s_ * (c2 - c), 4, "llama4"),
@@ -116,7 +161,10 @@ def _(p):
       .step(base ** (-4 * i_ / D_) * base ** (-2 / D_), "$b^{x + y} = b^x b^y$", by="simplify"))
     p.claim(base ** (-2 * i_ / (D_ / 2)), base ** (-4 * i_ / D_), "a $D/2$-dim RoPE's $f_i$", by="simplify",
             shown=("f_i = base^{-2i / (D/2)}", None))
-    for layout in ("pixtral", "gemma4", "llama4", "qwen", "kimi"):
+    F_, j_ = sp.Symbol("F", integer=True, positive=True), sp.Symbol("j", integer=True, nonnegative=True)
+    p.claim(base ** (-2 * j_ / (2 * F_)), base ** (-j_ / F_), "MiniMax M3's $\\varphi_j$, a $2F$-dim RoPE's "
+            "(HF arange(0, 2F, 2) / 2F)", by="simplify", shown=("\\varphi_j = base^{-2j / (2F)}", None))
+    for layout in ("pixtral", "gemma4", "llama4", "qwen", "kimi", "minimax_m3"):
         def expected(D, b_, layout=layout):
             rows = table(D, layout, b_)
             return np.array([[a, b, axis, float(om)] for a, b, axis, om in rows])
@@ -136,3 +184,9 @@ def _(p):
     p.require(np.array_equal(kimi[0], qwen[0]) and np.array_equal(np.sort(kimi[3]), np.sort(qwen[3]))
               and np.array_equal(kimi[2][0::2], np.ones(4)) and np.array_equal(kimi[2][1::2], np.zeros(4)),
               "Kimi K2.5 pairs features and takes frequencies as Qwen does; only the axes alternate, the column first")
+    for D, F in ((80, 13), (32, 5), (7, 1)):                     # MiniMax M3's default head dim 80: 78 rotated
+        a, b, axis, om = code.axial_pairs(D, layout="minimax_m3")
+        p.require(len(a) == 3 * F and b[-1] == 6 * F - 1 and np.array_equal(axis, np.repeat([0, 1, 2], F))
+                  and np.array_equal(om[:F], om[F:2 * F]) and np.array_equal(om[:F], om[2 * F:]),
+                  f"minimax_m3, D = {D}: F = {F}, pairs (i, i + 3F) over the first 6F = {6 * F} features, frame, row, "
+                  "column in thirds at the same frequencies")

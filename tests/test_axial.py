@@ -1,5 +1,5 @@
-"""2-D (axial) RoPE (minipos.axial): hand-worked values, the four vision towers' layouts against transformers 5.24
-(Pixtral's, Gemma 4's, Llama 4's and Qwen's rotary embeddings and their apply functions; Pixtral's attention with
+"""2-D (axial) RoPE (minipos.axial): hand-worked values, the vision towers' layouts against transformers 5.24
+(Pixtral's, Gemma 4's, Llama 4's, Qwen's and MiniMax M3's 3-D rotary embeddings and their apply functions; Pixtral's attention with
 copied weights), Qwen's patch order and window mask, relative in each axis, the layer with positions (2, T), bad input, and proofs fed a wrong formula. The
 contract suite (test_contract.py) gives it the rest: finite differences, fast, cache, blockwise, golden case."""
 
@@ -36,21 +36,27 @@ def test_positions_of_a_grid():
                                   [[1, 1, 2, 2, 0], [1, 2, 1, 2, 0]])
 
 
+def _framed(layout, pos, frame=2):
+    """minimax_m3's positions (3, T): a frame row ahead of the rows and columns."""
+    pos = np.asarray(pos)
+    return np.concatenate([np.full((1,) + pos.shape[1:], frame), pos]) if layout == "minimax_m3" else pos
+
+
 @pytest.mark.parametrize("layout", axial.AXIAL_LAYOUTS)
 def test_scores_depend_on_the_row_and_column_offsets_separately(layout):
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((2, 16))
 
     def score(pq, pk):
-        return float(axial.apply_axial_rope(q[None], np.array(pq)[:, None], layout=layout)[0]
-                     @ axial.apply_axial_rope(k[None], np.array(pk)[:, None], layout=layout)[0])
+        return float(axial.apply_axial_rope(q[None], _framed(layout, np.array(pq)[:, None]), layout=layout)[0]
+                     @ axial.apply_axial_rope(k[None], _framed(layout, np.array(pk)[:, None]), layout=layout)[0])
     base = score([3, 5], [7, 1])
     assert math.isclose(score([3 + 11, 5 - 4], [7 + 11, 1 - 4]), base, rel_tol=1e-12)    # any shift per axis
     # not a function of the flattened distance: on a 4-wide grid, (0, 3) -> (1, 0) and (0, 0) -> (0, 1) are
     # both one step apart in the sequence
     assert not math.isclose(score([0, 3], [1, 0]), score([0, 0], [0, 1]), rel_tol=1e-6)
     dy = rng.standard_normal((5, 16))
-    x, pos = rng.standard_normal((5, 16)), axial.axial_positions(1, 5)
+    x, pos = rng.standard_normal((5, 16)), _framed(layout, axial.axial_positions(1, 5))
     lhs = np.sum(axial.apply_axial_rope(x, pos, layout=layout) * dy)
     rhs = np.sum(x * axial.apply_axial_rope_backward(dy, pos, layout=layout))
     assert math.isclose(lhs, rhs, rel_tol=1e-12)                                        # the backward is R^T
@@ -199,6 +205,79 @@ def test_hand_worked_kimi():
     np.testing.assert_allclose(y[0], [math.cos(a) for a in angles] + [math.sin(a) for a in angles], rtol=1e-15)
 
 
+def test_hand_worked_minimax_m3():
+    # MiniMax M3's tower (HF MiniMaxM3VLVisionRotaryEmbedding), D = 14, base 100: F = (14 // 3) // 2 = 2 frequencies
+    # per axis, φ_j = 100^(-j/2) = (1, 0.1); pairs (i, i + 6) for i < 6: pairs 0, 1 by the frame at φ_0, φ_1, pairs
+    # 2, 3 by the row, pairs 4, 5 by the column; features 12, 13 pass through. Frame 3, row 2, column 30: angles
+    # 3, 0.3, 2, 0.2, 30, 3.
+    x = np.array([[1.0] * 6 + [0.0] * 6 + [7.0, -5.0]])
+    y = axial.apply_axial_rope(x, np.array([[3], [2], [30]]), base=100.0, layout="minimax_m3")
+    angles = [3.0, 0.3, 2.0, 0.2, 30.0, 3.0]
+    np.testing.assert_allclose(y[0], [math.cos(a) for a in angles] + [math.sin(a) for a in angles] + [7.0, -5.0],
+                               rtol=1e-15)
+    # (a_i, b_i) = (0, 1) at frame 3: x_b -> (-sin 3, cos 3), the transpose turns it back
+    e = np.zeros((1, 14))
+    e[0, 6] = 1.0
+    y = axial.apply_axial_rope(e, np.array([[3], [0], [0]]), base=100.0, layout="minimax_m3")
+    np.testing.assert_allclose(y[0, [0, 6]], [-math.sin(3), math.cos(3)], rtol=1e-15)
+    np.testing.assert_allclose(axial.apply_axial_rope_backward(y, np.array([[3], [0], [0]]), base=100.0,
+                                                               layout="minimax_m3"), e, atol=1e-15)
+    # D = 6 (F = 1) rotates every feature; D = 80 (the tower's default 1280 / 16) leaves features 78, 79
+    assert axial.axial_pairs(6, layout="minimax_m3")[1].tolist() == [3, 4, 5]
+    a, b, axis, omega = axial.axial_pairs(80, base=10000.0, layout="minimax_m3")
+    assert (len(a), b[-1], axis.tolist().count(2)) == (39, 77, 13)
+    np.testing.assert_allclose(omega[13:26], 10000.0 ** (-np.arange(13) / 13), rtol=1e-15)
+
+
+def test_the_layer_takes_frames_rows_and_columns_for_minimax_m3():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 32))
+    pos = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 1, 0, 0, 1], [0, 1, 0, 0, 1, 0]])
+    layer = MultiHeadAttention(32, 2, scheme=AxialRotary(layout="minimax_m3"), seed=0)
+    assert layer.scheme.position_streams == 3 and AxialRotary().position_streams == 2
+    np.testing.assert_allclose(layer(x, positions=pos + np.array([[5], [4], [9]])), layer(x, positions=pos),
+                               rtol=1e-12, atol=1e-12)
+    assert not np.allclose(layer(x, positions=pos[[1, 0, 2]]), layer(x, positions=pos))     # frames are not rows
+    with pytest.raises(ValueError, match=r"\(3, 6\)"):
+        layer(x, positions=pos[1:])
+
+
+def _minimax_vision(D, theta):
+    from transformers.models.minimax_m3_vl.configuration_minimax_m3_vl import MiniMaxM3VLVisionConfig
+    return MiniMaxM3VLVisionConfig(hidden_size=2 * D, num_attention_heads=2, intermediate_size=8,
+                                   rope_parameters={"rope_type": "axial", "rope_theta": theta})
+
+
+@needs_torch
+@pytest.mark.parametrize("D", [32, 80, 14])
+def test_minimax_m3_vision_rotary_matches_transformers(D):
+    # HF: inv_freq = 1 / base^(arange(0, 2F, 2) / 2F); cos, sin of position_ids (N, 3) in THW order flattened to
+    # (N, 3F) and doubled; apply_rotary_pos_emb_vision rotates the first 6F features by rotate_half, the rest pass.
+    from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl as mm
+    from transformers.vision_utils import get_vision_position_ids
+    theta = 10000.0
+    rotary = mm.MiniMaxM3VLVisionRotaryEmbedding(_minimax_vision(D, theta))
+    F = (D // 3) // 2
+    omega = axial.axial_pairs(D, base=theta, layout="minimax_m3")[3]
+    np.testing.assert_allclose(omega[:F], _np(rotary.inv_freq), rtol=3e-7)             # HF: float32
+    ids = get_vision_position_ids(torch.tensor([[2, 4, 6]]), 2, include_temporal=True)    # (T, 3): frame, row, col
+    pos = _np(ids).T.copy()
+    np.testing.assert_array_equal(pos, np.vstack([np.repeat([0, 1], 24), np.tile(axial.merge_positions(4, 6, 2), 2)]))
+    q, k = np.random.default_rng(8).standard_normal((2, pos.shape[1], 2, D))             # HF: (T, H, D)
+    freqs = ids[..., None].double() * _t(omega[:F])                                      # float64 angles, (T, 3, F)
+    cos, sin = rotary.recomposition_frequencies(freqs.cos()), rotary.recomposition_frequencies(freqs.sin())
+    want_q, want_k = (_np(t) for t in mm.apply_rotary_pos_emb_vision(_t(q), _t(k), cos, sin))
+    got = axial.apply_axial_rope(q.transpose(1, 0, 2), pos, base=theta, layout="minimax_m3").transpose(1, 0, 2)
+    np.testing.assert_allclose(got, want_q, rtol=1e-13, atol=1e-13)
+    got_k = axial.apply_axial_rope(k.transpose(1, 0, 2), pos, base=theta, layout="minimax_m3").transpose(1, 0, 2)
+    np.testing.assert_allclose(got_k, want_k, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(got[..., 6 * F:], q[..., 6 * F:])                      # the tail passes through
+    with torch.no_grad():                                                                # the module: float32 angles
+        cos32, sin32 = rotary(_t(q), ids)
+    want = _np(mm.apply_rotary_pos_emb_vision(_t(q), _t(k), cos32, sin32)[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_qwen_patch_order_hand_worked():
     # A 2 x 4 grid in 2 x 2 blocks: block (0, 0) holds (0,0) (0,1) (1,0) (1,1), block (0, 1) the columns 2, 3.
     np.testing.assert_array_equal(axial.merge_positions(2, 4, 2), [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 2, 3, 2, 3]])
@@ -289,6 +368,11 @@ def test_qwen_vision_rotary_matches_transformers():
     (lambda: axial.axial_window_mask(np.zeros((3, 4), int), 2), ValueError, "positions"),
     (lambda: axial.axial_window_mask(np.zeros((2, 4)) + 0.5, 2), (ValueError, TypeError), "positions"),
     (lambda: axial.axial_window_mask(np.zeros((2, 4), int), -1), ValueError, "window"),
+    (lambda: axial.axial_pairs(5, layout="minimax_m3"), ValueError, "at least 6"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 5)), np.zeros((3, 2), int), layout="minimax_m3"), ValueError, "x"),
+    (lambda: axial.apply_axial_rope(np.ones((2, 8)), np.zeros((2, 2), int), layout="minimax_m3"), ValueError,
+     "frames, rows, then columns"),
+    (lambda: MultiHeadAttention(10, 2, scheme=AxialRotary(layout="minimax_m3")), ValueError, "head_dim"),
     (lambda: MultiHeadAttention(12, 2, scheme=AxialRotary(layout="gemma4")), ValueError, "head_dim"),
     (lambda: MultiHeadAttention(16, 2, scheme=AxialRotary())(np.ones((1, 3, 16)), positions=np.zeros((3, 3), int)),
      ValueError, "rows, then columns"),
@@ -331,6 +415,24 @@ def test_the_proofs_fail_on_a_wrong_formula(monkeypatch):
     err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope",
                         lambda x, pos, **kw: good(x, np.broadcast_to(np.asarray(pos)[:1], np.shape(pos)), **kw))
     assert isinstance(err, ProofFailure) and "axial.relative.per_axis" in str(err)
+    monkeypatch.undo()
+    # MiniMax M3 with the frame ignored (its pairs turned by the row, a 2-D RoPE with frames for rows): the 3-D tie
+    # fails.
+    def no_frame(x, pos, **kw):
+        pos = np.asarray(pos)
+        if kw.get("layout") == "minimax_m3":
+            pos = pos.copy()
+            pos[0] = pos[1]
+        return good(x, pos, **kw)
+    err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope", no_frame)
+    assert isinstance(err, ProofFailure) and "minimax_m3" in str(err)
+    monkeypatch.undo()
+    # MiniMax M3's frequencies as a 2-D tower's base^(-2j/F) (twice too fast): the table's tie fails for minimax_m3.
+    def fast_freqs(head_dim, *, base=10000.0, layout="pixtral"):
+        a, b, axis, omega = real(head_dim, base=base, layout=layout)
+        return a, b, axis, omega ** 2 if layout == "minimax_m3" else omega
+    err = proof_failure("axial.frequencies", monkeypatch, axial, "axial_pairs", fast_freqs)
+    assert isinstance(err, TieMismatch) and "minimax_m3" in str(err)
     monkeypatch.undo()
     # position_scale ignored (SAM 3's global layers rotated at the unscaled grid): the scaled tie fails.
     err = proof_failure("axial.relative.per_axis", monkeypatch, axial, "apply_axial_rope",

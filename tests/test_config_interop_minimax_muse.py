@@ -98,10 +98,12 @@ def test_minimax_m3_full_layers_rotate_what_transformers_rotates_whatever_rotary
     assert ("rotary_dim 8 is not read" in read.notes[0]) == (partial is None)   # 0.5 * 16 = 8: they agree
 
 
-def test_minimax_m3_vision_rotary_is_3d_and_refused():
+def test_minimax_m3_vision_rotary_is_3d():
     # MiniMaxM3VLVisionRotaryEmbedding (head_dim 64 // 2 = 32, theta 100): F = (32 // 3) // 2 = 5 frequencies
     # f_j = 100^(-2j/10) per axis; a patch at (t, h, w) = (1, 2, 3) turns pairs (i, i + 15) by t f_i, h f_(i-5),
-    # w f_(i-10) for i < 15, and leaves features 30, 31 alone. Read back from HF's cos and sin.
+    # w f_(i-10) for i < 15, and leaves features 30, 31 alone. Read back from HF's cos and sin; minipos's "minimax_m3"
+    # layout gives the same pairs, axes and angles.
+    from minipos.axial import axial_angles, axial_pairs
     from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl as hf
     vision = _cfg(hf.MiniMaxM3VLVisionConfig, hidden_size=64, num_attention_heads=2, num_hidden_layers=1,
                   rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
@@ -110,13 +112,83 @@ def test_minimax_m3_vision_rotary_is_3d_and_refused():
     f = 100.0 ** (-2 * np.arange(5) / 10)
     want = np.concatenate([1 * f, 2 * f, 3 * f])
     np.testing.assert_allclose(angles, np.concatenate([want, want]), rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="not support yet") as err:
-        mconfig.read(vision)
-    assert "3-D vision RoPE" in str(err.value) and "(head_dim // 3) // 2" in str(err.value)
-    whole = mconfig.read(_cfg(transformers.MiniMaxM3VLConfig, vision_config=vision.to_dict(),
-                              text_config={**SMALL, "head_dim": 8, "num_hidden_layers": 2}))
-    assert whole.model_type == "minimax_m3_vl_text" and whole.vision is None and len(whole.layers) == 2
-    assert "minimax_m3_vl_vision" in whole.notes[0] and "not support yet" in whole.notes[0]
+    a, b, _, _ = axial_pairs(32, base=100.0, layout="minimax_m3")
+    assert list(a) == list(range(15)) and list(b) == list(range(15, 30))
+    np.testing.assert_allclose(axial_angles(np.array([[1], [2], [3]]), 32, base=100.0, layout="minimax_m3")[0], want,
+                               rtol=1e-12, atol=0)
+
+
+def _minimax_tower(**kw):
+    from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl as hf
+    cfg = _cfg(hf.MiniMaxM3VLVisionConfig, **{"hidden_size": 64, "intermediate_size": 8, "num_attention_heads": 2,
+                                             "num_hidden_layers": 2, "num_channels": 1, "patch_size": 2,
+                                             "temporal_patch_size": 2, "spatial_merge_size": 2,
+                                             "rope_parameters": {"rope_type": "axial", "rope_theta": 100.0}, **kw})
+    return hf, cfg
+
+
+@pytest.mark.parametrize("heads", [2, 4])
+def test_minimax_m3_vision_tower_3d_positions_per_clip(heads):
+    # MiniMaxM3VLVisionModel on a clip of 2 frames of 4 x 6 patches and an image of 2 x 4: positions from HF's own
+    # get_vision_position_ids(grid_thw, 2, include_temporal=True) (frame, then rows and columns in 2 x 2 merge
+    # blocks, restarting for each entry); each clip attends as a whole (merge_temporal=True), bidirectionally;
+    # q, k, v, out_proj with biases. Head dim 32 (F = 5, features 30, 31 unrotated) or 16 (F = 2, 12 of 16).
+    from transformers.vision_utils import get_vision_position_ids
+    hf, cfg = _minimax_tower(num_attention_heads=heads)
+    torch.manual_seed(0)
+    tower = hf.MiniMaxM3VLVisionModel(cfg).double().eval()
+    seen, hooks = _hook_towers([layer.self_attn for layer in tower.layers])
+    grid = torch.tensor([[2, 4, 6], [1, 2, 4]])
+    with torch.no_grad():
+        tower(torch.from_numpy(np.random.default_rng(0).standard_normal((56, 8))), grid_thw=grid)
+    hf_pos = get_vision_position_ids(grid, 2, include_temporal=True).numpy().T                # (3, 56)
+    mine = [np.vstack([np.repeat(np.arange(t), h * w), np.tile(merge_positions(h, w, 2), t)]) for t, h, w in
+            grid.tolist()]
+    np.testing.assert_array_equal(np.concatenate(mine, axis=1), hf_pos)            # the reader's stated order
+    read = mconfig.read(cfg)
+    D = 64 // heads
+    assert read.model_type == "minimax_m3_vl_vision" and read.layers[0].scheme.layout == "minimax_m3"
+    assert f"the first {6 * ((D // 3) // 2)} of {D} features" in read.specs[0].position
+    bounds = [0, 48, 56]
+    for i, block in enumerate(tower.layers):
+        layer = read.layers[i]
+        _copy_four(block.self_attn, layer, "out_proj")
+        x, want = seen[i]
+        assert np.max(np.abs(want)) > 0.1
+        for lo, hi in zip(bounds, bounds[1:]):                                    # one image or clip at a time
+            pos = hf_pos[:, lo:hi]
+            got = layer(x[None, lo:hi], positions=pos, causal=False)[0]
+            np.testing.assert_allclose(got, want[lo:hi], rtol=0, atol=ATOL, err_msg=f"layer {i}, tokens {lo}:{hi}")
+        clip, pos = slice(0, 48), hf_pos[:, :48]
+        no_frames = layer(x[None, clip], positions=pos * np.array([[0], [1], [1]]), causal=False)[0]
+        assert np.max(np.abs(no_frames - want[clip])) > 1e-3                      # the frame is an axis
+        swapped = layer(x[None, clip], positions=pos[[0, 2, 1]], causal=False)[0]
+        assert np.max(np.abs(swapped - want[clip])) > 1e-3                        # rows before columns
+        joint = layer(x[None], positions=hf_pos, causal=False)[0]
+        assert np.max(np.abs(joint[clip] - want[clip])) > 1e-3                    # the image is not in the clip's
+    for h in hooks:
+        h.remove()
+
+
+def test_minimax_m3_whole_config_reads_its_decoder_and_its_tower():
+    from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl as hf
+    _, text = _minimax_text()
+    _, vision = _minimax_tower()
+    whole = mconfig.read(_cfg(hf.MiniMaxM3VLConfig, vision_config=vision.to_dict(), text_config=text.to_dict()))
+    assert (whole.model_type, whole.vision.model_type, len(whole.layers), len(whole.vision.layers)) == \
+        ("minimax_m3_vl_text", "minimax_m3_vl_vision", 2, 2)
+    assert not any("not support yet" in n for n in whole.notes)
+    # MiniMaxM3VLVisionConfig turns rope_type "default" into its default_rope_type "axial" (so "default" reads as
+    # axial, here too); a scaling type reaches the rotary, which raises, and the reader refuses it by name.
+    default = _minimax_tower(rope_parameters={"rope_type": "default", "rope_theta": 100.0})[1]
+    assert default.rope_parameters["rope_type"] == "axial"
+    assert mconfig.read({**default.to_dict(), "rope_parameters": {"rope_type": "default", "rope_theta": 100.0}}) \
+        .layers[0].scheme.base == 100.0
+    linear = _minimax_tower(rope_parameters={"rope_type": "linear", "rope_theta": 100.0, "factor": 2.0})[1]
+    with pytest.raises(ValueError, match="supports only axial rope"):
+        hf.MiniMaxM3VLVisionRotaryEmbedding(linear)
+    with pytest.raises(ValueError, match="rope_type"):
+        mconfig.read(linear)
 
 
 # --------------------------------------------------------------------------- Step 3.7

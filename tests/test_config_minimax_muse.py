@@ -30,8 +30,7 @@ def test_minimax_m3_defaults_rotate_the_whole_head_and_say_rotary_dim_is_unread(
     assert row[2] == "64/4 x 128" and row[3] == "RoPE half, theta 5e+06" and row[4] == "causal"
     assert "1 + w" in row[5] and m.layers[0].norm_offset == 1.0 and m.layers[0].scheme.rotary_dim is None
     assert any("rotary_dim 64 is not read" in n and "= 128" in n for n in m.notes)
-    assert any("minimax_m3_vl_vision" in n and "not support yet" in n for n in m.notes)   # the 3-D tower
-    assert m.vision is None
+    assert not any("not support yet" in n for n in m.notes) and m.vision.model_type == "minimax_m3_vl_vision"
 
 
 def test_minimax_m3_sparse_layers_are_named_and_left_out():
@@ -48,10 +47,37 @@ def test_minimax_m3_sparse_layers_are_named_and_left_out():
                       "layer_types": ["minimax_m3_sparse"] * 2})
 
 
-def test_minimax_m3_vision_alone_is_refused_with_its_layout():
-    with pytest.raises(ValueError, match="model_type 'minimax_m3_vl_vision'.*not support yet") as err:
-        mconfig.read({"model_type": "minimax_m3_vl_vision"})
-    assert "pairs (i, i + 3F)" in str(err.value)
+def test_minimax_m3_vision_defaults_describe_the_3d_rope():
+    # MiniMaxM3VLVisionConfig: hidden 1280 / 16 heads = 80, 32 layers, spatial_merge_size 2, default_theta 10000;
+    # MiniMaxM3VLVisionRotaryEmbedding: F = (80 // 3) // 2 = 13, 2 * 3 * 13 = 78 features rotated, 2 pass through.
+    m = mconfig.read({"model_type": "minimax_m3_vl_vision"})
+    assert (m.kind, len(m.layers)) == ("vision encoder", 32)
+    row = _rows(m)[0]
+    assert row[1] == "full_attention" and row[2] == "16/16 x 80" and row[4] == "bidirectional (causal=False)"
+    assert row[3].startswith("3-D RoPE minimax_m3, theta 10000, the first 78 of 80 features; positions (3, T)")
+    assert "merge_positions(h, w, 2)" in row[3]
+    layer = m.layers[0]
+    assert layer.scheme.layout == "minimax_m3" and layer.scheme.position_streams == 3
+    assert all(getattr(layer, "b" + n) is not None for n in "qkvo")
+    small = mconfig.read({"model_type": "minimax_m3_vl_vision", "hidden_size": 28, "num_attention_heads": 2,
+                          "num_hidden_layers": 1, "spatial_merge_size": 1, "rope_parameters": {"rope_theta": 50.0}})
+    assert "theta 50, the first 12 of 14 features" in small.specs[0].position and "(h, w, 1)" in small.specs[0].position
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type"),
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor"),
+    ({"rope_parameters": {"rope_type": "axial", "rope_theta": -1.0}}, "rope_theta"),
+    ({"hidden_size": 66, "num_attention_heads": 4}, "hidden_size"),
+    ({"head_dim": 16}, "head_dim"),
+    ({"hidden_size": 8, "num_attention_heads": 2}, "3-D RoPE of head dim 4"),
+    ({"spatial_merge_size": 0}, "spatial_merge_size"),
+])
+def test_minimax_m3_vision_bad_configs_name_the_key(change, key):
+    with pytest.raises(ValueError, match=key):
+        mconfig.read({"model_type": "minimax_m3_vl_vision", "hidden_size": 64, "num_attention_heads": 2,
+                      "num_hidden_layers": 1, **change})
 
 
 @pytest.mark.parametrize("change, key", [
@@ -174,7 +200,8 @@ def test_musicflamingo_reads_qwen2_and_names_the_audio_encoder():
 # --------------------------------------------------------------------------- golden vectors
 
 CONFIGS = {
-    "minimax_m3_vl": {"model_type": "minimax_m3_vl", "text_config": {**SMALL, "num_hidden_layers": 2}},
+    "minimax_m3_vl": {"model_type": "minimax_m3_vl", "text_config": {**SMALL, "num_hidden_layers": 2},
+                      "vision_config": {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1}},
     "step3p7": {"model_type": "step3p7", "text_config": {**STEP, "model_type": "step3p5"},
                 "vision_config": {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1}},
     "muse_glimmer": {"model_type": "muse_glimmer", "text_config": {**SMALL, "num_hidden_layers": 4,

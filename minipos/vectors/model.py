@@ -143,6 +143,8 @@ def _vision_cases(tower) -> list:
         narrow = _narrow(spec)
         layer = _build(spec, narrow)
         positions = _vision_positions(tower)
+        if layer.scheme.position_streams == 3:                  # MiniMax M3's 3-D tower: (3, T), frames first
+            positions = np.vstack([np.array([0, 0, 0, 0, 1, 1, 2], np.int64), positions])
         inputs = {"x": _grid(rng, (BATCH, LENGTH, WIDTH)), "positions": positions}
         for name in _weights(layer):
             value = getattr(layer, name)

@@ -333,8 +333,8 @@ def _mrope_layer_grad_run(inputs, params):
 
 def _axial_cases(grad: bool = False):
     """Each layout on a 3 x 4 grid (rows, then columns), on Llama 4's grid counted from 1 with its class
-    token at (0, 0), Qwen's on a 4 x 4 grid in 2 x 2 merge blocks, then SAM 3's scaled grid and Kimi K2.5's layout;
-    x or dy ``(H, T, D)``, D = 16."""
+    token at (0, 0), Qwen's on a 4 x 4 grid in 2 x 2 merge blocks, then SAM 3's scaled grid, Kimi K2.5's layout and
+    MiniMax M3's 3-D one (positions ``(3, T)``); x or dy ``(H, T, D)``, D = 16."""
     rng = np.random.default_rng(27 if grad else 28)
     name = "dy" if grad else "x"
     what = "dx = R^T dy, each pair turned back" if grad else "x rotated"
@@ -365,6 +365,14 @@ def _axial_cases(grad: bool = False):
                        "the row, both at f_j = base^(-4j/D) (Kimi K2.5's tower); positions (2, T) of a 3 x 4 grid, "
                        "row-major", {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
                        {"layout": "kimi", "base": 100.0}))
+    # MiniMax M3's 3-D tower, drawn after the cases above: two frames of a 2 x 4 grid in 2 x 2 merge blocks.
+    pos = np.vstack([np.repeat([0, 1], 8), np.tile(axial.merge_positions(2, 4, 2), 2)])
+    cases.append(_case("minimax_m3_d16", f"{what}; layout 'minimax_m3': positions (3, T), frames, rows, then columns; "
+                       "F = (D // 3) // 2 = 2, pairs (i, i + 3F) for i < 3F, the frame's, the row's, then the "
+                       "column's, each at phi_j = base^(-j/F); features 6F = 12 .. 15 pass through (MiniMax M3's "
+                       "tower); two frames of a 2 x 4 grid in 2 x 2 merge blocks",
+                       {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
+                       {"layout": "minimax_m3", "base": 100.0}))
     return cases
 
 
