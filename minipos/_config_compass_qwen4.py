@@ -272,13 +272,13 @@ def _lfm3_vl_vision(c):
     ``layer_types`` default "conv" for i < 2 or odd i, else "full_attention"), the gated convolutions in a note.
     ``(specs, notes)``. Each: GQA, head dim ``hidden_size // num_attention_heads``, per-head q/k RMSNorm (weight w,
     ``norm_eps``), no biases, scale ``head_dim ** -0.5``, bidirectional within each frame; 2-D RoPE in the ``"qwen"``
-    layout (``rope_type`` "axial" only, default theta 1e6), positions ``merge_positions(h, w, spatial_merge_size)``."""
+    layout (``rope_type`` "axial", or "default" which the config class rewrites to it; default theta 1e6), positions ``merge_positions(h, w, spatial_merge_size)``."""
     types = layer_types_of(c, lambda i: "conv" if i < 2 or i % 2 else "full_attention",
                            allowed=("conv", "full_attention"))
     d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads", required=True)
     if d_model % heads:
         raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
-    theta, merge = axial_theta(c, kinds=("axial",)), c.int("spatial_merge_size", required=True)
+    theta, merge = axial_theta(c), c.int("spatial_merge_size", required=True)
     kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": c.int("num_key_value_heads") or heads,
               "head_dim": d_model // heads, "bias": False, "norm_eps": float(c.get("norm_eps"))}
     try:

@@ -86,13 +86,14 @@ def _deepseek_ocr2(c):
 def _kimi_k25_vision(c):
     """Kimi K2.5's vision encoder (HF ``Kimi_K25VisionAttention`` with ``Kimi_K25VisionRotaryEmbedding``): 2-D RoPE in
     the ``"kimi"`` layout of ``minipos.axial`` (pairs (i, i + D/2); pair 2j by the column, 2j + 1 by the row, both at
-    f_j = base^(-4j/D)), ``rope_type`` "axial" only (HF raises for any other); q, k, v and ``proj`` with biases; head
+    f_j = base^(-4j/D)), ``rope_type`` "axial" (or "default", which ``Kimi_K25VisionConfig`` rewrites to "axial"; HF
+    raises for any other); q, k, v and ``proj`` with biases; head
     dim ``hidden_size // num_attention_heads``; every layer full and bidirectional over one clip (HF
     ``get_vision_attention_seqlens(..., merge_temporal=True)``: a video's frames attend each other). Positions
     row-major (``get_vision_position_ids(grid_thw, 1)``), each frame of a video the same grid again. Before layer 0 a
     learned ``pos_emb_height`` x ``pos_emb_width`` table, bicubically resampled to the grid, and for a video a
     sinusoidal table by frame are added to the patch embeddings: the input seam, named in a note."""
-    theta = axial_theta(c, kinds=("axial",))
+    theta = axial_theta(c)                          # "default" is "axial" here: the config class rewrites it
     kwargs = tower_kwargs(c, "hidden_size", c.int("num_attention_heads", required=True), theta, "kimi")
     position = (f"2-D RoPE kimi, theta {theta:g}; positions (2, T): rows, then columns, row-major "
                 "(axial_positions(h, w)), each frame of a clip the same grid")

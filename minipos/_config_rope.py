@@ -251,8 +251,9 @@ def named_errors(c: _Config, build):
 
 def axial_theta(c: _Config, kinds=("default", "axial")) -> float:
     """The 2-D RoPE base of a vision config: ``rope_parameters['rope_theta']`` (``rope_type`` absent or one of
-    ``kinds``, no other key), else ``rope_theta``, else the class's; a number > 0. (The SAM rotaries take
-    ``"axial"`` only: they raise "supports only axial rope" for any other.)"""
+    ``kinds``, no other key), else ``rope_theta``, else the class's; a number > 0. (The vision rotaries take
+    ``"axial"`` only, raising "supports only axial rope" for any other; their config classes, ``default_rope_type =
+    "axial"``, rewrite a ``"default"`` to ``"axial"`` before that, so both are read.)"""
     params = c.data.get("rope_parameters")
     if params is None:
         theta = c.get("rope_theta", required=True)

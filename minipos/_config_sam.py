@@ -40,7 +40,7 @@ def _sam3_vit(c: _Config):
     """``Sam3ViTModel``: every layer ``Sam3ViTRoPEAttention`` (biases on all four, scale head_dim ** -0.5). A window
     layer attends within ``window_size`` squares at each window's own coordinates (0 .. W - 1); a global layer
     (``global_attn_indexes``) over the image at the grid's coordinates times ``window_size / grid``."""
-    kwargs, theta = _heads(c, "hidden_size", "num_attention_heads"), axial_theta(c, kinds=("axial",))
+    kwargs, theta = _heads(c, "hidden_size", "num_attention_heads"), axial_theta(c)
     grid = c.int("image_size", required=True) // c.int("patch_size", required=True)
     W = c.int("window_size", required=True)
     if grid < 1:
@@ -99,7 +99,7 @@ _SAM3_VIT = {"hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers"
 def _inkling2_vision(c: _Config):
     """``Inkling2VisionAttention``: biases on all four, scale head_dim ** -0.5, each image alone (``cu_seqlens``);
     its class token first at (0, 0), the patches 1-indexed in merge blocks (``get_vision_position_ids`` + 1)."""
-    kwargs, theta, m = _heads(c, "hidden_size", "num_attention_heads"), axial_theta(c, kinds=("axial",)), c.int("spatial_merge_size",
+    kwargs, theta, m = _heads(c, "hidden_size", "num_attention_heads"), axial_theta(c), c.int("spatial_merge_size",
                                                                                                required=True)
     position = (f"2-D RoPE llama4, theta {theta:g}; positions (2, T): the class token first at (0, 0), then the "
                 f"patches from 1 in merge blocks (1 + merge_positions(h, w, {m})); one image per call")
@@ -138,7 +138,7 @@ def _memory_attention(c: _Config) -> tuple:
     the current frame's features over the grid ``memory_attention_rope_feat_sizes`` ([width, height])."""
     kwargs = _heads(c, "memory_attention_hidden_size", "memory_attention_num_attention_heads",
                     c.int("memory_attention_downsample_rate", required=True))
-    theta, sizes = axial_theta(c, kinds=("axial",)), c.get("memory_attention_rope_feat_sizes", required=True)
+    theta, sizes = axial_theta(c), c.get("memory_attention_rope_feat_sizes", required=True)
     if c.model_type == "sam3_tracker_video":     # HF's image_size setter overwrites the stored sizes on loading
         backbone = ((c.data.get("vision_config") or {}).get("backbone_config") or {})
         side = c.int("image_size", default=1008) // (backbone.get("patch_size") or 14)

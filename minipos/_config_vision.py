@@ -156,8 +156,9 @@ def _gemma4_vision(c):
                       "bounds stored in the checkpoint, which minipos' attention layers do not model")
     params = c.data.get("rope_parameters")
     kind = (params.get("rope_type") or "axial") if isinstance(params, dict) else "axial"
-    if kind != "axial":                                     # Gemma4VisionRotaryEmbedding raises for any other
-        raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: Gemma 4's vision rotary is 'axial' only")
+    if kind not in ("axial", "default"):                    # Gemma4VisionRotaryEmbedding raises for any other;
+        raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: Gemma 4's vision rotary is 'axial' only "
+                      "(a 'default' is read as 'axial', as Gemma4VisionConfig rewrites it)")
     theta, heads = axial_theta(c), c.int("num_attention_heads", required=True)
     kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": heads,
               "num_kv_heads": c.int("num_key_value_heads") or heads, "head_dim": c.int("head_dim", required=True),
@@ -202,10 +203,11 @@ def _alias(c: _Config, key: str, alias: str) -> int:
 
 
 def _qwen_theta(c: _Config) -> float:
-    # Qwen2VLVisionRotaryEmbedding (and Qwen2.5-VL's, Qwen3-VL's) raises for any rope_type but "axial".
+    # Qwen2VLVisionRotaryEmbedding (and Qwen2.5-VL's, Qwen3-VL's) raises for any rope_type but "axial"; the config
+    # classes (default_rope_type "axial") rewrite a "default" to "axial" before it gets there.
     params = c.data.get("rope_parameters")
     kind = (params.get("rope_type") or params.get("type")) if isinstance(params, dict) else None
-    if kind not in (None, "axial"):
+    if kind not in (None, "default", "axial"):
         raise c.error(f"config['rope_parameters']['rope_type'] = {kind!r}: the Qwen vision rotary supports only "
                       "'axial'")
     return axial_theta(c)

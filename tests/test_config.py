@@ -462,7 +462,7 @@ def test_the_qwen_towers():
     ({"window_size": 20}, ["config['window_size'] (20) // spatial_merge_size (2) // patch_size (14) is 0"]),
     ({"fullatt_block_indexes": [1.5]}, ["fullatt_block_indexes", "integers >= 0"]),
     ({"fullatt_block_indexes": 3}, ["fullatt_block_indexes", "list"]),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, ["'default'", "only 'axial'"]),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, ["'linear'", "only 'axial'"]),
     ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2.0}}, ["'factor'"]),
     ({"hidden_size": 66}, ["hidden_size (66) is not a multiple of num_heads (4)"]),
     ({"hidden_size": 24}, ["head dim 6", "multiple of 4"]),

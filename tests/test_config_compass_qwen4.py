@@ -173,7 +173,7 @@ def test_mlcd_defaults_and_notes():
 
 @pytest.mark.parametrize("change, words", [
     ({"num_key_value_groups": 2}, ["num_key_value_groups"]),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, ["'default'", "only 'axial'"]),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, ["'linear'", "only 'axial'"]),
     ({"hidden_size": 30, "num_attention_heads": 4}, ["hidden_size (30)"]),
 ])
 def test_mlcd_bad_configs_name_the_key(change, words):
@@ -198,7 +198,7 @@ def test_lfm3_vl_tower_attention_layers():
 
 @pytest.mark.parametrize("change, words", [
     ({"layer_types": ["sliding_attention"]}, ["layer_types"]),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, ["'default'"]),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, ["'linear'"]),
     ({"num_key_value_heads": 3}, ["num_kv_heads"]),
 ])
 def test_lfm3_vl_tower_bad_configs_name_the_key(change, words):

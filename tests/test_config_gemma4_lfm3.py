@@ -46,7 +46,7 @@ def test_a_gemma4_config_reads_its_vision_tower():
 @pytest.mark.parametrize("change, words", [
     ({"use_clipped_linears": True}, ["use_clipped_linears", "clamp"]),
     ({"use_clipped_linears": "yes"}, ["use_clipped_linears", "true or false"]),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 100.0}}, ["'default'", "'axial' only"]),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 100.0, "factor": 2.0}}, ["'linear'", "'axial' only"]),
     ({"rope_parameters": {"rope_type": "axial", "rope_theta": 100.0, "factor": 2.0}}, ["'factor'", "rope_theta only"]),
     ({"head_dim": 6}, ["head dim 6", "multiple of 4"]),
     ({"num_key_value_heads": 3}, ["num_kv_heads", "gemma4_vision"]),

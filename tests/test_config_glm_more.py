@@ -96,7 +96,7 @@ def test_glm_ocr_bad_text_configs_name_the_key_and_model_type(change, key):
 
 @pytest.mark.parametrize("model_type", ["glm_ocr_vision", "glm5_next_vision"])
 @pytest.mark.parametrize("change, key, error", [
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type", ValueError),   # "only axial"
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type", ValueError),   # "only axial"
     ({"head_dim": 32}, "head_dim", ValueError),
     ({"hidden_size": 30}, "hidden_size", ValueError),
     ({"rms_norm_eps": "small"}, "rms_norm_eps", TypeError),

@@ -9,6 +9,8 @@ transformers rotates q and k in float32 (cos and sin from float32 angles) inside
 to float32 accuracy, well inside 1e-6 at these sizes."""
 
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -136,6 +138,29 @@ def test_ernie4_5_vl_bad_configs_name_the_key(change, key):
     assert "ernie4_5_vl_moe_text" in str(err.value)
 
 
+# --------------------------------------------------------------------------- rope_type "default" in a tower
+
+def _rewrites_default(model_type):
+    """Whether transformers' config class turns a rope_type "default" into "axial" (default_rope_type "axial")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.CONFIG_MAPPING[model_type](rope_parameters={"rope_type": "default", "rope_theta": 100.0})
+    return cfg.rope_parameters.get("rope_type") == "axial"
+
+
+@pytest.mark.parametrize("model_type", sorted(m for m in mconfig.read.__globals__["VISION"] if _rewrites_default(m)))
+def test_a_tower_reads_rope_type_default_as_its_config_class_does(model_type):
+    # transformers' RotaryEmbeddingConfigMixin: a class with default_rope_type "axial" rewrites a "default" rope_type
+    # to "axial" (modeling_rope_utils), so a config.json saying "default" runs as "axial"; read it the same.
+    cls = transformers.CONFIG_MAPPING[model_type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raw = cls().to_dict()
+    axial = mconfig.read({**raw, "rope_parameters": {"rope_type": "axial", "rope_theta": 100.0}})
+    default = mconfig.read({**raw, "rope_parameters": {"rope_type": "default", "rope_theta": 100.0}})
+    assert default.describe() == axial.describe() and "theta 100" in default.specs[0].position
+
+
 # --------------------------------------------------------------------------- EXAONE 4.5's tower
 
 def test_exaone4_5_vision_tower_windows_and_grouped_keys():
@@ -245,7 +270,7 @@ def test_paddleocr_vl_bad_text_configs_name_the_key(change, key):
 @pytest.mark.parametrize("change, key", [
     ({"image_size": 8, "patch_size": 14}, "image_size"),
     ({"hidden_size": 30, "num_attention_heads": 4}, "hidden_size"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),   # HF: "supports only axial"
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type"),   # "only axial"
     ({"rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2.0}}, "factor"),
 ])
 def test_paddleocr_vl_bad_vision_configs_name_the_key(change, key):
@@ -389,7 +414,7 @@ def test_kimi_k25_reads_its_tower():
 
 @pytest.mark.parametrize("change, key", [
     ({"hidden_size": 30, "num_attention_heads": 4}, "hidden_size"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type"),
     ({"rope_parameters": {"rope_type": "axial", "rope_theta": -1.0}}, "rope_theta"),
     ({"head_dim": 32}, "head_dim"),
 ])
@@ -453,7 +478,7 @@ def test_video_llama_3_reads_its_qwen2_decoder_and_its_tower():
 
 @pytest.mark.parametrize("change, key", [
     ({"hidden_size": 30, "num_attention_heads": 4}, "hidden_size"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type"),
     ({"head_dim": 32}, "head_dim"),
 ])
 def test_video_llama_3_bad_vision_configs_name_the_key(change, key):

@@ -158,7 +158,7 @@ def test_muse_vision_defaults_windows_and_full_layers():
     ({"model_type": "muse_glimmer_text", "num_hidden_layers": 4, "layer_rope_theta": [0, 1e4]}, "layer_rope_theta"),
     ({"model_type": "muse_glimmer_vision", "num_hidden_layers": 1, "layer_types": ["sliding_attention"]},
      "layer_types"),
-    ({"model_type": "muse_spark_vision", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
+    ({"model_type": "muse_spark_vision", "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type"),
 ])
 def test_muse_bad_configs_name_the_key(config, key):
     with pytest.raises(ValueError, match=key):
@@ -186,7 +186,7 @@ def test_dots3_note_decoder_refused_its_tower_read_with_the_hub_aliases():
     assert (layer.d_model, layer.num_heads, layer.head_dim, layer.bo is not None) == (64, 2, 32, True)
     assert "merge_positions(h, w, 2)" in m.specs[0].position and m.layers[0].norm_offset == 0.0
     with pytest.raises(ValueError, match="rope_type"):
-        mconfig.read({"model_type": "dots3_note_vision_encoder", "rope_parameters": {"rope_type": "default",
+        mconfig.read({"model_type": "dots3_note_vision_encoder", "rope_parameters": {"rope_type": "linear", "factor": 2.0,
                                                                                    "rope_theta": 1e4}})
 
 

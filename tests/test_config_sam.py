@@ -50,7 +50,7 @@ def test_memory_attention_and_inkling2():
 
 
 @pytest.mark.parametrize("config, error, words", [
-    ({**SAM3_VIT, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, ValueError,
+    ({**SAM3_VIT, "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, ValueError,
      ["rope_type", "'default'", "axial"]),
     ({**SAM3_VIT, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2}}, ValueError, ["'factor'"]),
     ({**SAM3_VIT, "rope_parameters": {"rope_type": "axial", "rope_theta": -1.0}}, ValueError, ["rope_theta"]),

@@ -134,7 +134,7 @@ def test_qwen3_5_vision_tower_alone():
 
 
 @pytest.mark.parametrize("kw, error, match", [
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, ValueError, "only 'axial'"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, ValueError, "only 'axial'"),
     ({"hidden_size": 30, "num_heads": 4}, ValueError, "hidden_size \\(30\\) is not a multiple of num_heads"),
     ({"head_dim": 8}, ValueError, "head_dim"),
     ({"depth": 0}, ValueError, "depth.*integer >= 1"),
