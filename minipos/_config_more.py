@@ -14,8 +14,10 @@ from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, qwen_tower, tower_kwargs
 from .axial import AxialRotary
+from .decomposed import DecomposedRelPos
 from .layer import MultiHeadAttention
 from .mrope import MRotary
+from .seams import NoPE
 
 # --------------------------------------------------------------------------- PaddleOCR-VL
 
@@ -201,6 +203,64 @@ _ERNIE_TEXT = {"hidden_size": 2560, "num_hidden_layers": 28, "num_attention_head
                "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "use_bias": False,
                "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
 """``Ernie4_5_VLMoeTextConfig``'s defaults."""
+
+
+# --------------------------------------------------------------------------- DeepSeek-OCR-2's SAM ViT-B
+
+def _deepseek_ocr2_vision(c):
+    """DeepSeek-OCR-2's tower (HF ``DeepseekOcr2VisionModel``): its ``sam_config``, a SAM ViT-B
+    (``DeepseekOcr2SamVisionEncoder``), is read; its ``encoder_config``, a Qwen2 encoder over the SAM features and
+    learned queries, is named in a note. Each SAM layer is ``DeepseekOcr2SamVisionAttention``: one ``qkv`` (biases with
+    ``qkv_bias``) and ``proj`` (bias), scale ``head_dim ** -0.5``, and with ``use_rel_pos`` the decomposed relative
+    position bias (``minipos.decomposed``) over a ``window_size`` square (a window layer) or the whole
+    ``image_size // patch_size`` grid (``global_attn_indexes``), bidirectional, positions row-major."""
+    sam = c.data.get("sam_config") or {}
+    if not isinstance(sam, dict):
+        raise TypeError(f"model_type {c.model_type!r}: config['sam_config'] must be a dict")
+    s = _Config(sam, "deepseek_ocr2_sam_vision_model", _OCR2_SAM)
+    d_model, heads = s.int("hidden_size", required=True), s.int("num_attention_heads", required=True)
+    if heads < 1 or d_model % heads:
+        raise s.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
+    grid = s.int("image_size", required=True) // s.int("patch_size", required=True)
+    if grid < 1:
+        raise s.error("config['image_size'] is smaller than config['patch_size']: no patch")
+    W, n = s.int("window_size", required=True), s.int("num_hidden_layers", required=True)
+    full = s.get("global_attn_indexes", required=True)
+    if not isinstance(full, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in full):
+        raise s.error(f"config['global_attn_indexes'] must be a list of layer indices, got {full!r}")
+    rel = s.flag("use_rel_pos", True)
+    kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": heads, "head_dim": d_model // heads,
+              "bias": True}
+    no_bias = () if s.flag("qkv_bias", True) else ("bq", "bk", "bv")
+    specs = []
+    for i in range(n):
+        window = W if (W > 0 and i not in full) else 0                  # HF: window_size if i not in ... else 0
+        side = window or grid
+        what = (f"each {W} x {W} window of the grid alone" if window else f"the whole {grid} x {grid} grid")
+        if rel:
+            make = (lambda m: lambda: DecomposedRelPos(m, m))(side)
+            position = (f"decomposed relative position bias over {what}: DecomposedRelPos({side}, {side}), positions "
+                        f"arange({side * side}) (row-major; rel_pos_h, rel_pos_w (2 x {side} - 1, head_dim))")
+        else:
+            make, position = NoPE, f"no position in the attention (use_rel_pos false), over {what}"
+        notes = ((f"HF zero-pads the grid to a multiple of {W} and attends within each {W} x {W} window, the padded "
+                  "patches included as keys (not masked): call the layer on each padded window",) if window else ())
+        specs.append(LayerSpec(i, "window_attention" if window else "full_attention", MultiHeadAttention, kwargs, make,
+                               position, no_bias, notes, causal=False))
+    notes = ["the patch embedder adds a learned position table (image_size // patch_size a side) before layer 0: an "
+             "input seam minipos does not read" if s.flag("use_abs_pos", True) else "no absolute position table",
+             "the Qwen2 encoder after the SAM ViT-B and its neck (encoder_config: Qwen2 layers with 1-D RoPE, "
+             "bidirectional over the image tokens and causal over its learned queries) is not read"]
+    return specs, notes
+
+
+_OCR2_SAM = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "image_size": 1024,
+             "patch_size": 16, "window_size": 14, "global_attn_indexes": [2, 5, 8, 11], "qkv_bias": True,
+             "use_rel_pos": True, "use_abs_pos": True}
+"""``DeepseekOcr2SamVisionConfig``'s defaults."""
+
+VISION.update({"deepseek_ocr2_vision": Family(_deepseek_ocr2_vision, {})})
+VISION_OF.update({"deepseek_ocr2": "deepseek_ocr2_vision"})
 
 
 FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),

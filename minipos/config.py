@@ -102,8 +102,10 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   ... T, the config's ``mrope_section`` [h, w, t]), GQA, ``use_bias`` on all four; vision_config: ``.vision``: the
   Qwen towers' layer, positions ``merge_positions(h, w, spatial_merge_size)``
 - deepseek_ocr2_text (deepseek_ocr2): Llama's layer (not latent attention): RoPE half, any ``rope_type``, GQA,
-  ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; its tower (SAM ViT-B's
-  decomposed relative positions, then a Qwen2 encoder) is named in a note
+  ``attention_bias`` on all four, head dim ``hidden_size // num_attention_heads``; vision_config: ``.vision``: its
+  SAM ViT-B (``sam_config``): ``DecomposedRelPos`` layers (``minipos.decomposed``), 14 x 14 windows called one
+  padded window at a time and the global layers over the whole grid, bidirectional, ``qkv_bias``; the Qwen2 encoder
+  after it (``encoder_config``) and the learned table before layer 0 named in notes
 - glm_ocr_text (glm_ocr): GLM-4.1V's split M-RoPE (pairs (2i, 2i + 1)), no biases, ``head_dim`` or the quotient;
   vision_config (glm_ocr, glm5_next): ``.vision``: the Qwen towers' 2-D RoPE and order, q/k RMSNorm before RoPE,
   ``attention_bias`` on ``qkv`` and ``proj``, no learned table

@@ -30,6 +30,7 @@ import numpy as np
 from .alibi import ALiBi
 from .axial import AxialRotary
 from .deberta import DeBERTa
+from .decomposed import DecomposedRelPos
 from .fire import FIRE
 from .irope import NoPETemperature
 from .mrope import MRotary
@@ -295,3 +296,8 @@ register(ScaledQueryRotary, example=lambda L: {"beta": 0.1, "original_max_positi
                        "base": "rope_parameters['rope_theta']",
                        "scaling": "rope_parameters (its YaRN keys; Ministral 3's rope_type is 'yarn')",
                        "layout": "'half' (HF's apply_rotary_pos_emb, rotate_half)"})
+# SAM's decomposed relative position bias: a grid 4 patches wide holding the L patches (SAM ViT-B's window layers
+# are 14 x 14, its global layers 64 x 64), so the contract's and the tour's positions cross rows.
+register(DecomposedRelPos, example=lambda L: {"height": max(1, -(-L // 4)), "width": 4},
+         config_names={"height": "vision_config window_size (window layers), else image_size // patch_size",
+                       "width": "vision_config window_size (window layers), else image_size // patch_size"})

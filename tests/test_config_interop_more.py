@@ -303,13 +303,68 @@ def test_deepseek_ocr2_text_decoder(bias):
     _compare_decoder(model, read, model.layers, 5 + np.arange(T), T, other=2 * np.arange(T))
 
 
-def test_deepseek_ocr2_whole_config_reads_its_decoder_and_names_its_tower():
+def test_deepseek_ocr2_whole_config_reads_its_decoder_and_its_sam_tower():
     from transformers.models.deepseek_ocr2 import configuration_deepseek_ocr2 as hf
     cfg = _cfg(hf.DeepseekOcr2Config, text_config={"hidden_size": 64, "num_attention_heads": 4,
                                                     "num_hidden_layers": 2})
     model = mconfig.read(cfg)
-    assert (model.model_type, model.vision, model.layers[0].head_dim) == ("deepseek_ocr2_text", None, 16)
-    assert "deepseek_ocr2_vision" in model.notes[0] and "not read" in model.notes[0]
+    assert (model.model_type, model.layers[0].head_dim) == ("deepseek_ocr2_text", 16)
+    tower = model.vision                                                # SAM ViT-B's defaults: 12 layers, 14 and 64
+    assert tower.model_type == "deepseek_ocr2_vision" and len(tower.layers) == 12
+    kinds = [s.layer_type for s in tower.specs]
+    assert [i for i, k in enumerate(kinds) if k == "full_attention"] == [2, 5, 8, 11]
+    assert repr(tower.layers[0].scheme) == "DecomposedRelPos(height=14, width=14)"
+    assert repr(tower.layers[2].scheme) == "DecomposedRelPos(height=64, width=64)"
+    assert tower.layers[2].scheme.rel_pos_h.shape == (127, 64)          # (2 x 64 - 1, 768 // 12)
+    assert any("Qwen2 encoder" in n and "not read" in n for n in tower.notes)
+
+
+def _ocr2_sam(**kw):
+    from transformers.models.deepseek_ocr2 import modeling_deepseek_ocr2 as hf
+    sam = dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=3, image_size=80, patch_size=16,
+               window_size=3, global_attn_indexes=[1], mlp_dim=8, **kw)      # a 5 x 5 grid, 3 x 3 windows, padded
+    cfg = _cfg(hf.DeepseekOcr2Config, vision_config={"sam_config": sam},
+               text_config={"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1})
+    return hf, cfg
+
+
+@pytest.mark.parametrize("qkv_bias", [True, False])
+def test_deepseek_ocr2_sam_tower_layers(qkv_bias):
+    # Each DeepseekOcr2SamVisionSdpaAttention (the SDPA class: the eager one takes its softmax in float32) against the
+    # layer read builds, on the inputs the tower itself gives it: a window layer gets each padded 3 x 3 window (4 of
+    # them per image: the 5 x 5 grid padded to 6 x 6), the global layer the whole 5 x 5 grid.
+    hf, cfg = _ocr2_sam(qkv_bias=qkv_bias)
+    read = mconfig.read(cfg).vision
+    sam_cfg = cfg.vision_config.sam_config
+    sam_cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    encoder = hf.DeepseekOcr2SamVisionEncoder(sam_cfg).double().eval()
+    _randomize(encoder)
+    seen = {}
+    hooks = [_hook(layer.attn, seen, i) for i, layer in enumerate(encoder.layers)]
+    x = torch.tensor(np.random.default_rng(0).standard_normal((2, 5, 5, 16)))
+    with torch.no_grad():
+        for layer in encoder.layers:
+            x = layer(x)
+    for h in hooks:
+        h.remove()
+    assert [s.layer_type for s in read.specs] == ["window_attention", "full_attention", "window_attention"]
+    for i, layer in enumerate(encoder.layers):
+        mine, attn = read.layers[i], layer.attn
+        C = 16
+        W_, b_ = attn.qkv.weight.detach().numpy(), None if attn.qkv.bias is None else attn.qkv.bias.detach().numpy()
+        mine.wq, mine.wk, mine.wv = (W_[j * C:(j + 1) * C].T.copy() for j in range(3))
+        assert (mine.bq is None) == (not qkv_bias)
+        if qkv_bias:
+            mine.bq, mine.bk, mine.bv = (b_[j * C:(j + 1) * C].copy() for j in range(3))
+        mine.wo, mine.bo = attn.proj.weight.detach().numpy().T.copy(), attn.proj.bias.detach().numpy().copy()
+        mine.scheme.rel_pos_h = attn.rel_pos_h.detach().numpy().copy()
+        mine.scheme.rel_pos_w = attn.rel_pos_w.detach().numpy().copy()
+        inp, out = seen[i]                                                # (N, h, w, C): windows or the grid
+        N, h, w, _ = inp.shape
+        assert (h, w) == ((3, 3) if i != 1 else (5, 5)) and N == (8 if i != 1 else 2)
+        got = mine(inp.reshape(N, h * w, C), causal=False)
+        np.testing.assert_allclose(got, out.reshape(N, h * w, C), rtol=0, atol=ATOL)
 
 
 def test_deepseek_ocr2_bad_configs_name_the_key():
