@@ -29,7 +29,8 @@ Components and the conventions each one needs:
   are not expressible; slopes from the head count (float32). Falcon's multiplies in bfloat16.
 - ``ROPE_INIT_FUNCTIONS``, each ``rope_type`` with a ``LlamaConfig``. The spec's static ``ntk`` is
   no ``rope_type``: it is ``dynamic`` at ``factor = 1`` and ``seq_len = factor * L``.
-- Qwen2-VL (sections) and Qwen3-VL (interleaved) rotary embeddings with ``apply_rotary_pos_emb``.
+- Qwen2-VL (sections) and Qwen3-VL (interleaved) rotary embeddings with ``apply_rotary_pos_emb``; ERNIE-4.5-VL's
+  (height and width alternating, then time, in pairs (2i, 2i + 1)) with its own.
 
 Not run: XLM's and Marian's tables and GPT-J's rotary build rows ``0 ... L-1`` only, and every
 case of their layouts has a negative position or another base. Gradients are torch autograd.
@@ -307,6 +308,8 @@ def _mrope(x, positions, params):
     from transformers import Qwen2VLTextConfig, Qwen3VLTextConfig
     from transformers.models.qwen2_vl import modeling_qwen2_vl as q2
     from transformers.models.qwen3_vl import modeling_qwen3_vl as q3
+    require(params["interleaved"] in (False, True) and params.get("layout", "half") == "half",
+            "Qwen2-VL's and Qwen3-VL's rotaries: the split or T H W assignment in the half layout only")
     D = x.shape[-1]
     rope = {"rope_type": "default", "rope_theta": params["base"], "mrope_section": list(params["mrope_section"])}
     kw = dict(hidden_size=2 * D, num_attention_heads=2, num_key_value_heads=2, head_dim=D, rope_parameters=rope)
@@ -328,6 +331,32 @@ def mrope(inputs, params):
 def mrope_grad(inputs, params):
     dy = inputs["dy"]
     return {"dx": torch_vjp(lambda t: _mrope(t, inputs["positions"], params), np.zeros_like(dy), dy)}
+
+
+def _ernie_mrope(x, positions, params):
+    from transformers import Ernie4_5_VLMoeTextConfig
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as e
+    require(params["interleaved"] == "hw" and params.get("layout", "half") == "interleaved",
+            "ERNIE-4.5-VL's rotary: the H W ... T assignment in pairs (2i, 2i + 1) only")
+    D = x.shape[-1]
+    n_t, n_h, n_w = params["mrope_section"]
+    rope = {"rope_type": "default", "rope_theta": params["base"], "mrope_section": [n_h, n_w, n_t]}   # (h, w, t)
+    cfg = Ernie4_5_VLMoeTextConfig(hidden_size=2 * D, num_attention_heads=2, num_key_value_heads=2, head_dim=D,
+                                   rope_parameters=rope)
+    t = x.reshape(-1, 1, *x.shape[-2:])                                        # (N, 1, T, D)
+    cos, sin = e.Ernie4_5_VLMoeTextRotaryEmbedding(cfg)(t, _t(positions)[:, None])
+    out, _ = e.apply_rotary_pos_emb(t, t, cos, sin)
+    return out.reshape(x.shape)
+
+
+def ernie_mrope(inputs, params):
+    import torch
+    return {"out": _ernie_mrope(_t(inputs["x"], torch.float64), inputs["positions"], params).double().numpy()}
+
+
+def ernie_mrope_grad(inputs, params):
+    dy = inputs["dy"]
+    return {"dx": torch_vjp(lambda t: _ernie_mrope(t, inputs["positions"], params), np.zeros_like(dy), dy)}
 
 
 # --- the components -------------------------------------------------------------------------------
@@ -367,7 +396,10 @@ def components():
            C("ROPE_INIT_FUNCTIONS", "rope_scaling", rope_scaling, "float32",
              ["ntk = dynamic at factor 1 and seq_len = factor * L", F32]),
            C("Qwen2-VL / Qwen3-VL rotary", "mrope", mrope, "float32", ["sections: Qwen2-VL; interleaved: Qwen3-VL", F32]),
-           C("Qwen2-VL / Qwen3-VL rotary", "mrope_grad", mrope_grad, "float32", [GRAD, F32])]
+           C("Qwen2-VL / Qwen3-VL rotary", "mrope_grad", mrope_grad, "float32", [GRAD, F32]),
+           C("ERNIE-4.5-VL rotary", "mrope", ernie_mrope, "float32",
+             ["mrope_section given as (h, w, t), as its config writes it", F32]),
+           C("ERNIE-4.5-VL rotary", "mrope_grad", ernie_mrope_grad, "float32", [GRAD, F32])]
     for name, rotate, native, notes in (
             ("LlamaRotaryEmbedding", _half_rope("llama"), "half", [LAYOUT, given, F32]),
             ("GPTNeoXRotaryEmbedding", _half_rope("neox"), "half", [LAYOUT, given, "partial_rotary_factor = R / D", F32])):
