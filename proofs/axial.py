@@ -104,8 +104,8 @@ def _(p):
                                                            @ f(kn[None], np.array([[a2], [b2]]), layout=layout)[0]),
               reason=f"score = q^T R(r' - r, c' - c) k, {layout}, D = 8")
     p.claim(R3(t, r, c, 7).T * R3(t2, r2, c2, 7), R3(t2 - t, r2 - r, c2 - c, 7),
-            "MiniMax M3, D = 7 (F = 1: one pair per axis, feature 6 unrotated): $R(t, r, c)^T R(t', r', c') = "
-            "R(t' - t, r' - r, c' - c)$", by="trig")
+            "MiniMax M3, D = 7 (F = 1: one pair per axis, feature 6 unrotated), the 7 x 7 matrices compared entry by "
+            "entry", by="trig", shown=("R(t, r, c)^T R(t', r', c')", "R(t' - t, r' - r, c' - c)"))
     pts3 = [(0, 0, 0, 0, 0, 0), (1, 2, 5, 3, 7, 1), (4, 9, 0, 0, 3, 12), (-2, -4, 6, 5, 30, -8)]
     q14, k14 = rng.normal(size=14), rng.normal(size=14)
     want = (sp.Matrix(q14).T * R3(t2 - t, r2 - r, c2 - c, 14, 10000) * sp.Matrix(k14))[0, 0]
