@@ -28,7 +28,8 @@ def test_minimax_m3_defaults_rotate_the_whole_head_and_say_rotary_dim_is_unread(
     assert (m.model_type, len(m.layers)) == ("minimax_m3_vl_text", 60)
     row = _rows(m)[0]
     assert row[2] == "64/4 x 128" and row[3] == "RoPE half, theta 5e+06" and row[4] == "causal"
-    assert "1 + w" in row[5] and m.layers[0].norm_offset == 1.0 and m.layers[0].scheme.rotary_dim is None
+    # the spec, not a built layer: 64 heads x 128 of width 6144 would draw 150M weights
+    assert "1 + w" in row[5] and m.specs[0].kwargs["norm_offset"] == 1.0 and m.specs[0].scheme().rotary_dim is None
     assert any("rotary_dim 64 is not read" in n and "= 128" in n for n in m.notes)
     assert not any("not support yet" in n for n in m.notes) and m.vision.model_type == "minimax_m3_vl_vision"
 
@@ -140,7 +141,7 @@ def test_muse_glimmer_defaults_nope_full_every_fourth_from_the_last():
     nope = [i for i, r in rows.items() if r[3].startswith("NoPE")]
     assert nope == list(range(3, 52, 4)) and all(rows[i][1] == "full_attention" for i in nope)
     assert rows[0][3] == "RoPE half, theta 10000" and rows[0][4] == "causal, window 2048 (i-2048 < j <= i)"
-    assert m.specs[0].kwargs["scale"] == pytest.approx(3.87 / np.sqrt(128)) and m.layers[0].gate == "feature"
+    assert m.specs[0].kwargs["scale"] == pytest.approx(3.87 / np.sqrt(128)) and m.specs[0].kwargs["gate"] == "feature"
 
 
 def test_muse_vision_defaults_windows_and_full_layers():
