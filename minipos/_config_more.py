@@ -273,8 +273,10 @@ FAMILIES = {"paddleocr_vl_text": Family(_paddleocr_vl, _PADDLEOCR_TEXT),
 TEXT_OF = {"paddleocr_vl": "paddleocr_vl_text", "deepseek_ocr2": "deepseek_ocr2_text",
            "kimi_k25": "deepseek_v3",         # Kimi_K25Config's text_config: a DeepseekV3Config by default
            "video_llama_3": "qwen2",          # VideoLlama3Config's text_config: a Qwen2Config by default
-           "ernie4_5_vl_moe": "ernie4_5_vl_moe_text"}
+           "ernie4_5_vl_moe": "ernie4_5_vl_moe_text",
+           "exaone4_5": "exaone4"}
 
-TEXT_RENAMED = {("kimi_k25", "kimi_k2"): "deepseek_v3"}
+TEXT_RENAMED = {("kimi_k25", "kimi_k2"): "deepseek_v3",
+                ("exaone4_5", "exaone4_5_text"): "exaone4"}   # Exaone4_5_Config.__post_init__: the first release's name
 """``(outer model_type, its text_config's model_type)`` -> the family read: a text ``model_type`` the outer config
 class renames (``Kimi_K25Config.__post_init__``: the hub's ``kimi_k2`` is built as ``deepseek_v3``)."""

@@ -47,7 +47,7 @@ def interleaved_section_note(given: list, section: list, half: int) -> tuple:
     """A note when HF's interleaving reads ``given`` as another ``section`` (``hf_interleaved_section``), else ()."""
     if section == list(given):
         return ()
-    return (f"mrope_section {list(given)} counts {sum(given)} frequencies, the rotary has {half}: transformers gives "
+    return (f"mrope_section {list(given)} is not what transformers' interleaving gives over {half} frequencies: it gives "
             f"height the i % 3 == 1 below {3 * given[1]}, width the i % 3 == 2 below {3 * given[2]} and time the rest, "
             f"{section}, which is what is read",)
 

@@ -5,9 +5,10 @@ transformers config object, read through its ``to_dict()``: minipos never import
 and returns a ``Model``: ``.layers``, one attention layer per decoder layer, built as the model
 builds it (heads, key/value heads, head dim, the scheme and its parameters, the window, the chunks,
 the sinks, the scale, the per-head q/k norms), ``.vision`` (the vision tower's attention layers,
-a ``Model`` of its own, for the towers named below, 2-D RoPE or, GLM-Image's, none; else ``None``) and ``.describe()``, the
-per-layer table (the tower's after the decoder's). Layers are built when first indexed, so reading the
-config of a 70B model allocates nothing; each is then an ordinary minipos layer, with random
+a ``Model`` of its own, for the towers named below: 2-D RoPE, or MiniMax M3's 3-D RoPE, DeepSeek-OCR-2's
+decomposed relative position bias, GLM-Image's none; else ``None``) and ``.describe()``, the per-layer table
+(the tower's after the decoder's). Layers are built when first indexed, so reading the config of a 70B model
+allocates nothing; each is then an ordinary minipos layer, with random
 weights to be replaced by the checkpoint's (``wq``, ``wk``, ``wv``, ``wo`` and biases; the MLA
 layer's as ``minipos.mla`` names them; ``q_norm``, ``k_norm`` and the output gate's ``wg``, ``bg`` of
 ``minipos.qk_norm``), called as
@@ -35,8 +36,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - cohere2: sliding layers: interleaved RoPE and a window; full layers: NoPE
 - exaone4: sliding layers: RoPE and a window; full layers: NoPE (every layer RoPE without ``sliding_window``);
   per-head q/k RMSNorm
-- exaone4_5: its ``text_config``, EXAONE 4's; vision_config: ``.vision``: Qwen2.5-VL's tower (window order, window
-  and full layers) with ``num_key_value_heads`` key/value heads
+- exaone4_5: its ``text_config``, EXAONE 4's (the first release's ``exaone4_5_text`` too, as HF renames it);
+  vision_config: ``.vision``: Qwen2.5-VL's tower (window order, window and full layers) with
+  ``num_key_value_heads`` key/value heads
 - smollm3: NoPE every ``no_rope_layers[i] == 0`` layer, RoPE elsewhere
 - llama4_text (llama4): iRoPE: chunked RoPE layers (interleaved, with the L2 q/k norm) and NoPE layers with
   the attention temperature
@@ -132,8 +134,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   ``attention_bias`` on all four; vision_config: ``.vision``: Qwen3-VL's tower
 - qwen4_exp_text (qwen4_exp): the attention layers only (``spec.index``): Qwen3.5's layer, interleaved M-RoPE
   (default [11, 11, 10], ``partial_rotary_factor`` default 1); the QSA indexer's picks (a mask), the delta nets and
-  the hyper-connections in notes; vision_config: ``.vision``: Qwen3-VL's tower. Here and in cohere_compass an
-  ``mrope_section`` not counting R/2 frequencies is read as HF assigns it, a note says so
+  the hyper-connections in notes; vision_config: ``.vision``: Qwen3-VL's tower. In every interleaved
+  family (Qwen3-VL(-MoE), Qwen3-Omni, Qwen3.5, Cohere Compass, Qwen4-Exp) an ``mrope_section`` that does not
+  count R/2 frequencies, or whose temporal count is below the others, is read as HF assigns it, a note says so
 - mlcd_vision_model (alone): the Qwen towers' 2-D RoPE, patches row-major, biases; its class token's learned angles
   are not read (a note); vision_config: lfm3_vl_vision (lfm3_vl): ``.vision``: the attention layers only
   (``spec.index``), 2-D RoPE ``"qwen"``, ``merge_positions``, GQA, q/k norm (weight w); the convolutions in a note
@@ -149,10 +152,10 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (Gemma 3n's machinery; the decoders of DiffusionGemma, GLM-5.3-Flash, Muse Spark,
-Dots 3 Note and Inkling 2) raise ``ValueError`` saying "not supported yet",
-naming what is missing; a vision tower the list above
-does not name is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
+minipos does not have yet (Gemma 3n's machinery; Mistral 4's MLA query scale; the decoders of DiffusionGemma,
+GLM-5.3-Flash, Muse Spark, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
+``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
+is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).
 """
 

@@ -608,6 +608,18 @@ def test_qk_norm_by_hand():
 
 # --- golden vectors of one model -------------------------------------------------------------------
 
+@pytest.mark.parametrize("text_type", [None, "exaone4", "exaone4_5_text"])
+def test_exaone4_5_reads_its_text_config_as_exaone4(text_type):
+    # Exaone4_5_Config: text_config is an Exaone4Config; its __post_init__ renames the first release's
+    # "exaone4_5_text" to "exaone4" (configuration_exaone4_5.py, "BC: EXAONE 4.5 first released with ...").
+    text = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+            "num_hidden_layers": 4, "sliding_window": 8, "sliding_window_pattern": 4}
+    if text_type is not None:
+        text["model_type"] = text_type
+    m = config.read({"model_type": "exaone4_5", "text_config": text, "vision_config": {"depth": 2}})
+    assert m.model_type == "exaone4" and len(m.layers) == 4 and m.vision.model_type == "exaone4_5_vision"
+
+
 def test_model_vectors_round_trip_and_a_changed_value_fails(tmp_path):
     out = tmp_path / "v"
     assert cli.main(["vectors", "export", "--config", _shipped("gemma-3-4b"), str(out)]) == 0
