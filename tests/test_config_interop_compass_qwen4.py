@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from test_config_interop_more import _copy, _hook  # noqa: E402
 from test_config_interop_qwen_vision import (  # noqa: E402
     ATOL,
     MERGE,
@@ -65,20 +66,6 @@ def _float64_norm(norm, offset=0.0):
     """An HF RMSNorm's formula, ``x / rms(x) * (offset + w)``, in float64 (HF casts to float32 first)."""
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
     norm.forward = lambda h: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (offset + norm.weight)
-
-
-def _hook(module, seen, i):
-    def hook(m, args, kwargs, out):
-        x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-        seen[i] = (x.detach().numpy().copy(), out[0].detach().numpy().copy())
-    return module.register_forward_hook(hook, with_kwargs=True)
-
-
-def _copy(ref, layer, names=("q_proj", "k_proj", "v_proj", "o_proj")):
-    for n, name in zip("qkvo", names):
-        lin = getattr(ref, name)
-        setattr(layer, "w" + n, lin.weight.detach().numpy().T.copy())
-        setattr(layer, "b" + n, None if lin.bias is None else lin.bias.detach().numpy().copy())
 
 
 # --------------------------------------------------------------------------- Cohere Compass
