@@ -10,7 +10,7 @@ import pytest
 
 from minipos import cli, vectors
 from minipos import config as mconfig
-from minipos._config_compass_qwen4 import hf_interleaved_section
+from minipos._config_vision import hf_interleaved_section
 from minipos.mrope import MRotary
 from minipos.qk_norm import QKNormAttention
 from minipos.seams import NoPE

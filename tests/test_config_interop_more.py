@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from minipos import config as mconfig  # noqa: E402
+from minipos._config_vision import VISION  # noqa: E402
 from minipos.axial import merge_positions  # noqa: E402
 from test_config_interop_qwen_vision import _cfg, _randomize  # noqa: E402
 
@@ -148,7 +149,7 @@ def _rewrites_default(model_type):
     return cfg.rope_parameters.get("rope_type") == "axial"
 
 
-@pytest.mark.parametrize("model_type", sorted(m for m in mconfig.read.__globals__["VISION"] if _rewrites_default(m)))
+@pytest.mark.parametrize("model_type", sorted(m for m in VISION if _rewrites_default(m)))
 def test_a_tower_reads_rope_type_default_as_its_config_class_does(model_type):
     # transformers' RotaryEmbeddingConfigMixin: a class with default_rope_type "axial" rewrites a "default" rope_type
     # to "axial" (modeling_rope_utils), so a config.json saying "default" runs as "axial"; read it the same.
