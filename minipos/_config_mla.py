@@ -1,29 +1,31 @@
 """The multi-head latent attention families of ``minipos.config``: DeepSeek-V2, DeepSeek-V3, DeepSeek-V3.2 (MLA and
-its indexer, ``minipos.dsa``) and GLM-5 (``glm_moe_dsa``: V3.2's layers, the indexer interleaved, its picks shared
-across layers). Returned in ``FAMILIES`` for ``minipos.config`` to merge; its module docstring states the
+its indexer, ``minipos.dsa``), Mistral 4 (V3's MLA, its queries scaled by ``llama_4_scaling_beta``) and GLM-5
+(``glm_moe_dsa``: V3.2's layers, the indexer interleaved, its picks shared across layers). Returned in ``FAMILIES`` for ``minipos.config`` to merge; its module docstring states the
 contract."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ._config_rope import describe_rope, layer_types_of, rope_parameters
+from ._config_rope import describe_rope, layer_types_of, query_scale_args, rope_parameters
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
-from .mla import DecoupledRotary, MultiHeadLatentAttention
+from .mla import DecoupledRotary, MultiHeadLatentAttention, ScaledDecoupledRotary
 from .rope import rope_inv_freq
 from .rope_scaling import REGISTRY
 
 
-def _mla(c: _Config, layout: str, q_lora_rank) -> tuple:
-    """The MLA layers of the DeepSeek families (``minipos.mla``): ``(specs, rope parameters)``."""
+def _mla(c: _Config, layout: str, q_lora_rank, params: dict | None = None, query_scale: dict | None = None) -> tuple:
+    """The MLA layers of the DeepSeek families (``minipos.mla``): ``(specs, rope parameters)``. params: the RoPE
+    parameters, read here when None; query_scale: ``ScaledDecoupledRotary``'s beta and L (Mistral 4), or None."""
     n = c.int("num_hidden_layers", required=True)
-    params = rope_parameters(c)
+    params = rope_parameters(c) if params is None else params
     scaling = None if params["rope_type"] == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
     theta = params["rope_theta"]
 
     def make():
-        return DecoupledRotary(layout=layout, base=theta, scaling=None if scaling is None else dict(scaling))
+        kw = {"layout": layout, "base": theta, "scaling": None if scaling is None else dict(scaling)}
+        return DecoupledRotary(**kw) if query_scale is None else ScaledDecoupledRotary(**kw, **query_scale)
     try:
         make()
     except (ValueError, TypeError) as err:
@@ -38,12 +40,37 @@ def _mla(c: _Config, layout: str, q_lora_rank) -> tuple:
               "v_head_dim": c.int("v_head_dim", required=True), "bias": c.flag("attention_bias", False)}
     position = f"MLA: RoPE {layout} on the last {kwargs['qk_rope_head_dim']} features of each head, " + \
         describe_rope(params, layout).split(", ", 1)[1]
+    if query_scale is not None:
+        position += (f"; queries x (1 + {query_scale['beta']:g} ln(1 + floor(p/"
+                     f"{query_scale['original_max_position_embeddings']})))")
     specs = [LayerSpec(i, "full_attention", MultiHeadLatentAttention, kwargs, make, position) for i in range(n)]
     return specs, params
 
 
 def _deepseek_v3(c):
     return _mla(c, "interleaved" if c.flag("rope_interleave", True) else "half", c.int("q_lora_rank"))[0]
+
+
+def _mistral4(c):
+    # Mistral4Attention: DeepSeek-V3's MLA (rope_interleave, default True; YaRN's mscale_all_dim in the softmax
+    # scale), then the whole query, both slices, times llama_4_scaling_beta's 1 + beta ln(1 + floor(p / L)).
+    # Its config class writes partial_rotary_factor = qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim)
+    # into rope_parameters, which HF's RoPE reads against head_dim = qk_nope_head_dim + qk_rope_head_dim.
+    if c.data.get("rope_parameters") is None and c.data.get("rope_scaling") is None:   # the class's default
+        c.data = {**c.data, "rope_parameters": {**c.defaults["rope_parameters"],
+                                                "max_position_embeddings": c.get("max_position_embeddings")}}
+    params = rope_parameters(c)
+    scale = query_scale_args(c, params)
+    factor = params.pop("partial_rotary_factor", None)
+    nope, rope_dim = c.int("qk_nope_head_dim", required=True), c.int("qk_rope_head_dim", required=True)
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or int((nope + rope_dim) * factor) != rope_dim):
+        raise c.error(f"config['rope_parameters']['partial_rotary_factor'] = {factor!r} rotates "
+                      f"int(head_dim * factor) features of head_dim = qk_nope_head_dim + qk_rope_head_dim = "
+                      f"{nope + rope_dim} in transformers; MLA rotates qk_rope_head_dim = {rope_dim}")
+    layout = "interleaved" if c.flag("rope_interleave", True) else "half"
+    q_lora_rank = c.data["q_lora_rank"] if "q_lora_rank" in c.data else c.defaults["q_lora_rank"]   # null: none
+    return _mla(c, layout, q_lora_rank, params, scale)[0]
 
 
 def _deepseek_v2(c):
@@ -125,6 +152,13 @@ def _glm_moe_dsa(c):
 
 FAMILIES = {
     "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
+    "mistral4": Family(_mistral4, {"max_position_embeddings": 1048576, "kv_lora_rank": 256, "q_lora_rank": 1024,
+                                   "qk_nope_head_dim": 64, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                                   "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
+                                   "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 128.0,
+                                                       "original_max_position_embeddings": 8192, "beta_fast": 32.0,
+                                                       "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+                                                       "llama_4_scaling_beta": 0.1}}),
     "deepseek_v2": Family(_deepseek_v2, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "kv_lora_rank": 512,
                                          "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                                          "v_head_dim": 128}),

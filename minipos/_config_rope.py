@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ._checks import check_float
 from ._config_types import FamilyConfig as _Config
 from ._config_types import LayerSpec
 from .layer import MultiHeadAttention
@@ -27,7 +28,6 @@ NOT_YET = {
                        "within a two-sided window, over the encoder's cached keys and values plus its own)",
     "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
     "gemma3n": "Gemma 3n's position machinery",
-    "mistral4": "Mistral 4's llama_4_scaling_beta on the whole MLA query (minipos' MLA layer scales no query)",
     "sam3_window_padding": "SAM 3's window layers on a patch grid that is not a multiple of window_size (HF "
                            "window_partition pads the grid with zero tokens that the window's patches attend, unmasked: "
                            "extra keys whose content is the projections' biases)",
@@ -38,7 +38,8 @@ NOT_YET = {
 
 
 QUERY_SCALED = ("ministral3", "mistral4")
-"""The families whose attention multiplies its queries by ``llama_4_scaling_beta``'s scale (``minipos.query_scale``)."""
+"""The families whose attention multiplies its queries by ``llama_4_scaling_beta``'s scale (``minipos.query_scale``;
+Mistral 4's MLA: ``minipos.mla.ScaledDecoupledRotary``)."""
 
 
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
@@ -92,7 +93,8 @@ def rope_parameters(c: _Config, layer_type: str | None = None) -> dict:
     kind = checked_rope_type(c, params)
     if c.has("partial_rotary_factor") and "partial_rotary_factor" not in params:
         params["partial_rotary_factor"] = c.get("partial_rotary_factor")
-    if params.get("partial_rotary_factor") == 1.0:
+    factor = params.get("partial_rotary_factor")
+    if factor == 1.0 and not isinstance(factor, bool):                    # true == 1.0 too: left for the check
         params.pop("partial_rotary_factor")
     if kind in ("yarn", "llama3", "longrope"):                             # HF: the top-level copy first (Phi-3)
         if c.has("original_max_position_embeddings"):
@@ -247,6 +249,25 @@ def named_errors(c: _Config, build):
         if str(err).startswith("model_type"):
             raise
         raise type(err)(f"model_type {c.model_type!r}: {err}") from None
+
+
+def query_scale_args(c: _Config, params: dict) -> dict:
+    """``ScaledQueryRotary``'s (and ``ScaledDecoupledRotary``'s) ``beta`` and ``original_max_position_embeddings``, popped from ``params`` with
+    the ``max_position_embeddings`` HF's config class leaves there and ignores (except for LongRoPE)."""
+    beta = params.pop("llama_4_scaling_beta", None)
+    if params["rope_type"] != "longrope":
+        params.pop("max_position_embeddings", None)
+    if beta is None:
+        raise c.error("config['rope_parameters']['llama_4_scaling_beta'] is required: transformers multiplies each "
+                      "query by 1 + beta ln(1 + floor(p / original_max_position_embeddings)) with it")
+    length = params.get("original_max_position_embeddings")
+    if length is None:
+        raise c.error("config['rope_parameters']['original_max_position_embeddings'] is required: it divides the "
+                      "position in the query scale of llama_4_scaling_beta")
+    if params["rope_type"] in ("default", "linear"):                       # read by the query scale only
+        params.pop("original_max_position_embeddings")
+    beta = named_errors(c, lambda: check_float(beta, "config['rope_parameters']['llama_4_scaling_beta']", minimum=0.0))
+    return {"beta": beta, "original_max_position_embeddings": length}
 
 
 def axial_theta(c: _Config, kinds=("default", "axial")) -> float:

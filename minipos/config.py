@@ -54,6 +54,8 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   (``spec.indexer["shared_from"]``)
 - ministral3 (mistral3): Mistral's RoPE layers, each query then scaled by ``llama_4_scaling_beta``: 1 + beta
   ln(1 + floor(p / original_max_position_embeddings))
+- mistral4 (mistral3): DeepSeek-V3's MLA (``rope_interleave``), the whole query then scaled by the same
+  ``llama_4_scaling_beta`` rule (``minipos.mla.ScaledDecoupledRotary``)
 - qwen2_vl (qwen2_vl_text): M-RoPE with ``mrope_section``: positions ``(3, T)``
 - glm4v_text (glm4v): split M-RoPE (default [8, 12, 12]) on the first ``head_dim * partial_rotary_factor``
   features, pairs (2i, 2i + 1); q/k/v biases
@@ -152,7 +154,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (Gemma 3n's machinery; Mistral 4's MLA query scale; the decoders of DiffusionGemma,
+minipos does not have yet (Gemma 3n's machinery; the decoders of DiffusionGemma,
 GLM-5.3-Flash, Muse Spark, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
@@ -167,7 +169,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from . import safe_io
-from ._checks import check_float
 from ._config_compass_qwen4 import FAMILIES as COMPASS_FAMILIES
 from ._config_compass_qwen4 import TEXT_OF as COMPASS_TEXT_OF
 from ._config_glm_more import FAMILIES as GLM_FAMILIES
@@ -188,6 +189,7 @@ from ._config_rope import (
     layer_types_of,
     make_rotary,
     named_errors,
+    query_scale_args,
     refuse_keys,
     rope_parameters,
     window_of,
@@ -475,30 +477,11 @@ def _gpt_oss(c):
     return specs
 
 
-def _query_scale(c: _Config, params: dict) -> dict:
-    """``ScaledQueryRotary``'s ``beta`` and ``original_max_position_embeddings``, popped from ``params`` with
-    the ``max_position_embeddings`` HF's config class leaves there and ignores (except for LongRoPE)."""
-    beta = params.pop("llama_4_scaling_beta", None)
-    if params["rope_type"] != "longrope":
-        params.pop("max_position_embeddings", None)
-    if beta is None:
-        raise c.error("config['rope_parameters']['llama_4_scaling_beta'] is required: transformers multiplies each "
-                      "query by 1 + beta ln(1 + floor(p / original_max_position_embeddings)) with it")
-    length = params.get("original_max_position_embeddings")
-    if length is None:
-        raise c.error("config['rope_parameters']['original_max_position_embeddings'] is required: it divides the "
-                      "position in the query scale of llama_4_scaling_beta")
-    if params["rope_type"] in ("default", "linear"):                       # read by the query scale only
-        params.pop("original_max_position_embeddings")
-    beta = named_errors(c, lambda: check_float(beta, "config['rope_parameters']['llama_4_scaling_beta']", minimum=0.0))
-    return {"beta": beta, "original_max_position_embeddings": length}
-
-
 def _ministral3(c):
     if c.data.get("rope_parameters") is None and c.data.get("rope_scaling") is None:   # the class's default
         c.data = {**c.data, "rope_parameters": dict(c.defaults["rope_parameters"])}
     params = rope_parameters(c)
-    scale = _query_scale(c, params)
+    scale = query_scale_args(c, params)
     try:
         ScaledQueryRotary(layout="half", scaling=dict(params), **scale)
     except (ValueError, TypeError) as err:

@@ -63,9 +63,10 @@ from ._checks import (as_float_array, as_positions, check_alloc, check_bool, che
                       check_overflow, check_positive_int)
 from .attention import attention
 from .layer import MultiHeadAttention
+from .query_scale import apply_query_scale, apply_query_scale_backward
 from .rope_scaling import Rotary
 
-__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale",
+__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "ScaledDecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale",
            "latent_kv", "absorbed_attention"]
 
 
@@ -206,6 +207,41 @@ class DecoupledRotary(Rotary):
     def __repr__(self) -> str:
         kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
         return f"DecoupledRotary(layout={self.layout!r}{kind})"
+
+
+class ScaledDecoupledRotary(DecoupledRotary):
+    """MLA's decoupled RoPE whose whole query at position p is then multiplied by ``1 + beta ln(1 + floor(p / L))``.
+
+    Mistral 4 (transformers ``Mistral4Attention``): after the rotation, the query ``[q_C | R(p) q_R]`` --
+    both slices -- is multiplied by ``llama_4_scaling_beta``'s scale ``s(p)`` (``minipos.query_scale``), so
+    every logit of row p is scaled by ``s(p)``; keys are not. beta: ``rope_parameters['llama_4_scaling_beta']``;
+    original_max_position_embeddings: L (HF reads ``rope_parameters['original_max_position_embeddings']``,
+    the same L as its YaRN's). base, layout, scaling: as ``DecoupledRotary``'s.
+    """
+
+    name = "mla-rope+query-scale"
+
+    def __init__(self, *, beta: float, original_max_position_embeddings: int, base: float = 10000.0,
+                 layout: str = "interleaved", scaling: dict | None = None):
+        super().__init__(base=base, layout=layout, scaling=scaling)
+        self.beta = check_float(beta, "beta", minimum=0.0)
+        self.original_max_position_embeddings = check_positive_int(original_max_position_embeddings,
+                                                                   "original_max_position_embeddings")
+
+    def _kw(self):
+        return dict(beta=self.beta, original_max_position_embeddings=self.original_max_position_embeddings)
+
+    def rotate_q(self, q, positions, *, seq_len):  # s(p) [q_C | R(p) q_R]
+        return apply_query_scale(self._apply(q, positions, seq_len=seq_len), positions, **self._kw())
+
+    def rotate_q_backward(self, dq, positions, *, seq_len):  # the rope slice's R(p)^T of s(p) dq
+        return self._apply_backward(apply_query_scale_backward(dq, positions, **self._kw()), positions,
+                                    seq_len=seq_len)
+
+    def __repr__(self) -> str:
+        kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
+        return (f"ScaledDecoupledRotary(layout={self.layout!r}{kind}, beta={self.beta:g}, "
+                f"original_max_position_embeddings={self.original_max_position_embeddings})")
 
 
 # --------------------------------------------------------------------------- the layer

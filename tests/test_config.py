@@ -12,7 +12,7 @@ import pytest
 
 from minipos import cli, config, vectors
 from minipos.irope import NoPETemperature
-from minipos.mla import MultiHeadLatentAttention
+from minipos.mla import MultiHeadLatentAttention, ScaledDecoupledRotary
 from minipos.mrope import MRotary
 from minipos.prope import ProportionalRotary
 from minipos.qk_norm import QKNormAttention
@@ -338,6 +338,60 @@ def test_ministral3_bad_query_scale_settings_are_named(params, error, words):
         assert w in str(err.value)
 
 
+MISTRAL4 = {"model_type": "mistral4", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+            "max_position_embeddings": 65536,
+            "rope_parameters": {"type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                                "original_max_position_embeddings": 8192, "max_position_embeddings": 65536,
+                                "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+                                "llama_4_scaling_beta": 0.1, "partial_rotary_factor": 0.5}}
+
+
+def test_mistral4_is_mla_with_the_query_scale_and_reads_through_mistral3():
+    # Values as Mistral4Config writes them (its rope_parameters default, partial_rotary_factor 8 / 16).
+    for data in (MISTRAL4, {"model_type": "mistral3", "text_config": MISTRAL4}):
+        m = config.read(data)
+        assert m.model_type == "mistral4" and len(m.layers) == 2
+        layer = m.layers[0]
+        assert isinstance(layer, MultiHeadLatentAttention) and isinstance(layer.scheme, ScaledDecoupledRotary)
+        assert (layer.scheme.beta, layer.scheme.original_max_position_embeddings) == (0.1, 8192)
+        assert layer.scheme.layout == "interleaved" and layer.scheme.scaling_kind == "yarn"
+        assert "partial_rotary_factor" not in layer.scheme.scaling_args            # the rope slice is the part
+        assert "queries x (1 + 0.1 ln(1 + floor(p/8192)))" in m.specs[0].position
+    half = config.read({**MISTRAL4, "rope_interleave": False, "q_lora_rank": None}).layers[0]
+    assert half.scheme.layout == "half" and half.q_lora_rank is None
+    m = config.read({"model_type": "mistral4"})                                    # the class's own defaults
+    assert len(m.layers) == 36 and m.specs[0].kwargs["kv_lora_rank"] == 256
+    assert m.layers[0].scheme.scaling_args["factor"] == 128.0
+
+
+@pytest.mark.parametrize("change, error, words", [
+    ({"partial_rotary_factor": 0.25}, ValueError, ["partial_rotary_factor", "qk_rope_head_dim", "'mistral4'"]),
+    ({"partial_rotary_factor": "half"}, ValueError, ["partial_rotary_factor", "'mistral4'"]),
+    ({"llama_4_scaling_beta": None}, ValueError, ["llama_4_scaling_beta", "required", "'mistral4'"]),
+    ({"llama_4_scaling_beta": -1.0}, ValueError, ["llama_4_scaling_beta", "'mistral4'"]),
+    ({"partial_rotary_factor": True}, ValueError, ["partial_rotary_factor", "'mistral4'"]),
+])
+def test_mistral4_bad_settings_are_named(change, error, words):
+    params = {k: v for k, v in {**MISTRAL4["rope_parameters"], **change}.items() if v is not None}
+    with pytest.raises(error) as err:
+        config.read({**MISTRAL4, "rope_parameters": params})
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_mistral4_model_vectors_round_trip(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MISTRAL4))
+    out = tmp_path / "v"
+    assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+    assert vectors.check(str(out)) == []
+    doc = json.loads((out / "model_layers.json").read_text())
+    assert [c["name"] for c in doc["cases"]] == ["layer0_full_attention"]
+    positions = np.array(doc["cases"][0]["inputs"]["positions"]["data"])
+    assert positions.max() >= 8192                                      # the query scale's first step is reached
+
+
 def test_deepseek_v2_lite_has_no_query_lora_and_rotates_interleaved():
     m = config.read(_shipped("deepseek-v2-lite"))
     kw = m.specs[0].kwargs
@@ -494,7 +548,7 @@ def test_bad_qwen_vision_settings_are_named(change, words):
     ({"model_type": "ernie4_5_vl_moe_text", "rope_parameters": {"rope_type": "default", "rope_theta": 1.0,
                                                                  "mrope_section": [3, 1, 0]}},
      ["mrope_section", "'ernie4_5_vl_moe_text'", "'hw'"]),
-    ({"model_type": "mistral4"}, ["mistral4", "MLA query", "not support yet"]),
+    ({"model_type": "diffusion_gemma_text"}, ["diffusion_gemma_text", "block-diffusion", "not support yet"]),
     ({"model_type": "pixtral", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}}, ["'yarn'", "'pixtral'"]),
     ({"model_type": "deepseek_v32", "kv_lora_rank": 8, "q_lora_rank": None}, ["q_lora_rank", "'deepseek_v32'"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),

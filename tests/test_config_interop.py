@@ -647,3 +647,38 @@ def test_llama4_vision_attention_2d_rope_with_its_class_token():
     moved = positions.copy()
     moved[:, -1] = 1                                                                # the class token rotated as (1, 1)
     assert np.max(np.abs(layer(x, positions=moved, causal=False) - want)) > 1e-3
+
+
+@pytest.mark.parametrize("interleave, q_lora_rank", [(True, 16), (False, None), (True, None), (False, 16)])
+def test_mistral4_mla_with_its_query_scale(interleave, q_lora_rank):
+    # Mistral4Attention: DeepSeek-V3's MLA, then the whole query times 1 + beta ln(1 + floor(p / L)); with L = 4 and
+    # T = 12, floor(p / 4) takes 0, 1, 2, so three scales bite. Its config class writes partial_rotary_factor
+    # = 4 / (4 + 4) into rope_parameters (HF's RoPE then rotates int(8 * 0.5) = 4 features: qk_rope_head_dim).
+    cfg = _cfg(transformers.Mistral4Config, **{**MLA_SMALL, "q_lora_rank": q_lora_rank}, pad_token_id=0, rope_interleave=interleave,
+               max_position_embeddings=64, rope_parameters={**MLA_YARN, "llama_4_scaling_beta": 0.5,
+                                                            "max_position_embeddings": 64})
+    model, seen = _run_model(transformers.Mistral4Model, cfg)
+    _compare(cfg, model, seen)
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    layer.scheme.beta = 0.0                                              # the query scale switched off: it differs
+    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+
+
+def test_mistral4_default_rope_parameters():
+    # Mistral4Config's own: yarn, factor 128 from 8192, beta 0.1; positions 8186 ... 8197 step floor(p / 8192) from
+    # 0 to 1 (HF's float32 angles near 8192 err by about 1e-5 in the output: tolerance 1e-4, and the scale itself
+    # moves the output by more than 1e-2).
+    cfg = _cfg(transformers.Mistral4Config, **MLA_SMALL, pad_token_id=0)
+    positions = 8186 + np.arange(T)
+    pos = torch.from_numpy(np.broadcast_to(positions, (B, T)).copy())
+    model, seen = _run_model(transformers.Mistral4Model, cfg, position_ids=pos)
+    assert mconfig.read(cfg).layers[0].scheme.original_max_position_embeddings == 8192
+    for i in range(2):
+        layer = mconfig.read(cfg).layers[i]
+        _copy(model.layers[i].self_attn, layer)
+        x, want = seen[i]
+        np.testing.assert_allclose(layer(x, positions=positions, causal=True), want, rtol=0, atol=1e-4)
+        layer.scheme.beta = 0.0
+        assert np.max(np.abs(layer(x, positions=positions, causal=True) - want)) > 1e-2

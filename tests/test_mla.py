@@ -13,8 +13,8 @@ import pytest
 import minipos.fast
 from minipos import rope
 from minipos.layer import MultiHeadAttention, Rotary
-from minipos.mla import (DecoupledRotary, MultiHeadLatentAttention, absorbed_attention, latent_kv, rms_norm,
-                         rms_norm_backward, yarn_get_mscale)
+from minipos.mla import (DecoupledRotary, MultiHeadLatentAttention, ScaledDecoupledRotary, absorbed_attention, latent_kv,
+                         rms_norm, rms_norm_backward, yarn_get_mscale)
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0,
         "mscale_all_dim": 0.5, "beta_fast": 32.0, "beta_slow": 1.0}
@@ -440,3 +440,80 @@ def test_matches_deepseek_v2_attention_complex_rotation():
         freqs_cis = rotary(torch.from_numpy(x), torch.arange(T)[None])
         want = ref(torch.from_numpy(x), _causal(T, T, torch), position_embeddings=freqs_cis)[0].numpy()
     np.testing.assert_allclose(layer(x, causal=True), want, rtol=1e-5, atol=1e-6)
+
+
+# --- Mistral 4: the query scale on the whole MLA query ---------------------------------------------
+
+def _rebind(layer, beta, length):
+    fresh = MultiHeadLatentAttention(12, 2, q_lora_rank=layer.q_lora_rank, bias=True, seed=0, **SMALL,
+                                     scheme=ScaledDecoupledRotary(scaling=YARN, beta=beta,
+                                                                  original_max_position_embeddings=length))
+    for name in layer.weights():
+        setattr(fresh, name, getattr(layer, name).copy())
+    return fresh
+
+
+def test_scaled_query_row_p_is_the_plain_layers_logits_times_s_p():
+    # beta 0.5, L = 3: s(p) = 1 + 0.5 ln(1 + p // 3), by hand s(0..2) = 1, s(3..5) = 1 + 0.5 ln 2 = 1.346574,
+    # s(6..8) = 1 + 0.5 ln 3 = 1.549306. Row p of the scaled layer's logits is the plain layer's row times s(p),
+    # both slices of the query scaled (the rope slice alone would scale only part of each logit).
+    plain = _small(scaling=YARN)
+    scaled = _rebind(plain, 0.5, 3)
+    x = np.random.default_rng(21).standard_normal((1, 9, 12))
+    q0 = plain.scheme.rotate_q(plain._query(x), np.arange(9), seq_len=9)
+    q1 = scaled.scheme.rotate_q(scaled._query(x), np.arange(9), seq_len=9)
+    s = np.array([1, 1, 1] + [1 + 0.5 * math.log(2)] * 3 + [1 + 0.5 * math.log(3)] * 3)
+    np.testing.assert_allclose(q1, q0 * s[:, None], rtol=1e-14)
+    assert abs(s[3] - 1.346574) < 1e-6 and abs(s[6] - 1.549306) < 1e-6
+    assert np.max(np.abs(scaled(x, causal=True) - plain(x, causal=True))) > 1e-3
+    # beta 0 is the plain layer, bit for bit
+    np.testing.assert_array_equal(_rebind(plain, 0.0, 3)(x, causal=True), plain(x, causal=True))
+
+
+@pytest.mark.parametrize("q_lora_rank", [6, None])
+def test_scaled_gradients_match_finite_differences(q_lora_rank):
+    layer = _rebind(_small(q_lora_rank=q_lora_rank, scaling=YARN), 0.7, 2)
+    rng = np.random.default_rng(22)
+    x, dy = rng.standard_normal((2, 6, 12)), rng.standard_normal((2, 6, 12))
+    _, ctx = layer(x, causal=True, return_context=True)
+    grads = layer.backward(ctx, dy)
+    h = 1e-6
+    for name in ("x", "wq_b" if q_lora_rank else "wq", "wkv_a"):
+        a = x if name == "x" else getattr(layer, name)
+        for flat in rng.choice(a.size, size=10, replace=False):
+            i = np.unravel_index(flat, a.shape)
+            old = a[i]
+            a[i] = old + h
+            up = (layer(x, causal=True) * dy).sum()
+            a[i] = old - h
+            num = (up - (layer(x, causal=True) * dy).sum()) / (2 * h)
+            a[i] = old
+            assert grads[name][i] == pytest.approx(num, rel=1e-6, abs=1e-8), (name, i)
+
+
+def test_scaled_cache_fast_layer_and_latent_cache_equal_the_full_pass():
+    layer = _rebind(_small(scaling=YARN), 0.5, 2)
+    fast = minipos.fast.MultiHeadLatentAttention(12, 2, q_lora_rank=6, bias=True, **SMALL, scheme=ScaledDecoupledRotary(
+        scaling=YARN, beta=0.5, original_max_position_embeddings=2))
+    for name in layer.weights():
+        setattr(fast, name, getattr(layer, name))
+    x = np.random.default_rng(23).standard_normal((2, 8, 12))
+    full = layer(x, causal=True)
+    cache = layer.new_cache()
+    steps = [layer(x[:, a:b], causal=True, cache=cache) for a, b in ((0, 3), (3, 4), (4, 8))]
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(fast(x, causal=True), full, rtol=1e-12, atol=1e-13)
+    c_kv, k_rope = latent_kv(layer, x, np.arange(8))
+    got = absorbed_attention(layer, x[:, 5:], np.arange(5, 8), c_kv, k_rope, np.arange(8))
+    np.testing.assert_allclose(got, full[:, 5:], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, error, word", [
+    ({"beta": -0.1, "original_max_position_embeddings": 4}, ValueError, "beta"),
+    ({"beta": 0.1, "original_max_position_embeddings": 0}, ValueError, "original_max_position_embeddings"),
+    ({"beta": "0.1", "original_max_position_embeddings": 4}, TypeError, "beta"),
+    ({"beta": 0.1}, TypeError, "original_max_position_embeddings"),
+])
+def test_scaled_bad_settings_are_named(kwargs, error, word):
+    with pytest.raises(error, match=word):
+        ScaledDecoupledRotary(**kwargs)
