@@ -5,11 +5,13 @@ families build on. ``minipos.config``'s module docstring states the contract."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from ._checks import check_float
 from ._config_types import FamilyConfig as _Config
 from ._config_types import LayerSpec
+from .kv_share import SharedKVAttention
 from .layer import MultiHeadAttention
 from .mrope import MRotary
 from .prope import ProportionalRotary
@@ -27,7 +29,6 @@ NOT_YET = {
     "diffusion_gemma": "DiffusionGemma's block-diffusion decoder (a canvas attending both ways, its sliding layers "
                        "within a two-sided window, over the encoder's cached keys and values plus its own)",
     "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
-    "gemma3n": "Gemma 3n's position machinery",
     "sam3_window_padding": "SAM 3's window layers on a patch grid that is not a multiple of window_size (HF "
                            "window_partition pads the grid with zero tokens that the window's patches attend, unmasked: "
                            "extra keys whose content is the projections' biases)",
@@ -268,6 +269,42 @@ def query_scale_args(c: _Config, params: dict) -> dict:
         params.pop("original_max_position_embeddings")
     beta = named_errors(c, lambda: check_float(beta, "config['rope_parameters']['llama_4_scaling_beta']", minimum=0.0))
     return {"beta": beta, "original_max_position_embeddings": length}
+
+
+def kv_sources(c: _Config, types: list) -> list:
+    """Each layer's source of keys and values under ``num_kv_shared_layers`` (HF ``kv_sharing_modes``,
+    ``minipos.kv_share``): ``None`` for a layer with its own, else the index of the last layer of its type
+    before the shared ones (the "store" layer)."""
+    n, shared = len(types), c.get("num_kv_shared_layers") or 0
+    if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= n:
+        raise c.error(f"config['num_kv_shared_layers'] must be an integer from 0 to num_hidden_layers ({n}), got "
+                      f"{shared!r}")
+    if shared == 0:
+        return [None] * n
+    if shared == n:
+        raise c.error(f"config['num_kv_shared_layers'] = {shared} must be below num_hidden_layers ({n}): with every "
+                      "layer shared, the keys and values come from another model (an assistant's target), which "
+                      "minipos does not read")
+    first, sources = n - shared, []
+    for i, kind in enumerate(types):
+        own = [j for j in range(first) if types[j] == kind]
+        if i >= first and not own:
+            raise c.error(f"config['num_kv_shared_layers'] = {shared}: layer {i} ({kind}) shares the keys and values "
+                          f"of an earlier {kind} layer, but none of layers 0-{first - 1} is one")
+        sources.append(own[-1] if i >= first else None)
+    return sources
+
+
+def shared_kv_spec(spec: LayerSpec, source: int | None) -> LayerSpec:
+    """``spec`` as a layer that attends with the keys and values of layer ``source`` (``SharedKVAttention``),
+    or unchanged when ``source`` is None."""
+    if source is None:
+        return spec
+    kwargs = {k: v for k, v in spec.kwargs.items() if k != "v_norm"}
+    note = (f"keys and values: layer {source}'s (num_kv_shared_layers; minipos.kv_share): call layer {source} with a "
+            "cache, then this layer with that cache")
+    return replace(spec, cls=SharedKVAttention, kwargs={**kwargs, "kv_source": source}, notes=(*spec.notes, note),
+                   position=f"{spec.position}; keys: layer {source}'s")
 
 
 def axial_theta(c: _Config, kinds=("default", "axial")) -> float:

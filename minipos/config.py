@@ -26,8 +26,11 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   ``1 + w``
 - gemma4_text (gemma4): sliding layers: window, ``rope_parameters["sliding_attention"]``; full layers: p-RoPE
   (``"proportional"``), ``global_head_dim``, and under ``attention_k_eq_v`` ``num_global_key_value_heads`` and
-  values = keys' projection; q/k norm (weight w), weightless value norm, scale 1; ``num_kv_shared_layers`` > 0
-  (Gemma 4 E2B, E4B) is refused
+  values = keys' projection; q/k norm (weight w), weightless value norm, scale 1; the last
+  ``num_kv_shared_layers`` (Gemma 4 E2B, E4B) attend with the keys and values of the last earlier layer of their
+  type (``minipos.kv_share.SharedKVAttention``: call it with its source layer's cache)
+- gemma3n_text (gemma3n): sliding and full layers (RoPE half, bases ``rope_local_base_freq`` / ``rope_theta``), q/k
+  norm (weight w), weightless value norm, scale 1; the last ``num_kv_shared_layers`` shared as Gemma 4's
 - gemma4_unified_text (gemma4_unified): Gemma 4's layers (above); ``use_bidirectional_attention`` "vision"
   (its default, and Gemma 4's where set) keeps text causal, a note says so; "all" is refused
 - lfm3 (lfm3_vl): the attention layers only (``spec.index`` their place; the ``conv`` layers in a note):
@@ -154,7 +157,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (Gemma 3n's machinery; the decoders of DiffusionGemma,
+minipos does not have yet (the decoders of DiffusionGemma,
 GLM-5.3-Flash, Muse Spark, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
@@ -188,10 +191,12 @@ from ._config_rope import (
     layer_sizes,
     layer_types_of,
     make_rotary,
+    kv_sources,
     named_errors,
     query_scale_args,
     refuse_keys,
     rope_parameters,
+    shared_kv_spec,
     window_of,
 )
 from ._config_sam import SAM_MODELS, read_sam
@@ -301,9 +306,6 @@ def _gemma4(c):
         raise c.error(f"config['use_bidirectional_attention'] = {both_ways!r}: every token attending both ways, the "
                       "sliding layers within a window of sliding_window // 2 + 1 each side, is not modelled by "
                       "minipos' attention layers (their sliding window is causal)")
-    if c.get("num_kv_shared_layers", 0):
-        raise c.error(f"config['num_kv_shared_layers'] = {c.data['num_kv_shared_layers']!r}: those last layers reuse "
-                      "the keys and values of earlier layers, which minipos' attention layers do not model")
     found = c.get("rope_parameters") or {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
@@ -314,7 +316,7 @@ def _gemma4(c):
     c = _Config({**c.data, "rope_parameters": nested}, c.model_type, c.defaults)
     types = _gemma4_layer_types(c)
     d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads")
-    k_eq_v, specs = c.flag("attention_k_eq_v", False), []
+    k_eq_v, specs, sources = c.flag("attention_k_eq_v", False), [], kv_sources(c, types)
     for i, (kind, (kv, head_dim)) in enumerate(zip(types, _gemma4_sizes(c, types))):
         if not isinstance(nested.get(kind), dict):
             raise c.error(f"config['rope_parameters'][{kind!r}] must be a dict of RoPE parameters, got "
@@ -329,14 +331,44 @@ def _gemma4(c):
                   "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind), "scale": 1.0,
                   "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
         notes = ["q/k RMSNorm per head (weight w), values RMSNorm without weight"]
-        if k_eq_v and kind == "full_attention":
+        if k_eq_v and kind == "full_attention" and sources[i] is None:
             notes.append("attention_k_eq_v: the values are the key projection (set wv = wk, bv = bk)")
-        specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
-                               describe_rope(params, "half"), (), tuple(notes)))
+        specs.append(shared_kv_spec(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
+                                              describe_rope(params, "half"), (), tuple(notes)), sources[i]))
     if both_ways == "vision":                                    # HF create_masks_for_vision_model
         return specs, ["use_bidirectional_attention 'vision': on the sliding layers the tokens of one image also "
                        "attend to each other both ways (the full layers stay causal); text alone is causal, as "
                        "built; with images, pass that mask (causal=False)"]
+    return specs
+
+
+def _gemma3n(c):
+    """Gemma 3n's text decoder (HF ``Gemma3nTextAttention``): sliding layers (window, ``rope_parameters
+    ["sliding_attention"]``, base 10^4 by default) and full ones (base 10^6), RoPE in the half layout; q/k RMSNorm
+    with the weight itself, a weightless RMSNorm of the values, the scale 1; the last ``num_kv_shared_layers`` (15 by
+    default) attend with the keys and values of the last earlier layer of their type (``minipos.kv_share``)."""
+    nested = c.get("rope_parameters") or {}
+    if not isinstance(nested, dict) or (nested and not set(nested) <= set(LAYER_TYPES)):
+        raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
+                      "'full_attention'), as Gemma3nTextConfig's")
+    base = {"sliding_attention": c.get("rope_local_base_freq", 10_000.0), "full_attention": c.get("rope_theta",
+                                                                                                  1_000_000.0)}
+    nested = {kind: {"rope_type": "default", "rope_theta": base[kind], **(nested.get(kind) or {})} for kind in base}
+    if c.data.get("rope_scaling") is not None:                           # HF: transformers 4's scaling, full layers
+        if not isinstance(c.data["rope_scaling"], dict):
+            raise c.error("config['rope_scaling'] must be a dict or null")
+        nested["full_attention"].update(c.data["rope_scaling"])
+    c = _Config({**c.data, "rope_parameters": nested}, c.model_type, c.defaults)
+    types = layer_types_of(c, lambda i: "full_attention" if (i + 1) % 5 == 0 else "sliding_attention",
+                           allowed=("full_attention", "sliding_attention"))
+    sizes, sources, specs = layer_sizes(c), kv_sources(c, types), []
+    for i, kind in enumerate(types):
+        params = rope_parameters(c, kind)
+        kwargs = {**sizes, "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind), "scale": 1.0,
+                  "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
+        spec = LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"), describe_rope(params, "half"),
+                         (), ("q/k RMSNorm per head (weight w), values RMSNorm without weight",))
+        specs.append(shared_kv_spec(spec, sources[i]))
     return specs
 
 
@@ -531,6 +563,10 @@ FAMILIES = {
                                             "global_head_dim": 512, "sliding_window": 1024, "rms_norm_eps": 1e-6,
                                             "max_position_embeddings": 262144,
                                             "use_bidirectional_attention": "vision"}),
+    "gemma3n_text": Family(_gemma3n, {"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+                                      "hidden_size": 2048, "num_hidden_layers": 35, "sliding_window": 512,
+                                      "rms_norm_eps": 1e-6, "num_kv_shared_layers": 15,
+                                      "max_position_embeddings": 32768}),
     "lfm3": Family(_lfm3, {"num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 256,
                            "norm_eps": 1e-5, "max_position_embeddings": 128000, "conv_L_cache": 7}),
     "qwen3_vl_text": Family(qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
@@ -544,7 +580,7 @@ through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
 TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text",
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
-TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3"})
+TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3", "gemma3n": "gemma3n_text"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
 FAMILIES.update(MLA_FAMILIES)                 # minipos._config_mla: DeepSeek-V2, V3, V3.2, GLM-5
 FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
@@ -634,5 +670,8 @@ def read(config) -> Model:
     if isinstance(specs, tuple):                                            # a family's own notes
         specs, extra = specs
         notes.extend(extra)
+    audio = data.get("audio_config")
+    if isinstance(audio, dict) and not any("audio" in n for n in notes):   # Gemma 3n's Conformer, say
+        notes.append(f"the audio encoder ({audio.get('model_type', 'audio_config')}) is not read")
     tower = read_vision(vision) if isinstance(vision, dict) and vision.get("model_type") in VISION else None
     return Model(model_type, text, specs, notes, tower)

@@ -76,7 +76,7 @@ from ._seam_checks import (check_bias, check_content_position, check_grads, chec
                            checked_add, checked_value)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 from .cache import KVCache
-from .masks import block_mask_fn
+from .masks import block_mask_fn, check_mask
 from .mrope import stream_positions
 from .schemes import ENTRIES, SCHEMES, class_named
 from .seams import NoPE, Scheme
@@ -241,8 +241,7 @@ class MultiHeadAttention:
         rot_pos = positions                                                     # (T,), or (3, T), (2, T)
         if rot_pos.ndim == 2:                                                   # streams: mask, cache by sequence order
             positions = (0 if cache is None else cache.seen) + np.arange(x.shape[1])
-        past = np.zeros(0, np.int64) if cache is None else cache.positions
-        k_pos = np.concatenate([past, positions])                               # (S,) key positions
+        past, k_pos = self._key_positions(positions, cache)                     # (S - T,), (S,) key positions
         seq_len = int(k_pos.max()) + 1 if len(k_pos) else 1                     # for length-dependent RoPE
 
         # 1) input seam: absolute position vectors added to the embeddings
@@ -250,16 +249,16 @@ class MultiHeadAttention:
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
-            if not np.isfinite(a).all():                                        # x is finite: the weights or an overflow
+            if a is not None and not np.isfinite(a).all():      # x is finite: the weights or an overflow (None: kv_share)
                 raise Overflow(f"the projection {name} of x is not finite ({a.dtype}): the weights or biases of "
                                f"step 2 (w{name}, ...) hold NaN or inf, or x @ w{name} overflows; rescale x or them")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
-        k = k_p if sc.rotates_cached_keys else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
+        k = k_p if sc.rotates_cached_keys or k_p is None else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
         # 4) cache: the keys and values of earlier calls in front of this call's
         tag = sc.cache_tag(seq_len)
         if cache is not None:
-            k, v, _ = cache.extend(k, v, positions, tag=tag)                    # (B, H, S, D)
+            k, v = self._cached(k, v, positions, cache, tag)                    # (B, H, S, D)
         k_raw = k
         if sc.rotates_cached_keys:
             k = self._rotate(sc.rotate_k, k, k_pos, seq_len)                    # every key, this call's map
@@ -277,13 +276,23 @@ class MultiHeadAttention:
         merged = self._gate(x_in, out.transpose(0, 2, 1, 3).reshape(B, T, H * D))   # (B, T, H*D)
         y = self._output(merged)                                                # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
-            cache._owner = cache._owner or weakref.ref(self)
-            cache.commit(T, tag)
+            self._commit(cache, T, tag)
         result = (y, weights) if return_weights else (y,)
         if return_context:
             result += (Context(x, positions, k_pos, seq_len, mask, causal, len(past), x_in, q, k_raw, k, v, q_c,
                                extra, out, lse, merged, rot_positions=rot_pos, configuration=self.configuration()),)
         return result if len(result) > 1 else y
+
+    def _key_positions(self, positions, cache):  # (S - T,), (S,): the cached keys' positions, then every key's
+        past = np.zeros(0, np.int64) if cache is None else cache.positions
+        return past, np.concatenate([past, positions])
+
+    def _cached(self, k, v, positions, cache, tag):  # step 4: this call's keys behind the cache's, (B, KV, S, D)
+        return cache.extend(k, v, positions, tag=tag)[:2]
+
+    def _commit(self, cache, T, tag):  # after a call that succeeded: the cache keeps this call's T keys, values
+        cache._owner = cache._owner or weakref.ref(self)
+        cache.commit(T, tag)
 
     def _rotate(self, rotate, x, positions, seq_len):
         """Step 3 (and its backward): ``rotate``, one of the scheme's ``rotate_q``, ``rotate_k`` or
@@ -416,11 +425,11 @@ class MultiHeadAttention:
         # 4) cache: the gradients of this call's keys and values (earlier ones are constants)
         if sc.rotates_cached_keys:
             dk = self._rotate(sc.rotate_k_backward, dk, ctx.k_positions, ctx.seq_len)
-        dk, dv = dk[..., ctx.past:, :], dv[..., ctx.past:, :]
+        dk, dv = dk[..., ctx.past:, :], dv[..., ctx.past:, :]                  # none if the keys are shared
         # 3) rotate seam
         rot_pos = ctx.positions if ctx.rot_positions is None else ctx.rot_positions   # (T,) or (3, T)
         dq = self._rotate(sc.rotate_q_backward, dq, rot_pos, ctx.seq_len)
-        if not sc.rotates_cached_keys:
+        if not sc.rotates_cached_keys and dk.shape[-2]:
             dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)
         # 2) projections: q = heads(x_in wq + bq), ...
         dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add) + dx_gate    # 8)'s gate reads x_in too
@@ -557,18 +566,7 @@ class MultiHeadAttention:
             positions = stream_positions(positions, T, allow_negative=False, streams=self.scheme.position_streams)
         else:
             positions = as_positions(positions, "positions", length=T)
-        if mask is not None:
-            S = T + (0 if cache is None else cache.length)
-            mask = np.asarray(mask)
-            if mask.dtype != bool:
-                raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
-            if mask.shape == (B, S):
-                mask = mask[:, None, None, :]
-            elif mask.shape == (B, T, S):
-                mask = mask[:, None]
-            else:
-                raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, got {mask.shape}")
-        return x, positions, mask, causal
+        return x, positions, check_mask(mask, B, T, T + (0 if cache is None else cache.length)), causal
 
 
 @dataclass(frozen=True, eq=False)

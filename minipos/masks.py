@@ -8,7 +8,7 @@ Each rule reads positions, not cache slots (``True`` = may attend):
 
 for the query at position ``i`` and the key at position ``j``. ``block_mask_fn`` combines them with
 a padding mask for one block of queries and keys at a time: the layer's mask, which the reference
-``MultiHeadAttention`` and ``minipos.fast``'s both run.
+``MultiHeadAttention`` and ``minipos.fast``'s both run; ``check_mask`` checks the mask a call passes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from ._checks import as_positions, check_span
 
-__all__ = ["sliding_window_mask", "chunk_mask", "block_mask_fn"]
+__all__ = ["sliding_window_mask", "chunk_mask", "check_mask", "block_mask_fn"]
 
 
 def sliding_window_mask(q_positions: ArrayLike, k_positions: ArrayLike, window: int) -> np.ndarray:
@@ -43,6 +43,21 @@ def chunk_mask(q_positions: ArrayLike, k_positions: ArrayLike, chunk: int) -> np
     """
     chunk = check_span(chunk, "chunk")
     return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
+
+
+def check_mask(mask, B: int, T: int, S: int):
+    """A layer call's ``mask`` ``(B, S)`` or ``(B, T, S)`` (``True`` = may attend) as ``(B, 1, 1, S)`` or
+    ``(B, 1, T, S)``, or ``None``; ``TypeError`` / ``ValueError`` naming the expected shapes."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+    if mask.shape == (B, S):
+        return mask[:, None, None, :]
+    if mask.shape == (B, T, S):
+        return mask[:, None]
+    raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, got {mask.shape}")
 
 
 def block_mask_fn(mask: ArrayLike | None, causal: bool, q_positions: ArrayLike, k_positions: ArrayLike, *,

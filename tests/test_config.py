@@ -12,6 +12,7 @@ import pytest
 
 from minipos import cli, config, vectors
 from minipos.irope import NoPETemperature
+from minipos.kv_share import SharedKVAttention
 from minipos.mla import MultiHeadLatentAttention, ScaledDecoupledRotary
 from minipos.mrope import MRotary
 from minipos.prope import ProportionalRotary
@@ -210,7 +211,8 @@ def test_gemma4_defaults_and_the_transformers_objects_per_layer_config():
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"num_kv_shared_layers": 2}, ["num_kv_shared_layers", "reuse the keys and values"]),
+    ({"num_kv_shared_layers": 2}, ["num_kv_shared_layers", "layer 2 (full_attention)", "none of layers 0-0"]),
+    ({"num_kv_shared_layers": 3}, ["num_kv_shared_layers", "below num_hidden_layers (3)", "assistant"]),
     ({"use_bidirectional_attention": "all"}, ["use_bidirectional_attention", "not modelled"]),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
     ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
@@ -229,6 +231,43 @@ def test_gemma4_what_no_layer_models_is_named(change, words):
     with pytest.raises(ValueError) as err:
         config.read({**GEMMA4, **change})
     for w in words + ["gemma4_text"]:
+        assert w in str(err.value)
+
+
+def test_gemma3n_layers_and_their_shared_keys():
+    # Gemma3nTextConfig's defaults: 35 layers, full every fifth, the last 15 shared: sliding layers 20-33 read layer
+    # 18's keys, full layers 24, 29, 34 layer 19's; bases 10^4 (sliding) and 10^6 (full), window 512, scale 1.
+    m = config.read({"model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"},
+                     "audio_config": {"model_type": "gemma3n_audio"}})
+    assert m.model_type == "gemma3n_text" and len(m.specs) == 35
+    sources = [getattr(m.layers[i], "kv_source", None) for i in range(35)]
+    assert sources[:20] == [None] * 20
+    assert sources[20:] == [19 if (i + 1) % 5 == 0 else 18 for i in range(20, 35)]
+    assert isinstance(m.layers[20], SharedKVAttention) and m.layers[20].wk is None
+    assert (m.layers[0].scheme.base, m.layers[4].scheme.base) == (10_000.0, 1_000_000.0)
+    assert (m.layers[0].sliding_window, m.layers[4].sliding_window, m.layers[0].scale) == (512, None, 1.0)
+    assert m.layers[0].v_norm and m.layers[0].norm_offset == 0.0
+    assert any("gemma3n_audio" in n for n in m.notes)
+    # transformers 4's top-level bases and rope_scaling (on the full layers only, as HF's config class puts it)
+    m = config.read({"model_type": "gemma3n_text", "num_hidden_layers": 5, "num_kv_shared_layers": 0,
+                     "rope_theta": 5e5, "rope_local_base_freq": 50.0,
+                     "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    assert (m.layers[0].scheme.base, m.layers[4].scheme.base) == (50.0, 5e5)
+    assert (m.layers[0].scheme.scaling_kind, m.layers[4].scheme.scaling_kind) == (None, "linear")
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_kv_shared_layers": 10}, ["num_kv_shared_layers", "below num_hidden_layers (10)"]),
+    ({"num_kv_shared_layers": 6}, ["layer 4 (full_attention)", "none of layers 0-3"]),
+    ({"num_kv_shared_layers": 1.5}, ["num_kv_shared_layers", "from 0 to num_hidden_layers (10)", "1.5"]),
+    ({"num_kv_shared_layers": -1}, ["num_kv_shared_layers", "from 0 to num_hidden_layers (10)"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
+    ({"layer_types": ["chunked_attention"] * 10}, ["layer_types"]),
+])
+def test_gemma3n_bad_settings_are_named(change, words):
+    with pytest.raises(ValueError) as err:
+        config.read({"model_type": "gemma3n_text", "num_hidden_layers": 10, **change})
+    for w in words + ["gemma3n_text"]:
         assert w in str(err.value)
 
 
@@ -594,7 +633,7 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
     out = capsys.readouterr().out
     assert "llama4_text: 48 decoder layers" in out and "chunks of 8192" in out
     bad = tmp_path / "c.json"
-    bad.write_text(json.dumps({**LLAMA, "model_type": "gemma3n"}))
+    bad.write_text(json.dumps({**LLAMA, "model_type": "diffusion_gemma"}))
     assert cli.main(["config", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not support yet" in err and "Traceback" not in err

@@ -83,7 +83,6 @@ def test_gemma4_unified_defaults():
 @pytest.mark.parametrize("change, words", [
     ({"use_bidirectional_attention": "all"}, ["use_bidirectional_attention", "not modelled"]),
     ({"use_bidirectional_attention": "text"}, ["use_bidirectional_attention", "'text'"]),
-    ({"num_kv_shared_layers": 3}, ["num_kv_shared_layers", "reuse the keys and values"]),
 ])
 def test_gemma4_unified_what_no_layer_models_is_named(change, words):
     with pytest.raises(ValueError) as err:

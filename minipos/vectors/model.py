@@ -11,7 +11,10 @@ position setting (head dim, RoPE parameters, windows, chunks, temperature, sinks
 the model's. The case records that config in ``params.config`` and the layer index in
 ``params.layer``. Positions step by a stride chosen so that seven tokens reach past the smallest of
 the model's window, chunk, temperature floor and original training length (scaled RoPE), so each of
-them changes the output; M-RoPE layers get three streams of different strides.
+them changes the output; M-RoPE layers get three streams of different strides. A layer that attends with an
+earlier layer's keys and values (``minipos.kv_share``: Gemma 3n, Gemma 4 E2B) gets that source layer's weights
+and input too (``source.<weight>``, ``source.x``): the source fills a cache at the same positions, the layer
+reads it.
 
 A model with a vision tower (``.vision``: 2-D RoPE) gets one case per kind of tower layer too (and a tower's
 own config, or SAM's video trackers' memory attention, ``memory<i>``, gets those alone),
@@ -32,6 +35,7 @@ import numpy as np
 
 from .. import config as model_config
 from ..axial import axial_window_mask
+from ..kv_share import SharedKVAttention
 from ..mla import MultiHeadLatentAttention
 from .cases import _case, _grid, tol
 
@@ -103,16 +107,25 @@ def cases(config) -> list:
         positions = (np.stack([steps, steps // 2, (steps * 3) // 4]) if layer.scheme.position_streams == 3
                      else steps)
         inputs = {"x": _grid(rng, (BATCH, LENGTH, WIDTH)), "positions": positions.astype(np.int64)}
-        for name in _weights(layer):
-            value = getattr(layer, name)
-            base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
-            inputs[name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
+        _weight_inputs(rng, layer, inputs)
+        if isinstance(layer, SharedKVAttention):                # its keys: the source layer's, on its own input
+            source = next(s for s in narrow.specs if s.index == layer.kv_source).build()
+            inputs["source.x"] = _grid(rng, (BATCH, LENGTH, WIDTH))
+            _weight_inputs(rng, source, inputs, "source.")
         kind = "MultiHeadLatentAttention" if isinstance(layer, MultiHeadLatentAttention) else type(layer).__name__
         note = (f"{model.model_type} layer {spec.index} ({spec.layer_type}; {spec.position}) as {kind}, narrowed to "
                 f"hidden_size {WIDTH}; causal, positions {positions.tolist()}")
         out.append(_case(f"layer{spec.index}_{spec.layer_type}", note, inputs,
                          {"config": small, "layer": spec.index}, tol(1e-9, FLOAT32)))
     return out + ([] if model.vision is None else _vision_cases(model.vision))
+
+
+def _weight_inputs(rng, layer, inputs: dict, prefix: str = "") -> None:
+    """Each weight of ``layer`` drawn on the case's grid into ``inputs`` (norm weights about 1)."""
+    for name in _weights(layer):
+        value = getattr(layer, name)
+        base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
+        inputs[prefix + name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
 
 
 def _narrow(spec) -> dict:
@@ -146,10 +159,7 @@ def _vision_cases(tower) -> list:
         if layer.scheme.position_streams == 3:                  # MiniMax M3's 3-D tower: (3, T), frames first
             positions = np.vstack([np.array([0, 0, 0, 0, 1, 1, 2], np.int64), positions])
         inputs = {"x": _grid(rng, (BATCH, LENGTH, WIDTH)), "positions": positions}
-        for name in _weights(layer):
-            value = getattr(layer, name)
-            base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
-            inputs[name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
+        _weight_inputs(rng, layer, inputs)
         note = (f"{tower.model_type} {tower.kind} layer {spec.index} ({spec.position}) as {type(layer).__name__}, "
                 f"narrowed to d_model {WIDTH}, 2 heads of {layer.head_dim}; bidirectional, positions "
                 f"{positions.tolist()}")
@@ -193,15 +203,27 @@ def run(inputs, params) -> dict:
         raise ValueError("params.narrow is read for a vision tower's case only (params.tower 'vision')")
     else:
         layer = spec.build()
-    names = _weights(layer)
+    names, cache = _weights(layer), None
+    if isinstance(layer, SharedKVAttention):                    # the source layer fills the cache it reads
+        source = by_index[layer.kv_source].build()
+        names += ["source." + n for n in _weights(source)] + ["source.x"]
     unknown = sorted(set(inputs) - set(names) - {"x", "positions"})
     if unknown:
         raise ValueError(f"inputs: {unknown[0]!r} is not a weight of this layer; it has {names}")
     for name in names:
-        if name in inputs:
+        if name in inputs and not name.startswith("source."):
             setattr(layer, name, inputs[name])
+    if isinstance(layer, SharedKVAttention):
+        if "source.x" not in inputs:
+            raise ValueError(f"inputs: 'source.x' is required: layer {index} attends with the keys and values of "
+                             f"layer {layer.kv_source} on that input")
+        for name in names:
+            if name in inputs and name.startswith("source.") and name != "source.x":
+                setattr(source, name[len("source."):], inputs[name])
+        cache = source.new_cache()
+        source(inputs["source.x"], positions=inputs["positions"], causal=spec.causal, cache=cache)
     mask = None
     if spec.patch_window is not None:                          # the layer takes a (B, T, S) mask, one per sequence
         B, T = np.shape(inputs["x"])[:2]
         mask = np.broadcast_to(axial_window_mask(inputs["positions"], spec.patch_window), (B, T, T))
-    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=spec.causal, mask=mask)}
+    return {"y": layer(inputs["x"], positions=inputs["positions"], causal=spec.causal, mask=mask, cache=cache)}
