@@ -1,7 +1,7 @@
 """More families of ``minipos.config`` built from the machinery of ``minipos._config_rope`` and
 ``minipos._config_vision``: MiniMax M3 (its full-attention decoder layers, its block-sparse layers named; its tower's
 3-D RoPE), Step 3.7 (its ``step3p5`` decoder and its vision tower), Muse Glimmer (decoder and tower), Muse Spark
-(its tower; its decoder refused), Dots 3 Note (its tower; its decoder refused) and MusicFlamingo (its Qwen2 decoder).
+(decoder, Glimmer's with each head's output normed, and tower), Dots 3 Note (its tower; its decoder refused) and MusicFlamingo (its Qwen2 decoder).
 Its towers are registered in ``VISION`` and ``VISION_OF``, what minipos does not model yet in ``NOT_YET``, its decoders
 returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states
 the contract; transformers 5.24 defines what each key means."""
@@ -36,8 +36,6 @@ NOT_YET.update({
                          "indexer picks: index_topk_blocks blocks of index_block_size keys, ranked by max-pooled "
                          "indexer scores, plus the index_local_blocks blocks up to its own), a mask minipos does not "
                          "compute",
-    "muse_spark_text": "Muse Spark's per-head output norm (o_norm: each head's attention output RMS-normed, without "
-                       "weight, before the output gate; its vision tower is read alone: read(config['vision_config']))",
     "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, "
                        "k_rope_only_layernorm, before its interleaved rotation, each head's output gated by "
                        "sigmoid(g_proj), and the indexed_attention layers' DSA indexer; its vision tower is read "
@@ -261,7 +259,7 @@ VISION_OF.update({"step3p7": "step3p5_vision"})
 
 # --------------------------------------------------------------------------- Muse Glimmer, Muse Spark
 
-def _muse_glimmer(c):
+def _muse_glimmer(c, o_norm: bool = False):
     """Muse Glimmer's text decoder (HF ``MuseGlimmerTextAttention``): RoPE half layout on the whole head (any
     ``rope_type``) where ``layer_rope_theta[i]`` is not 0, NoPE where it is (default: every 4th layer counted back from
     the last, which are also the "full_attention" layers; the rest slide), GQA, ``head_dim`` from the config (default
@@ -269,7 +267,8 @@ def _muse_glimmer(c):
     ``qk_scale_factor`` (here the scale, ``qk_scale_factor / sqrt(head_dim)``: RoPE is linear), and the heads' output
     times ``sigmoid(gate_proj(x))`` feature by feature. HF reads ``layer_rope_theta`` only as RoPE-or-NoPE: every RoPE
     layer takes ``rope_parameters['rope_theta']``, on every feature (its default rotary reads no
-    ``partial_rotary_factor``); a note says so where they differ."""
+    ``partial_rotary_factor``); a note says so where they differ. Muse Spark's (``MuseSparkTextAttention``, o_norm
+    True) is the same layer with each head's output RMS-normed without weight before the gate."""
     n = c.int("num_hidden_layers", required=True)
     nope = lambda i: (n - 1 - i) % 4 == 0                                  # noqa: E731  (the config class's rule)
     types = layer_types_of(c, lambda i: "full_attention" if nope(i) else "sliding_attention")
@@ -294,14 +293,15 @@ def _muse_glimmer(c):
                      f"rope_parameters['rope_theta'] ({params['rope_theta']:g}); only 0 (NoPE) matters, here too")
     for i, kind in enumerate(types):
         kwargs = {**sizes, "bias": bias, "sliding_window": window_of(c, kind), "scale": scale,
-                  "norm_eps": float(c.get("rms_norm_eps")), "gate": "feature"}
+                  "norm_eps": float(c.get("rms_norm_eps")), "gate": "feature", "o_norm": o_norm}
         make, position = make_rotary(c, params, "half"), describe_rope(params, "half")
         if not thetas[i]:
             make, position = NoPE, "NoPE (layer_rope_theta 0)"
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make, position, ("bg",) if bias else (),
                                (f"q/k RMSNorm per head without weight (q_norm = k_norm = 1), queries x "
                                 f"qk_scale_factor {c.get('qk_scale_factor'):g}",
-                                "output gate per feature: o * sigmoid(g), wg = gate_proj's (no bias)")))
+                                "output gate per feature: o * sigmoid(g), wg = gate_proj's (no bias)"
+                                + ("; each head's output RMS-normed (no weight) before it (o_norm)" if o_norm else ""))))
     return specs, notes
 
 
@@ -309,6 +309,12 @@ _MUSE_GLIMMER = {"hidden_size": 6656, "num_hidden_layers": 52, "num_attention_he
                  "head_dim": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 131072,
                  "sliding_window": 2048, "qk_scale_factor": 3.87}
 """``MuseGlimmerTextConfig``'s defaults (its ``rope_parameters`` default: ``PreTrainedConfig``'s theta 10000)."""
+
+
+_MUSE_SPARK = {"hidden_size": 8192, "num_hidden_layers": 62, "num_attention_heads": 128, "num_key_value_heads": 16,
+               "head_dim": 64, "rms_norm_eps": 1e-5, "max_position_embeddings": 1048576, "sliding_window": 2048,
+               "qk_scale_factor": 5.4730064863875, "rope_theta": 500_000.0}
+"""``MuseSparkTextConfig``'s defaults."""
 
 
 def _muse_vision(c):
@@ -393,6 +399,7 @@ FAMILIES = {
     "minimax_m3_vl_text": Family(_minimax_m3, _MINIMAX_M3),
     "step3p5": Family(_step3p5, _STEP3P5),
     "muse_glimmer_text": Family(_muse_glimmer, _MUSE_GLIMMER),
+    "muse_spark_text": Family(lambda c: _muse_glimmer(c, o_norm=True), _MUSE_SPARK),
     "musicflamingo_text": Family(_musicflamingo, {"rope_theta": 10000.0, "max_position_embeddings": 32768,
                                                   "max_window_layers": 28}),
 }

@@ -130,7 +130,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
 - muse_glimmer_text (muse_glimmer): RoPE half, NoPE where ``layer_rope_theta`` is 0, windows, weightless q/k norm, scale
   ``qk_scale_factor / sqrt(head_dim)``, the output gate per feature; vision_config (muse_glimmer, muse_spark, or alone):
   ``.vision``: the ``"qwen"`` layout on ``merge_positions(h, w, 1, window=pos_emb_height)[::-1] + 1``, window layers
-  ``axial_window_mask``, biases on all four. Muse Spark's decoder (a per-head output norm) is refused
+  ``axial_window_mask``, biases on all four
+- muse_spark_text (muse_spark): Muse Glimmer's layers, each head's output RMS-normed without weight before the gate
+  (``QKNormAttention(o_norm=True)``)
 - vision_config: dots3_note_vision_encoder (dots3_note; read alone, its MLA decoder refused): the Qwen towers' 2-D RoPE
   and order, q/k norm (weight w), ``attention_bias`` on ``qkv`` and ``proj``
 - musicflamingo: its ``text_config`` (Qwen2's by default); the audio encoder and its rotary time embedding in a note
@@ -158,7 +160,7 @@ A key the reader does not understand raises ``ValueError`` naming the key and th
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
 minipos does not have yet (the decoders of DiffusionGemma,
-GLM-5.3-Flash, Muse Spark, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
+GLM-5.3-Flash, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).

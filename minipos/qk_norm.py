@@ -1,5 +1,5 @@
 """Per-head RMSNorm of the queries and keys before the rotate seam (Qwen3, Gemma 3, Llama 4, OLMo-2-style),
-and the sigmoid output gate of the heads (Qwen3.5, LFM3).
+and the sigmoid output gate of the heads (Qwen3.5, LFM3), with the heads' outputs RMS-normed before it (Muse Spark).
 
 Not position machinery: a norm of each head's q and k over the head dim, applied after the
 projections (step 2 of ``MultiHeadAttention``) and before RoPE (step 3)::
@@ -22,6 +22,8 @@ Llama 4 (RoPE layers)    ``qk_norm`` (L2 norm,     ``q_norm = k_norm = ones(D)``
                                                    before and after are the same map
 Gemma 4                  ``q_norm``, ``k_norm``,   ``q_norm = q_norm.weight`` (``norm_offset=0``) and
                          ``v_norm`` (no weight)    ``v_norm=True``: the values too, without a weight
+Muse Spark               ``qk_norm`` (no weight),  ``q_norm = k_norm = ones(D)``, ``o_norm=True``: each
+                         ``o_norm`` (no weight)    head's attention output too, before the output gate
 =======================  =======================  =====================================================
 
 HF computes these norms in float32 (``x.float()``) and casts back; here they are float64.
@@ -32,7 +34,9 @@ The output gate is not position machinery either: it scales the heads' output ``
     g = x @ wg + bg;   y = (o * sigmoid(g)) @ wo + bo     # gate="feature": g (B, T, H*D), one per feature
     g = x @ wg;        y = (o * sigmoid(g)_h) @ wo + bo   # gate="head": g (B, T, H), head h's D features share g_h
 
-``wg`` is ``(d_model, H*D)`` or ``(d_model, H)``; ``bg`` (``(H*D,)`` or ``(H,)``) exists with
+With ``o_norm=True`` (Muse Spark) each head's output is first RMS-normed over its D features without a
+weight, ``o_h / sqrt(mean(o_h^2) + eps)``, and the gate then scales that. ``wg`` is ``(d_model, H*D)`` or
+``(d_model, H)``; ``bg`` (``(H*D,)`` or ``(H,)``) exists with
 ``bias=True``; setting ``wg`` (and ``bg``) to ``None`` switches the gate off. Where each model keeps it:
 
 =======================  ======================================  ================================================
@@ -76,7 +80,8 @@ class QKNormAttention(MultiHeadAttention):
 
     Takes ``MultiHeadAttention``'s arguments, ``norm_eps`` (HF ``rms_norm_eps``),
     ``norm_offset`` (0: the norm multiplies by ``q_norm``; 1: by ``1 + q_norm``, Gemma 3's),
-    ``v_norm`` (True: each head's values get the RMSNorm too, without a weight: Gemma 4's) and
+    ``v_norm`` (True: each head's values get the RMSNorm too, without a weight: Gemma 4's), ``o_norm``
+    (True: each head's attention output gets it, without a weight, before the gate: Muse Spark's) and
     ``gate`` (``"feature"``: Qwen3.5's output gate, ``"head"``: LFM3's, ``None``: no gate; module
     docstring). The weights ``q_norm``, ``k_norm`` ``(head_dim,)`` start at ``1 - norm_offset``
     (so the norm multiplies by one); either may be set to ``None`` to switch that norm off. The
@@ -87,10 +92,11 @@ class QKNormAttention(MultiHeadAttention):
     """
 
     def __init__(self, d_model: int, num_heads: int, *, norm_eps: float = 1e-6, norm_offset: float = 0.0,
-                 v_norm: bool = False, gate: str | None = None, **kwargs):
+                 v_norm: bool = False, o_norm: bool = False, gate: str | None = None, **kwargs):
         self.norm_eps = check_float(norm_eps, "norm_eps", positive=True)
         self.norm_offset = check_float(norm_offset, "norm_offset")
         self.v_norm = check_bool(v_norm, "v_norm")
+        self.o_norm = check_bool(o_norm, "o_norm")
         if not (gate is None or isinstance(gate, str)) or gate not in GATES:
             raise (ValueError if isinstance(gate, str) else TypeError)(
                 f"gate must be None, 'feature' (one gate per feature of each head, Qwen3.5) or 'head' (one per "
@@ -129,7 +135,7 @@ class QKNormAttention(MultiHeadAttention):
         gate's (its kind, or None when off)."""
         return (*super().configuration(), ("q_norm", self.q_norm is not None), ("k_norm", self.k_norm is not None),
                 ("norm_eps", self.norm_eps), ("norm_offset", self.norm_offset), ("v_norm", self.v_norm),
-                ("gate", self.gate if self._gated() else None))
+                ("o_norm", self.o_norm), ("gate", self.gate if self._gated() else None))
 
     def _norm(self, a, w):  # (B, H, T, D) -> (B, H, T, D); w None: unchanged
         return a if w is None else rms_norm(a, w + self.norm_offset, eps=self.norm_eps)
@@ -166,30 +172,46 @@ class QKNormAttention(MultiHeadAttention):
     def _gated(self) -> bool:
         return self.gate is not None and self.wg is not None                    # wg = None: switched off
 
+    def _o_normed(self, merged):  # (B, T, H*Dv): each head's output RMS-normed without weight (o_norm), or as is
+        if not self.o_norm:
+            return merged
+        B, T, HD = merged.shape
+        heads = merged.reshape(B, T, self.num_heads, -1)
+        return rms_norm(heads, np.ones(heads.shape[-1], merged.dtype), eps=self.norm_eps).reshape(B, T, HD)
+
     def _gate(self, x_in, merged):
+        merged = self._o_normed(merged)                                         # Muse Spark: before the gate
         if not self._gated():
             return merged
         return merged * self._spread(sigmoid(self._gate_logits(x_in)))         # o * sigmoid(g), (B, T, H*D)
 
     def _gate_backward(self, ctx, dmerged, add):
-        if not self._gated():
+        if not (self._gated() or self.o_norm):
             return dmerged, 0.0
         B, H, T, Dv = ctx.out.shape
-        o = ctx.out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)                 # before the gate
-        s = sigmoid(self._gate_logits(ctx.x_in))                                # (B, T, H*D) or (B, T, H)
-        with np.errstate(over="ignore", invalid="ignore"):                     # the layer checks every gradient
-            ds = dmerged * o                                                    # d s, per feature
-            if self.gate == "head":
-                ds = ds.reshape(B, T, H, Dv).sum(axis=-1)                       # head h's features share s_h
-            dg = ds * s * (1.0 - s)                                             # sigmoid' = s (1 - s)
-            add("wg", ctx.x_in.reshape(B * T, -1).T @ dg.reshape(B * T, -1))    # x^T dg
-            if self.bg is not None:
-                add("bg", dg.sum(axis=(0, 1)))
-            return dmerged * self._spread(s), dg @ self.wg.T                    # d o, d x
+        o = ctx.out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)                 # before the norm and the gate
+        dx = 0.0
+        if self._gated():
+            s = sigmoid(self._gate_logits(ctx.x_in))                            # (B, T, H*D) or (B, T, H)
+            with np.errstate(over="ignore", invalid="ignore"):                 # the layer checks every gradient
+                ds = dmerged * self._o_normed(o)                                # d s, per feature
+                if self.gate == "head":
+                    ds = ds.reshape(B, T, H, Dv).sum(axis=-1)                   # head h's features share s_h
+                dg = ds * s * (1.0 - s)                                         # sigmoid' = s (1 - s)
+                add("wg", ctx.x_in.reshape(B * T, -1).T @ dg.reshape(B * T, -1))    # x^T dg
+                if self.bg is not None:
+                    add("bg", dg.sum(axis=(0, 1)))
+                dmerged, dx = dmerged * self._spread(s), dg @ self.wg.T         # d (normed) o, d x
+        if self.o_norm:
+            heads = o.reshape(B, T, H, Dv)
+            d, _ = rms_norm_backward(heads, np.ones(Dv, o.dtype), dmerged.reshape(B, T, H, Dv), eps=self.norm_eps)
+            dmerged = d.reshape(B, T, H * Dv)
+        return dmerged, dx
 
     def __repr__(self) -> str:
         return (f"QKNormAttention(d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, q_norm={'on' if self.q_norm is not None else 'off'}, "
                 f"k_norm={'on' if self.k_norm is not None else 'off'}{', v_norm=on' if self.v_norm else ''}"
+                f"{', o_norm=on' if self.o_norm else ''}"
                 f"{f', gate={self.gate!r}' if self._gated() else ''}, "
                 f"scheme={self.scheme!r})")

@@ -361,16 +361,35 @@ def test_muse_vision_tower_flipped_offset_positions_in_window_order(name):
             assert np.max(np.abs(layer(x[None], positions=positions, causal=False)[0] - want)) > 1e-3
 
 
-def test_muse_spark_decoder_refused_its_tower_read():
-    from transformers.models.muse_spark import configuration_muse_spark as hf
+def test_muse_spark_decoder_is_glimmers_with_each_heads_output_normed():
+    # MuseSparkTextAttention: Muse Glimmer's layer, and o_norm (each head's attention output RMS-normed without weight)
+    # before the per-feature gate. Switching o_norm off in the read layer changes its output: it is compared.
+    from transformers.models.muse_spark import modeling_muse_spark as hf
+
+    def build(c):
+        model = hf.MuseSparkTextModel(c)
+        for layer in model.layers:
+            _float64_norm(layer.self_attn.o_norm)
+        return model
+    cfg = _cfg(hf.MuseSparkTextConfig, **{**SMALL, "head_dim": 8, "num_hidden_layers": 4, "sliding_window": 4,
+                                         "mlp_layer_types": ["dense"] * 4,
+                                         "rope_parameters": {"rope_type": "default", "rope_theta": 100.0}})
+    model, seen = _run_model(build, cfg)
+    read, kinds = _compare_decoder(cfg, model, seen, gate="gate_proj")
+    assert kinds == {"sliding_attention", "full_attention"} and read.specs[3].position.startswith("NoPE")
+    layer, (x, want) = read.layers[0], seen[0]
+    assert layer.o_norm
+    layer.o_norm = False
+    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+
+
+def test_muse_spark_whole_config_reads_its_decoder_and_its_tower():
     cfg = _cfg(transformers.MuseSparkConfig, text_config={**SMALL, "head_dim": 8, "num_hidden_layers": 2},
                vision_config={"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 2},
                audio_config={"out_hidden_size": 32})
-    assert hasattr(hf, "MuseSparkTextConfig")
-    with pytest.raises(ValueError, match="not support yet") as err:
-        mconfig.read(cfg)
-    assert "o_norm" in str(err.value) and "muse_spark_text" in str(err.value)
-    assert mconfig.read(cfg.vision_config).model_type == "muse_spark_vision"
+    read = mconfig.read(cfg)
+    assert (read.model_type, read.vision.model_type, len(read.layers)) == ("muse_spark_text", "muse_spark_vision", 2)
+    assert read.layers[0].o_norm and any("audio" in n for n in read.notes)
 
 
 # --------------------------------------------------------------------------- Dots 3 Note

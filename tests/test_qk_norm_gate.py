@@ -1,4 +1,5 @@
-"""The output gate of ``minipos.qk_norm.QKNormAttention`` (Qwen3.5's per feature, LFM3's per head): hand-worked
+"""The output gate of ``minipos.qk_norm.QKNormAttention`` (Qwen3.5's per feature, LFM3's per head) and the heads'
+output norm before it (Muse Spark's ``o_norm``): hand-worked
 forward cases, the backward of its weights against central finite differences, switching it off, bad input.
 The layers read from configs are checked against transformers' own modules in the interop tests."""
 
@@ -48,6 +49,41 @@ def test_head_gate_scales_each_head_by_its_own_gate():
     layer.wv, layer.wo = np.array([[2.0, 6.0], [0.0, 0.0]]), np.eye(2)
     layer.wg = np.array([[0.0, np.log(2.0)], [0.0, 0.0]])
     np.testing.assert_allclose(layer(np.array([[[1.0, 0.0]]]))[0, 0], [1.0, 4.0], rtol=1e-12)
+
+
+def test_output_norm_by_hand():
+    # o_norm: the head's output v = (3, 4) RMS-normed without weight, (3, 4) / sqrt((9 + 16) / 2 + eps): with eps = 0.5
+    # the root is sqrt(13) (a hand value: 12.5 + 0.5 = 13), so y = (3, 4) / sqrt(13); with the feature gate of
+    # test_feature_gate_by_hand after it, y = (3/2, 3) / sqrt(13): the norm comes first, the gate then scales it.
+    layer = _one_token(None, o_norm=True, norm_eps=0.5)
+    x = np.array([[[1.0, 0.0]]])
+    np.testing.assert_allclose(layer(x, causal=True)[0, 0], np.array([3.0, 4.0]) / np.sqrt(13.0), rtol=1e-12)
+    layer = _one_token("feature", o_norm=True, norm_eps=0.5)
+    layer.wg = np.array([[0.0, np.log(3.0)], [5.0, 5.0]])
+    np.testing.assert_allclose(layer(x, causal=True)[0, 0], np.array([1.5, 3.0]) / np.sqrt(13.0), rtol=1e-12)
+    layer.o_norm = False                                               # switched off: test_feature_gate_by_hand's
+    np.testing.assert_allclose(layer(x, causal=True)[0, 0], [1.5, 3.0], rtol=1e-12)
+
+
+def test_output_norm_normalises_each_head_alone():
+    # Two heads of D = 2: outputs (3, 4) and (0.6, 0.8) have RMS sqrt(12.5) and sqrt(0.5); normed (eps tiny) both
+    # become (3, 4) / sqrt(12.5) = (0.848528..., 1.131370...).
+    layer = QKNormAttention(2, 2, head_dim=2, o_norm=True, norm_eps=1e-300)
+    layer.wv = np.array([[3.0, 4.0, 0.6, 0.8], [0.0, 0.0, 0.0, 0.0]])
+    layer.wo = np.eye(4)[:, :2] + np.eye(4)[:, 2:]                    # y = head 0 + head 1
+    y = layer(np.array([[[1.0, 0.0]]]))[0, 0]
+    np.testing.assert_allclose(y, 2 * np.array([3.0, 4.0]) / np.sqrt(12.5), rtol=1e-12)
+
+
+@pytest.mark.parametrize("gate, block", [(None, None), ("feature", 2), ("head", None)])
+def test_output_norm_backward_matches_finite_differences(gate, block):
+    rng = np.random.default_rng(8)
+    layer = QKNormAttention(16, 4, num_kv_heads=2, scheme=Rotary(layout="half"), norm_eps=1e-5, o_norm=True,
+                            gate=gate, block_size=block, seed=4)
+    x, dy = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 5, 16))
+    params = {**layer_parameters(layer), "q_norm": layer.q_norm, "k_norm": layer.k_norm,
+              **({"wg": layer.wg} if gate else {})}
+    check_layer_gradients(layer, x, dy, lambda x, **kw: layer(x, causal=True, **kw), rng, params=params)
 
 
 def test_sigmoid_is_finite_at_extremes():
