@@ -240,13 +240,16 @@ def test_gemma3n_layers_and_their_shared_keys():
     m = config.read({"model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"},
                      "audio_config": {"model_type": "gemma3n_audio"}})
     assert m.model_type == "gemma3n_text" and len(m.specs) == 35
-    sources = [getattr(m.layers[i], "kv_source", None) for i in range(35)]
+    sources = [spec.kwargs.get("kv_source") for spec in m.specs]              # built layers would be 2048 wide
     assert sources[:20] == [None] * 20
     assert sources[20:] == [19 if (i + 1) % 5 == 0 else 18 for i in range(20, 35)]
-    assert isinstance(m.layers[20], SharedKVAttention) and m.layers[20].wk is None
-    assert (m.layers[0].scheme.base, m.layers[4].scheme.base) == (10_000.0, 1_000_000.0)
-    assert (m.layers[0].sliding_window, m.layers[4].sliding_window, m.layers[0].scale) == (512, None, 1.0)
-    assert m.layers[0].v_norm and m.layers[0].norm_offset == 0.0
+    assert m.specs[20].cls is SharedKVAttention and m.specs[19].cls is QKNormAttention
+    assert (m.specs[0].scheme().base, m.specs[4].scheme().base) == (10_000.0, 1_000_000.0)
+    assert (m.specs[0].kwargs["sliding_window"], m.specs[4].kwargs["sliding_window"]) == (512, None)
+    assert m.specs[0].kwargs["scale"] == 1.0 and m.specs[0].kwargs["v_norm"]
+    small = config.read({"model_type": "gemma3n_text", "hidden_size": 32, "num_attention_heads": 4, "head_dim": 8,
+                         "num_hidden_layers": 10, "num_kv_shared_layers": 4})
+    assert small.layers[9].wk is None and small.layers[9].kv_source == 4 and small.layers[0].norm_offset == 0.0
     assert any("gemma3n_audio" in n for n in m.notes)
     # transformers 4's top-level bases and rope_scaling (on the full layers only, as HF's config class puts it)
     m = config.read({"model_type": "gemma3n_text", "num_hidden_layers": 5, "num_kv_shared_layers": 0,
@@ -401,7 +404,7 @@ def test_mistral4_is_mla_with_the_query_scale_and_reads_through_mistral3():
     assert half.scheme.layout == "half" and half.q_lora_rank is None
     m = config.read({"model_type": "mistral4"})                                    # the class's own defaults
     assert len(m.layers) == 36 and m.specs[0].kwargs["kv_lora_rank"] == 256
-    assert m.layers[0].scheme.scaling_args["factor"] == 128.0
+    assert m.specs[0].scheme().scaling_args["factor"] == 128.0
 
 
 @pytest.mark.parametrize("change, error, words", [

@@ -169,8 +169,8 @@ def test_muse_bad_configs_name_the_key(config, key):
 def test_muse_spark_decoder_reads_with_its_output_norm_and_its_tower_alone():
     config = {"model_type": "muse_spark", "text_config": {"num_hidden_layers": 4}, "vision_config": {"num_hidden_layers": 2}}
     m = mconfig.read(config)
-    assert m.model_type == "muse_spark_text" and all(layer.o_norm for layer in m.layers)
-    assert m.layers[0].scheme.base == 500_000.0 and m.specs[3].position.startswith("NoPE")   # the class's defaults
+    assert m.model_type == "muse_spark_text" and all(spec.kwargs["o_norm"] for spec in m.specs)
+    assert m.specs[0].scheme().base == 500_000.0 and m.specs[3].position.startswith("NoPE")   # the class's defaults
     tower = mconfig.read({**config["vision_config"], "model_type": "muse_spark_vision"})
     assert tower.kind == "vision encoder" and len(tower.layers) == 2
 
