@@ -26,9 +26,6 @@ ROPE_TYPES = ("default", *REGISTRY)
 
 NOT_YET = {
     "mrope_interleaved": "interleaved M-RoPE in a family whose M-RoPE is split (Qwen3-VL's is read: qwen3_vl)",
-    "diffusion_gemma": "DiffusionGemma's block-diffusion decoder (a canvas attending both ways, its sliding layers "
-                       "within a two-sided window, over the encoder's cached keys and values plus its own)",
-    "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (see diffusion_gemma)",
     "sam3_window_padding": "SAM 3's window layers on a patch grid that is not a multiple of window_size (HF "
                            "window_partition pads the grid with zero tokens that the window's patches attend, unmasked: "
                            "extra keys whose content is the projections' biases)",

@@ -29,6 +29,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   values = keys' projection; q/k norm (weight w), weightless value norm, scale 1; the last
   ``num_kv_shared_layers`` (Gemma 4 E2B, E4B) attend with the keys and values of the last earlier layer of their
   type (``minipos.kv_share.SharedKVAttention``: call it with its source layer's cache)
+- diffusion_gemma_text (diffusion_gemma): Gemma 4's layers as the canvas decoder runs them: bidirectional, no window
+  (the encoder pass's rolling cache of ``sliding_window - 1`` keys is the window), full layers' values = keys; the
+  encoder pass is the same layer (tied weights), causal with the window: a note says how to run both
 - gemma3n_text (gemma3n): sliding and full layers (RoPE half, bases ``rope_local_base_freq`` / ``rope_theta``), q/k
   norm (weight w), weightless value norm, scale 1; the last ``num_kv_shared_layers`` shared as Gemma 4's
 - gemma4_unified_text (gemma4_unified): Gemma 4's layers (above); ``use_bidirectional_attention`` "vision"
@@ -159,8 +162,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (the decoders of DiffusionGemma,
-GLM-5.3-Flash, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
+minipos does not have yet (the decoders of GLM-5.3-Flash, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).
@@ -176,6 +178,8 @@ from dataclasses import replace
 from . import safe_io
 from ._config_compass_qwen4 import FAMILIES as COMPASS_FAMILIES
 from ._config_compass_qwen4 import TEXT_OF as COMPASS_TEXT_OF
+from ._config_gemma import FAMILIES as GEMMA_FAMILIES
+from ._config_gemma import TEXT_OF as GEMMA_TEXT_OF
 from ._config_glm_more import FAMILIES as GLM_FAMILIES
 from ._config_glm_more import TEXT_OF as GLM_TEXT_OF
 from ._config_minimax_muse import FAMILIES as MUSE_FAMILIES
@@ -193,12 +197,10 @@ from ._config_rope import (
     layer_sizes,
     layer_types_of,
     make_rotary,
-    kv_sources,
     named_errors,
     query_scale_args,
     refuse_keys,
     rope_parameters,
-    shared_kv_spec,
     window_of,
 )
 from ._config_sam import SAM_MODELS, read_sam
@@ -261,116 +263,6 @@ def _gemma3(c):
         kwargs = {**kwargs, "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "norm_offset": 1.0}
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
                                describe_rope(params, "half"), (), ("q/k RMSNorm per head, weight 1 + w",)))
-    return specs
-
-
-def _gemma4_layer_types(c: _Config) -> list:
-    """Gemma4TextConfig's ``layer_types``: given, or five sliding layers per full one; the last is full."""
-    types = layer_types_of(c, lambda i: "sliding_attention" if (i + 1) % 6 else "full_attention")
-    return types[:-1] + ["full_attention"]                          # HF forces it (with a warning)
-
-
-def _gemma4_sizes(c: _Config, types: list) -> list:
-    """Each layer's ``(num_kv_heads, head_dim)``: the full layers take ``per_layer_config`` (a transformers
-    object's ``to_dict()``) or ``global_head_dim`` and, under ``attention_k_eq_v``, ``num_global_key_value_heads``
-    (a hub config.json), as ``Gemma4TextConfig.__post_init__`` builds them."""
-    kv, head_dim = c.int("num_key_value_heads"), c.int("head_dim")
-    full = (c.int("num_global_key_value_heads") if c.flag("attention_k_eq_v", False) else None) or kv, \
-        c.int("global_head_dim")
-    sizes = [full if t == "full_attention" else (kv, head_dim) for t in types]
-    per_layer = c.data.get("per_layer_config")
-    if per_layer is None:
-        return sizes
-    if not isinstance(per_layer, dict):
-        raise c.error("config['per_layer_config'] must map layer indices to settings")
-    sizes = [(kv, head_dim)] * len(types)
-    for key, override in per_layer.items():
-        i = int(key) if str(key).isdigit() else -1
-        if not 0 <= i < len(types) or not isinstance(override, dict):
-            raise c.error(f"config['per_layer_config'][{key!r}] must be a layer index below {len(types)} "
-                          "holding a dict of settings")
-        unknown = set(override) - {"head_dim", "num_key_value_heads"}
-        if unknown:
-            raise c.error(f"config['per_layer_config'][{key!r}] sets {sorted(unknown)}; the reader takes head_dim "
-                          "and num_key_value_heads only")
-        layer = _Config({**c.data, **override}, c.model_type, c.defaults)
-        sizes[i] = (layer.int("num_key_value_heads"), layer.int("head_dim"))
-    return sizes
-
-
-def _gemma4(c):
-    """Gemma 4's text decoder: sliding layers (window, RoPE) and full layers (p-RoPE by default, their own
-    head dim and key/value heads, keys as values under ``attention_k_eq_v``); q/k RMSNorm with the weight
-    itself, a weightless RMSNorm of the values, the scale 1 (HF ``Gemma4TextAttention``). Also Gemma 4
-    Unified's decoder (``Gemma4UnifiedTextAttention``, the same layer). ``(specs, notes)``."""
-    both_ways = c.data.get("use_bidirectional_attention", c.defaults.get("use_bidirectional_attention"))  # null: causal
-    if both_ways not in (None, "vision"):
-        raise c.error(f"config['use_bidirectional_attention'] = {both_ways!r}: every token attending both ways, the "
-                      "sliding layers within a window of sliding_window // 2 + 1 each side, is not modelled by "
-                      "minipos' attention layers (their sliding window is causal)")
-    found = c.get("rope_parameters") or {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
-    if not isinstance(found, dict) or not set(found) & set(LAYER_TYPES):
-        raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
-                      "'full_attention'), as Gemma4TextConfig's")
-    nested = {k: v for k, v in found.items() if k in LAYER_TYPES}       # hub files may add null top-level keys
-    c = _Config({**c.data, "rope_parameters": nested}, c.model_type, c.defaults)
-    types = _gemma4_layer_types(c)
-    d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads")
-    k_eq_v, specs, sources = c.flag("attention_k_eq_v", False), [], kv_sources(c, types)
-    for i, (kind, (kv, head_dim)) in enumerate(zip(types, _gemma4_sizes(c, types))):
-        if not isinstance(nested.get(kind), dict):
-            raise c.error(f"config['rope_parameters'][{kind!r}] must be a dict of RoPE parameters, got "
-                          f"{nested.get(kind)!r}")
-        theta = {"rope_theta": nested[kind].get("rope_theta")}              # each layer type has its own
-        params = rope_parameters(_Config({**c.data, **theta}, c.model_type, c.defaults), kind)
-        if params["rope_type"] == "default" and "partial_rotary_factor" in params:
-            raise c.error(f"config['rope_parameters'][{kind!r}]['partial_rotary_factor'] under rope_type 'default': "
-                          "Gemma 4's default RoPE ignores it (it rotates the whole head); drop it or use "
-                          "rope_type 'proportional'")
-        kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
-                  "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind), "scale": 1.0,
-                  "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
-        notes = ["q/k RMSNorm per head (weight w), values RMSNorm without weight"]
-        if k_eq_v and kind == "full_attention" and sources[i] is None:
-            notes.append("attention_k_eq_v: the values are the key projection (set wv = wk, bv = bk)")
-        specs.append(shared_kv_spec(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
-                                              describe_rope(params, "half"), (), tuple(notes)), sources[i]))
-    if both_ways == "vision":                                    # HF create_masks_for_vision_model
-        return specs, ["use_bidirectional_attention 'vision': on the sliding layers the tokens of one image also "
-                       "attend to each other both ways (the full layers stay causal); text alone is causal, as "
-                       "built; with images, pass that mask (causal=False)"]
-    return specs
-
-
-def _gemma3n(c):
-    """Gemma 3n's text decoder (HF ``Gemma3nTextAttention``): sliding layers (window, ``rope_parameters
-    ["sliding_attention"]``, base 10^4 by default) and full ones (base 10^6), RoPE in the half layout; q/k RMSNorm
-    with the weight itself, a weightless RMSNorm of the values, the scale 1; the last ``num_kv_shared_layers`` (15 by
-    default) attend with the keys and values of the last earlier layer of their type (``minipos.kv_share``)."""
-    nested = c.get("rope_parameters") or {}
-    if not isinstance(nested, dict) or (nested and not set(nested) <= set(LAYER_TYPES)):
-        raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
-                      "'full_attention'), as Gemma3nTextConfig's")
-    base = {"sliding_attention": c.get("rope_local_base_freq", 10_000.0), "full_attention": c.get("rope_theta",
-                                                                                                  1_000_000.0)}
-    nested = {kind: {"rope_type": "default", "rope_theta": base[kind], **(nested.get(kind) or {})} for kind in base}
-    if c.data.get("rope_scaling") is not None:                           # HF: transformers 4's scaling, full layers
-        if not isinstance(c.data["rope_scaling"], dict):
-            raise c.error("config['rope_scaling'] must be a dict or null")
-        nested["full_attention"].update(c.data["rope_scaling"])
-    c = _Config({**c.data, "rope_parameters": nested}, c.model_type, c.defaults)
-    types = layer_types_of(c, lambda i: "full_attention" if (i + 1) % 5 == 0 else "sliding_attention",
-                           allowed=("full_attention", "sliding_attention"))
-    sizes, sources, specs = layer_sizes(c), kv_sources(c, types), []
-    for i, kind in enumerate(types):
-        params = rope_parameters(c, kind)
-        kwargs = {**sizes, "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind), "scale": 1.0,
-                  "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
-        spec = LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"), describe_rope(params, "half"),
-                         (), ("q/k RMSNorm per head (weight w), values RMSNorm without weight",))
-        specs.append(shared_kv_spec(spec, sources[i]))
     return specs
 
 
@@ -552,23 +444,12 @@ FAMILIES = {
                                       "rope_parameters": _MINISTRAL3_ROPE}),
     "qwen2_vl_text": Family(qwen2_vl, {"rope_theta": 1_000_000.0, "max_position_embeddings": 32768,
                                         "max_window_layers": 80}),
-    "gemma4_text": Family(_gemma4, {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-                                    "global_head_dim": 512, "sliding_window": 512, "rms_norm_eps": 1e-6,
-                                    "max_position_embeddings": 131072}),
     "glm4v_text": Family(glm4v, {"rope_theta": 10000.0, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
                                   "max_position_embeddings": 32768}),
     "glm4v_moe_text": Family(lambda c: glm4v(c, moe=True), {"rope_theta": 10000.0, "num_key_value_heads": 8,
                                                              "max_position_embeddings": 65536}),
     "exaone4": Family(_exaone4, {"rope_theta": 10000.0, "max_position_embeddings": 2048, "sliding_window": 4096,
                                  "rms_norm_eps": 1e-5}),
-    "gemma4_unified_text": Family(_gemma4, {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-                                            "global_head_dim": 512, "sliding_window": 1024, "rms_norm_eps": 1e-6,
-                                            "max_position_embeddings": 262144,
-                                            "use_bidirectional_attention": "vision"}),
-    "gemma3n_text": Family(_gemma3n, {"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
-                                      "hidden_size": 2048, "num_hidden_layers": 35, "sliding_window": 512,
-                                      "rms_norm_eps": 1e-6, "num_kv_shared_layers": 15,
-                                      "max_position_embeddings": 32768}),
     "lfm3": Family(_lfm3, {"num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 256,
                            "norm_eps": 1e-5, "max_position_embeddings": 128000, "conv_L_cache": 7}),
     "qwen3_vl_text": Family(qwen3_vl, {"rope_theta": 500_000.0, "max_position_embeddings": 128000, "head_dim": 128}),
@@ -580,10 +461,12 @@ FAMILIES = {
 through its ``text_config`` (or, as Qwen2-VL's hub files have it, its top level)."""
 
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen2_vl": "qwen2_vl_text"}
-TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "gemma4": "gemma4_text",
+TEXT_OF.update({"qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
                 "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"})
-TEXT_OF.update({"gemma4_unified": "gemma4_unified_text", "lfm3_vl": "lfm3", "gemma3n": "gemma3n_text"})
+TEXT_OF.update({"lfm3_vl": "lfm3"})
 TEXT_OF.update({"qwen2_5_vl": "qwen2_5_vl_text"})
+FAMILIES.update(GEMMA_FAMILIES)               # minipos._config_gemma: Gemma 4, Gemma 3n, DiffusionGemma
+TEXT_OF.update(GEMMA_TEXT_OF)
 FAMILIES.update(MLA_FAMILIES)                 # minipos._config_mla: DeepSeek-V2, V3, V3.2, GLM-5
 FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5, the Omni thinkers
 TEXT_OF.update(MORE_TEXT_OF)

@@ -143,11 +143,28 @@ def test_lfm3_bad_settings_are_named(change, words):
         assert w in str(err.value)
 
 
-@pytest.mark.parametrize("model_type", ["diffusion_gemma", "diffusion_gemma_text"])
-def test_diffusion_gemma_is_not_yet(model_type):
+def test_diffusion_gemma_decoder_is_gemma4s_layers_bidirectional_without_a_window():
+    # DiffusionGemmaTextConfig's defaults: 30 layers, every sixth full (p-RoPE 0.25, head dim 512, values = keys),
+    # window 512 on the others; the read layers are the canvas's: bidirectional, their window the encoder cache's.
+    m = config.read({"model_type": "diffusion_gemma", "text_config": {"model_type": "diffusion_gemma_text"}})
+    assert m.model_type == "diffusion_gemma_text" and len(m.specs) == 30
+    assert all(not s.causal and s.kwargs["sliding_window"] is None for s in m.specs)
+    full, sliding = m.specs[5], m.specs[0]
+    assert full.layer_type == "full_attention" and full.kwargs["head_dim"] == 512
+    assert isinstance(full.scheme(), ProportionalRotary) and any("wv = wk" in n for n in full.notes)
+    assert any("mem_len=511" in n for n in sliding.notes) and any("deepcopy" in n for n in m.notes)
+    assert not any("wv = wk" in n for n in sliding.notes)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"use_bidirectional_attention": "all"}, ["use_bidirectional_attention", "not modelled"]),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["nested per layer type"]),
+])
+def test_diffusion_gemma_what_no_layer_models_is_named(change, words):
     with pytest.raises(ValueError) as err:
-        config.read({"model_type": model_type, "text_config": {"model_type": "diffusion_gemma_text"}})
-    assert "block-diffusion decoder" in str(err.value) and "not support yet" in str(err.value)
+        config.read({"model_type": "diffusion_gemma_text", "num_hidden_layers": 6, **change})
+    for w in words + ["diffusion_gemma_text"]:
+        assert w in str(err.value)
 
 
 def test_lfm3_golden_vectors_name_the_decoders_own_layer_indices(tmp_path):

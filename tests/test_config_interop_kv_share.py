@@ -1,5 +1,5 @@
-"""Layers that share keys and values (``minipos.kv_share``) against transformers 5.24: Gemma 3n's text decoder
-and Gemma 4's with ``num_kv_shared_layers``. As in test_config_interop.py: transformers builds the model (random
+"""Layers that read keys and values another pass stored, against transformers 5.24: Gemma 3n's text decoder and
+Gemma 4's with ``num_kv_shared_layers`` (``minipos.kv_share``), and DiffusionGemma's canvas over its encoder's cache. As in test_config_interop.py: transformers builds the model (random
 weights drawn away from init, float64), a forward hook captures each attention module's input and output inside
 the model (so its masks, position embeddings and shared keys are the model's own), the weights are copied into
 the layers ``read`` builds, and each output must agree within atol 1e-6. A shared layer runs on the cache its
@@ -119,3 +119,73 @@ def test_gemma4_num_kv_shared_layers():
     m, shared = _compare(cfg, model, seen)
     assert shared == [5, 6, 7] and [m.layers[i].kv_source for i in shared] == [3, 3, 4]
     assert m.layers[7].head_dim == 16
+
+
+def test_diffusion_gemma_encoder_pass_and_canvas_pass():
+    # DiffusionGemmaModel: the encoder runs the prompt (9 tokens) causally, window 4 on the sliding layers, into a
+    # DynamicCache whose sliding layers keep the last 3 keys; the decoder (the same weights) runs a 5-token canvas at
+    # positions 9-13 both ways over that cache and its own keys. Each read layer reproduces both passes: the encoder's
+    # with a cache of mem_len 3 and the window mask, the canvas's on a copy of that cache.
+    import copy
+
+    from transformers.models.diffusion_gemma import modeling_diffusion_gemma as hf
+
+    from minipos.masks import sliding_window_mask
+
+    text = {**SMALL, "vocab_size": 16, "head_dim": 8, "num_hidden_layers": 4, "sliding_window": 4,
+            "global_head_dim": 16, "num_global_key_value_heads": 1, "num_experts": 2, "top_k_experts": 1,
+            "moe_intermediate_size": 8, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                                   "rope_theta": 10000.0}}}
+    vision = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 1,
+              "intermediate_size": 8, "head_dim": 8}
+    cfg = _cfg(transformers.DiffusionGemmaConfig, text_config=text, vision_config=vision, canvas_length=5)
+    cfg._attn_implementation = cfg.text_config._attn_implementation = "sdpa"
+    experts = hf.DiffusionGemmaTextExperts.forward
+    hf.DiffusionGemmaTextExperts.forward = lambda self, h, *a, **k: torch.zeros_like(h)   # float64: not compared
+    try:
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = hf.DiffusionGemmaModel(cfg).double().eval()
+        encoder, decoder = model.encoder.language_model.layers, model.decoder.layers
+        seen, hooks = {}, []
+        for i, (enc, dec) in enumerate(zip(encoder, decoder)):
+            _randomize(dec.self_attn)
+            assert enc.self_attn.q_proj.weight is dec.self_attn.q_proj.weight            # tied: one layer, two passes
+            for name in ("q_norm", "k_norm", "v_norm"):
+                _float64_norm(getattr(enc.self_attn, name))
+                _float64_norm(getattr(dec.self_attn, name))
+            for tag, attn in (("encoder", enc.self_attn), ("canvas", dec.self_attn)):
+                def hook(module, args, kwargs, out, key=(tag, i)):
+                    seen[key] = (kwargs["hidden_states"].numpy().copy(), out[0].numpy().copy())
+                hooks.append(attn.register_forward_hook(hook, with_kwargs=True))
+        rng = np.random.default_rng(2)
+        with torch.no_grad():
+            model(input_ids=torch.from_numpy(rng.integers(3, 16, (B, 9))),
+                  decoder_input_ids=torch.from_numpy(rng.integers(3, 16, (B, 5))))
+    finally:
+        hf.DiffusionGemmaTextExperts.forward = experts
+    for h in hooks:
+        h.remove()
+    m = mconfig.read(cfg)
+    p = np.arange(9)
+    for i, spec in enumerate(m.specs):
+        layer, ref = m.layers[i], decoder[i].self_attn
+        layer.wq, layer.wk, layer.wo = _w(ref.q_proj), _w(ref.k_proj), _w(ref.o_proj)
+        layer.wv = layer.wk if ref.v_proj is None else _w(ref.v_proj)               # full layers: values = keys
+        layer.q_norm, layer.k_norm = (getattr(ref, n).weight.detach().numpy().copy() for n in ("q_norm", "k_norm"))
+        sliding = spec.layer_type == "sliding_attention"
+        assert (ref.v_proj is None) == (not sliding) and not spec.causal
+        cache = layer.new_cache(mem_len=3 if sliding else None)
+        mask = np.broadcast_to(sliding_window_mask(p, p, 4), (B, 9, 9)) if sliding else None
+        (x, want), (xc, want_c) = seen[("encoder", i)], seen[("canvas", i)]
+        np.testing.assert_allclose(layer(x, positions=p, causal=True, mask=mask, cache=cache), want, rtol=0, atol=ATOL)
+        got = layer(xc, causal=False, cache=copy.deepcopy(cache))                    # positions 9-13: cache.seen on
+        np.testing.assert_allclose(got, want_c, rtol=0, atol=ATOL, err_msg=f"canvas, layer {i}")
+        assert cache.length == (3 if sliding else 9) and np.max(np.abs(want_c)) > 0.1
+        if sliding:                                       # the whole prompt instead of HF's rolling 3 keys: differs
+            whole = layer.new_cache()
+            layer(x, positions=p, causal=True, mask=mask, cache=whole)
+            assert np.max(np.abs(layer(xc, causal=False, cache=whole) - want_c)) > 1e-3
