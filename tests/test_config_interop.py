@@ -429,6 +429,15 @@ def test_exaone4_sliding_rope_and_global_nope(window):
     _compare(cfg, model, seen)
     positions = [s.position.split()[0] for s in mconfig.read(cfg).specs]
     assert positions == (["RoPE", "NoPE"] * 2 if window else ["RoPE"] * 4)
+def _query_scale_matters(cfg, model, seen):
+    """Layer 0 with its query scale switched off (beta 0) differs from the model's: the scale is compared."""
+    layer = mconfig.read(cfg).layers[0]
+    _copy(model.layers[0].self_attn, layer)
+    x, want = seen[0]
+    layer.scheme.beta = 0.0
+    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+
+
 def test_ministral3_query_scale_of_llama_4_scaling_beta():
     # original_max_position_embeddings 4 and T = 12: floor(p / 4) takes 0, 1, 2, so three query scales bite.
     cfg = _cfg(transformers.Ministral3Config, **SMALL, pad_token_id=0, num_hidden_layers=2, head_dim=8,
@@ -439,11 +448,7 @@ def test_ministral3_query_scale_of_llama_4_scaling_beta():
                                 "llama_4_scaling_beta": 0.5})
     model, seen = _run_model(transformers.Ministral3Model, cfg)
     _compare(cfg, model, seen)
-    layer = mconfig.read(cfg).layers[0]
-    _copy(model.layers[0].self_attn, layer)
-    x, want = seen[0]
-    layer.scheme.beta = 0.0                                              # the query scale switched off: it differs
-    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+    _query_scale_matters(cfg, model, seen)
 
 
 def test_ministral3_default_rope_parameters():
@@ -654,16 +659,12 @@ def test_mistral4_mla_with_its_query_scale(interleave, q_lora_rank):
     # Mistral4Attention: DeepSeek-V3's MLA, then the whole query times 1 + beta ln(1 + floor(p / L)); with L = 4 and
     # T = 12, floor(p / 4) takes 0, 1, 2, so three scales bite. Its config class writes partial_rotary_factor
     # = 4 / (4 + 4) into rope_parameters (HF's RoPE then rotates int(8 * 0.5) = 4 features: qk_rope_head_dim).
-    cfg = _cfg(transformers.Mistral4Config, **{**MLA_SMALL, "q_lora_rank": q_lora_rank}, pad_token_id=0, rope_interleave=interleave,
-               max_position_embeddings=64, rope_parameters={**MLA_YARN, "llama_4_scaling_beta": 0.5,
+    cfg = _cfg(transformers.Mistral4Config, **{**MLA_SMALL, "q_lora_rank": q_lora_rank}, pad_token_id=0,
+               rope_interleave=interleave, max_position_embeddings=64, rope_parameters={**MLA_YARN, "llama_4_scaling_beta": 0.5,
                                                             "max_position_embeddings": 64})
     model, seen = _run_model(transformers.Mistral4Model, cfg)
     _compare(cfg, model, seen)
-    layer = mconfig.read(cfg).layers[0]
-    _copy(model.layers[0].self_attn, layer)
-    x, want = seen[0]
-    layer.scheme.beta = 0.0                                              # the query scale switched off: it differs
-    assert np.max(np.abs(layer(x, positions=np.arange(T), causal=True) - want)) > 1e-3
+    _query_scale_matters(cfg, model, seen)
 
 
 def test_mistral4_default_rope_parameters():
