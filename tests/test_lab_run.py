@@ -14,9 +14,13 @@ from lab import record as records
 from lab.run import Settings, command_for, record_path, run_one
 from lab.summary import check_sane, summarize
 
+# The checkpoints' evaluations (history_tokens, history_probes) as small as the final one's: at the
+# defaults (40960 tokens per length) the 8 checkpoints of a run took seconds of 8-token forward passes,
+# nearly all of a run's time here, and a test here reads the history only as part of the whole record.
 TINY = Settings(length=8, eval_factors=(1, 2), d_model=8, num_heads=2, num_layers=1, d_ff=16, steps=6, batch=4,
                 lr=1e-2, warmup=2, vocab=6, eval_tokens=64, eval_batch_tokens=64, probes=2, attention_sequences=1,
-                position_bins=2, finetune_steps=2, keys=4, values=4, filler=4, pairs=2)
+                position_bins=2, history_tokens=64, history_probes=2, finetune_steps=2, keys=4, values=4, filler=4,
+                pairs=2)
 
 
 @pytest.fixture(scope="module")
