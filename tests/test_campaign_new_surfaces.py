@@ -130,3 +130,29 @@ def test_an_empty_call_gives_an_empty_output():
     cache = src.new_cache()
     src(X, causal=True, cache=cache)
     assert shared(X[:, :0], causal=True, cache=cache).shape == (2, 0, 16)
+
+
+# --- QKNormAttention(o_norm=True) ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["no", None, 1])
+def test_o_norm_switched_to_a_non_bool_is_refused_at_the_call(value):
+    # The constructor checks o_norm; the attribute, switchable between calls, was read by truthiness ("no": on).
+    layer = QKNormAttention(16, 4, o_norm=True, seed=3)
+    layer.o_norm = value
+    with pytest.raises(TypeError, match="o_norm must be True or False"):
+        layer(X)
+
+
+def test_norm_eps_set_after_construction_is_named():
+    layer = QKNormAttention(16, 4, o_norm=True, seed=3)
+    layer.norm_eps = -1.0
+    with pytest.raises(ValueError, match="norm_eps must be > 0"):           # was "eps must be > 0" (rms_norm's)
+        layer(X)
+
+
+def test_a_context_of_an_o_norm_pass_is_refused_once_o_norm_is_off():
+    layer = QKNormAttention(16, 4, o_norm=True, gate="feature", seed=3)
+    _, ctx = layer(X, causal=True, return_context=True)
+    layer.o_norm = False
+    with pytest.raises(ValueError, match=r"o_norm=True \(this layer: False\)"):
+        layer.backward(ctx, np.ones_like(X))
