@@ -156,3 +156,38 @@ def test_a_context_of_an_o_norm_pass_is_refused_once_o_norm_is_off():
     layer.o_norm = False
     with pytest.raises(ValueError, match=r"o_norm=True \(this layer: False\)"):
         layer.backward(ctx, np.ones_like(X))
+
+
+# --- ScaledDecoupledRotary in MultiHeadLatentAttention -------------------------------------------------------
+
+def _mla(scheme, **kw):
+    return MultiHeadLatentAttention(16, 2, kv_lora_rank=6, q_lora_rank=5, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                                    v_head_dim=3, scheme=scheme, seed=1, **kw)
+
+
+def test_an_original_length_past_int64_scales_no_query():
+    # Every int64 position p is below L = 2**70, so floor(p / L) = 0 and s(p) = 1 (transformers: position_ids / L in
+    # float32, floored: 0). The reference raised OverflowError at the first call.
+    assert llama4_query_scale(np.array([0, 5, 2**62]), beta=0.5, original_max_position_embeddings=2**70).tolist() == [1.0] * 3
+    far = _mla(ScaledDecoupledRotary(beta=0.5, original_max_position_embeddings=2**70))
+    plain = _mla(ScaledDecoupledRotary(beta=0.0, original_max_position_embeddings=4))
+    pos = np.arange(7)
+    np.testing.assert_array_equal(far(X, causal=True), plain(X, causal=True))
+    np.testing.assert_array_equal(absorbed_attention(far, X, pos, *latent_kv(far, X, pos), pos),
+                                  absorbed_attention(plain, X, pos, *latent_kv(plain, X, pos), pos))
+
+
+def test_empty_batches_and_sequences_go_through_the_latent_layer():
+    layer = _mla(ScaledDecoupledRotary(beta=0.5, original_max_position_embeddings=4))
+    assert layer(X[:, :0]).shape == (2, 0, 16) and layer(X[:0]).shape == (0, 7, 16)
+    c_kv, k_rope = latent_kv(layer, X, np.arange(7))
+    assert absorbed_attention(layer, X[:, :0], np.arange(0), c_kv, k_rope, np.arange(7)).shape == (2, 0, 16)
+
+
+def test_a_context_is_refused_once_the_query_scale_changed():
+    # beta is read at every call: a backward with another beta than its forward's gave gradients of neither.
+    layer = _mla(ScaledDecoupledRotary(beta=0.5, original_max_position_embeddings=4))
+    _, ctx = layer(X, causal=True, return_context=True)
+    layer.scheme.beta = 0.9
+    with pytest.raises(ValueError, match=r"query_scale=\(0.5, 4\) \(this layer: \(0.9, 4\)\)"):
+        layer.backward(ctx, np.ones_like(X))
