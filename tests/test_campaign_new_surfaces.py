@@ -191,3 +191,124 @@ def test_a_context_is_refused_once_the_query_scale_changed():
     layer.scheme.beta = 0.9
     with pytest.raises(ValueError, match=r"query_scale=\(0.5, 4\) \(this layer: \(0.9, 4\)\)"):
         layer.backward(ctx, np.ones_like(X))
+
+
+# --- the config readers ---------------------------------------------------------------------------------------
+
+MISTRAL4 = {"model_type": "mistral4", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                                "original_max_position_embeddings": 8192, "llama_4_scaling_beta": 0.1,
+                                "partial_rotary_factor": 0.5}}
+GEMMA3N = {"model_type": "gemma3n_text", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 8, "num_hidden_layers": 10, "num_kv_shared_layers": 4, "sliding_window": 4}
+GEMMA4 = {"model_type": "gemma4_text", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "num_hidden_layers": 6, "head_dim": 8, "global_head_dim": 16, "sliding_window": 4, "num_kv_shared_layers": 2,
+          "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+          "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                              "full_attention": {"rope_type": "proportional", "rope_theta": 100.0,
+                                                 "partial_rotary_factor": 0.5}}}
+DIFFUSION = {**GEMMA4, "model_type": "diffusion_gemma_text", "num_kv_shared_layers": None}
+MUSE = {"model_type": "muse_spark_text", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 8, "num_hidden_layers": 4, "sliding_window": 4}
+
+
+def _rope(base, **change):
+    return {**base["rope_parameters"], **change}
+
+
+def _nested(kind, **change):
+    return {**GEMMA4["rope_parameters"], kind: {**GEMMA4["rope_parameters"][kind], **change}}
+
+
+BAD = [
+    # a falsy rope_type read as "default" (the YaRN keys beside it ignored); transformers raises for it
+    (MISTRAL4, {"rope_parameters": _rope(MISTRAL4, rope_type=False)}, ["rope_type", "string"]),
+    (GEMMA4, {"rope_parameters": _nested("sliding_attention", rope_type=0)}, ["rope_type", "string"]),
+    # int(head_dim * inf): OverflowError; int(head_dim * nan): ValueError without the key
+    (MISTRAL4, {"rope_parameters": _rope(MISTRAL4, partial_rotary_factor=float("inf"))}, ["partial_rotary_factor"]),
+    (MISTRAL4, {"rope_parameters": _rope(MISTRAL4, partial_rotary_factor=float("nan"))}, ["partial_rotary_factor"]),
+    # checked only by a built layer: read succeeded, `minipos config` printed the table, the first layer raised
+    (MISTRAL4, {"rope_parameters": _rope(MISTRAL4, factor="x")}, ["factor", "layer 0"]),
+    (MISTRAL4, {"qk_rope_head_dim": 7}, ["qk_rope_head_dim", "even"]),
+    (GEMMA3N, {"rope_scaling": {"rope_type": "yarn", "factor": "x"}}, ["factor", "layer 4"]),
+    (GEMMA4, {"global_head_dim": 7}, ["head_dim = 7", "layer 2 (full_attention)"]),
+    (GEMMA3N, {"sliding_window": 2 ** 70}, ["sliding_window", "2**62"]),
+    (MUSE, {"rope_parameters": {"rope_type": "linear", "rope_theta": 10.0, "factor": -2.0}}, ["factor", ">= 1.0"]),
+    # float() of the raw value: "could not convert string to float", or a late "norm_eps must be > 0"
+    (GEMMA3N, {"rms_norm_eps": "x"}, ["config['rms_norm_eps']", "real number"]),
+    (GEMMA4, {"rms_norm_eps": -1.0}, ["config['rms_norm_eps']", "> 0"]),
+    (DIFFUSION, {"rms_norm_eps": True}, ["config['rms_norm_eps']", "real number"]),
+    (MUSE, {"rms_norm_eps": []}, ["config['rms_norm_eps']", "real number"]),
+    (MUSE, {"qk_scale_factor": 0}, ["config['qk_scale_factor']", "> 0"]),
+    (MUSE, {"qk_scale_factor": "x"}, ["config['qk_scale_factor']", "real number"]),
+    # key/value heads that do not group the heads: a late "num_kv_heads (3) must divide num_heads (4)"
+    (GEMMA3N, {"num_key_value_heads": 3}, ["config['num_key_value_heads']", "must divide"]),
+    (MUSE, {"num_key_value_heads": None}, ["config['num_key_value_heads'] (16", "must divide"]),   # the default
+    (DIFFUSION, {"num_global_key_value_heads": 3}, ["config['num_global_key_value_heads']", "must divide"]),
+    # a falsy non-integer read as 0; a non-dict read as the defaults
+    (GEMMA3N, {"num_kv_shared_layers": []}, ["num_kv_shared_layers", "integer"]),
+    (GEMMA3N, {"num_kv_shared_layers": False}, ["num_kv_shared_layers", "integer"]),
+    (GEMMA3N, {"rope_parameters": []}, ["rope_parameters", "nested per layer type"]),
+    (GEMMA4, {"rope_parameters": []}, ["rope_parameters", "nested per layer type"]),
+    (GEMMA3N, {"rope_parameters": {"sliding_attention": "x"}}, ["config['rope_parameters']['sliding_attention']"]),
+    # a rope_theta of null reached describe()'s f"{theta:g}"; a bad legacy base was named "scaling['rope_theta']"
+    (GEMMA4, {"rope_parameters": _nested("sliding_attention", rope_theta=None)}, ["['rope_theta']", "real number"]),
+    (MUSE, {"rope_parameters": {"rope_type": "default", "rope_theta": None}}, ["['rope_theta']", "real number"]),
+    (GEMMA3N, {"rope_local_base_freq": "x"}, ["config['rope_local_base_freq']"]),
+    # sorted() of a mixed list: "'<' not supported between instances of 'str' and 'float'"
+    (MUSE, {"layer_rope_theta": [1e4, 0, "x", 0]}, ["layer_rope_theta", "one number per layer"]),
+    # one LayerSpec per layer: a huge count made read() loop for ever
+    (GEMMA3N, {"num_hidden_layers": 2 ** 16 + 1, "num_kv_shared_layers": 0}, ["num_hidden_layers", "at most 65536"]),
+]
+
+
+@pytest.mark.parametrize("base, change, words", BAD, ids=[f"{b['model_type']}-{'-'.join(c)}" for b, c, _ in BAD])
+def test_bad_values_are_named_with_the_key_and_the_model_type(base, change, words):
+    with pytest.raises((ValueError, TypeError)) as err:
+        config.read({**base, **change})
+    for w in words + [repr(base["model_type"])]:
+        assert w in str(err.value)
+
+
+def test_a_text_config_that_is_not_an_object_is_named():
+    with pytest.raises(TypeError, match=r"model_type 'mistral3': config\['text_config'\] must be an object"):
+        config.read({"model_type": "mistral3", "text_config": [MISTRAL4]})
+
+
+def test_muse_reads_an_unread_partial_rotary_factor_of_any_type_with_its_note():
+    # transformers 5.24's default rotary reads no partial_rotary_factor; the note formatted it with :g and raised
+    # "Unknown format code 'g' for object of type 'str'".
+    m = config.read({**MUSE, "partial_rotary_factor": "half"})
+    assert any(n.startswith("partial_rotary_factor half is not read") for n in m.notes)
+
+
+def _write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("data, words", [
+    ({**MUSE, "layer_rope_theta": [1e4, 0, "x", 0]}, ["layer_rope_theta"]),
+    ({"model_type": "gemma3n", "text_config": {**GEMMA3N, "rope_parameters": {"sliding_attention": "x"}}},
+     ["sliding_attention"]),
+    ({"model_type": "mistral3", "text_config": {**MISTRAL4, "rope_parameters": _rope(MISTRAL4, factor="x")}},
+     ["factor"]),
+])
+def test_the_commands_say_it_in_one_line(tmp_path, capsys, data, words):
+    path = _write(tmp_path, "config.json", data)
+    for argv in (["config", path], ["vectors", "export", "--config", path, str(tmp_path / "out")]):
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        for w in words:
+            assert w in err
+
+
+def test_model_vectors_of_an_original_length_no_position_reaches(tmp_path, capsys):
+    # The stride that takes seven tokens past L = 2**70 overflowed int64: a traceback from `vectors export`.
+    data = {**MISTRAL4, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "llama_4_scaling_beta": 0.1,
+                                            "original_max_position_embeddings": 2 ** 70}}
+    assert cli.main(["vectors", "export", "--config", _write(tmp_path, "c.json", data), str(tmp_path / "v")]) == 0
+    assert cli.main(["vectors", "check", str(tmp_path / "v")]) == 0
