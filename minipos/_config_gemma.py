@@ -10,6 +10,8 @@ from dataclasses import replace
 
 from ._config_rope import (
     LAYER_TYPES,
+    check_built,
+    check_kv_heads,
     describe_rope,
     kv_sources,
     layer_sizes,
@@ -68,9 +70,11 @@ def _gemma4(c):
         raise c.error(f"config['use_bidirectional_attention'] = {both_ways!r}: every token attending both ways, the "
                       "sliding layers within a window of sliding_window // 2 + 1 each side, is not modelled by "
                       "minipos' attention layers (their sliding window is causal)")
-    found = c.get("rope_parameters") or {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
+    found = c.get("rope_parameters")
+    if found is None:                                                       # Gemma4TextConfig's own
+        found = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                 "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                    "rope_theta": 1_000_000.0}}
     if not isinstance(found, dict) or not set(found) & set(LAYER_TYPES):
         raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
                       "'full_attention'), as Gemma4TextConfig's")
@@ -80,6 +84,8 @@ def _gemma4(c):
     d_model, heads = c.int("hidden_size", required=True), c.int("num_attention_heads")
     k_eq_v, specs, sources = c.flag("attention_k_eq_v", False), [], kv_sources(c, types)
     for i, (kind, (kv, head_dim)) in enumerate(zip(types, _gemma4_sizes(c, types))):
+        check_kv_heads(c, heads, kv, "num_global_key_value_heads" if k_eq_v and kind == "full_attention" and
+                       c.has("num_global_key_value_heads") else "num_key_value_heads")
         if not isinstance(nested.get(kind), dict):
             raise c.error(f"config['rope_parameters'][{kind!r}] must be a dict of RoPE parameters, got "
                           f"{nested.get(kind)!r}")
@@ -91,12 +97,13 @@ def _gemma4(c):
                           "rope_type 'proportional'")
         kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
                   "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind), "scale": 1.0,
-                  "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
+                  "norm_eps": c.float("rms_norm_eps", 1e-6, positive=True), "v_norm": True}
         notes = ["q/k RMSNorm per head (weight w), values RMSNorm without weight"]
         if k_eq_v and kind == "full_attention" and sources[i] is None:
             notes.append("attention_k_eq_v: the values are the key projection (set wv = wk, bv = bk)")
         specs.append(shared_kv_spec(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
                                               describe_rope(params, "half"), (), tuple(notes)), sources[i]))
+    check_built(c, specs)
     if both_ways == "vision":                                    # HF create_masks_for_vision_model
         return specs, ["use_bidirectional_attention 'vision': on the sliding layers the tokens of one image also "
                        "attend to each other both ways (the full layers stay causal); text alone is causal, as "
@@ -109,13 +116,17 @@ def _gemma3n(c):
     ["sliding_attention"]``, base 10^4 by default) and full ones (base 10^6), RoPE in the half layout; q/k RMSNorm
     with the weight itself, a weightless RMSNorm of the values, the scale 1; the last ``num_kv_shared_layers`` (15 by
     default) attend with the keys and values of the last earlier layer of their type (``minipos.kv_share``)."""
-    nested = c.get("rope_parameters") or {}
+    nested = c.get("rope_parameters", {})
     if not isinstance(nested, dict) or (nested and not set(nested) <= set(LAYER_TYPES)):
         raise c.error("config['rope_parameters'] must be nested per layer type ('sliding_attention', "
                       "'full_attention'), as Gemma3nTextConfig's")
-    base = {"sliding_attention": c.get("rope_local_base_freq", 10_000.0), "full_attention": c.get("rope_theta",
-                                                                                                  1_000_000.0)}
-    nested = {kind: {"rope_type": "default", "rope_theta": base[kind], **(nested.get(kind) or {})} for kind in base}
+    legacy = {"sliding_attention": ("rope_local_base_freq", 10_000.0), "full_attention": ("rope_theta", 1_000_000.0)}
+    for kind, (key, default) in legacy.items():                           # HF: the legacy base where none is given
+        own = nested.get(kind) or {}
+        if not isinstance(own, dict):
+            raise c.error(f"config['rope_parameters'][{kind!r}] must be a dict of RoPE parameters, got {own!r}")
+        theta = own["rope_theta"] if "rope_theta" in own else c.float(key, default, positive=True)
+        nested = {**nested, kind: {"rope_type": "default", "rope_theta": theta, **own}}
     if c.data.get("rope_scaling") is not None:                           # HF: transformers 4's scaling, full layers
         if not isinstance(c.data["rope_scaling"], dict):
             raise c.error("config['rope_scaling'] must be a dict or null")
@@ -127,11 +138,11 @@ def _gemma3n(c):
     for i, kind in enumerate(types):
         params = rope_parameters(c, kind)
         kwargs = {**sizes, "bias": c.flag("attention_bias", False), "sliding_window": window_of(c, kind), "scale": 1.0,
-                  "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
+                  "norm_eps": c.float("rms_norm_eps", 1e-6, positive=True), "v_norm": True}
         spec = LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"), describe_rope(params, "half"),
                          (), ("q/k RMSNorm per head (weight w), values RMSNorm without weight",))
         specs.append(shared_kv_spec(spec, sources[i]))
-    return specs
+    return check_built(c, specs)
 
 
 def _diffusion_gemma(c):

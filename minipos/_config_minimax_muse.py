@@ -14,6 +14,7 @@ from ._config_more import TEXT_RENAMED
 from ._config_rope import (
     NOT_YET,
     axial_theta,
+    check_built,
     dense_layers,
     describe_rope,
     layer_sizes,
@@ -21,6 +22,7 @@ from ._config_rope import (
     make_rotary,
     refuse_keys,
     rope_parameters,
+    short_value,
     window_of,
 )
 from ._config_types import Family, LayerSpec
@@ -278,14 +280,18 @@ def _muse_glimmer(c, o_norm: bool = False):
             raise c.error(f"config['rope_parameters']['partial_rotary_factor'] with rope_type {params['rope_type']!r}: "
                           "MuseGlimmerTextAttention rotates every feature by cos and sin of head_dim * factor "
                           "(transformers raises); only the default type, which ignores the factor, is read")
-        notes.append(f"partial_rotary_factor {params.pop('partial_rotary_factor'):g} is not read: transformers 5.24 "
+        shown = short_value(params.pop("partial_rotary_factor"))
+        notes.append(f"partial_rotary_factor {shown} is not read: transformers 5.24 "
                      "rotates the whole head (MuseGlimmerTextRotaryEmbedding's default), and so does this reader")
     thetas = c.data.get("layer_rope_theta")
     if thetas is None:
         thetas = [0 if nope(i) else params["rope_theta"] for i in range(n)]
-    if not isinstance(thetas, list) or len(thetas) != n:
-        raise c.error(f"config['layer_rope_theta'] must hold one value per layer (num_hidden_layers = {n})")
-    scale = float(c.get("qk_scale_factor")) / sizes["head_dim"] ** 0.5
+    if not isinstance(thetas, list) or len(thetas) != n or any(isinstance(t, bool) or not isinstance(t, (int, float))
+                                                               for t in thetas):
+        raise c.error(f"config['layer_rope_theta'] must hold one number per layer (num_hidden_layers = {n}; 0: NoPE), "
+                      f"got {thetas!r:.200}")
+    factor = c.float("qk_scale_factor", positive=True)                   # minipos' scale must be > 0
+    scale = factor / sizes["head_dim"] ** 0.5
     bias, specs = c.flag("attention_bias", False), []
     ignored = sorted({t for t in thetas if t and t != params["rope_theta"]})
     if ignored:
@@ -293,16 +299,16 @@ def _muse_glimmer(c, o_norm: bool = False):
                      f"rope_parameters['rope_theta'] ({params['rope_theta']:g}); only 0 (NoPE) matters, here too")
     for i, kind in enumerate(types):
         kwargs = {**sizes, "bias": bias, "sliding_window": window_of(c, kind), "scale": scale,
-                  "norm_eps": float(c.get("rms_norm_eps")), "gate": "feature", "o_norm": o_norm}
+                  "norm_eps": c.float("rms_norm_eps", positive=True), "gate": "feature", "o_norm": o_norm}
         make, position = make_rotary(c, params, "half"), describe_rope(params, "half")
         if not thetas[i]:
             make, position = NoPE, "NoPE (layer_rope_theta 0)"
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make, position, ("bg",) if bias else (),
                                (f"q/k RMSNorm per head without weight (q_norm = k_norm = 1), queries x "
-                                f"qk_scale_factor {c.get('qk_scale_factor'):g}",
+                                f"qk_scale_factor {factor:g}",
                                 "output gate per feature: o * sigmoid(g), wg = gate_proj's (no bias)"
                                 + ("; each head's output RMS-normed (no weight) before it (o_norm)" if o_norm else ""))))
-    return specs, notes
+    return check_built(c, specs), notes
 
 
 _MUSE_GLIMMER = {"hidden_size": 6656, "num_hidden_layers": 52, "num_attention_heads": 32, "num_key_value_heads": 2,

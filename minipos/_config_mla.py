@@ -5,9 +5,10 @@ contract."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from ._config_rope import describe_rope, layer_types_of, query_scale_args, rope_parameters
+from ._config_rope import check_built, describe_rope, layer_types_of, query_scale_args, rope_parameters
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
 from .mla import DecoupledRotary, MultiHeadLatentAttention, ScaledDecoupledRotary
@@ -44,7 +45,7 @@ def _mla(c: _Config, layout: str, q_lora_rank, params: dict | None = None, query
         position += (f"; queries x (1 + {query_scale['beta']:g} ln(1 + floor(p/"
                      f"{query_scale['original_max_position_embeddings']})))")
     specs = [LayerSpec(i, "full_attention", MultiHeadLatentAttention, kwargs, make, position) for i in range(n)]
-    return specs, params
+    return check_built(c, specs), params
 
 
 def _deepseek_v3(c):
@@ -64,7 +65,7 @@ def _mistral4(c):
     factor = params.pop("partial_rotary_factor", None)
     nope, rope_dim = c.int("qk_nope_head_dim", required=True), c.int("qk_rope_head_dim", required=True)
     if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                               or int((nope + rope_dim) * factor) != rope_dim):
+                               or not math.isfinite(factor) or int((nope + rope_dim) * factor) != rope_dim):
         raise c.error(f"config['rope_parameters']['partial_rotary_factor'] = {factor!r} rotates "
                       f"int(head_dim * factor) features of head_dim = qk_nope_head_dim + qk_rope_head_dim = "
                       f"{nope + rope_dim} in transformers; MLA rotates qk_rope_head_dim = {rope_dim}")

@@ -46,8 +46,11 @@ LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 def checked_rope_type(c: _Config, params: dict) -> str:
     """Pop and check ``params``' ``rope_type`` (older: ``type``): one minipos builds, or ``ValueError``
     naming it (and saying "not supported yet" for a scheme minipos does not have yet)."""
-    kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
-    params.pop("type", None)
+    kind, older = params.pop("rope_type", None), params.pop("type", None)
+    kind = kind if kind is not None else older if older is not None else "default"
+    if not isinstance(kind, str):
+        raise c.error(f"config['rope_parameters']['rope_type'] must be a string such as 'default' or 'yarn', got "
+                      f"{kind!r}")
     if kind == "mrope":                                                    # Qwen2-VL's hub config: default + sections
         kind = "default"
     for key in ("mrope_interleaved",):
@@ -75,8 +78,6 @@ def rope_parameters(c: _Config, layer_type: str | None = None) -> dict:
         if not isinstance(scaling, dict):
             raise TypeError(f"model_type {c.model_type!r}: config['rope_scaling'] must be a dict or null")
         params = dict(scaling)
-        if "rope_theta" not in params:
-            params["rope_theta"] = c.get("rope_theta", required=True)
     else:
         if not isinstance(found, dict):
             raise TypeError(f"model_type {c.model_type!r}: config['rope_parameters'] must be a dict")
@@ -86,8 +87,10 @@ def rope_parameters(c: _Config, layer_type: str | None = None) -> dict:
                               f"(it has {sorted(found)})")
             found = found[layer_type]
         params = dict(found)
-        if "rope_theta" not in params:                                       # only then is the top level's read
-            params["rope_theta"] = c.get("rope_theta", required=True)
+    where = "config['rope_parameters']['rope_theta']"
+    if "rope_theta" not in params:                                           # only then is the top level's read
+        params["rope_theta"], where = c.get("rope_theta", required=True), "config['rope_theta']"
+    named_errors(c, lambda: check_float(params["rope_theta"], where, positive=True))
     kind = checked_rope_type(c, params)
     if c.has("partial_rotary_factor") and "partial_rotary_factor" not in params:
         params["partial_rotary_factor"] = c.get("partial_rotary_factor")
@@ -167,7 +170,15 @@ def layer_sizes(c: _Config) -> dict:
             raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads}); "
                           "give head_dim")
         head_dim = d_model // heads
+    check_kv_heads(c, heads, kv)
     return {"d_model": d_model, "num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim}
+
+
+def check_kv_heads(c: _Config, heads: int, kv: int, key: str = "num_key_value_heads") -> None:
+    """Raise, naming ``key``, unless ``kv`` key/value heads group the ``heads`` query heads (the layers' num_kv_heads)."""
+    if heads % kv:
+        raise c.error(f"config[{key!r}] ({kv}: the layers' num_kv_heads) must divide num_attention_heads ({heads}): "
+                      "each key/value head serves num_attention_heads // num_key_value_heads query heads")
 
 
 def layer_types_of(c: _Config, rule: Callable[[int], str], allowed=("full_attention", "sliding_attention")) -> list:
@@ -239,6 +250,25 @@ def dense_layers(c: _Config, *, bias: str, window: str, qk_norm: bool = False, m
     return specs
 
 
+def check_built(c: _Config, specs: list) -> list:
+    """``specs``, each distinct layer built once a feature wide (``d_model`` 1; MLA's ranks 1: next to no memory), so
+    that what only a built layer checks (a RoPE scaling's values, an odd head dim, key/value heads that do not group
+    the heads, a window past 2**62) raises when the config is read, naming the model type and the layer."""
+    seen = set()
+    for s in specs:
+        kwargs = {**s.kwargs, "d_model": 1}
+        if "kv_lora_rank" in kwargs:                                          # MLA
+            kwargs.update(kv_lora_rank=1, q_lora_rank=kwargs["q_lora_rank"] and 1)
+        key = (s.cls, s.position, repr(sorted(kwargs.items())))
+        if key not in seen:
+            seen.add(key)
+            try:
+                s.cls(scheme=s.scheme(), **kwargs)
+            except (ValueError, TypeError) as err:
+                raise c.error(f"layer {s.index} ({s.layer_type}): {err}") from None
+    return specs
+
+
 def named_errors(c: _Config, build):
     """``build()`` with its ValueError/TypeError prefixed by the model type (from minipos' own readers)."""
     try:
@@ -272,7 +302,7 @@ def kv_sources(c: _Config, types: list) -> list:
     """Each layer's source of keys and values under ``num_kv_shared_layers`` (HF ``kv_sharing_modes``,
     ``minipos.kv_share``): ``None`` for a layer with its own, else the index of the last layer of its type
     before the shared ones (the "store" layer)."""
-    n, shared = len(types), c.get("num_kv_shared_layers") or 0
+    n, shared = len(types), c.get("num_kv_shared_layers", 0)
     if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= n:
         raise c.error(f"config['num_kv_shared_layers'] must be an integer from 0 to num_hidden_layers ({n}), got "
                       f"{shared!r}")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import terminal
+from ._checks import check_float
 from .mla import MultiHeadLatentAttention
 
 __all__ = ["Family", "FamilyConfig", "LayerSpec", "Model"]
@@ -26,6 +27,10 @@ class Family:
 
 class FamilyConfig:
     """A text config dict with its family's defaults; every error names the key and the model type."""
+
+    LIMITS = {"num_hidden_layers": 2 ** 16}
+    """The counts the reader makes one object for, one at a time (a layer spec per layer): bounded, so that a hostile
+    config cannot make it loop for ever."""
 
     def __init__(self, data: dict, model_type: str, defaults: Mapping):
         self.data, self.model_type, self.defaults = data, model_type, defaults
@@ -52,7 +57,19 @@ class FamilyConfig:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self.error(f"config[{key!r}] must be an integer >= 1, got {value!r}")
+        if value > self.LIMITS.get(key, value):
+            raise self.error(f"config[{key!r}] = {value}: the reader makes one layer spec per layer and takes at most "
+                             f"{self.LIMITS[key]}")
         return value
+
+    def float(self, key: str, default=None, *, positive: bool = False) -> float:
+        """``config[key]`` (absent or None: the family default, else ``default``) as a finite float, > 0 with
+        ``positive``; else ``ValueError``/``TypeError`` naming the key and the model type."""
+        value = self.get(key, default, required=default is None)
+        try:
+            return check_float(value, f"config[{key!r}]", positive=positive)
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"model_type {self.model_type!r}: {err}") from None
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)

@@ -524,6 +524,9 @@ def read(config) -> Model:
             notes.append(f"the thinker's text decoder and vision tower are read; {', '.join(talker)} (the audio "
                          "encoder, the speech talker) are not")
     text, model_type = data, outer
+    if data.get("text_config") is not None and not isinstance(data["text_config"], dict):
+        raise TypeError(f"model_type {outer!r}: config['text_config'] must be an object (the text decoder's config), "
+                        f"got {type(data['text_config']).__name__}")
     if outer in TEXT_OF or isinstance(data.get("text_config"), dict):
         if isinstance(data.get("text_config"), dict):
             text = data["text_config"]

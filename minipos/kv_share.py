@@ -26,7 +26,10 @@ layer on the same tokens with that cache::
 The shared layer never changes the cache. Its queries' positions default to the cache's last T
 positions, and must be those (the tokens the source just stored), so that each query finds its
 own key. In a decoding step the same holds: the source extends its cache, then every shared
-layer reads it. This mirrors transformers 5.24 (``Gemma3nTextAttention``, ``Gemma4TextAttention``:
+layer reads it. A rolling cache must then keep the whole window, ``mem_len >= sliding_window`` (not the
+``W - 1`` a windowed layer alone needs: the shared layer reads the cache after the source's call, while HF
+hands it the keys before its sliding cache is cut); a cache that has forgotten keys the queries attend
+raises. This mirrors transformers 5.24 (``Gemma3nTextAttention``, ``Gemma4TextAttention``:
 the "store" layer puts its keys and values after its cache update into ``shared_kv_states``,
 the "reuse" layers take them; ``kv_sharing_modes`` in the config classes says which is which).
 
@@ -45,6 +48,7 @@ from .cache import KVCache
 from .masks import check_mask
 from .mla import rms_norm_backward
 from .qk_norm import QKNormAttention
+from .streaming import StreamingCache
 
 __all__ = ["SharedKVAttention"]
 
@@ -95,13 +99,15 @@ class SharedKVAttention(QKNormAttention):
             add("bq", d2.sum(axis=(0, 1)))
         return d2 @ self.wq.T
 
-    def _key_positions(self, positions, cache):
-        return cache.positions, cache.positions                                 # every key is the source's
+    def _key_positions(self, positions, cache):  # every key is the source's; a copy: a later commit rewrites them
+        k_pos = cache.positions.copy()
+        return k_pos, k_pos
 
     def _cached(self, k, v, positions, cache, tag):
-        if cache.tag != tag:                                                    # length-dependent RoPE
-            raise ValueError(f"the cache holds keys rotated for {cache.tag!r}, this call's map is {tag!r}: call the "
-                             f"source layer ({self.kv_source}) and this one at the same positions")
+        if cache.tag != tag:                                                    # another RoPE, or none
+            raise ValueError(f"the cache holds keys rotated by another map than this layer's scheme {self.scheme!r} "
+                             f"(other RoPE frequencies, scaling or layout, or none): the source layer "
+                             f"({self.kv_source}) must have this layer's scheme")
         return cache.k, cache.v                                                 # (B, KV, S, D)
 
     def _commit(self, cache, T, tag):
@@ -116,9 +122,29 @@ class SharedKVAttention(QKNormAttention):
                              f"({self.kv_source}) after that layer's call")
         if cache.length == 0:
             raise ValueError(f"cache is empty: call the source layer ({self.kv_source}) with it on these tokens first")
-        if cache.k.shape[1] != self.num_kv_heads or cache.k.shape[-1] != self.head_dim:
-            raise ValueError(f"cache holds {cache.k.shape[1]} key heads of width {cache.k.shape[-1]}; this layer takes "
-                             f"num_kv_heads={self.num_kv_heads} of head_dim={self.head_dim} (its source's)")
+        widths = (cache.k.shape[-1], cache.v.shape[-1])                         # keys, values
+        if cache.k.shape[1] != self.num_kv_heads or widths != (self.head_dim, self.head_dim):
+            raise ValueError(f"cache holds {cache.k.shape[1]} key heads of width {widths[0]} (values {widths[1]}); "
+                             f"this layer takes num_kv_heads={self.num_kv_heads} of head_dim={self.head_dim} "
+                             "(its source's)")
+
+    def _check_memory(self, cache, T) -> None:
+        """Refuse a cache that forgot keys this call's queries attend to: its source attended them before the cache
+        dropped them (``mem_len``; a ``StreamingCache``'s eviction). HF hands the shared layers the keys before its
+        sliding cache is cut, so only the keys before the window may be gone."""
+        if isinstance(cache, StreamingCache) and cache.total > cache.length:
+            raise ValueError("cache is a StreamingCache that has evicted keys (and moved the rest to new positions) "
+                             f"after its source layer's ({self.kv_source}) call: a shared layer reads the keys as "
+                             "the source attended them; give the source a KVCache")
+        if not T or cache.seen == cache.length:
+            return                                                              # nothing forgotten
+        W, first = self.sliding_window, cache.positions[cache.length - T]     # the first query's position
+        if W is not None and cache.positions[0] <= first - W + 1:
+            return                                                              # only keys before the window are gone
+        keep = "None" if W is None else f"None or at least sliding_window + T - 1 = {W + T - 1}"
+        raise ValueError(f"cache has forgotten keys (mem_len={cache.mem_len}) that its source layer "
+                         f"({self.kv_source}) attended to in its call and that this call's queries attend to: give "
+                         f"the source a cache of mem_len={keep}")
 
     def _check_call(self, x, positions, mask, causal, cache, return_weights):
         if cache is None:
@@ -130,14 +156,17 @@ class SharedKVAttention(QKNormAttention):
         B, T, _ = x.shape
         if positions.ndim != 1:
             raise ValueError(f"positions must have shape (T,) = ({T},) for a layer with shared keys, got {positions.shape}")
-        last = cache.positions[-T:] if cache.length >= T else None
+        last = cache.positions[cache.length - T:] if cache.length >= T else None
         if given is None and last is not None:
             positions = last.copy()                                             # the tokens the source just stored
         if last is None or not np.array_equal(positions, last):
+            kept = "" if cache.mem_len is None else f" of mem_len={cache.mem_len}"
             raise ValueError(f"positions must be the cache's last T = {T} positions (the tokens its source layer "
-                             f"{self.kv_source} stored last; the cache holds {cache.length}), got {positions.tolist()}")
+                             f"{self.kv_source} stored last; the cache{kept} holds {cache.length}), got "
+                             f"{positions.tolist()}")
         if B != cache.k.shape[0]:
             raise ValueError(f"x has batch {B}, the cache {cache.k.shape[0]}")
+        self._check_memory(cache, T)
         return x, positions, check_mask(mask, B, T, cache.length), causal
 
     def __repr__(self) -> str:

@@ -251,9 +251,9 @@ def _merge(a):  # (B, H, T, X) -> (B, T, H*X)
     return a.transpose(0, 2, 1, 3).reshape(B, T, H * X)
 
 
-def _split(y, heads):  # (B, T, H*X) -> (B, H, T, X)
-    B, T, _ = y.shape
-    return y.reshape(B, T, heads, -1).transpose(0, 2, 1, 3)
+def _split(y, heads):  # (B, T, H*X) -> (B, H, T, X); X explicit: B or T may be 0
+    B, T, HX = y.shape
+    return y.reshape(B, T, heads, HX // heads).transpose(0, 2, 1, 3)
 
 
 def _linear(x, w, b):  # (B, T, d_in) -> (B, T, d_out)
@@ -352,10 +352,13 @@ class MultiHeadLatentAttention(MultiHeadAttention):
                     "the head dims, num_heads and d_model)")
 
     def configuration(self) -> tuple:
-        """``MultiHeadAttention.configuration()`` with the latent ranks and the head dims."""
+        """``MultiHeadAttention.configuration()`` with the latent ranks, the head dims and the query scale's beta
+        and L of a ``ScaledDecoupledRotary`` (read at each call, so a context must come from a pass with the same)."""
+        sc = self.scheme
+        query_scale = (sc.beta, sc.original_max_position_embeddings) if isinstance(sc, ScaledDecoupledRotary) else None
         return (*super().configuration(), ("kv_lora_rank", self.kv_lora_rank), ("q_lora_rank", self.q_lora_rank),
                 ("qk_nope_head_dim", self.qk_nope_head_dim), ("qk_rope_head_dim", self.qk_rope_head_dim),
-                ("v_head_dim", self.v_head_dim), ("eps", self.eps))
+                ("v_head_dim", self.v_head_dim), ("eps", self.eps), ("query_scale", query_scale))
 
     def weights(self) -> dict:
         """Every weight the layer has, by attribute name (the names ``backward`` returns)."""

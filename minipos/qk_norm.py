@@ -127,6 +127,9 @@ class QKNormAttention(MultiHeadAttention):
 
     def _check_weights(self) -> None:
         super()._check_weights()
+        for name in ("v_norm", "o_norm"):                                       # switchable between calls
+            check_bool(getattr(self, name), name)
+        check_float(self.norm_eps, "norm_eps", positive=True)
         if self.gate is not None and self.wg is None and self.bg is not None:
             raise ValueError("bg is set but wg is None: set both to None to switch the output gate off")
 

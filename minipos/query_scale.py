@@ -49,7 +49,8 @@ def llama4_query_scale(positions: ArrayLike, *, beta: float, original_max_positi
     pos = as_positions(positions, "positions")
     beta = check_float(beta, "beta", minimum=0.0)
     L = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
-    steps = (pos // L).astype(np.float64)                                    # floor(p / L), exact
+    big = L > np.iinfo(np.int64).max                                         # past every int64 position
+    steps = (0 * pos if big else pos // L).astype(np.float64)                # floor(p / L), exact
     return 1.0 + beta * np.log1p(steps)                                      # (T,)
 
 

@@ -472,7 +472,7 @@ class Rotary(Scheme):
         if self.rotates_cached_keys:
             return None
         inv_freq, factor = self.frequencies(seq_len)
-        return np.asarray(inv_freq).tobytes(), factor
+        return np.asarray(inv_freq).tobytes(), factor, self.layout
 
     def _apply(self, x, positions, *, seq_len, ops=rope):
         """``ops``: the module with ``apply_rope`` and ``apply_rope_backward`` (``minipos.fast.rope``

@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 from .. import config as model_config
+from .._checks import POSITION_LIMIT
 from ..axial import axial_window_mask
 from ..kv_share import SharedKVAttention
 from ..mla import MultiHeadLatentAttention
@@ -77,6 +78,7 @@ def _stride(spec, text: dict) -> int:
         lengths.append(text["original_max_position_embeddings"])
     if "temperature" in spec.position:
         lengths.append(text.get("floor_scale") or 8192)
+    lengths = [n for n in lengths if n <= POSITION_LIMIT // LENGTH]          # longer ones no int64 position reaches
     return max(1, math.ceil(2 * min(lengths) / (LENGTH - 1))) if lengths else 1
 
 
