@@ -157,22 +157,22 @@ def _diffusion_gemma(c):
                       "sliding layers within sliding_window // 2 + 1 each side) is not modelled by minipos' layers")
     gemma4 = _Config({**c.data, "attention_k_eq_v": True, "num_kv_shared_layers": 0}, c.model_type, c.defaults)
     specs, out = _gemma4(gemma4), []
-    specs = specs[0] if isinstance(specs, tuple) else specs
+    specs, encoder_notes = specs if isinstance(specs, tuple) else (specs, [])   # "vision": the encoder pass's images
     for s in specs:
         window = s.kwargs["sliding_window"]
         notes = [n for n in s.notes if not n.startswith("attention_k_eq_v")]
         if s.layer_type == "full_attention":
             notes.append("no value projection: the values are the key projection (set wv = wk, bv = bk)")
         if window is not None:
-            notes.append(f"the canvas sees at most the last {window - 1} keys of the encoder pass (HF's rolling cache keeps "
-                         f"sliding_window - 1): encode with cache = layer.new_cache(mem_len={window - 1}) and the "
-                         f"causal window mask sliding_window_mask(p, p, {window})")
+            notes.append(f"the canvas sees at most the last {window - 1} keys of the encoder pass (HF's rolling cache "
+                         f"keeps sliding_window - 1): encode with cache = layer.new_cache(mem_len={window - 1}) and "
+                         f"the causal window mask sliding_window_mask(p, p, {window})")
         out.append(replace(s, kwargs={**s.kwargs, "sliding_window": None}, causal=False, notes=tuple(notes)))
     note = ("each layer serves the encoder and the decoder (tied weights): encode the prompt causally with a cache "
             "(layer(x, causal=True, cache=cache), a window mask on the sliding layers), then run the canvas at the "
             "positions that follow on a copy of that cache, layer(x_canvas, causal=False, cache=copy.deepcopy(cache)): "
             "it attends to the prompt's keys and its own, both ways, and the encoder's cache keeps none of its keys")
-    return out, [note]
+    return out, [note, *(f"the encoder pass: {n}" for n in encoder_notes)]
 
 
 FAMILIES = {

@@ -154,6 +154,9 @@ def test_diffusion_gemma_decoder_is_gemma4s_layers_bidirectional_without_a_windo
     assert isinstance(full.scheme(), ProportionalRotary) and any("wv = wk" in n for n in full.notes)
     assert any("mem_len=511" in n for n in sliding.notes) and any("deepcopy" in n for n in m.notes)
     assert not any("wv = wk" in n for n in sliding.notes)
+    vision = config.read({"model_type": "diffusion_gemma_text", "num_hidden_layers": 6,
+                          "use_bidirectional_attention": "vision"})
+    assert any(n.startswith("the encoder pass: use_bidirectional_attention 'vision'") for n in vision.notes)
 
 
 @pytest.mark.parametrize("change, words", [
