@@ -34,10 +34,6 @@ from .qk_norm import QKNormAttention
 from .seams import NoPE
 
 NOT_YET.update({
-    "minimax_m3_sparse": "MiniMax M3's block-sparse attention (each query attends only the key blocks its lightning "
-                         "indexer picks: index_topk_blocks blocks of index_block_size keys, ranked by max-pooled "
-                         "indexer scores, plus the index_local_blocks blocks up to its own), a mask minipos does not "
-                         "compute",
     "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, "
                        "k_rope_only_layernorm, before its interleaved rotation, each head's output gated by "
                        "sigmoid(g_proj), and the indexed_attention layers' DSA indexer; its vision tower is read "
@@ -57,43 +53,53 @@ def _sparse_types(c: _Config) -> _Config:
     return _Config({**c.data, "layer_types": types}, c.model_type, c.defaults)
 
 
+_SPARSE_KEYS = {"index_n_heads": "sparse_num_index_heads", "index_head_dim": "sparse_index_dim",
+                "index_block_size": "sparse_block_size", "index_topk_blocks": "sparse_topk_blocks",
+                "index_local_blocks": "sparse_local_block"}
+"""The indexer's keys and the hub's names for them in ``sparse_attention_config``, which win where given (HF)."""
+
+
 def _minimax_m3(c):
     """MiniMax M3's text decoder (HF ``MiniMaxM3VLAttention``): RoPE half layout (any ``rope_type``) on the first
     ``int(head_dim * rope_parameters['partial_rotary_factor'])`` features, GQA, ``head_dim`` from the config (default
     128), no biases, scale ``head_dim ** -0.5``, per-head q/k RMSNorm with Gemma's ``1 + w`` (``MiniMaxM3VLRMSNorm``),
     causal, no window. ``rotary_dim`` is not read by HF 5.24 (``MiniMaxM3VLRotaryEmbedding`` takes the partial factor
-    only): a note says so where they differ. The "minimax_m3_sparse" layers (block-sparse, by the lightning indexer) are
-    named in a note and left out: ``.layers`` holds the full-attention layers, ``spec.index`` their place;
-    ``(specs, notes)``."""
+    only): a note says so where they differ. The "minimax_m3_sparse" layers are the same layer under another mask: the
+    key blocks the lightning indexer picks for each key/value-head group (``spec.indexer``), which the caller passes
+    per head, ``mask=minipos.dsa.block_mask(picks, ...)`` ``(B, H, T, S)``; ``(specs, notes)``."""
     c = _sparse_types(c)
+    sparse = c.data.get("sparse_attention_config") or {}
+    if isinstance(sparse, dict):
+        c = _Config({**c.data, **{k: sparse[hub] for k, hub in _SPARSE_KEYS.items() if hub in sparse}}, c.model_type,
+                    c.defaults)
     types = layer_types_of(c, lambda i: "full_attention", allowed=("full_attention", "minimax_m3_sparse"))
-    sparse = [str(i) for i, t in enumerate(types) if t == "minimax_m3_sparse"]
-    if len(sparse) == len(types):
-        raise c.error(f"every layer is 'minimax_m3_sparse': it needs {NOT_YET['minimax_m3_sparse']}, which minipos "
-                      "does not support yet")
     params, sizes = rope_parameters(c), layer_sizes(c)
     rotated = int(sizes["head_dim"] * params.get("partial_rotary_factor", 1.0))      # HF: int(head_dim * factor)
     kwargs = {**sizes, "bias": False, "sliding_window": None, "norm_eps": float(c.get("rms_norm_eps")),
               "norm_offset": 1.0}
     make, position = make_rotary(c, params, "half"), describe_rope(params, "half")
-    specs = [LayerSpec(i, kind, QKNormAttention, kwargs, make, position, (), ("q/k RMSNorm per head, weight 1 + w",))
-             for i, kind in enumerate(types) if kind == "full_attention"]
+    indexer = {"blocks": True, **{k: c.int(f"index_{k}") for k in ("n_heads", "head_dim", "block_size", "topk_blocks",
+                                                                    "local_blocks")}}
+    if "minimax_m3_sparse" in types and sizes["num_heads"] % indexer["n_heads"]:
+        raise c.error(f"config['index_n_heads'] ({indexer['n_heads']}) must divide num_attention_heads "
+                      f"({sizes['num_heads']}): each index head picks the key blocks of a group of query heads")
+    picks = ("the key blocks its lightning indexer picks (index_topk_blocks blocks of index_block_size keys a group "
+             "of heads): pass them as mask=minipos.dsa.block_mask(picks, ...), (B, H, T, S)")
+    specs = [LayerSpec(i, kind, QKNormAttention, kwargs, make, position, (),
+                       ("q/k RMSNorm per head, weight 1 + w", *((picks,) if kind == "minimax_m3_sparse" else ())),
+                       indexer=dict(indexer) if kind == "minimax_m3_sparse" else None) for i, kind in enumerate(types)]
     notes = []
     if c.get("rotary_dim") != rotated:
         notes.append(f"rotary_dim {c.get('rotary_dim')} is not read: transformers 5.24 rotates int(head_dim * "
                      f"rope_parameters['partial_rotary_factor']) = {rotated} features (MiniMaxM3VLRotaryEmbedding), "
                      "and so does this reader")
-    if sparse:
-        notes.append(f"layer{'s' * (len(sparse) > 1)} {', '.join(sparse)} {'are' if len(sparse) > 1 else 'is'} "
-                     f"'minimax_m3_sparse': {NOT_YET['minimax_m3_sparse']}; not read "
-                     "(the same q/k norm and RoPE, another mask); .layers holds the full-attention layers only, "
-                     "spec.index their place")
     return specs, notes
 
 
 _MINIMAX_M3 = {"hidden_size": 6144, "num_hidden_layers": 60, "num_attention_heads": 64, "num_key_value_heads": 4,
                "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 5_000_000.0, "max_position_embeddings": 524288,
-               "rotary_dim": 64}
+               "rotary_dim": 64, "index_n_heads": 4, "index_head_dim": 128, "index_block_size": 128,
+               "index_topk_blocks": 16, "index_local_blocks": 1}
 """``MiniMaxM3VLTextConfig``'s defaults (``default_theta`` 5e6; ``rotary_dim`` 64, which HF does not read)."""
 
 

@@ -162,6 +162,9 @@ class Model:
                 mask.append(f"windows of {s.patch_window} x {s.patch_window} patches")
             if s.indexer and s.indexer.get("shared_from") is not None:
                 mask.append(f"layer {s.indexer['shared_from']}'s indexer's top {s.indexer['topk']}")
+            elif s.indexer and s.indexer.get("blocks"):
+                mask.append(f"the indexer's top {s.indexer['topk_blocks']} blocks of {s.indexer['block_size']} keys "
+                            "per group of heads")
             elif s.indexer:
                 mask.append(f"the indexer's top {s.indexer['topk']}")
             notes = list(s.notes)

@@ -123,8 +123,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   NoPE layers (bidirectional, biases on all four; the learned table before layer 0 and the VQ-VAE named in notes)
 - glm5_next (GLM-5.3-Flash): its decoder (KDA layers; MLA without RoPE behind a k-pool indexer) is refused, "not
   supported yet"; its tower reads alone (``read(config["vision_config"])``)
-- minimax_m3_vl_text (minimax_m3_vl): the full-attention layers (``spec.index`` their place; the block-sparse
-  "minimax_m3_sparse" layers in a note): RoPE half on ``int(head_dim * partial_rotary_factor)`` features (HF reads no
+- minimax_m3_vl_text (minimax_m3_vl): every layer; the block-sparse "minimax_m3_sparse" ones carry their indexer's
+  sizes (``spec.indexer``) and take its picks as a per-head mask (``minipos.dsa.block_mask``, ``(B, H, T, S)``):
+  RoPE half on ``int(head_dim * partial_rotary_factor)`` features (HF reads no
   ``rotary_dim``: a note says so), GQA, q/k norm 1 + w; vision_config: ``.vision``: the 3-D RoPE of the
   ``"minimax_m3"`` layout on (frame, row, column) positions, biases on all four
 - step3p5 (step3p7): RoPE half per layer type (its theta and partial factor), windows, the sliding layers' own heads,
@@ -162,7 +163,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (the decoders of GLM-5.3-Flash, Dots 3 Note and Inkling 2; a MiniMax M3 with only block-sparse layers) raise
+minipos does not have yet (the decoders of GLM-5.3-Flash, Dots 3 Note and Inkling 2) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).

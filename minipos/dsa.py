@@ -27,6 +27,11 @@ Not modelled: the reference's Hadamard transform of q and k (orthogonal: it chan
 product) and its FP8 scoring; the key's LayerNorm is a norm, not position machinery (``index_scores``
 takes the rotated q and k; the tests copy HF's weights and replace the norm by the identity).
 
+MiniMax M3's block-sparse layers pick key *blocks* instead (HF ``MiniMaxM3VLIndexer``): per key/value-head group,
+the ``index_topk_blocks`` blocks of ``index_block_size`` keys with the highest max-pooled score, the blocks up to
+the query's own always among them. ``block_mask`` turns those picks into the layer's per-head mask ``(B, H, T, S)``;
+computing the picks is the caller's (the layer is the same as the model's full-attention layers).
+
 Conventions: q ``(B, S, H, D)`` and k ``(B, T, D)`` as HF holds them (heads after the sequence);
 positions ``(S,)``/``(T,)`` integers; a mask is boolean ``(S, T)`` or ``(B, S, T)``, True = may attend.
 Angles and scores in float64 for float64 inputs.
@@ -39,7 +44,7 @@ import numpy as np
 from ._checks import as_float_array, check_int, check_ndim, check_positive_int
 from .rope import apply_rope, apply_rope_backward
 
-__all__ = ["indexer_rope", "indexer_rope_backward", "mla_rope", "index_scores", "index_topk"]
+__all__ = ["indexer_rope", "indexer_rope_backward", "mla_rope", "index_scores", "index_topk", "block_mask"]
 
 
 def _rope_dim(rope_dim, D: int, name: str) -> int:
@@ -135,3 +140,28 @@ def index_topk(scores, topk: int) -> np.ndarray:
     check_ndim(scores, "scores", 2, "(..., S, T)")
     k = min(check_int(topk, "topk", minimum=1), scores.shape[-1])
     return np.argsort(-scores, axis=-1, kind="stable")[..., :k].astype(np.int64)
+
+
+def block_mask(picks, *, block_size: int, num_heads: int, keys: int) -> np.ndarray:
+    """MiniMax M3's block-sparse picks as the layer's per-head mask: bool ``(B, H, T, S)``.
+
+    picks: int ``(B, G, T, k)``, the key *blocks* each query keeps for each of the G key/value-head groups
+    (HF ``MiniMaxM3VLIndexer``'s output: block j holds the keys in slots ``j * block_size ... (j + 1) *
+    block_size - 1``, in cache order from 0; ``-1`` marks an unused pick). Query head h belongs to group
+    ``h // (num_heads // G)``, as transformers' ``repeat_interleave`` expands it. keys: S, the number of
+    key slots. The layer adds causality (``causal=True``): HF's ``build_block_mask`` ANDs the same.
+    """
+    picks = np.asarray(picks)
+    if picks.dtype.kind not in "iu" or picks.ndim != 4:
+        raise ValueError(f"picks must be integer (B, G, T, k), got {picks.dtype} {picks.shape}")
+    block, H, S = (check_positive_int(v, n) for v, n in ((block_size, "block_size"), (num_heads, "num_heads"),
+                                                         (keys, "keys")))
+    B, G, T, _ = picks.shape
+    blocks = -(-S // block)                                                     # ceil(S / block_size)
+    if G == 0 or H % G or picks.min(initial=0) < -1 or picks.max(initial=0) >= blocks:
+        raise ValueError(f"picks must hold block indices in [-1, {blocks - 1}] for G groups dividing num_heads = {H}, "
+                         f"got G = {G}, values {picks.min(initial=0)} ... {picks.max(initial=0)}")
+    kept = np.zeros((B, G, T, blocks + 1), bool)                                # the last column takes the -1s
+    np.put_along_axis(kept, np.where(picks < 0, blocks, picks), True, axis=-1)
+    per_key = np.repeat(kept[..., :blocks], block, axis=-1)[..., :S]            # (B, G, T, S): each key's block
+    return np.repeat(per_key, H // G, axis=1)                                   # (B, H, T, S)

@@ -227,8 +227,8 @@ class MultiHeadAttention:
 
         positions: ``(T,)`` integer positions of the queries; default ``cache.seen + arange(T)``
           (the cache length, unless ``mem_len`` made it forget keys).
-        mask: boolean, ``True`` = may attend: ``(B, S)`` key padding or ``(B, T, S)``, where
-          ``S`` counts the cached keys too. causal: queries see keys at positions ``<=`` their own.
+        mask: boolean, ``True`` = may attend: ``(B, S)`` key padding, ``(B, T, S)`` or ``(B, H, T, S)`` (per
+          head), ``S`` counting the cached keys too. causal: queries see keys at positions ``<=`` their own.
         cache: a ``KVCache`` of this layer (``new_cache()``), updated once the call has succeeded.
         return_weights: also return the attention weights ``(B, H, T, S)`` (dense path only).
         return_context: also return a ``Context`` of the pass, for ``backward(ctx, dy)``:
@@ -249,7 +249,7 @@ class MultiHeadAttention:
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
         for name, a in (("q", q_p), ("k", k_p), ("v", v)):
-            if a is not None and not np.isfinite(a).all():      # x is finite: the weights or an overflow (None: kv_share)
+            if a is not None and not np.isfinite(a).all():      # x is finite: the weights or an overflow (None: shared)
                 raise Overflow(f"the projection {name} of x is not finite ({a.dtype}): the weights or biases of "
                                f"step 2 (w{name}, ...) hold NaN or inf, or x @ w{name} overflows; rescale x or them")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
@@ -566,7 +566,8 @@ class MultiHeadAttention:
             positions = stream_positions(positions, T, allow_negative=False, streams=self.scheme.position_streams)
         else:
             positions = as_positions(positions, "positions", length=T)
-        return x, positions, check_mask(mask, B, T, T + (0 if cache is None else cache.length)), causal
+        S = T + (0 if cache is None else cache.length)
+        return x, positions, check_mask(mask, B, T, S, self.num_heads), causal
 
 
 @dataclass(frozen=True, eq=False)
@@ -581,7 +582,7 @@ class Context:
     positions: np.ndarray      # (T,)
     k_positions: np.ndarray    # (S,)
     seq_len: int
-    mask: np.ndarray | None    # (B, 1, 1|T, S)
+    mask: np.ndarray | None    # (B, 1|H, 1|T, S)
     causal: bool
     past: int                  # keys from the cache in front of this call's
     x_in: np.ndarray           # after the input seam (B, T, d_model)

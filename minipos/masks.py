@@ -45,9 +45,10 @@ def chunk_mask(q_positions: ArrayLike, k_positions: ArrayLike, chunk: int) -> np
     return _chunks(as_positions(q_positions, "q_positions"), as_positions(k_positions, "k_positions"), chunk)
 
 
-def check_mask(mask, B: int, T: int, S: int):
-    """A layer call's ``mask`` ``(B, S)`` or ``(B, T, S)`` (``True`` = may attend) as ``(B, 1, 1, S)`` or
-    ``(B, 1, T, S)``, or ``None``; ``TypeError`` / ``ValueError`` naming the expected shapes."""
+def check_mask(mask, B: int, T: int, S: int, H: int | None = None):
+    """A layer call's ``mask`` ``(B, S)``, ``(B, T, S)`` or, with ``H`` query heads, ``(B, H, T, S)`` (one per
+    head: MiniMax M3's block-sparse layers) (``True`` = may attend) as ``(B, 1, 1, S)``, ``(B, 1, T, S)`` or
+    ``(B, H, T, S)``, or ``None``; ``TypeError`` / ``ValueError`` naming the expected shapes."""
     if mask is None:
         return None
     mask = np.asarray(mask)
@@ -57,7 +58,10 @@ def check_mask(mask, B: int, T: int, S: int):
         return mask[:, None, None, :]
     if mask.shape == (B, T, S):
         return mask[:, None]
-    raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}, got {mask.shape}")
+    if H is not None and mask.shape == (B, H, T, S):
+        return mask
+    heads = "" if H is None else f" or (B, H, T, S) = {(B, H, T, S)}"
+    raise ValueError(f"mask must have shape (B, S) = {(B, S)} or (B, T, S) = {(B, T, S)}{heads}, got {mask.shape}")
 
 
 def block_mask_fn(mask: ArrayLike | None, causal: bool, q_positions: ArrayLike, k_positions: ArrayLike, *,

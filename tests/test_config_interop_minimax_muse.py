@@ -30,11 +30,11 @@ ATOL = 1e-6
 H, W = 6, 10                             # the image: 6 x 10 patches
 
 
-def _compare_decoder(cfg, model, seen, *, gate=None):
+def _compare_decoder(cfg, model, seen, *, gate=None, masks=None):
     """Each layer ``read(cfg)`` builds (``spec.index`` its place in the model) against the captured module, at
     positions 0 .. T-1 with the layer's own causal mask and window; returns the layer types compared. ``gate``: the
     name of a per-feature gate Linear to copy into ``wg``. Where the layer rotates, other positions change the output;
-    where it slides, the window changes it."""
+    where it slides, the window changes it. ``masks``: ``{layer index: mask}`` for the layers that take one."""
     read, kinds = mconfig.read(cfg), set()
     for k, spec in enumerate(read.specs):
         ref, (x, want) = model.layers[spec.index].self_attn, seen[spec.index]
@@ -43,11 +43,12 @@ def _compare_decoder(cfg, model, seen, *, gate=None):
         if gate is not None:
             layer.wg = getattr(ref, gate).weight.detach().numpy().T.copy()
             assert getattr(ref, gate).bias is None and layer.bg is None
-        got = layer(x, positions=np.arange(T), causal=True)
+        mask = (masks or {}).get(spec.index)
+        got = layer(x, positions=np.arange(T), causal=True, mask=mask)
         np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {spec.index}")
         assert np.max(np.abs(want)) > 0.1                                  # a comparison that can fail
         if not spec.position.startswith("NoPE"):
-            assert np.max(np.abs(layer(x, positions=2 * np.arange(T), causal=True) - want)) > 1e-3
+            assert np.max(np.abs(layer(x, positions=2 * np.arange(T), causal=True, mask=mask) - want)) > 1e-3
         if spec.kwargs.get("sliding_window"):
             wide = replace(spec, kwargs={**spec.kwargs, "sliding_window": None}).build()
             copy_decoder(ref, wide)
@@ -83,19 +84,44 @@ def _minimax_text(**kw):
     return hf, cfg
 
 
+def _run_minimax(hf, cfg):
+    """The model on random inputs, each attention module's (input, output) captured, and each sparse layer's picks
+    (its indexer's output, ``(B, G, T, k)`` key blocks) as the layer's mask ``minipos.dsa.block_mask``."""
+    from minipos.dsa import block_mask
+    picks, hooks, model_cls = {}, [], hf.MiniMaxM3VLTextModel
+
+    def build(c):
+        model = model_cls(c)
+        for i, layer in enumerate(model.layers):
+            if layer.self_attn.indexer is not None:
+                def hook(module, args, kwargs, out, i=i):
+                    picks[i] = out.detach().numpy().copy()
+                hooks.append(layer.self_attn.indexer.register_forward_hook(hook, with_kwargs=True))
+        return model
+    model, seen = _run_model(build, cfg, norm_offset=1.0)
+    for h in hooks:
+        h.remove()
+    masks = {i: block_mask(p, block_size=cfg.index_block_size, num_heads=cfg.num_attention_heads, keys=T)
+             for i, p in picks.items()}
+    return model, seen, masks
+
+
 @pytest.mark.parametrize("partial", [None, 0.5])
 def test_minimax_m3_full_layers_rotate_what_transformers_rotates_whatever_rotary_dim_says(partial):
     # MiniMaxM3VLAttention: Gemma q/k norm (1 + w), RoPE half on int(head_dim * partial_rotary_factor) features; the
     # config's rotary_dim (8 here, head_dim 16) is never read (MiniMaxM3VLRotaryEmbedding: inv_freq of 8 = 16 / 2
-    # frequencies without a partial factor). Layer 1, a minimax_m3_sparse layer, is left out and named.
+    # frequencies without a partial factor). Layer 1, a minimax_m3_sparse layer, runs with the key blocks its indexer
+    # picked (HF's MiniMaxM3VLIndexer output) as its per-head mask.
     rope = {"rope_type": "default", "rope_theta": 100.0, **({"partial_rotary_factor": partial} if partial else {})}
     hf, cfg = _minimax_text(rope_parameters=rope)
     assert hf.MiniMaxM3VLRotaryEmbedding(cfg).inv_freq.shape[0] == int(16 * (partial or 1.0)) // 2
-    model, seen = _run_model(hf.MiniMaxM3VLTextModel, cfg, norm_offset=1.0)
-    read, kinds = _compare_decoder(cfg, model, seen)
-    assert [s.index for s in read.specs] == [0, 2] and kinds == {"full_attention"}
-    assert "layer 1 is 'minimax_m3_sparse'" in read.notes[-1]
-    assert ("rotary_dim 8 is not read" in read.notes[0]) == (partial is None)   # 0.5 * 16 = 8: they agree
+    model, seen, masks = _run_minimax(hf, cfg)
+    read, kinds = _compare_decoder(cfg, model, seen, masks=masks)
+    assert [s.index for s in read.specs] == [0, 1, 2] and kinds == {"full_attention", "minimax_m3_sparse"}
+    x, want = seen[1]
+    assert not masks[1][..., np.tril(np.ones((T, T), bool))].all()          # some causal keys were not picked
+    assert np.max(np.abs(read.layers[1](x, causal=True) - want)) > 1e-3     # and without the picks it differs
+    assert any("rotary_dim 8 is not read" in n for n in read.notes) == (partial is None)   # 0.5 * 16 = 8: they agree
 
 
 def test_minimax_m3_vision_rotary_is_3d():
@@ -176,7 +202,7 @@ def test_minimax_m3_whole_config_reads_its_decoder_and_its_tower():
     _, vision = _minimax_tower()
     whole = mconfig.read(_cfg(hf.MiniMaxM3VLConfig, vision_config=vision.to_dict(), text_config=text.to_dict()))
     assert (whole.model_type, whole.vision.model_type, len(whole.layers), len(whole.vision.layers)) == \
-        ("minimax_m3_vl_text", "minimax_m3_vl_vision", 2, 2)
+        ("minimax_m3_vl_text", "minimax_m3_vl_vision", 3, 2)                     # the sparse layer too
     assert not any("not support yet" in n for n in whole.notes)
     # MiniMaxM3VLVisionConfig turns rope_type "default" into its default_rope_type "axial" (so "default" reads as
     # axial, here too); a scaling type reaches the rotary, which raises, and the reader refuses it by name.

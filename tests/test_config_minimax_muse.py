@@ -34,17 +34,25 @@ def test_minimax_m3_defaults_rotate_the_whole_head_and_say_rotary_dim_is_unread(
     assert not any("not support yet" in n for n in m.notes) and m.vision.model_type == "minimax_m3_vl_vision"
 
 
-def test_minimax_m3_sparse_layers_are_named_and_left_out():
+def test_minimax_m3_sparse_layers_carry_their_indexer():
     # MiniMaxM3VLTextConfig.__post_init__: "minimax_m3_sparse" if f else "full_attention" for each
-    # sparse_attention_config["sparse_attention_freq"] entry.
+    # sparse_attention_config["sparse_attention_freq"] entry, and the indexer's sizes from its legacy names there.
     m = mconfig.read({"model_type": "minimax_m3_vl_text", **SMALL, "num_hidden_layers": 4,
-                      "sparse_attention_config": {"sparse_attention_freq": [0, 1, 1, 0]},
+                      "sparse_attention_config": {"sparse_attention_freq": [0, 1, 1, 0], "sparse_block_size": 64,
+                                                  "sparse_num_index_heads": 2},
                       "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}})
-    assert [s.index for s in m.specs] == [0, 3] and m.layers[1].scheme.rotary_dim == 8
-    assert "layers 1, 2 are 'minimax_m3_sparse'" in m.notes[-1] and "lightning indexer" in m.notes[-1]
+    assert [s.layer_type for s in m.specs] == ["full_attention", "minimax_m3_sparse", "minimax_m3_sparse",
+                                               "full_attention"]
+    assert m.specs[0].indexer is None and m.layers[1].scheme.rotary_dim == 8
+    assert m.specs[1].indexer == {"blocks": True, "n_heads": 2, "head_dim": 128, "block_size": 64, "topk_blocks": 16,
+                                  "local_blocks": 1}
+    assert "top 16 blocks of 64 keys" in m.describe(width=300) and "block_mask" in m.specs[1].notes[-1]
     assert "rotary_dim 64 is not read" in m.notes[0] and "= 8 features" in m.notes[0]    # the class default 64
-    with pytest.raises(ValueError, match="minimax_m3_sparse.*not support yet"):
-        mconfig.read({"model_type": "minimax_m3_vl_text", **SMALL, "num_hidden_layers": 2,
+    every = mconfig.read({"model_type": "minimax_m3_vl_text", **SMALL, "num_hidden_layers": 2,
+                          "layer_types": ["minimax_m3_sparse"] * 2})             # refused until the per-head mask
+    assert len(every.specs) == 2
+    with pytest.raises(ValueError, match="'minimax_m3_vl_text'.*index_n_heads.*must divide"):
+        mconfig.read({"model_type": "minimax_m3_vl_text", **SMALL, "num_hidden_layers": 2, "index_n_heads": 3,
                       "layer_types": ["minimax_m3_sparse"] * 2})
 
 
@@ -204,6 +212,8 @@ def test_musicflamingo_reads_qwen2_and_names_the_audio_encoder():
 CONFIGS = {
     "minimax_m3_vl": {"model_type": "minimax_m3_vl", "text_config": {**SMALL, "num_hidden_layers": 2},
                       "vision_config": {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1}},
+    "minimax_m3_sparse": {"model_type": "minimax_m3_vl_text", **SMALL, "num_hidden_layers": 2,   # index heads 4: the
+                          "layer_types": ["full_attention", "minimax_m3_sparse"]},            # narrowed model's 1
     "step3p7": {"model_type": "step3p7", "text_config": {**STEP, "model_type": "step3p5"},
                 "vision_config": {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1}},
     "muse_glimmer": {"model_type": "muse_glimmer", "text_config": {**SMALL, "num_hidden_layers": 4,

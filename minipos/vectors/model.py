@@ -60,6 +60,11 @@ def narrowed(text: dict, model_type: str, head_dim: int | None = None) -> dict:
         if width:
             small["head_dim"] = width                                      # kept when the width shrinks
     small.update(hidden_size=WIDTH, num_attention_heads=2, num_key_value_heads=1 if kv < heads else 2)
+    if model_type.startswith("minimax_m3"):              # its indexer's heads group the query heads: one per kv head
+        small["index_n_heads"] = small["num_key_value_heads"]
+        if isinstance(small.get("sparse_attention_config"), dict):            # whose legacy name would win
+            small["sparse_attention_config"] = {k: v for k, v in small["sparse_attention_config"].items()
+                                                if k != "sparse_num_index_heads"}
     for key in ("kv_lora_rank", "q_lora_rank"):
         if small.get(key):
             small[key] = min(small[key], 8)
