@@ -84,7 +84,7 @@ def _minimax_m3(c):
         raise c.error(f"config['index_n_heads'] ({indexer['n_heads']}) must divide num_attention_heads "
                       f"({sizes['num_heads']}): each index head picks the key blocks of a group of query heads")
     picks = ("the key blocks its lightning indexer picks (index_topk_blocks blocks of index_block_size keys a group "
-             "of heads): pass them as mask=minipos.dsa.block_mask(picks, ...), (B, H, T, S)")
+             "of heads, minipos.dsa.block_picks): pass them as mask=minipos.dsa.block_mask(picks, ...), (B, H, T, S)")
     specs = [LayerSpec(i, kind, QKNormAttention, kwargs, make, position, (),
                        ("q/k RMSNorm per head, weight 1 + w", *((picks,) if kind == "minimax_m3_sparse" else ())),
                        indexer=dict(indexer) if kind == "minimax_m3_sparse" else None) for i, kind in enumerate(types)]

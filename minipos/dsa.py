@@ -29,8 +29,9 @@ takes the rotated q and k; the tests copy HF's weights and replace the norm by t
 
 MiniMax M3's block-sparse layers pick key *blocks* instead (HF ``MiniMaxM3VLIndexer``): per key/value-head group,
 the ``index_topk_blocks`` blocks of ``index_block_size`` keys with the highest max-pooled score, the blocks up to
-the query's own always among them. ``block_mask`` turns those picks into the layer's per-head mask ``(B, H, T, S)``;
-computing the picks is the caller's (the layer is the same as the model's full-attention layers).
+the query's own always among them. ``block_picks`` computes them from the indexer's normed and rotated q and k,
+``block_mask`` turns them into the layer's per-head mask ``(B, H, T, S)`` (the layer is the same as the model's
+full-attention layers); the indexer's projections and norms are the caller's, as for DeepSeek's.
 
 Conventions: q ``(B, S, H, D)`` and k ``(B, T, D)`` as HF holds them (heads after the sequence);
 positions ``(S,)``/``(T,)`` integers; a mask is boolean ``(S, T)`` or ``(B, S, T)``, True = may attend.
@@ -44,7 +45,8 @@ import numpy as np
 from ._checks import as_float_array, check_int, check_ndim, check_positive_int
 from .rope import apply_rope, apply_rope_backward
 
-__all__ = ["indexer_rope", "indexer_rope_backward", "mla_rope", "index_scores", "index_topk", "block_mask"]
+__all__ = ["indexer_rope", "indexer_rope_backward", "mla_rope", "index_scores", "index_topk", "block_picks",
+           "block_mask"]
 
 
 def _rope_dim(rope_dim, D: int, name: str) -> int:
@@ -140,6 +142,42 @@ def index_topk(scores, topk: int) -> np.ndarray:
     check_ndim(scores, "scores", 2, "(..., S, T)")
     k = min(check_int(topk, "topk", minimum=1), scores.shape[-1])
     return np.argsort(-scores, axis=-1, kind="stable")[..., :k].astype(np.int64)
+
+
+def block_picks(q, k, q_positions, *, block_size: int, topk_blocks: int, local_blocks: int = 1) -> np.ndarray:
+    """MiniMax M3's lightning indexer's picks: int ``(B, G, T, k)`` key blocks per query and head group, ``-1`` padded.
+
+    q: ``(B, G, T, D)``, one index head per key/value-head group, and k: ``(B, S, D)``, one key per token, both
+    already normed and rotated as the model does (HF ``MiniMaxM3VLIndexer.forward``); q_positions: ``(T,)``, each
+    query's position, keys at slots ``0 ... S - 1``. A key's score is ``q · k`` (unscaled) where its slot is at most the
+    query's position; a block's score is its keys' maximum; the ``local_blocks`` blocks up to the query's own always
+    win (``+inf``); the ``min(topk_blocks, blocks)`` best are kept, best first, a pick whose score is ``-inf`` (a
+    block of future keys only) is ``-1``. Ties (the local blocks among them) go to the lower block index; torch's
+    ``topk`` leaves their order open, so compare picks as sets.
+    """
+    q, k = as_float_array(q, "q"), as_float_array(k, "k")
+    if q.ndim != 4 or k.ndim != 3 or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q must be (B, G, T, D) and k (B, S, D) with the same B and D, got {q.shape} and {k.shape}")
+    block, top = check_positive_int(block_size, "block_size"), check_positive_int(topk_blocks, "topk_blocks")
+    local = check_int(local_blocks, "local_blocks", minimum=0)
+    pos = np.asarray(q_positions)
+    if pos.dtype.kind not in "iu" or pos.shape != (q.shape[2],) or (pos < 0).any():
+        raise ValueError(f"q_positions must be (T,) = ({q.shape[2]},) integers >= 0, got {pos.dtype} {pos.shape}")
+    B, G, T, _ = q.shape
+    S = k.shape[1]
+    blocks = -(-S // block)                                                     # ceil(S / block_size)
+    scores = np.einsum("bgtd,bsd->bgts", q, k)                                  # (B, G, T, S)
+    scores = np.where(np.arange(S)[None, :] > pos[:, None], -np.inf, scores)    # future keys
+    padded = np.full((B, G, T, blocks * block), -np.inf)
+    padded[..., :S] = scores
+    pooled = padded.reshape(B, G, T, blocks, block).max(axis=-1)                # (B, G, T, blocks)
+    own = pos // block                                                          # each query's block
+    for j in range(local):                                                      # local_blocks: a few, not positions
+        np.put_along_axis(pooled, np.clip(own - j, 0, None)[None, None, :, None].repeat(B, 0).repeat(G, 1),
+                          np.inf, axis=-1)
+    order = np.argsort(-pooled, axis=-1, kind="stable")[..., :min(top, blocks)]
+    best = np.take_along_axis(pooled, order, axis=-1)
+    return np.where(best == -np.inf, -1, order).astype(np.int64)
 
 
 def block_mask(picks, *, block_size: int, num_heads: int, keys: int) -> np.ndarray:

@@ -1,7 +1,8 @@
 """A mask per query head, ``(B, H, T, S)`` (MiniMax M3's block-sparse layers pick key blocks per key/value head).
 Expected values come from the layer's own ``(B, T, S)`` path, one head at a time: with ``d_model = H * D`` and
 ``wo = I`` the output's columns ``h D ... (h + 1) D`` are head ``h``'s, so a per-head mask must give head ``h`` what
-the shared mask ``m_h`` gives it. Then the blockwise and fast paths, the backward, and bad shapes."""
+the shared mask ``m_h`` gives it. Then the blockwise and fast paths, the backward, and bad shapes; and
+``minipos.dsa``'s ``block_picks`` and ``block_mask`` (MiniMax M3's indexer), by hand and against transformers'."""
 
 import numpy as np
 import pytest
@@ -104,3 +105,61 @@ def test_block_mask_is_transformers_build_block_mask():
                                   torch.arange(S)[None].expand(2, -1)).numpy() == 0
     ours = block_mask(picks, block_size=3, num_heads=4, keys=S) & np.tril(np.ones((S, S), bool))
     np.testing.assert_array_equal(ours, hf)
+
+
+def test_block_picks_by_hand():
+    # One query head, blocks of 2 over S = 5 keys: (0, 1), (2, 3), (4). Keys k_s = s e_0, query q = e_0 at every
+    # position, so a key's score is its slot s: block 0 scores 1 (or 0 for query 0, which sees key 0 only), block 1
+    # scores 3, block 2 scores 4 once seen. local_blocks 1: the query's own block always wins (+inf), then the best
+    # other; a block of future keys only is -1. Query 3 (block 1): its own block 1, then block 0 -> (1, 0).
+    from minipos.dsa import block_picks
+    k = np.zeros((1, 5, 2))
+    k[0, :, 0] = np.arange(5)
+    q = np.zeros((1, 1, 5, 2))
+    q[..., 0] = 1.0
+    got = block_picks(q, k, np.arange(5), block_size=2, topk_blocks=2, local_blocks=1)
+    assert got[0, 0].tolist() == [[0, -1], [0, -1], [1, 0], [1, 0], [2, 1]]
+    no_local = block_picks(q, k, np.arange(5), block_size=2, topk_blocks=1, local_blocks=0)
+    assert no_local[0, 0, :, 0].tolist() == [0, 0, 1, 1, 2]                  # the best seen block: the latest here
+
+
+def test_block_picks_are_transformers_indexers():
+    # MiniMaxM3VLIndexer.forward: its normed, rotated q and k (computed here as its forward computes them) scored,
+    # pooled per block, the local blocks boosted, the top blocks kept; the picks compared as sets (torch's topk
+    # orders ties as it likes).
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.minimax_m3_vl import configuration_minimax_m3_vl as cm, modeling_minimax_m3_vl as mm
+
+    from minipos.dsa import block_picks
+    cfg = cm.MiniMaxM3VLTextConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   index_n_heads=2, index_head_dim=8, index_block_size=3, index_topk_blocks=2,
+                                   index_local_blocks=1, rope_parameters={"rope_type": "default", "rope_theta": 100.0})
+    torch.manual_seed(0)
+    indexer = mm.MiniMaxM3VLIndexer(cfg, 0).double()
+    S = 11
+    h = torch.from_numpy(np.random.default_rng(10).standard_normal((2, S, 16)))
+    pos = torch.arange(S)[None].expand(2, -1)
+    cos, sin = mm.MiniMaxM3VLRotaryEmbedding(cfg)(h, pos)
+    want = indexer(h, (cos, sin), None, pos).numpy()
+    with torch.no_grad():
+        q = indexer.q_norm(indexer.q_proj(h).view(2, S, -1, 8)).transpose(1, 2)
+        k = indexer.k_norm(indexer.k_proj(h).view(2, S, 1, 8)).transpose(1, 2)
+        q, k = mm.apply_rotary_pos_emb(q, k, cos[..., :8], sin[..., :8])
+    got = block_picks(q.numpy(), k[:, 0].numpy(), np.arange(S), block_size=3, topk_blocks=2, local_blocks=1)
+    assert got.shape == want.shape
+    for index in np.ndindex(got.shape[:3]):
+        assert set(got[index].tolist()) == set(want[index].tolist()), index
+
+
+@pytest.mark.parametrize("q, k, positions, words", [
+    (np.zeros((1, 5, 2)), np.zeros((1, 5, 2)), np.arange(5), "q must be"),
+    (np.zeros((1, 1, 5, 2)), np.zeros((1, 5, 3)), np.arange(5), "same B and D"),
+    (np.zeros((1, 1, 5, 2)), np.zeros((1, 5, 2)), np.arange(4), "q_positions"),
+    (np.zeros((1, 1, 5, 2)), np.zeros((1, 5, 2)), np.arange(5) - 1, "q_positions"),
+    (np.zeros((1, 1, 5, 2)), np.zeros((1, 5, 2)), np.arange(5.0), "q_positions"),
+])
+def test_block_picks_bad_input_is_named(q, k, positions, words):
+    from minipos.dsa import block_picks
+    with pytest.raises(ValueError, match=words):
+        block_picks(q, k, positions, block_size=2, topk_blocks=2)
