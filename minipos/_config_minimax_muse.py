@@ -1,7 +1,8 @@
 """More families of ``minipos.config`` built from the machinery of ``minipos._config_rope`` and
 ``minipos._config_vision``: MiniMax M3 (its full-attention decoder layers, its block-sparse layers named; its tower's
 3-D RoPE), Step 3.7 (its ``step3p5`` decoder and its vision tower), Muse Glimmer (decoder and tower), Muse Spark
-(decoder, Glimmer's with each head's output normed, and tower), Dots 3 Note (its tower; its decoder refused) and MusicFlamingo (its Qwen2 decoder).
+(decoder, Glimmer's with each head's output normed, and tower), Dots 3 Note (its tower; its decoder refused) and
+MusicFlamingo (its Qwen2 decoder).
 Its towers are registered in ``VISION`` and ``VISION_OF``, what minipos does not model yet in ``NOT_YET``, its decoders
 returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states
 the contract; transformers 5.24 defines what each key means."""

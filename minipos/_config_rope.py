@@ -280,8 +280,9 @@ def named_errors(c: _Config, build):
 
 
 def query_scale_args(c: _Config, params: dict) -> dict:
-    """``ScaledQueryRotary``'s (and ``ScaledDecoupledRotary``'s) ``beta`` and ``original_max_position_embeddings``, popped from ``params`` with
-    the ``max_position_embeddings`` HF's config class leaves there and ignores (except for LongRoPE)."""
+    """``ScaledQueryRotary``'s (and ``ScaledDecoupledRotary``'s) ``beta`` and ``original_max_position_embeddings``,
+    popped from ``params`` with the ``max_position_embeddings`` HF's config class leaves there and ignores (except
+    for LongRoPE)."""
     beta = params.pop("llama_4_scaling_beta", None)
     if params["rope_type"] != "longrope":
         params.pop("max_position_embeddings", None)

@@ -155,7 +155,8 @@ class SharedKVAttention(QKNormAttention):
         x, positions, _, causal = super()._check_call(x, positions, None, causal, None, return_weights)
         B, T, _ = x.shape
         if positions.ndim != 1:
-            raise ValueError(f"positions must have shape (T,) = ({T},) for a layer with shared keys, got {positions.shape}")
+            raise ValueError(f"positions must have shape (T,) = ({T},) for a layer with shared keys, got "
+                             f"{positions.shape}")
         last = cache.positions[cache.length - T:] if cache.length >= T else None
         if given is None and last is not None:
             positions = last.copy()                                             # the tokens the source just stored

@@ -66,7 +66,8 @@ from .layer import MultiHeadAttention
 from .query_scale import apply_query_scale, apply_query_scale_backward
 from .rope_scaling import Rotary
 
-__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "ScaledDecoupledRotary", "rms_norm", "rms_norm_backward", "yarn_get_mscale",
+__all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "ScaledDecoupledRotary", "rms_norm", "rms_norm_backward",
+           "yarn_get_mscale",
            "latent_kv", "absorbed_attention"]
 
 

@@ -1,10 +1,10 @@
-"""Layers that read keys and values another pass stored, against transformers 5.24: Gemma 3n's text decoder and
-Gemma 4's with ``num_kv_shared_layers`` (``minipos.kv_share``), and DiffusionGemma's canvas over its encoder's cache. As in test_config_interop.py: transformers builds the model (random
-weights drawn away from init, float64), a forward hook captures each attention module's input and output inside
-the model (so its masks, position embeddings and shared keys are the model's own), the weights are copied into
-the layers ``read`` builds, and each output must agree within atol 1e-6. A shared layer runs on the cache its
-source layer filled on the same tokens. HF's RMSNorms (float32 inside) are replaced by their float64 formula.
-Skipped when torch or transformers is missing."""
+"""Layers that read keys and values another pass stored, against transformers 5.24: Gemma 3n's text decoder and Gemma
+4's with ``num_kv_shared_layers`` (``minipos.kv_share``), and DiffusionGemma's canvas over its encoder's cache. As
+in test_config_interop.py: transformers builds the model (random weights drawn away from init, float64), a forward
+hook captures each attention module's input and output inside the model (so its masks, position embeddings and
+shared keys are the model's own), the weights are copied into the layers ``read`` builds, and each output must agree
+within atol 1e-6. A shared layer runs on the cache its source layer filled on the same tokens. HF's RMSNorms
+(float32 inside) are replaced by their float64 formula. Skipped when torch or transformers is missing."""
 
 import warnings
 

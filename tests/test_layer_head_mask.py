@@ -74,7 +74,8 @@ def test_block_mask_by_hand():
     np.testing.assert_array_equal(got[0, 1], got[0, 0])
     # two groups over four heads: heads 0, 1 follow group 0, heads 2, 3 group 1
     two = block_mask(np.array([[[[0]], [[1]]]]), block_size=2, num_heads=4, keys=4)
-    assert [two[0, h, 0].tolist() for h in range(4)] == [[True, True, False, False]] * 2 + [[False, False, True, True]] * 2
+    assert [two[0, h, 0].tolist() for h in range(4)] == \
+        [[True, True, False, False]] * 2 + [[False, False, True, True]] * 2
 
 
 @pytest.mark.parametrize("picks, words", [
