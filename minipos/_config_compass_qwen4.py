@@ -214,7 +214,7 @@ def _qwen4_exp(c):
     params = rope_parameters(_Config(data, c.model_type, c.defaults))
     rope, position, mnotes = interleaved_mrope(c, params, sizes["head_dim"], [11, 11, 10])
     mnotes += _flag_note(c.data.get("rope_parameters")) or _flag_note(c.data.get("rope_scaling"))
-    kwargs = {**sizes, "bias": c.flag("attention_bias", False), "norm_eps": float(c.get("rms_norm_eps")),
+    kwargs = {**sizes, "bias": c.flag("attention_bias", False), "norm_eps": c.float("rms_norm_eps", positive=True),
               "norm_offset": 1.0, "gate": "feature"}
     notes = ("q/k RMSNorm per head, weight 1 + w (norm_offset=1)",
              "output gate per feature: o * sigmoid(g), g from q_proj's second half of each head (wg)", *mnotes)
@@ -280,7 +280,7 @@ def _lfm3_vl_vision(c):
         raise c.error(f"hidden_size ({d_model}) is not a multiple of num_attention_heads ({heads})")
     theta, merge = axial_theta(c), c.int("spatial_merge_size", required=True)
     kwargs = {"d_model": d_model, "num_heads": heads, "num_kv_heads": c.int("num_key_value_heads") or heads,
-              "head_dim": d_model // heads, "bias": False, "norm_eps": float(c.get("norm_eps"))}
+              "head_dim": d_model // heads, "bias": False, "norm_eps": c.float("norm_eps", positive=True)}
     try:
         QKNormAttention(scheme=AxialRotary(base=theta, layout="qwen"), **kwargs)
     except (ValueError, TypeError) as err:

@@ -76,7 +76,7 @@ def _minimax_m3(c):
     types = layer_types_of(c, lambda i: "full_attention", allowed=("full_attention", "minimax_m3_sparse"))
     params, sizes = rope_parameters(c), layer_sizes(c)
     rotated = int(sizes["head_dim"] * params.get("partial_rotary_factor", 1.0))      # HF: int(head_dim * factor)
-    kwargs = {**sizes, "bias": False, "sliding_window": None, "norm_eps": float(c.get("rms_norm_eps")),
+    kwargs = {**sizes, "bias": False, "sliding_window": None, "norm_eps": c.float("rms_norm_eps", positive=True),
               "norm_offset": 1.0}
     make, position = make_rotary(c, params, "half"), describe_rope(params, "half")
     indexer = {"blocks": True, **{k: c.int(f"index_{k}") for k in ("n_heads", "head_dim", "block_size", "topk_blocks",
@@ -222,7 +222,7 @@ def _step3p5(c):
     for i, kind in enumerate(types):
         params = rope_parameters(c, kind)
         kwargs = {**sizes, "num_heads": heads[i], "bias": bias, "sliding_window": window_of(c, kind), "scale": scale,
-                  "norm_eps": float(c.get("rms_norm_eps")), "norm_offset": 1.0, "gate": "head"}
+                  "norm_eps": c.float("rms_norm_eps", positive=True), "norm_offset": 1.0, "gate": "head"}
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
                                describe_rope(params, "half"), ("bg",) if bias else (),
                                ("q/k RMSNorm per head, weight 1 + w", "output gate per head: o_h * sigmoid(g)_h, "
@@ -386,7 +386,7 @@ def _dots3_note_vision(c):
     specs = qwen_tower(_Config({**data, "num_heads": c.int("num_attention_heads", required=True),
                                 "depth": c.int("num_hidden_layers", required=True)}, c.model_type, c.defaults),
                        "hidden_size")
-    kwargs = {**specs[0].kwargs, "bias": bias, "norm_eps": float(c.get("rms_norm_eps"))}
+    kwargs = {**specs[0].kwargs, "bias": bias, "norm_eps": c.float("rms_norm_eps", positive=True)}
     return [replace(s, cls=QKNormAttention, kwargs=kwargs, notes=("q/k RMSNorm per head (weight w)",)) for s in specs]
 
 

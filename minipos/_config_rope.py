@@ -241,7 +241,7 @@ def dense_layers(c: _Config, *, bias: str, window: str, qk_norm: bool = False, m
             scheme, position = make_rotary(c, params, "half"), describe_rope(params, "half")
         cls = MultiHeadAttention
         if qk_norm:
-            cls, kwargs["norm_eps"] = QKNormAttention, float(c.get("rms_norm_eps", 1e-6))
+            cls, kwargs["norm_eps"] = QKNormAttention, c.float("rms_norm_eps", 1e-6, positive=True)
             notes.append("q/k RMSNorm per head (q_norm, k_norm)")
         if bias == "qkv":
             notes.append("biases on q, k, v only")

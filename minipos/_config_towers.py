@@ -69,7 +69,7 @@ def qwen3_5(c):
     types = layer_types_of(c, lambda i: "linear_attention" if (i + 1) % interval else "full_attention",
                            allowed=("full_attention", "linear_attention"))
     rope, position, section_notes = _qwen3_5_rope(c)
-    kwargs = {**layer_sizes(c), "bias": c.flag("attention_bias", False), "norm_eps": float(c.get("rms_norm_eps")),
+    kwargs = {**layer_sizes(c), "bias": c.flag("attention_bias", False), "norm_eps": c.float("rms_norm_eps", positive=True),
               "norm_offset": 1.0, "gate": "feature"}
     notes = ("q/k RMSNorm per head, weight 1 + w (norm_offset=1)",
              "output gate per feature: o * sigmoid(g), g from q_proj's second half of each head (wg)", *section_notes)

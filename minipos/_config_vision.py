@@ -162,7 +162,7 @@ def _gemma4_vision(c):
     theta, heads = axial_theta(c), c.int("num_attention_heads", required=True)
     kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": heads,
               "num_kv_heads": c.int("num_key_value_heads") or heads, "head_dim": c.int("head_dim", required=True),
-              "bias": False, "scale": 1.0, "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "v_norm": True}
+              "bias": False, "scale": 1.0, "norm_eps": c.float("rms_norm_eps", 1e-6, positive=True), "v_norm": True}
     try:
         QKNormAttention(scheme=AxialRotary(base=theta, layout="gemma4"), **kwargs)
     except (ValueError, TypeError) as err:

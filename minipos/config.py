@@ -261,7 +261,7 @@ def _gemma3(c):
         params = named_errors(c, lambda: gemma3_rope_parameters(data, kind))
         params = {"rope_type": checked_rope_type(c, params), **params}
         _, kwargs = named_errors(c, lambda: gemma3_attention({**data, "rope_parameters": {kind: params}}, i))
-        kwargs = {**kwargs, "norm_eps": float(c.get("rms_norm_eps", 1e-6)), "norm_offset": 1.0}
+        kwargs = {**kwargs, "norm_eps": c.float("rms_norm_eps", 1e-6, positive=True), "norm_offset": 1.0}
         specs.append(LayerSpec(i, kind, QKNormAttention, kwargs, make_rotary(c, params, "half"),
                                describe_rope(params, "half"), (), ("q/k RMSNorm per head, weight 1 + w",)))
     return specs
@@ -282,7 +282,7 @@ def _lfm3(c):
                       "'full_attention'), as Lfm3Config's")
     types = layer_types_of(c, lambda i: "full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i
                            else "conv", allowed=("full_attention", "sliding_attention", "conv"))
-    sizes, eps, specs = layer_sizes(c), float(c.get("norm_eps", c.get("rms_norm_eps", 1e-5))), []
+    sizes, eps, specs = layer_sizes(c), c.float("norm_eps", c.float("rms_norm_eps", 1e-5, positive=True), positive=True), []
     for i, kind in enumerate(types):
         if kind == "conv":
             continue
@@ -323,7 +323,7 @@ def _exaone4(c):
                       "them from an integer pattern >= 1 (every pattern-th layer full)")
     types = layer_types_of(c, lambda i: "sliding_attention" if windowed and (i + 1) % pattern else "full_attention")
     sizes, specs = layer_sizes(c), []
-    norm = {"norm_eps": float(c.get("rms_norm_eps", 1e-5))}
+    norm = {"norm_eps": c.float("rms_norm_eps", 1e-5, positive=True)}
     for i, kind in enumerate(types):
         kwargs = {**sizes, **norm, "sliding_window": window_of(c, kind) if windowed else None}
         if kind == "sliding_attention" or not windowed:
@@ -380,7 +380,7 @@ def _llama4(c):
                               "norm after RoPE differ from the norm before it, which is the one minipos models")
             notes, cls = (), MultiHeadAttention
             if qk_norm:                      # L2 norm without weight, after RoPE = before it (rotations keep RMS)
-                cls, kwargs = QKNormAttention, {**kwargs, "norm_eps": float(c.get("rms_norm_eps", 1e-5))}
+                cls, kwargs = QKNormAttention, {**kwargs, "norm_eps": c.float("rms_norm_eps", 1e-5, positive=True)}
                 notes = ("L2 q/k norm per head (no weight: q_norm = k_norm = 1)",)
             specs.append(LayerSpec(i, kind, cls, kwargs, make, describe_rope(params, "interleaved"), (), notes))
         elif type(scheme) is NoPE:

@@ -312,3 +312,17 @@ def test_model_vectors_of_an_original_length_no_position_reaches(tmp_path, capsy
                                             "original_max_position_embeddings": 2 ** 70}}
     assert cli.main(["vectors", "export", "--config", _write(tmp_path, "c.json", data), str(tmp_path / "v")]) == 0
     assert cli.main(["vectors", "check", str(tmp_path / "v")]) == 0
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "lfm3", "exaone4", "minimax_m3_vl_text", "step3p5", "llama4_text",
+                                        "gemma3_text", "qwen3_5_text"])
+@pytest.mark.parametrize("eps, error", [("x", TypeError), (True, TypeError), (-1e-6, ValueError), (0.0, ValueError)])
+def test_every_reader_names_a_bad_norm_eps(model_type, eps, error):
+    # The readers read rms_norm_eps (LFM3: norm_eps) through FamilyConfig.float: a string, a bool, a negative or zero
+    # epsilon is refused naming the key and the model type (float() took True for 1.0 and named nothing).
+    from minipos import config
+    data = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "num_hidden_layers": 2, "rope_theta": 1e4, "rms_norm_eps": eps, "norm_eps": eps}
+    with pytest.raises(error) as err:
+        config.read(data)
+    assert "eps" in str(err.value) and f"'{model_type}'" in str(err.value)
