@@ -26,8 +26,8 @@ layer on the same tokens with that cache::
 The shared layer never changes the cache. Its queries' positions default to the cache's last T
 positions, and must be those (the tokens the source just stored), so that each query finds its
 own key. In a decoding step the same holds: the source extends its cache, then every shared
-layer reads it. A rolling cache must then keep the whole window, ``mem_len >= sliding_window`` (not the
-``W - 1`` a windowed layer alone needs: the shared layer reads the cache after the source's call, while HF
+layer reads it. A rolling cache must then keep the whole window, ``mem_len >= sliding_window + T - 1`` for
+calls of T tokens (not the ``W - 1`` a windowed layer alone needs: the shared layer reads the cache after the source's call, while HF
 hands it the keys before its sliding cache is cut); a cache that has forgotten keys the queries attend
 raises. This mirrors transformers 5.24 (``Gemma3nTextAttention``, ``Gemma4TextAttention``:
 the "store" layer puts its keys and values after its cache update into ``shared_kv_states``,
@@ -168,7 +168,7 @@ class SharedKVAttention(QKNormAttention):
         if B != cache.k.shape[0]:
             raise ValueError(f"x has batch {B}, the cache {cache.k.shape[0]}")
         self._check_memory(cache, T)
-        return x, positions, check_mask(mask, B, T, cache.length), causal
+        return x, positions, check_mask(mask, B, T, cache.length, self.num_heads), causal
 
     def __repr__(self) -> str:
         return f"SharedKVAttention(kv_source={self.kv_source}, " + super().__repr__().split("(", 1)[1]

@@ -66,11 +66,11 @@ def check_mask(mask, B: int, T: int, S: int, H: int | None = None):
 
 def block_mask_fn(mask: ArrayLike | None, causal: bool, q_positions: ArrayLike, k_positions: ArrayLike, *,
                   window: int | None = None, chunk: int | None = None):
-    """``allowed(q_slice, k_slice)``: the boolean mask of one block, ``(1, 1, tq, tk)`` or
-    ``(B, 1, tq, tk)``, or ``None`` where every key is allowed.
+    """``allowed(q_slice, k_slice)``: the boolean mask of one block, ``(1, 1, tq, tk)``,
+    ``(B, 1, tq, tk)`` or ``(B, H, tq, tk)``, or ``None`` where every key is allowed.
 
-    The layer's checked arguments: mask ``(B, 1, 1, S)`` or ``(B, 1, T, S)`` key padding (or
-    ``None``), positions ``(T,)`` and ``(S,)``; ``window`` (which implies causal) and ``chunk`` as
+    The layer's checked arguments: mask ``(B, 1, 1, S)``, ``(B, 1, T, S)`` or ``(B, H, T, S)`` (or
+    ``None``, ``check_mask``), positions ``(T,)`` and ``(S,)``; ``window`` (which implies causal) and ``chunk`` as
     the layer's ``sliding_window`` and ``attention_chunk``.
     """
     def allowed(qs, ks):

@@ -117,3 +117,16 @@ def test_bad_calls_are_named_and_change_nothing():
     assert cache.length == 5 and cache.seen == 5                           # every failed call left it as it was
     np.testing.assert_array_equal(shared(x, causal=True, cache=cache),
                                   shared(x, positions=np.arange(5), causal=True, cache=cache))
+
+
+def test_a_mask_per_head_is_taken_as_by_any_layer():
+    # The shared layer takes the (B, H, T, S) mask the base layer takes: the same mask for every head is the
+    # (B, T, S) one, bit for bit.
+    src, shared = _pair()
+    x = np.random.default_rng(9).standard_normal((2, 5, 16))
+    cache = src.new_cache()
+    src(x, causal=True, cache=cache)
+    m = np.random.default_rng(10).random((2, 5, 5)) < 0.7
+    m[:, np.arange(5), np.arange(5)] = True
+    np.testing.assert_array_equal(shared(x, causal=True, cache=cache, mask=np.repeat(m[:, None], 2, axis=1)),
+                                  shared(x, causal=True, cache=cache, mask=m))
