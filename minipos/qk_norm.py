@@ -143,8 +143,14 @@ class QKNormAttention(MultiHeadAttention):
     def _norm(self, a, w):  # (B, H, T, D) -> (B, H, T, D); w None: unchanged
         return a if w is None else rms_norm(a, w + self.norm_offset, eps=self.norm_eps)
 
-    def _v_norm(self, v):  # (B, KV, T, Dv): no weight (HF with_scale=False)
-        return rms_norm(v, np.ones(v.shape[-1], v.dtype), eps=self.norm_eps) if self.v_norm else v
+    def _weightless(self, a, da=None):  # RMSNorm over the last axis, no weight (HF with_scale=False); with da: d a
+        ones = np.ones(a.shape[-1], a.dtype)
+        if da is None:
+            return rms_norm(a, ones, eps=self.norm_eps)
+        return rms_norm_backward(a, ones, da, eps=self.norm_eps)[0]
+
+    def _v_norm(self, v):  # (B, KV, T, Dv): the values' norm (v_norm)
+        return self._weightless(v) if self.v_norm else v
 
     def _project(self, x_in):
         q, k, v = super()._project(x_in)                                        # step 2
@@ -153,7 +159,7 @@ class QKNormAttention(MultiHeadAttention):
     def _project_backward(self, x_in, dq, dk, dv, add):
         q, k, v = super()._project(x_in)                                        # before the norms
         if self.v_norm:
-            dv, _ = rms_norm_backward(v, np.ones(v.shape[-1], v.dtype), dv, eps=self.norm_eps)
+            dv = self._weightless(v, dv)
         for name, a, d, w in (("q_norm", q, dq, self.q_norm), ("k_norm", k, dk, self.k_norm)):
             if w is not None:
                 da, dw = rms_norm_backward(a, w + self.norm_offset, d, eps=self.norm_eps)
@@ -180,7 +186,7 @@ class QKNormAttention(MultiHeadAttention):
             return merged
         B, T, HD = merged.shape
         heads = merged.reshape(B, T, self.num_heads, -1)
-        return rms_norm(heads, np.ones(heads.shape[-1], merged.dtype), eps=self.norm_eps).reshape(B, T, HD)
+        return self._weightless(heads).reshape(B, T, HD)
 
     def _gate(self, x_in, merged):
         merged = self._o_normed(merged)                                         # Muse Spark: before the gate
@@ -207,8 +213,7 @@ class QKNormAttention(MultiHeadAttention):
                 dmerged, dx = dmerged * self._spread(s), dg @ self.wg.T         # d (normed) o, d x
         if self.o_norm:
             heads = o.reshape(B, T, H, Dv)
-            d, _ = rms_norm_backward(heads, np.ones(Dv, o.dtype), dmerged.reshape(B, T, H, Dv), eps=self.norm_eps)
-            dmerged = d.reshape(B, T, H * Dv)
+            dmerged = self._weightless(heads, dmerged.reshape(B, T, H, Dv)).reshape(B, T, H * Dv)
         return dmerged, dx
 
     def __repr__(self) -> str:
