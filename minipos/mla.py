@@ -44,6 +44,8 @@ minipos               HF                                          shape
 ``kv_a_norm``         ``kv_a_layernorm.weight``                   ``(r_kv,)``
 ``wkv_b``             ``kv_b_proj.weight.T``                      ``(r_kv, H (D_N + D_V))``
 ``wo``, ``bo``        ``o_proj.weight.T``, ``.bias``              ``(H D_V, d_model)``, ``(d_model,)``
+``k_rope_norm``       ``k_rope_only_layernorm.weight`` (Dots)     ``(D_R,)``
+``wg``                ``g_proj.weight.T`` (Dots)                  ``(d_model, H)``
 ====================  ==========================================  ============================================
 
 Column layouts follow HF's ``view``: ``wq``/``wq_b`` head by head, each ``[nope D_N | rope D_R]``;
@@ -51,6 +53,11 @@ Column layouts follow HF's ``view``: ``wq``/``wq_b`` head by head, each ``[nope 
 Biases (``bias=True``, HF ``attention_bias``) exist on ``q_a_proj``, ``kv_a_proj_with_mqa`` and
 ``o_proj`` only. The RMSNorms use ``eps = 1e-6`` (HF builds them with the default, not
 ``rms_norm_eps``).
+
+Variants: Dots 3 Note (HF ``Dots3NoteTextAttention``) norms the rope key before its rotation,
+``k_R = RMSNorm(k_R)`` (``k_rope_norm=True``), multiplies the normed latents by ``sqrt(d_model / r)``
+(``q_lora_scale``, ``kv_lora_scale``), gates each head's output, ``o_h * sigmoid(x W_g)_h``
+(``gate="head"``, ``minipos.gate``), and builds its norms with ``rms_norm_eps`` (pass it as ``eps``).
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from . import rope, rope_scaling
 from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_even_int, check_float,
                       check_overflow, check_positive_int)
 from .attention import attention
+from .gate import OutputGate, check_gate
 from .layer import MultiHeadAttention
 from .query_scale import apply_query_scale, apply_query_scale_backward
 from .rope_scaling import Rotary
@@ -266,7 +274,7 @@ def _outer(x, d):  # the weight gradient x^T d of y = x W, over every (B, T)
     return x.reshape(-1, x.shape[-1]).T @ d.reshape(-1, d.shape[-1])
 
 
-class MultiHeadLatentAttention(MultiHeadAttention):
+class MultiHeadLatentAttention(OutputGate, MultiHeadAttention):
     """DeepSeek-V2/V3 multi-head latent attention with decoupled RoPE (HF ``DeepseekV3Attention``).
 
     d_model, num_heads: HF ``hidden_size``, ``num_attention_heads``. kv_lora_rank (r_kv),
@@ -276,13 +284,22 @@ class MultiHeadLatentAttention(MultiHeadAttention):
     bias: HF ``attention_bias``. eps: the latents' RMSNorm epsilon. Weights (see the module
     docstring for the mapping) are drawn from N(0, 1/d_in) with ``seed``; the norms start at 1.
     ``head_dim`` is ``D_N + D_R``. Called, cached and differentiated like ``MultiHeadAttention``;
-    ``backward`` returns ``"x"`` and every weight above by its attribute name.
+    ``backward`` returns ``"x"`` and every weight above by its attribute name. ``sliding_window`` and
+    ``scale`` are ``MultiHeadAttention``'s (HF's window rule; a softmax scale in place of the scheme's).
+
+    Dots 3 Note's options (module docstring, "Variants"), each off by default: ``k_rope_norm=True``
+    RMS-norms the shared rope key before its rotation (weight ``k_rope_norm`` ``(D_R,)``, ``None``
+    switches it off); ``q_lora_scale`` and ``kv_lora_scale`` multiply the normed latents ``c_q`` and
+    ``c_kv`` (numbers > 0, 1 = none); ``gate="head"`` (or ``"feature"``) is the sigmoid output gate of
+    ``minipos.gate`` on each head's ``D_V`` outputs (``wg``, no bias; ``None`` switches it off).
     """
 
     def __init__(self, d_model: int, num_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
                  v_head_dim: int, q_lora_rank: int | None = None, scheme: DecoupledRotary | None = None,
                  bias: bool = False, eps: float = 1e-6, seed: int = 0, dtype: DTypeLike = np.float64,
-                 block_size: int | None = None):
+                 block_size: int | None = None, sliding_window: int | None = None, scale: float | None = None,
+                 k_rope_norm: bool = False, q_lora_scale: float = 1.0, kv_lora_scale: float = 1.0,
+                 gate: str | None = None):
         self.kv_lora_rank = check_positive_int(kv_lora_rank, "kv_lora_rank")
         self.q_lora_rank = None if q_lora_rank is None else check_positive_int(q_lora_rank, "q_lora_rank")
         self.qk_nope_head_dim = check_positive_int(qk_nope_head_dim, "qk_nope_head_dim")
@@ -290,11 +307,19 @@ class MultiHeadLatentAttention(MultiHeadAttention):
                                                "qk_rope_head_dim")
         self.v_head_dim = check_positive_int(v_head_dim, "v_head_dim")
         self.eps = check_float(eps, "eps", positive=True)
+        self._k_rope_normed = check_bool(k_rope_norm, "k_rope_norm")
+        self.q_lora_scale = check_float(q_lora_scale, "q_lora_scale", positive=True)
+        self.kv_lora_scale = check_float(kv_lora_scale, "kv_lora_scale", positive=True)
+        if self.q_lora_rank is None and self.q_lora_scale != 1.0:
+            raise ValueError(f"q_lora_scale ({q_lora_scale!r}) scales the query latent, but q_lora_rank is None: "
+                             "there is none")
+        self.gate = check_gate(gate)
         scheme = DecoupledRotary() if scheme is None else scheme
         if not isinstance(scheme, DecoupledRotary):
             raise TypeError(f"scheme must be a minipos.mla.DecoupledRotary, got {type(scheme).__name__}")
         super().__init__(d_model, num_heads, scheme=scheme, head_dim=qk_nope_head_dim + qk_rope_head_dim,
-                         bias=bias, seed=seed, dtype=dtype, block_size=block_size)
+                         bias=bias, seed=seed, dtype=dtype, block_size=block_size, sliding_window=sliding_window,
+                         scale=scale)
 
     def _init_weights(self, rng, bias):
         """The latent projections' weights (the module docstring's table) drawn from ``rng``, in
@@ -317,6 +342,8 @@ class MultiHeadLatentAttention(MultiHeadAttention):
         self.kv_a_norm = np.ones(r_kv, self.dtype)                                     # (r_kv,)
         self.wkv_b = self._init(rng, r_kv, H * (self.qk_nope_head_dim + self.v_head_dim))
         self.wo, self.bo = self._init(rng, H * self.v_head_dim, d), zeros(d)           # (H D_V, d_model), (d_model,)
+        self.k_rope_norm = np.ones(D_R, self.dtype) if self._k_rope_normed else None   # (D_R,): Dots 3 Note's
+        self._init_gate(rng, False)                                                    # wg (d_model, H): no bias
 
     def _weight_shapes(self) -> dict:
         d, H, D, r_q, r_kv = self.d_model, self.num_heads, self.head_dim, self.q_lora_rank, self.kv_lora_rank
@@ -326,7 +353,8 @@ class MultiHeadLatentAttention(MultiHeadAttention):
                   "kv_a_norm": ((r_kv,), "(kv_lora_rank,)", False),
                   "wkv_b": ((r_kv, H * (D_N + D_V)), "(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))",
                             False),
-                  "wo": ((H * D_V, d), "(num_heads * v_head_dim, d_model)", False), "bo": ((d,), "(d_model,)", True)}
+                  "wo": ((H * D_V, d), "(num_heads * v_head_dim, d_model)", False), "bo": ((d,), "(d_model,)", True),
+                  "k_rope_norm": ((D_R,), "(qk_rope_head_dim,)", True), **self._gate_shapes()}
         if r_q is None:
             shapes["wq"] = ((d, H * D), "(d_model, num_heads * (qk_nope_head_dim + qk_rope_head_dim))", False)
         else:
@@ -353,17 +381,30 @@ class MultiHeadLatentAttention(MultiHeadAttention):
                     "the head dims, num_heads and d_model)")
 
     def configuration(self) -> tuple:
-        """``MultiHeadAttention.configuration()`` with the latent ranks, the head dims and the query scale's beta
-        and L of a ``ScaledDecoupledRotary`` (read at each call, so a context must come from a pass with the same)."""
+        """``MultiHeadAttention.configuration()`` with the latent ranks, the head dims, the query scale's beta
+        and L of a ``ScaledDecoupledRotary`` (read at each call, so a context must come from a pass with the same)
+        and Dots 3 Note's options (the rope key's norm on or off, the latent scales, the gate's kind or None)."""
         sc = self.scheme
         query_scale = (sc.beta, sc.original_max_position_embeddings) if isinstance(sc, ScaledDecoupledRotary) else None
         return (*super().configuration(), ("kv_lora_rank", self.kv_lora_rank), ("q_lora_rank", self.q_lora_rank),
                 ("qk_nope_head_dim", self.qk_nope_head_dim), ("qk_rope_head_dim", self.qk_rope_head_dim),
-                ("v_head_dim", self.v_head_dim), ("eps", self.eps), ("query_scale", query_scale))
+                ("v_head_dim", self.v_head_dim), ("eps", self.eps), ("query_scale", query_scale),
+                ("k_rope_norm", self.k_rope_norm is not None), ("q_lora_scale", self.q_lora_scale),
+                ("kv_lora_scale", self.kv_lora_scale), ("gate", self.gate if self._gated() else None))
+
+    def _value_dim(self) -> int:                                          # the gate's width per head: D_V
+        return self.v_head_dim
+
+    def _check_weights(self) -> None:
+        super()._check_weights()
+        for name in ("q_lora_scale", "kv_lora_scale"):                     # plain attributes: checked at each call
+            check_float(getattr(self, name), name, positive=True)
+        self._check_gate_weights()
 
     def weights(self) -> dict:
         """Every weight the layer has, by attribute name (the names ``backward`` returns)."""
-        names = ("wq", "wq_a", "bq_a", "q_a_norm", "wq_b", "wkv_a", "bkv_a", "kv_a_norm", "wkv_b", "wo", "bo")
+        names = ("wq", "wq_a", "bq_a", "q_a_norm", "wq_b", "wkv_a", "bkv_a", "kv_a_norm", "k_rope_norm", "wkv_b",
+                 "wo", "bo", "wg")
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     # step 2, the projections: (q, k, v), k's rope slice one shared key broadcast to every head
@@ -371,15 +412,25 @@ class MultiHeadLatentAttention(MultiHeadAttention):
     def _query(self, x_in):  # (B, T, d_model) -> (B, H, T, D_N + D_R)
         if self.q_lora_rank is None:
             return _split(_linear(x_in, self.wq, None), self.num_heads)
-        c_q = rms_norm(_linear(x_in, self.wq_a, self.bq_a), self.q_a_norm, eps=self.eps)   # (B, T, r_q)
+        c_q = self._q_latent(_linear(x_in, self.wq_a, self.bq_a))              # (B, T, r_q)
         return _split(_linear(c_q, self.wq_b, None), self.num_heads)
+
+    def _q_latent(self, a):  # (B, T, r_q): the normed query latent, times q_lora_scale (Dots 3 Note's; else 1)
+        return rms_norm(a, self.q_a_norm, eps=self.eps) * self.q_lora_scale
+
+    def _kv_latent(self, kv_a):  # (B, T, r_kv + D_R) -> c_kv (B, T, r_kv), k_rope (B, T, D_R), before RoPE
+        r_kv = self.kv_lora_rank
+        c_kv = rms_norm(kv_a[..., :r_kv], self.kv_a_norm, eps=self.eps) * self.kv_lora_scale
+        k_rope = kv_a[..., r_kv:]
+        if self.k_rope_norm is not None:                                      # Dots 3 Note: normed, then rotated
+            k_rope = rms_norm(k_rope, self.k_rope_norm, eps=self.eps)
+        return c_kv, k_rope
 
     def _project(self, x_in):
         B, T, _ = x_in.shape
-        r_kv, D_N, D_R = self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim
+        D_N, D_R = self.qk_nope_head_dim, self.qk_rope_head_dim
         kv_a = _linear(x_in, self.wkv_a, self.bkv_a)                          # (B, T, r_kv + D_R)
-        c_kv = rms_norm(kv_a[..., :r_kv], self.kv_a_norm, eps=self.eps)       # (B, T, r_kv): the latent
-        k_rope = kv_a[..., r_kv:]                                             # (B, T, D_R): one key a token
+        c_kv, k_rope = self._kv_latent(kv_a)                                  # (B, T, r_kv), (B, T, D_R): one key a token
         kv = _split(_linear(c_kv, self.wkv_b, None), self.num_heads)          # (B, H, T, D_N + D_V)
         k_rope = np.broadcast_to(k_rope[:, None], (B, self.num_heads, T, D_R))   # (B, H, T, D_R), shared
         k = np.concatenate([kv[..., :D_N], k_rope], axis=-1)                  # (B, H, T, D_N + D_R)
@@ -389,12 +440,16 @@ class MultiHeadLatentAttention(MultiHeadAttention):
         r_kv, D_N = self.kv_lora_rank, self.qk_nope_head_dim
         # keys and values: k = [heads(c_kv wkv_b)[:D_N] | k_rope], v = heads(c_kv wkv_b)[D_N:]
         kv_a = _linear(x_in, self.wkv_a, self.bkv_a)                          # (B, T, r_kv + D_R)
-        c_kv = rms_norm(kv_a[..., :r_kv], self.kv_a_norm, eps=self.eps)       # (B, T, r_kv)
+        c_kv, _ = self._kv_latent(kv_a)                                       # (B, T, r_kv), scaled
         dkv = _merge(np.concatenate([dk[..., :D_N], dv], axis=-1))            # (B, T, H (D_N + D_V))
         add("wkv_b", _outer(c_kv, dkv))
-        dc_kv, dnorm = rms_norm_backward(kv_a[..., :r_kv], self.kv_a_norm, dkv @ self.wkv_b.T, eps=self.eps)
+        dc_kv, dnorm = rms_norm_backward(kv_a[..., :r_kv], self.kv_a_norm, (dkv @ self.wkv_b.T) * self.kv_lora_scale,
+                                         eps=self.eps)
         add("kv_a_norm", dnorm)
         dk_rope = dk[..., D_N:].sum(axis=1)                                   # (B, T, D_R): every head's share
+        if self.k_rope_norm is not None:                                      # through the rope key's norm
+            dk_rope, dnorm = rms_norm_backward(kv_a[..., r_kv:], self.k_rope_norm, dk_rope, eps=self.eps)
+            add("k_rope_norm", dnorm)
         dkv_a = np.concatenate([dc_kv, dk_rope], axis=-1)                     # (B, T, r_kv + D_R)
         add("wkv_a", _outer(x_in, dkv_a))
         if self.bkv_a is not None:
@@ -406,8 +461,8 @@ class MultiHeadLatentAttention(MultiHeadAttention):
             add("wq", _outer(x_in, dq))
             return dx_in + dq @ self.wq.T
         a = _linear(x_in, self.wq_a, self.bq_a)                               # (B, T, r_q)
-        add("wq_b", _outer(rms_norm(a, self.q_a_norm, eps=self.eps), dq))
-        da, dnorm = rms_norm_backward(a, self.q_a_norm, dq @ self.wq_b.T, eps=self.eps)
+        add("wq_b", _outer(self._q_latent(a), dq))
+        da, dnorm = rms_norm_backward(a, self.q_a_norm, (dq @ self.wq_b.T) * self.q_lora_scale, eps=self.eps)
         add("q_a_norm", dnorm)
         add("wq_a", _outer(x_in, da))
         if self.bq_a is not None:
@@ -418,7 +473,10 @@ class MultiHeadLatentAttention(MultiHeadAttention):
         return (f"MultiHeadLatentAttention(d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"q_lora_rank={self.q_lora_rank}, kv_lora_rank={self.kv_lora_rank}, "
                 f"qk_nope_head_dim={self.qk_nope_head_dim}, qk_rope_head_dim={self.qk_rope_head_dim}, "
-                f"v_head_dim={self.v_head_dim}, scheme={self.scheme!r})")
+                f"v_head_dim={self.v_head_dim}{', k_rope_norm=on' if self.k_rope_norm is not None else ''}"
+                f"{f', q_lora_scale={self.q_lora_scale:g}' if self.q_lora_scale != 1.0 else ''}"
+                f"{f', kv_lora_scale={self.kv_lora_scale:g}' if self.kv_lora_scale != 1.0 else ''}"
+                f"{f', gate={self.gate!r}' if self._gated() else ''}, scheme={self.scheme!r})")
 
 
 # --------------------------------------------------------------------------- the latent cache (decoding form)
@@ -434,11 +492,9 @@ def latent_kv(layer: MultiHeadLatentAttention, x: ArrayLike, positions: ArrayLik
     position (HF 5.x caches the same two arrays; its ``k_rope`` is in its output order, see the
     docs page on the interleave permutation)."""
     x, positions = _check_decode_call(layer, x, positions)
-    r_kv = layer.kv_lora_rank
-    kv_a = _linear(x, layer.wkv_a, layer.bkv_a)                           # (B, T, r_kv + D_R)
-    c_kv = rms_norm(kv_a[..., :r_kv], layer.kv_a_norm, eps=layer.eps)     # (B, T, r_kv)
+    c_kv, k_rope = layer._kv_latent(_linear(x, layer.wkv_a, layer.bkv_a))   # (B, T, r_kv), (B, T, D_R)
     inv_freq, factor = layer.scheme.frequencies(1)                        # fixed: the same at every length
-    k_rope = rope.apply_rope(kv_a[..., r_kv:], positions, inv_freq=inv_freq, layout=layer.scheme.layout,
+    k_rope = rope.apply_rope(k_rope, positions, inv_freq=inv_freq, layout=layer.scheme.layout,
                              attention_factor=factor)                     # (B, T, D_R): rotated once
     return c_kv, k_rope                                                   # (B, T, r_kv), (B, T, D_R)
 
@@ -472,10 +528,15 @@ def absorbed_attention(layer: MultiHeadLatentAttention, x: ArrayLike, positions:
     k_lat = np.concatenate([c_kv, k_rope], axis=-1)[:, None]              # (B, 1, S, r_kv + D_R): one head
     v_lat = c_kv[:, None]                                                 # (B, 1, S, r_kv): one head
     mask = (k_positions[None, :] <= positions[:, None]) if causal else None   # (T, S)
+    if layer.sliding_window is not None:                                  # HF's rule: i - W < j <= i
+        if not causal:
+            raise ValueError(f"sliding_window ({layer.sliding_window}) is a causal window (keys i - W < j <= i); "
+                             "call with causal=True")
+        mask = mask & (k_positions[None, :] > positions[:, None] - layer.sliding_window)
     out = attention(q_abs, np.broadcast_to(k_lat, (B, H, *k_lat.shape[2:])), np.broadcast_to(v_lat, (B, H, S, r_kv)),
-                    mask=mask, scale=layer.scheme.scale(layer.head_dim))  # (B, H, T, r_kv)
+                    mask=mask, scale=layer.attention_scale())            # (B, H, T, r_kv)
     out = np.einsum("bhtr,rhv->bthv", out, w_uv)                          # (B, T, H, D_V): W_UV absorbed
-    y = out.reshape(B, T, H * D_V) @ layer.wo                             # (B, T, d_model)
+    y = layer._gate(x, out.reshape(B, T, H * D_V)) @ layer.wo             # (B, T, d_model); a gate, if any
     return y if layer.bo is None else y + layer.bo
 
 

@@ -28,13 +28,9 @@ Muse Spark               ``qk_norm`` (no weight),  ``q_norm = k_norm = ones(D)``
 
 HF computes these norms in float32 (``x.float()``) and casts back; here they are float64.
 
-The output gate is not position machinery either: it scales the heads' output ``o`` (merged,
-``(B, T, H*D)``) by a sigmoid of the layer input before the output projection (step 8)::
-
-    g = x @ wg + bg;   y = (o * sigmoid(g)) @ wo + bo     # gate="feature": g (B, T, H*D), one per feature
-    g = x @ wg;        y = (o * sigmoid(g)_h) @ wo + bo   # gate="head": g (B, T, H), head h's D features share g_h
-
-With ``o_norm=True`` (Muse Spark) each head's output is first RMS-normed over its D features without a
+The output gate is not position machinery either (``minipos.gate``): it scales the heads' output ``o``
+(merged, ``(B, T, H*D)``) by a sigmoid of the layer input before the output projection (step 8). With
+``o_norm=True`` (Muse Spark) each head's output is first RMS-normed over its D features without a
 weight, ``o_h / sqrt(mean(o_h^2) + eps)``, and the gate then scales that. ``wg`` is ``(d_model, H*D)`` or
 ``(d_model, H)``; ``bg`` (``(H*D,)`` or ``(H,)``) exists with
 ``bias=True``; setting ``wg`` (and ``bg``) to ``None`` switches the gate off. Where each model keeps it:
@@ -58,23 +54,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import Overflow, check_bool, check_float
+from ._checks import check_bool, check_float
+from .gate import GATES, OutputGate, check_gate, sigmoid
 from .layer import MultiHeadAttention
 from .mla import rms_norm, rms_norm_backward
 
-__all__ = ["QKNormAttention", "sigmoid"]
-
-GATES = (None, "feature", "head")
-"""The output gates ``QKNormAttention`` takes: none, one per feature of each head, one per head."""
+__all__ = ["QKNormAttention", "sigmoid", "GATES"]
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """``1 / (1 + exp(-x))`` elementwise, ``(...)`` -> ``(...)``, written ``exp(-log(1 + exp(-x)))`` so that no
-    ``exp`` overflows."""
-    return np.exp(-np.logaddexp(0.0, -x))
-
-
-class QKNormAttention(MultiHeadAttention):
+class QKNormAttention(OutputGate, MultiHeadAttention):
     """``MultiHeadAttention`` with a per-head RMSNorm of q and k between the projections and the
     rotate seam (module docstring).
 
@@ -97,41 +85,26 @@ class QKNormAttention(MultiHeadAttention):
         self.norm_offset = check_float(norm_offset, "norm_offset")
         self.v_norm = check_bool(v_norm, "v_norm")
         self.o_norm = check_bool(o_norm, "o_norm")
-        if not (gate is None or isinstance(gate, str)) or gate not in GATES:
-            raise (ValueError if isinstance(gate, str) else TypeError)(
-                f"gate must be None, 'feature' (one gate per feature of each head, Qwen3.5) or 'head' (one per "
-                f"head, LFM3), got {gate!r}")
-        self.gate = gate
+        self.gate = check_gate(gate)
         super().__init__(d_model, num_heads, **kwargs)
 
     def _init_weights(self, rng, bias):
         super()._init_weights(rng, bias)
         self.q_norm = np.full(self.head_dim, 1.0 - self.norm_offset, self.dtype)     # (D,)
         self.k_norm = np.full(self.head_dim, 1.0 - self.norm_offset, self.dtype)     # (D,)
-        width = self._gate_width()
-        self.wg = None if width is None else self._init(rng, self.d_model, width)    # (d_model, H*D) or (d_model, H)
-        self.bg = np.zeros(width, self.dtype) if width is not None and bias else None
-
-    def _gate_width(self):
-        """The gate's number of outputs: ``H*D`` (``"feature"``), ``H`` (``"head"``) or ``None``."""
-        return {None: None, "feature": self.num_heads * self.head_dim, "head": self.num_heads}[self.gate]
+        self._init_gate(rng, bias)
 
     def _weight_shapes(self) -> dict:
-        D, d = self.head_dim, self.d_model
-        gate = {}
-        if self.gate is not None:
-            n, letters = self._gate_width(), "num_heads * head_dim" if self.gate == "feature" else "num_heads"
-            gate = {"wg": ((d, n), f"(d_model, {letters})", True), "bg": ((n,), f"({letters},)", True)}
+        D = self.head_dim
         return {**super()._weight_shapes(), "q_norm": ((D,), "(head_dim,)", True),
-                "k_norm": ((D,), "(head_dim,)", True), **gate}
+                "k_norm": ((D,), "(head_dim,)", True), **self._gate_shapes()}
 
     def _check_weights(self) -> None:
         super()._check_weights()
         for name in ("v_norm", "o_norm"):                                       # switchable between calls
             check_bool(getattr(self, name), name)
         check_float(self.norm_eps, "norm_eps", positive=True)
-        if self.gate is not None and self.wg is None and self.bg is not None:
-            raise ValueError("bg is set but wg is None: set both to None to switch the output gate off")
+        self._check_gate_weights()
 
     def configuration(self) -> tuple:
         """``MultiHeadAttention.configuration()`` with the norms' settings (on or off, eps, offset) and the
@@ -167,54 +140,12 @@ class QKNormAttention(MultiHeadAttention):
                 dq, dk = (da, dk) if name == "q_norm" else (dq, da)
         return super()._project_backward(x_in, dq, dk, dv, add)
 
-    def _gate_logits(self, x_in):  # (B, T, d_model) -> (B, T, H*D) or (B, T, H): g = x wg + bg
-        with np.errstate(over="ignore", invalid="ignore"):                    # checked just below
-            g = x_in @ self.wg if self.bg is None else x_in @ self.wg + self.bg
-        if not np.isfinite(g).all():
-            raise Overflow(f"the output gate's logits x @ wg + bg are not finite ({g.dtype}): wg or bg hold NaN or "
-                           "inf, or the product overflows; rescale x or them")
-        return g
-
-    def _spread(self, s):  # (B, T, H) -> (B, T, H*D): head h's value on its D features; "feature": s itself
-        return np.repeat(s, self.head_dim, axis=-1) if self.gate == "head" else s
-
-    def _gated(self) -> bool:
-        return self.gate is not None and self.wg is not None                    # wg = None: switched off
-
-    def _o_normed(self, merged):  # (B, T, H*Dv): each head's output RMS-normed without weight (o_norm), or as is
+    def _o_normed(self, merged, dmerged=None):  # (B, T, H*Dv): each head RMS-normed, no weight (o_norm); or d it
         if not self.o_norm:
-            return merged
+            return merged if dmerged is None else dmerged
         B, T, HD = merged.shape
         heads = merged.reshape(B, T, self.num_heads, -1)
-        return self._weightless(heads).reshape(B, T, HD)
-
-    def _gate(self, x_in, merged):
-        merged = self._o_normed(merged)                                         # Muse Spark: before the gate
-        if not self._gated():
-            return merged
-        return merged * self._spread(sigmoid(self._gate_logits(x_in)))         # o * sigmoid(g), (B, T, H*D)
-
-    def _gate_backward(self, ctx, dmerged, add):
-        if not (self._gated() or self.o_norm):
-            return dmerged, 0.0
-        B, H, T, Dv = ctx.out.shape
-        o = ctx.out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)                 # before the norm and the gate
-        dx = 0.0
-        if self._gated():
-            s = sigmoid(self._gate_logits(ctx.x_in))                            # (B, T, H*D) or (B, T, H)
-            with np.errstate(over="ignore", invalid="ignore"):                 # the layer checks every gradient
-                ds = dmerged * self._o_normed(o)                                # d s, per feature
-                if self.gate == "head":
-                    ds = ds.reshape(B, T, H, Dv).sum(axis=-1)                   # head h's features share s_h
-                dg = ds * s * (1.0 - s)                                         # sigmoid' = s (1 - s)
-                add("wg", ctx.x_in.reshape(B * T, -1).T @ dg.reshape(B * T, -1))    # x^T dg
-                if self.bg is not None:
-                    add("bg", dg.sum(axis=(0, 1)))
-                dmerged, dx = dmerged * self._spread(s), dg @ self.wg.T         # d (normed) o, d x
-        if self.o_norm:
-            heads = o.reshape(B, T, H, Dv)
-            dmerged = self._weightless(heads, dmerged.reshape(B, T, H, Dv)).reshape(B, T, H * Dv)
-        return dmerged, dx
+        return self._weightless(heads, None if dmerged is None else dmerged.reshape(heads.shape)).reshape(B, T, HD)
 
     def __repr__(self) -> str:
         return (f"QKNormAttention(d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
