@@ -1,7 +1,8 @@
 """More families of ``minipos.config`` built from the machinery of ``minipos._config_rope`` and
 ``minipos._config_vision``: MiniMax M3 (its full-attention decoder layers, its block-sparse layers named; its tower's
 3-D RoPE), Step 3.7 (its ``step3p5`` decoder and its vision tower), Muse Glimmer (decoder and tower), Muse Spark
-(decoder, Glimmer's with each head's output normed, and tower), Dots 3 Note (its tower; its decoder refused) and
+(decoder, Glimmer's with each head's output normed, and tower), Dots 3 Note (its tower; its decoder is in
+``minipos._config_mla``) and
 MusicFlamingo (its Qwen2 decoder).
 Its towers are registered in ``VISION`` and ``VISION_OF``, what minipos does not model yet in ``NOT_YET``, its decoders
 returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states
@@ -34,12 +35,6 @@ from .layer import MultiHeadAttention
 from .qk_norm import QKNormAttention
 from .seams import NoPE
 
-NOT_YET.update({
-    "dots3_note_text": "Dots 3 Note's latent attention (MLA whose shared RoPE key is RMS-normed, "
-                       "k_rope_only_layernorm, before its interleaved rotation, each head's output gated by "
-                       "sigmoid(g_proj), and the indexed_attention layers' DSA indexer; its vision tower is read "
-                       "alone: read(config['vision_config']))",
-})
 
 
 # --------------------------------------------------------------------------- MiniMax M3

@@ -137,7 +137,13 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   ``axial_window_mask``, biases on all four
 - muse_spark_text (muse_spark): Muse Glimmer's layers, each head's output RMS-normed without weight before the gate
   (``QKNormAttention(o_norm=True)``)
-- vision_config: dots3_note_vision_encoder (dots3_note; read alone, its MLA decoder refused): the Qwen towers' 2-D RoPE
+- dots3_note_text (dots3_note; the hub keeps it at the top level): DeepSeek-V3's MLA, interleaved, per layer type
+  with its own sizes (``per_layer_config``, or the released ``swa_*`` aliases for the sliding layers), the rope key
+  RMS-normed before its rotation (``k_rope_norm``), the latents times sqrt(hidden_size / rank), the softmax scale
+  ``qk_head_dim ** -0.5`` under any ``rope_type``, a sigmoid gate per head (``gate="head"``); sliding layers: their
+  own RoPE (``swa_rope_theta``) and a window; indexed layers: GLM-5's indexer on the scaled query latent
+  (``spec.indexer``), its picks the layer's mask; ``use_dsa`` false: full layers
+- vision_config: dots3_note_vision_encoder (dots3_note, or alone): the Qwen towers' 2-D RoPE
   and order, q/k norm (weight w), ``attention_bias`` on ``qkv`` and ``proj``
 - musicflamingo: its ``text_config`` (Qwen2's by default); the audio encoder and its rotary time embedding in a note
 - cohere_compass_text (cohere_compass): Cohere 2's layer with interleaved M-RoPE (half layout, default [24, 20, 20])
@@ -163,7 +169,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (the decoders of GLM-5.3-Flash, Dots 3 Note and Inkling 2) raise
+minipos does not have yet (the decoders of GLM-5.3-Flash and Inkling 2) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).

@@ -450,14 +450,14 @@ def test_dots3_note_vision_tower(bias):
         assert np.max(np.abs(layer(x[None], positions=merge_positions(H, W, 1), causal=False)[0] - want)) > 1e-3
 
 
-def test_dots3_note_decoder_refused_by_name():
+def test_dots3_note_decoder_read_from_the_hub_layout_too():
+    # The hub's dots3_note config holds the text config at the top level; it reads as dots3_note_text (the layers
+    # against transformers' modules: tests/test_config_interop_dots.py).
     from transformers.models.dots3_note import configuration_dots3_note as hf
     text = _cfg(hf.Dots3NoteTextConfig, num_hidden_layers=2)
-    assert "k_rope_only_layernorm" in str(hf.Dots3NoteTextConfig.base_model_tp_plan)      # the norm the refusal names
-    for raw in (text.to_dict(), {**text.to_dict(), "model_type": "dots3_note"}):          # the hub: text at the top
-        with pytest.raises(ValueError, match="not support yet") as err:
-            mconfig.read(raw)
-        assert "k_rope_only_layernorm" in str(err.value) and "dots3_note_text" in str(err.value)
+    for raw in (text.to_dict(), {**text.to_dict(), "model_type": "dots3_note"}):
+        read = mconfig.read(raw)
+        assert read.model_type == "dots3_note_text" and read.layers[0].k_rope_norm is not None
 
 
 # --------------------------------------------------------------------------- MusicFlamingo

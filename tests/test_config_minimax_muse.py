@@ -185,10 +185,10 @@ def test_muse_spark_decoder_reads_with_its_output_norm_and_its_tower_alone():
 
 # --------------------------------------------------------------------------- Dots 3 Note, MusicFlamingo
 
-def test_dots3_note_decoder_refused_its_tower_read_with_the_hub_aliases():
+def test_dots3_note_decoder_at_the_top_level_its_tower_read_with_the_hub_aliases():
     # Dots3NoteConfig: the published checkpoints hold the text config at the top level.
-    with pytest.raises(ValueError, match="model_type 'dots3_note_text'.*k_rope_only_layernorm.*not support yet"):
-        mconfig.read({"model_type": "dots3_note", "hidden_size": 64})
+    assert mconfig.read({"model_type": "dots3_note", "hidden_size": 64, "num_hidden_layers": 2}).model_type == \
+        "dots3_note_text"
     # Dots3NoteVisionConfig.__post_init__: hidden_size = kwargs.pop("embed_dim", ...), num_heads, use_bias likewise.
     m = mconfig.read({"model_type": "dots3_note_vision_encoder", "embed_dim": 64, "num_heads": 2, "use_bias": True,
                       "num_hidden_layers": 2})
