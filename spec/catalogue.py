@@ -52,8 +52,14 @@ MLA_KEYWORDS = {
     "qk_rope_head_dim": "D_R (even), the rotated part (HF `qk_rope_head_dim`)",
     "v_head_dim": "D_V (HF `v_head_dim`)",
     "q_lora_rank": "r_q, the query latent's width (HF `q_lora_rank`); `None`: a full-rank `wq` (DeepSeek-V2-Lite)",
-    "eps": "the latents' RMSNorm epsilon (HF builds those norms with the default 1e-6, not `rms_norm_eps`); "
-           "not a vectors param",
+    "eps": "the latents' RMSNorm epsilon (DeepSeek builds those norms with the default 1e-6, not `rms_norm_eps`; "
+           "Dots 3 Note with `rms_norm_eps`); a vectors param of the Dots cases only (spec 1.3.0)",
+    "k_rope_norm": "`True`: the shared rope key is RMS-normed (weight `k_rope_norm` `(D_R,)`) before its rotation "
+                   "(Dots 3 Note's `k_rope_only_layernorm`)",
+    "q_lora_scale": "multiplies the normed query latent (Dots 3 Note: `sqrt(hidden_size / q_lora_rank)`)",
+    "kv_lora_scale": "multiplies the normed key/value latent (Dots 3 Note: `sqrt(hidden_size / kv_lora_rank)`)",
+    "gate": "`\"head\"`: each head's output times `sigmoid(x wg)_h` before `wo` (`wg` `(d_model, H)`, Dots 3 Note's "
+            "`g_proj`); `\"feature\"`: one gate per output feature; `None`: no gate",
 }
 
 # Settings of a layer case that are not constructor keywords.
@@ -120,7 +126,8 @@ def layer() -> list:
     if unknown:
         raise SystemExit(f"spec/catalogue.py: describe MultiHeadLatentAttention's keyword(s) {unknown} in MLA_KEYWORDS")
     lines += ["", "`minipos.mla.MultiHeadLatentAttention` (the `mla` families) takes `d_model`, `num_heads`, "
-              "`scheme` (a `DecoupledRotary`), `bias`, `seed`, `dtype`, `block_size` as above, and its own:", "",
+              "`scheme` (a `DecoupledRotary`), `bias`, `seed`, `dtype`, `block_size`, `sliding_window`, `scale` as "
+              "above, and its own:", "",
               "| keyword | default | what it does |", "|---|---|---|"]
     lines += [f"| `{n}` | {d} | {MLA_KEYWORDS[n]} |" for n, d in own]
     return lines + [""]

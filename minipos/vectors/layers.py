@@ -486,7 +486,7 @@ def _local_global_grad_run(inputs, params):
 
 # --------------------------------------------------------------------------- multi-head latent attention
 
-MLA_CONFIGS = (  # (label, q_lora_rank or None, scheme_config, bias, causal, chunks)
+MLA_CONFIGS = (  # (label, q_lora_rank or None, scheme_config, bias, causal, chunks[, options (spec 1.3.0)])
     ("q_lora_interleaved", 4, {"layout": "interleaved"}, False, True, [LENGTH]),
     ("q_lora_interleaved_cached", 4, {"layout": "interleaved"}, False, True, [3, 1, 1, 2]),
     ("no_q_lora_half", None, {"layout": "half"}, False, True, [LENGTH]),
@@ -494,14 +494,22 @@ MLA_CONFIGS = (  # (label, q_lora_rank or None, scheme_config, bias, causal, chu
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4, "mscale": 1.0,
         "mscale_all_dim": 0.5}}, True, True, [LENGTH]),
     ("no_q_lora_bidirectional", None, {"layout": "interleaved"}, False, False, [LENGTH]),
+    # spec 1.3.0: Dots 3 Note's layer (its sliding layers': a window, and the softmax scale given)
+    ("dots_options_window", 4, {"layout": "interleaved"}, True, True, [LENGTH], "DOTS"),
+    ("dots_options_window_cached", 4, {"layout": "interleaved"}, False, True, [3, 1, 1, 2], "DOTS"),
 )
 MLA_DIMS = {"kv_lora_rank": 3, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 3}
+MLA_OPTIONS = {"DOTS": {"k_rope_norm": True, "q_lora_scale": 2 ** 0.5, "kv_lora_scale": (8 / 3) ** 0.5, "gate": "head",
+                        "eps": 1e-5, "sliding_window": 3, "scale": 0.4}}
+"""The options of ``MultiHeadLatentAttention`` a case sets (spec 1.3.0; absent in a case: off, 1, None, eps 1e-6):
+Dots 3 Note's, its latent scales sqrt(d_model / rank) at d_model 8, q_lora_rank 4, kv_lora_rank 3."""
 
 
-def _mla_params(q_lora_rank, config, with_bias, causal):
+def _mla_params(q_lora_rank, config, with_bias, causal, options=None):
     params = {"d_model": D_MODEL, "num_heads": HEADS, **MLA_DIMS, "bias": with_bias, "scheme_config": config,
               "causal": causal}
-    return params if q_lora_rank is None else {**params, "q_lora_rank": q_lora_rank}
+    params = params if q_lora_rank is None else {**params, "q_lora_rank": q_lora_rank}
+    return params if options is None else {**params, **MLA_OPTIONS[options]}
 
 
 def _build_mla(inputs, params, extra=()):
@@ -509,7 +517,8 @@ def _build_mla(inputs, params, extra=()):
     config = dict(params["scheme_config"])
     layer = MultiHeadLatentAttention(params["d_model"], params["num_heads"], bias=params["bias"],
                                      q_lora_rank=params.get("q_lora_rank"), scheme=DecoupledRotary(**config),
-                                     **{k: params[k] for k in MLA_DIMS})
+                                     **{k: params[k] for k in MLA_DIMS},
+                                     **{k: params[k] for k in MLA_OPTIONS["DOTS"] if k in params})
     return _set_weights(layer, inputs, layer.weights(), extra)
 
 
@@ -524,8 +533,8 @@ def _mla_inputs(rng, params):
 def _mla_cases():
     rng = np.random.default_rng(23)
     cases = []
-    for label, q_lora_rank, config, with_bias, causal, chunks in MLA_CONFIGS:
-        params = {**_mla_params(q_lora_rank, config, with_bias, causal), "chunks": chunks}
+    for label, q_lora_rank, config, with_bias, causal, chunks, *options in MLA_CONFIGS:
+        params = {**_mla_params(q_lora_rank, config, with_bias, causal, *options), "chunks": chunks}
         notes = ["MultiHeadLatentAttention (DeepSeek-V2/V3 MLA, decoupled RoPE)",
                  "q = heads(x wq)" if q_lora_rank is None else "q = heads(RMSNorm(x wq_a) wq_b)",
                  f"RoPE layout {config['layout']}", "causal" if causal else "no causal mask"]
@@ -533,10 +542,17 @@ def _mla_cases():
             notes.append("YaRN: mscale/mscale_all_dim on cos and sin, mscale_all_dim^2 on the softmax scale")
         if with_bias:
             notes.append("bias=True: bq_a, bkv_a, bo")
+        if options:
+            notes.append(_DOTS_NOTE)
         if len(chunks) > 1:
             notes.append(f"fed through a KV cache in chunks {chunks}, outputs concatenated")
         cases.append(_case(label, "; ".join(notes), _mla_inputs(rng, params), params, tol()))
     return cases
+
+
+_DOTS_NOTE = ("Dots 3 Note's options: the rope key RMS-normed (k_rope_norm) before its rotation, the normed latents "
+              "times q_lora_scale and kv_lora_scale, each head's output times sigmoid(x wg)_h before wo, every norm "
+              "of eps 1e-5, a window of 3 (i - 3 < j <= i), the softmax scale 0.4")
 
 
 def _mla_run(inputs, params):
@@ -546,15 +562,15 @@ def _mla_run(inputs, params):
 def _mla_grad_cases():
     rng = np.random.default_rng(24)
     cases = []
-    for label, q_lora_rank, config, with_bias, causal, chunks in MLA_CONFIGS:
+    for label, q_lora_rank, config, with_bias, causal, chunks, *options in MLA_CONFIGS:
         if len(chunks) > 1:
             continue
-        params = _mla_params(q_lora_rank, config, with_bias, causal)
+        params = _mla_params(q_lora_rank, config, with_bias, causal, *options)
         inputs = _mla_inputs(rng, params)
         inputs["dy"] = _grid(rng, (BATCH, LENGTH, D_MODEL))
         note = (f"layer.backward(ctx, dy) of MultiHeadLatentAttention, RoPE layout {config['layout']}"
                 + (", YaRN" if "scaling" in config else "") + (", bias=True" if with_bias else "")
-                + ("" if causal else ", no causal mask"))
+                + ("" if causal else ", no causal mask") + (f"; {_DOTS_NOTE}" if options else ""))
         cases.append(_case(label, note, inputs, params))
     return _agree_with_differences("mla_grad", cases, _mla_grad_run,
                                    lambda inputs, params: _build_mla(inputs, params, extra=("dy",))(

@@ -35,7 +35,7 @@ from .rotary import (_axial_cases, _axial_grad_run, _axial_run, _mrope_cases, _m
                      _rope_scaling_cases, _rope_scaling_run, _rope_scores_cases, _rope_scores_run, _xpos_cases,
                      _xpos_run, _xpos_scores_cases, _xpos_scores_run)
 
-SPEC_VERSION = "1.2.0"
+SPEC_VERSION = "1.3.0"
 
 # The float32 tolerance of each family, and of the cases whose error is of another size (large
 # positions): about ten times the largest error |got - expected| / (1 + |expected|) of a float32
