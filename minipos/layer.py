@@ -71,7 +71,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_float, check_float_dtype,
-                      check_int, check_positive_int, check_result, check_span)
+                      check_int, check_positive_int, check_span, check_weighted)
 from ._seam_checks import (check_bias, check_content_position, check_grads, check_like, check_pair, check_scale,
                            checked_add, checked_value)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
@@ -211,6 +211,9 @@ class MultiHeadAttention:
             if w.shape != shape:
                 raise ValueError(f"{name} must have shape {letters} = {shape}, got {w.shape}")
 
+    def _weights(self) -> dict:  # name -> array or None, every weight of _weight_shapes(), for an error to name
+        return {name: getattr(self, name) for name in self._weight_shapes()}
+
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
 
@@ -248,10 +251,8 @@ class MultiHeadAttention:
         x_in = check_like(sc.embed(x, positions), sc, "embed(x, positions)", x, "(B, T, d_model)")
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
-        for name, a in (("q", q_p), ("k", k_p), ("v", v)):
-            if a is not None and not np.isfinite(a).all():      # x is finite: the weights or an overflow (None: shared)
-                raise Overflow(f"the projection {name} of x is not finite ({a.dtype}): the weights or biases of "
-                               f"step 2 (w{name}, ...) hold NaN or inf, or x @ w{name} overflows; rescale x or them")
+        for name, a in (("q", q_p), ("k", k_p), ("v", v)):                     # x is finite: a weight or an overflow
+            check_weighted(a, f"the projection {name} of x (step 2)", self._weights, "x or the weights of step 2")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
         k = k_p if sc.rotates_cached_keys or k_p is None else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
@@ -274,7 +275,8 @@ class MultiHeadAttention:
         # 8) merge the heads, gate them (a layer with an output gate), output projection
         B, H, T, D = out.shape
         merged = self._gate(x_in, out.transpose(0, 2, 1, 3).reshape(B, T, H * D))   # (B, T, H*D)
-        y = self._output(merged)                                                # (B, T, d_model)
+        y = check_weighted(self._output(merged), "the output projection merged @ wo + bo (step 8)", self._weights,
+                           "x, wo or bo")                                       # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
             self._commit(cache, T, tag)
         result = (y, weights) if return_weights else (y,)
@@ -331,9 +333,9 @@ class MultiHeadAttention:
         return dmerged, 0.0
 
     def _output(self, merged):
-        """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)``."""
-        y = merged @ self.wo
-        return y if self.bo is None else y + self.bo
+        """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)`` (checked by the caller)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return merged @ self.wo if self.bo is None else merged @ self.wo + self.bo
 
     def _repeat_kv(self, a):
         """Grouped-query attention: key/value head ``j`` serves query heads ``j G … j G + G - 1``
@@ -391,9 +393,9 @@ class MultiHeadAttention:
         ctx: the ``Context`` returned by ``layer(x, ..., return_context=True)``. Returns a dict keyed
         by parameter name as the golden vectors name them: ``"x"``, ``"wq"``, ``"wk"``, ``"wv"``,
         ``"wo"``, ``"bq"``, ``"bk"``, ``"bv"``, ``"bo"`` (with ``bias=True``), ``"sinks"`` (with
-        ``sinks=True``) and the scheme's
-        learned parameters as ``"scheme.<name>"`` (``"scheme.table"``, ``"scheme.u"``, ...). Keys
-        and values from earlier calls (a cache) are constants here. The forward's steps, reversed.
+        ``sinks=True``) and the scheme's learned parameters as ``"scheme.<name>"`` (``"scheme.table"``,
+        ``"scheme.u"``, ...). Keys and values from earlier calls (a cache) are constants here. The
+        forward's steps, reversed; a weight holding NaN or inf raises ``Overflow`` naming it.
         """
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
@@ -413,8 +415,8 @@ class MultiHeadAttention:
             if self.bo is not None:
                 add("bo", dy.sum(axis=(0, 1)))
             dmerged, dx_gate = self._gate_backward(ctx, dy @ self.wo.T, add)    # (B, T, H*Dv), before the gate
-        dout = dmerged.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)  # (B, H, T, Dv)
-        check_result(dout, "dy @ wo^T")
+        dout = check_weighted(dmerged, "dy @ wo^T", self._weights, "dy or wo")
+        dout = dout.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)    # (B, H, T, Dv)
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
         dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
         # 5) content-position seam: the query used against content
@@ -431,15 +433,14 @@ class MultiHeadAttention:
         dq = self._rotate(sc.rotate_q_backward, dq, rot_pos, ctx.seq_len)
         if not sc.rotates_cached_keys and dk.shape[-2]:
             dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)
-        # 2) projections: q = heads(x_in wq + bq), ...
-        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add) + dx_gate    # 8)'s gate reads x_in too
+        # 2) projections: q = heads(x_in wq + bq), ...; 8)'s gate reads x_in too
+        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add) + dx_gate
+        check_weighted(dx_in, "the gradient of x (steps 2 and 8 reversed)", self._weights, "dy (or x and the weights)")
         # 1) input seam
         add("x", check_like(sc.embed_backward(dx_in, ctx.positions, sc_add), sc, "embed_backward(dx, positions, add)",
                             dx_in, "(B, T, d_model)"))
         for name, g in grads.items():                                          # a sum over B T may overflow
-            if not np.isfinite(g).all():
-                raise Overflow(f"the gradient of {name} overflows {np.asarray(g).dtype}; rescale dy (or x and the "
-                               "weights), or use float64")
+            check_weighted(np.asarray(g), f"the gradient of {name}", self._weights, "dy (or x and the weights)")
         return grads
 
     def _grad_shapes(self, ctx) -> dict:
