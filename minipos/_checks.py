@@ -34,6 +34,7 @@ __all__ = [
     "check_result",
     "check_overflow",
     "check_weighted",
+    "check_context",
     "cast_grad",
     "cast_grads",
     "Overflow",
@@ -300,6 +301,19 @@ def check_weighted(arr: np.ndarray | None, what: str, weights, rescale: str) -> 
         raise Overflow(f"{what} is not finite ({arr.dtype}): {', '.join(bad)} hold{'s' if len(bad) == 1 else ''} "
                        "NaN or inf; a weight must be finite")
     raise Overflow(f"{what} overflows {arr.dtype}; rescale {rescale}, or use float64")
+
+
+def check_context(ours: tuple, theirs: tuple) -> None:
+    """Raise ``ValueError`` naming ``ctx`` and what differs unless ``theirs``, the configuration a
+    ``Context`` recorded (``(name, value)`` pairs), is ``ours``, the layer's ``configuration()``."""
+    ours, theirs = dict(ours), dict(theirs)
+    if ours == theirs:
+        return
+    shown = lambda c, name: repr(c[name]) if name in c else "absent"  # noqa: E731
+    differ = [f"{name}={shown(theirs, name)} (this layer: {shown(ours, name)})"
+              for name in dict.fromkeys([*ours, *theirs]) if ours.get(name) != theirs.get(name)]
+    raise ValueError(f"ctx comes from the forward pass of a layer of another configuration: {', '.join(differ)}; "
+                     "pass the Context this layer's forward returned")
 
 
 def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:

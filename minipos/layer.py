@@ -70,8 +70,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_float, check_float_dtype,
-                      check_int, check_positive_int, check_span, check_weighted)
+from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_context, check_float,
+                      check_float_dtype, check_int, check_positive_int, check_span, check_weighted)
 from ._seam_checks import (check_bias, check_content_position, check_grads, check_like, check_pair, check_scale,
                            checked_add, checked_value)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
@@ -395,15 +395,18 @@ class MultiHeadAttention:
         ``"wo"``, ``"bq"``, ``"bk"``, ``"bv"``, ``"bo"`` (with ``bias=True``), ``"sinks"`` (with
         ``sinks=True``) and the scheme's learned parameters as ``"scheme.<name>"`` (``"scheme.table"``,
         ``"scheme.u"``, ...). Keys and values from earlier calls (a cache) are constants here. The
-        forward's steps, reversed; a weight holding NaN or inf raises ``Overflow`` naming it.
+        forward's steps, reversed; a weight holding NaN or inf raises ``Overflow`` naming it. A pass
+        with ``B`` or ``T`` 0 gives every gradient as zeros (an empty output depends on nothing).
         """
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
-        self._check_context(ctx)
+        check_context(self.configuration(), ctx.configuration)                # made by a layer of this configuration
         self._check_weights()
         dy = as_float_array(dy, "dy")
         if dy.shape != ctx.x.shape:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
+        if not dy.size:                                                # B or T is 0: an empty y depends on nothing
+            return {n: np.zeros(shape, np.result_type(ctx.merged, dy)) for n, shape in self._grad_shapes(ctx).items()}
         sc, grads = self.scheme, {}
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
         shapes = self._grad_shapes(ctx)
@@ -456,17 +459,6 @@ class MultiHeadAttention:
                             f"dict of name -> NumPy array, got {params!r:.200}")
         shapes.update({f"scheme.{name}": p.shape for name, p in params.items()})
         return shapes
-
-    def _check_context(self, ctx) -> None:
-        """Raise unless ``ctx`` comes from a layer of this configuration (``configuration()``)."""
-        ours, theirs = dict(self.configuration()), dict(ctx.configuration)
-        if ours == theirs:
-            return
-        shown = lambda c, name: repr(c[name]) if name in c else "absent"  # noqa: E731
-        differ = [f"{name}={shown(theirs, name)} (this layer: {shown(ours, name)})"
-                  for name in dict.fromkeys([*ours, *theirs]) if ours.get(name) != theirs.get(name)]
-        raise ValueError(f"ctx comes from the forward pass of a layer of another configuration: {', '.join(differ)}; "
-                         "pass the Context this layer's forward returned")
 
     def _project_backward(self, x_in, dq, dk, dv, add):
         """Step 2 reversed: the weights' gradients to ``add``; returns the gradient of ``x_in``."""
