@@ -73,7 +73,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_context, check_float,
                       check_float_dtype, check_int, check_positive_int, check_span, check_weighted)
 from ._seam_checks import (check_bias, check_content_position, check_grads, check_like, check_pair, check_scale,
-                           checked_add, checked_value)
+                           check_settings, checked_add, checked_value)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 from .cache import KVCache
 from .masks import block_mask_fn, check_mask
@@ -158,15 +158,17 @@ class MultiHeadAttention:
     def configuration(self) -> tuple:
         """What a ``Context`` records of the layer that made it, so that ``backward`` knows its own:
         ``(name, value)`` pairs of the class name (the fast twin's is the same), the sizes, the
-        dtype, the flags and the scheme's class. Two layers of one configuration take each other's
-        contexts (and give the gradients of their own weights)."""
+        dtype, the flags, the scheme's class and its settings (``Scheme.settings()``, read now, as
+        ``"scheme.<name>"``). Two layers of one configuration take each other's contexts (and give
+        the gradients of their own weights)."""
         sc = self.scheme
         return (("layer", type(self).__name__), ("d_model", self.d_model), ("num_heads", self.num_heads),
                 ("num_kv_heads", self.num_kv_heads), ("head_dim", self.head_dim), ("dtype", self.dtype.name),
                 ("bias", self.bo is not None), ("block_size", self.block_size),
                 ("attention_chunk", self.attention_chunk), ("sliding_window", self.sliding_window),
                 ("scale", self.scale), ("sinks", self.sinks is not None), ("scheme", type(sc).__name__),
-                ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys))
+                ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys),
+                *check_settings(sc.settings(), sc))
 
     def attention_scale(self) -> float:
         """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's (a finite
@@ -589,4 +591,4 @@ class Context:
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
     merged: np.ndarray         # after the output gate, if any (B, T, H*Dv)
     rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), (3, T) or (2, T); None = positions
-    configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it
+    configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme, its settings): no reference to it

@@ -114,6 +114,10 @@ class ScaledQueryRotary(Rotary):
         return super().rotate_q_backward(apply_query_scale_backward(dq, positions, **self._kw()), positions,
                                          seq_len=seq_len)
 
+    def settings(self):
+        return (*super().settings(), ("beta", self.beta),
+                ("original_max_position_embeddings", self.original_max_position_embeddings))
+
     def __repr__(self) -> str:
         kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
         return (f"ScaledQueryRotary(layout={self.layout!r}{kind}, beta={self.beta:g}, "

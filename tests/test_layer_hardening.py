@@ -3,7 +3,9 @@
 1. NaN or inf in the output projection's weights (and in any weight a backward multiplies by) is an
    ``Overflow`` naming it, never a NaN output or a gradient blamed on the scheme;
 2. the backward of an empty pass (``B`` or ``T`` 0), which the forward accepts, gives zero gradients
-   of the right shapes: an empty output depends on nothing.
+   of the right shapes: an empty output depends on nothing;
+3. a context records the scheme's settings (``Scheme.settings()``: ScaledQueryRotary's beta and L, RoPE's
+   base and scaling, T5's buckets, ...), so ``backward`` refuses one from a pass under other settings.
 """
 
 import numpy as np
@@ -14,6 +16,8 @@ from minipos import layer as L
 from minipos._checks import Overflow
 from minipos.mla import DecoupledRotary, MultiHeadLatentAttention
 from minipos.qk_norm import QKNormAttention
+from minipos.query_scale import ScaledQueryRotary
+from minipos.seams import NoPE
 from _schemes import registered
 
 LAYERS = [pytest.param(L.MultiHeadAttention, id="reference"), pytest.param(fast.MultiHeadAttention, id="fast")]
@@ -116,3 +120,89 @@ def test_the_backward_of_an_empty_pass_of_the_subclasses_is_zero_gradients(B, T)
     expected = {"x": (B, T, 8), "wq": (8, 8), "wkv_a": (8, 5), "kv_a_norm": (3,), "wkv_b": (3, 10), "wo": (6, 8)}
     y, ctx = mla(np.zeros((B, T, 8)), causal=True, return_context=True)
     _assert_zero_gradients(mla.backward(ctx, np.zeros((B, T, 8))), expected, np.float64)
+
+
+# --- 3. the scheme's settings in the configuration a context records ---------------------------------------------
+
+@pytest.mark.parametrize("make", LAYERS)
+@pytest.mark.parametrize("setting, other", [("beta", dict(beta=0.2)), ("original_max_position_embeddings",
+                                                                       dict(original_max_position_embeddings=2))])
+def test_a_query_scale_context_of_another_beta_or_length_is_refused(make, setting, other):
+    # Before: accepted, and the gradients came out with this layer's s(p), not the pass's.
+    args = dict(beta=0.1, original_max_position_embeddings=4, layout="half")
+    ours = make(8, 2, scheme=ScaledQueryRotary(**args), seed=5)
+    same = L.MultiHeadAttention(8, 2, scheme=ScaledQueryRotary(**args), seed=5)
+    theirs = L.MultiHeadAttention(8, 2, scheme=ScaledQueryRotary(**{**args, **other}), seed=5)
+    x = np.random.default_rng(1).standard_normal((1, 9, 8))
+    y, ctx = theirs(x, causal=True, return_context=True)
+    with pytest.raises(ValueError, match=rf"ctx comes from .*another configuration: scheme\.{setting}="):
+        ours.backward(ctx, np.ones_like(y))
+    y, ctx = same(x, causal=True, return_context=True)                      # the same settings: taken
+    np.testing.assert_allclose(ours.backward(ctx, np.ones_like(y))["x"], same.backward(ctx, np.ones_like(y))["x"],
+                               rtol=1e-12, atol=1e-14)
+
+
+def test_a_setting_changed_between_forward_and_backward_is_refused():
+    layer = L.MultiHeadAttention(8, 2, scheme=ScaledQueryRotary(beta=0.1, original_max_position_embeddings=4))
+    y, ctx = layer(X, return_context=True)
+    layer.scheme.beta = 0.5                                                 # read at each call
+    with pytest.raises(ValueError, match=r"scheme\.beta=0\.1 \(this layer: 0\.5\)"):
+        layer.backward(ctx, np.ones_like(y))
+
+
+OTHER_SETTINGS = {                                                          # id: (setting, ours, theirs)
+    "rope-base": ("base", lambda: L.Rotary(), lambda: L.Rotary(base=500000.0)),
+    "rope-scaling": ("scaling_args", lambda: L.Rotary(scaling={"rope_type": "linear", "factor": 2.0}),
+                     lambda: L.Rotary(scaling={"rope_type": "linear", "factor": 4.0})),
+    "alibi": ("symmetric", lambda: L.ALiBi(), lambda: L.ALiBi(symmetric=False)),
+    "t5": ("max_distance", lambda: L.T5Bias(num_buckets=8, max_distance=16),
+           lambda: L.T5Bias(num_buckets=8, max_distance=4)),
+    "xpos": ("scale_base", lambda: L.XPos(), lambda: L.XPos(scale_base=64)),
+    "transformer-xl": ("base", lambda: L.TransformerXL(), lambda: L.TransformerXL(base=100.0)),
+    "deberta": ("pos_att_type", lambda: L.DeBERTa(position_buckets=4, max_relative_positions=8),
+                lambda: L.DeBERTa(position_buckets=4, max_relative_positions=8, pos_att_type="c2p")),
+    "sinusoidal": ("base", lambda: L.Sinusoidal(), lambda: L.Sinusoidal(base=100.0)),
+    "nope-temperature": ("floor_scale", lambda: L.NoPETemperature(floor_scale=4),
+                         lambda: L.NoPETemperature(floor_scale=2)),
+    "fire": ("init_L", lambda: L.FIRE(init_L=4.0), lambda: L.FIRE(init_L=8.0)),
+    "p-rope": ("factor", lambda: L.ProportionalRotary(partial_rotary_factor=0.5),
+               lambda: L.ProportionalRotary(partial_rotary_factor=0.5, factor=8.0)),
+    "decomposed": ("height", lambda: L.DecomposedRelPos(height=2, width=4),
+                   lambda: L.DecomposedRelPos(height=4, width=2)),
+}
+
+
+@pytest.mark.parametrize("make", LAYERS)
+@pytest.mark.parametrize("setting, ours, theirs", OTHER_SETTINGS.values(), ids=OTHER_SETTINGS)
+def test_a_context_of_other_scheme_settings_is_refused(make, setting, ours, theirs):
+    # Before: every one of these was accepted (only the scheme's class was recorded), the gradients
+    # computed with this layer's scheme for a pass run with another.
+    layer, other = make(8, 2, scheme=ours(), seed=2), make(8, 2, scheme=theirs(), seed=2)
+    y, ctx = other(X, causal=True, return_context=True)
+    with pytest.raises(ValueError, match=rf"another configuration: .*scheme\.{setting}="):
+        layer.backward(ctx, np.ones_like(y))
+
+
+class _Settings(NoPE):
+    name = "settings-test"
+
+    def __init__(self, settings):
+        self._settings = settings
+
+    def settings(self):
+        return self._settings
+
+
+@pytest.mark.parametrize("settings, exc, words", [
+    ((("w", np.ones(2)),), TypeError, "a tuple of \\(name, value\\) pairs"),
+    ({"w": 1.0}, TypeError, "must return a tuple"),
+    ((("w", 1.0, 2.0),), TypeError, "must return a tuple"),
+    (((1, 1.0),), TypeError, "must return a tuple"),
+    ((("w", 1.0), ("w", 2.0)), ValueError, "names a setting twice"),
+])
+def test_settings_that_are_not_plain_pairs_are_named(settings, exc, words):
+    # Before: settings() did not exist; an array among them would make the context check ambiguous.
+    layer = L.MultiHeadAttention(8, 2, scheme=_Settings(settings))
+    with pytest.raises(exc, match=rf"_Settings\.settings\(\) \(scheme 'settings-test'\).*{words}"):
+        layer(X, return_context=True)
+
