@@ -14,6 +14,7 @@ import pytest
 
 import minipos.fast as fast
 from minipos import layer as L
+from minipos import schemes
 from minipos._checks import Overflow
 from minipos.mla import DecoupledRotary, MultiHeadLatentAttention, ScaledDecoupledRotary
 from minipos.qk_norm import QKNormAttention
@@ -182,6 +183,21 @@ def test_a_context_of_other_scheme_settings_is_refused(make, setting, ours, thei
     y, ctx = other(X, causal=True, return_context=True)
     with pytest.raises(ValueError, match=rf"another configuration: .*scheme\.{setting}="):
         layer.backward(ctx, np.ones_like(y))
+
+
+NOT_SETTINGS = {"learned": {"std"}, "fire": {"init_c"}, "deberta": {"max_position_embeddings"}}
+"""Keyword arguments that are no setting: ``std`` and ``init_c`` only draw a learned parameter's first
+value; DeBERTa's ``max_position_embeddings`` enters only through ``att_span``, which is one."""
+
+
+@pytest.mark.parametrize("name", list(registered()))
+def test_every_keyword_of_a_registered_scheme_is_among_its_settings(name):
+    # A scheme registered later that forgets settings() fails here, not silently in a backward.
+    entry = schemes.ENTRIES[name]
+    sc = entry.cls(**entry.example(16))
+    L.MultiHeadAttention(8, 2, scheme=sc)                                   # bound: settings resolved
+    missing = set(schemes.config_keys(entry.cls)) - {n for n, _ in sc.settings()} - NOT_SETTINGS.get(name, set())
+    assert not missing, f"{entry.cls.__name__}.settings() leaves out {sorted(missing)}"
 
 
 class _Settings(NoPE):
