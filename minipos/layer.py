@@ -253,7 +253,7 @@ class MultiHeadAttention:
         x_in = check_like(sc.embed(x, positions), sc, "embed(x, positions)", x, "(B, T, d_model)")
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
-        for name, a in (("q", q_p), ("k", k_p), ("v", v)):                     # x is finite: a weight or an overflow
+        for name, a in (("q", q_p), ("k", k_p), ("v", v)):      # x is finite: a weight or an overflow (None: shared)
             check_weighted(a, f"the projection {name} of x (step 2)", self._weights, "x or the weights of step 2")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
