@@ -33,6 +33,8 @@ __all__ = [
     "check_dout",
     "check_result",
     "check_overflow",
+    "check_weighted",
+    "check_context",
     "cast_grad",
     "cast_grads",
     "Overflow",
@@ -276,7 +278,8 @@ def check_axis(axis, ndim: int, name: str = "axis") -> int:
 
 
 class Overflow(ValueError):
-    """A result that does not fit its dtype (a ``ValueError``): the inputs are too large."""
+    """A result that does not fit its dtype (a ``ValueError``): the inputs are too large, or the
+    weights it was computed with hold NaN or inf (``check_weighted``)."""
 
 
 def check_result(arr: np.ndarray, what: str) -> np.ndarray:
@@ -284,6 +287,33 @@ def check_result(arr: np.ndarray, what: str) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise Overflow(f"{what} overflow {arr.dtype}; rescale the inputs or use float64")
     return arr
+
+
+def check_weighted(arr: np.ndarray | None, what: str, weights, rescale: str) -> np.ndarray | None:
+    """``arr`` (``None`` passes), computed from finite inputs and weights with overflow warnings
+    silenced, if finite; else ``Overflow`` naming the weights that hold NaN or inf, or, when none does,
+    the overflow and ``rescale``, what to rescale. ``weights()`` returns the weights, name -> array or
+    ``None``; it is called only on an error."""
+    if arr is None or np.isfinite(arr).all():
+        return arr
+    bad = [name for name, w in weights().items() if w is not None and not np.isfinite(w).all()]
+    if bad:
+        raise Overflow(f"{what} is not finite ({arr.dtype}): {', '.join(bad)} hold{'s' if len(bad) == 1 else ''} "
+                       "NaN or inf; a weight must be finite")
+    raise Overflow(f"{what} overflows {arr.dtype}; rescale {rescale}, or use float64")
+
+
+def check_context(ours: tuple, theirs: tuple) -> None:
+    """Raise ``ValueError`` naming ``ctx`` and what differs unless ``theirs``, the configuration a
+    ``Context`` recorded (``(name, value)`` pairs), is ``ours``, the layer's ``configuration()``."""
+    ours, theirs = dict(ours), dict(theirs)
+    if ours == theirs:
+        return
+    shown = lambda c, name: repr(c[name]) if name in c else "absent"  # noqa: E731
+    differ = [f"{name}={shown(theirs, name)} (this layer: {shown(ours, name)})"
+              for name in dict.fromkeys([*ours, *theirs]) if ours.get(name) != theirs.get(name)]
+    raise ValueError(f"ctx comes from the forward pass of a layer of another configuration: {', '.join(differ)}; "
+                     "pass the Context this layer's forward returned")
 
 
 def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:

@@ -3,9 +3,10 @@
 ``MultiHeadAttention`` (and ``minipos.fast.MultiHeadAttention``, which inherits the calls) passes
 every value a scheme hands back through these functions: the input seam's ``x``, the rotated ``q``
 and ``k``, the bias, the content-position seam's query and extra logits, the value seam's term,
-the scale, and every backward seam's gradient, in the dense, blockwise, non-causal, cached and fast
-paths alike. A value of the wrong type, shape or dtype, or holding NaN or inf, raises ``TypeError``
-or ``ValueError`` naming the seam, the scheme and the shape expected, before it reaches attention.
+the scale, every backward seam's gradient and the settings ``configuration()`` records, in the
+dense, blockwise, non-causal, cached and fast paths alike. A value of the wrong type, shape or
+dtype, or holding NaN or inf, raises ``TypeError`` or ``ValueError`` naming the seam, the scheme
+and the shape expected, before it reaches attention.
 The checks never change a value: a value that passes is returned as it came.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 __all__ = ["seam_name", "check_like", "check_bias", "check_content_position", "checked_extra", "checked_value",
-           "check_scale", "check_grads", "check_pair", "checked_add"]
+           "check_scale", "check_grads", "check_pair", "checked_add", "check_settings"]
 
 
 def seam_name(scheme, seam: str) -> str:
@@ -196,6 +197,29 @@ def check_pair(value, scheme, seam: str, dq_shape: tuple, dk_shape: tuple):
             raise ValueError(f"{who} must return shape {letters} = {tuple(shape)} (or a number), got shape {part.shape}")
         out.append(_finite(part, who))
     return tuple(out)
+
+
+def _plain(value) -> bool:
+    """Whether ``value`` is a plain setting: ``None``, a bool, a number, a string, or a tuple of them."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, np.bool_, numbers.Number, str))
+
+
+def check_settings(value, scheme) -> tuple:
+    """The scheme's ``settings()`` as the layer's ``configuration()`` records them: ``("scheme.<name>",
+    value)`` pairs, each name a distinct string and each value plain (``_plain``: compared by ``==``)."""
+    who = seam_name(scheme, "settings()")
+    want = "a tuple of (name, value) pairs, each value None, a bool, a number, a string or a tuple of them"
+    if not isinstance(value, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        raise TypeError(f"{who} must return {want}, got {value!r:.200}")
+    for name, setting in value:
+        if not isinstance(name, str) or not _plain(setting):
+            raise TypeError(f"{who} must return {want}; got {name!r}: {type(setting).__name__} {setting!r:.100}")
+    names = [name for name, _ in value]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{who} names a setting twice: {names}")
+    return tuple((f"scheme.{name}", setting) for name, setting in value)
 
 
 def checked_add(add, scheme, shapes: Mapping):

@@ -159,5 +159,8 @@ class ALiBi(Scheme):
     def bias(self, q_positions, k_positions):
         return alibi_bias(self.slopes, q_positions, k_positions, symmetric=self.symmetric)  # (H, T, S)
 
+    def settings(self):  # the slopes are fixed arrays (of num_heads, by the paper's rule), like weights
+        return (("symmetric", self.symmetric),)
+
     def __repr__(self) -> str:
         return f"ALiBi(symmetric={self.symmetric})"

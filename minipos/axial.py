@@ -316,6 +316,9 @@ class AxialRotary(Scheme):
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward
 
+    def settings(self):
+        return (("base", self.base), ("layout", self.layout), ("position_scale", self.position_scale))
+
     def __repr__(self) -> str:
         scale = f", position_scale={self.position_scale:g}" if self.position_scale != 1.0 else ""
         return f"AxialRotary(layout={self.layout!r}, base={self.base:g}{scale})"

@@ -686,5 +686,9 @@ class DeBERTa(Scheme):
     def scale(self, head_dim):
         return 1.0 / math.sqrt(head_dim * (1 + len(self.pos_att_type)))
 
+    def settings(self):
+        return (("position_buckets", self.position_buckets), ("max_relative_positions", self.max_relative_positions),
+                ("att_span", self.att_span), ("pos_att_type", tuple(self.pos_att_type)))
+
     def __repr__(self) -> str:
         return f"DeBERTa(position_buckets={self.position_buckets}, pos_att_type={self.pos_att_type})"

@@ -264,5 +264,8 @@ class DecomposedRelPos(Scheme):
         add("scheme.rel_pos_w", dw)
         return dq, 0.0
 
+    def settings(self):
+        return (("height", self.height), ("width", self.width))
+
     def __repr__(self) -> str:
         return f"DecomposedRelPos(height={self.height}, width={self.width})"

@@ -257,6 +257,9 @@ class FIRE(Scheme):
         grads["scheme.L_multiplier"] = np.array(d_mult, self.L_multiplier.dtype)
         return grads
 
+    def settings(self):  # init_c only starts the learned c; init_L scales the threshold at every call
+        return (("mlp_width", self.mlp_width), ("init_L", self.init_L), ("eps", self.eps))
+
     def __repr__(self) -> str:
         return f"FIRE(mlp_width={self.mlp_width}, init_c={self.init_c}, init_L={self.init_L}, eps={self.eps})"
 

@@ -317,6 +317,9 @@ class NoPETemperature(NoPE):
     def rotate_q_backward(self, dq, positions, *, seq_len):
         return apply_attn_temperature_backward(dq, positions, **self._kw())
 
+    def settings(self):
+        return (("attn_scale", self.attn_scale), ("floor_scale", self.floor_scale), ("float32", self.float32))
+
     def __repr__(self) -> str:
         f32 = ", float32=True" if self.float32 else ""
         return f"NoPETemperature(attn_scale={self.attn_scale}, floor_scale={self.floor_scale:g}{f32})"

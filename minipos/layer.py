@@ -70,10 +70,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_float, check_float_dtype,
-                      check_int, check_positive_int, check_result, check_span)
+from ._checks import (Overflow, as_float_array, as_positions, check_alloc, check_bool, check_context, check_float,
+                      check_float_dtype, check_int, check_positive_int, check_span, check_weighted)
 from ._seam_checks import (check_bias, check_content_position, check_grads, check_like, check_pair, check_scale,
-                           checked_add, checked_value)
+                           check_settings, checked_add, checked_value)
 from .attention import attention, attention_backward, blockwise_attention, blockwise_attention_backward
 from .cache import KVCache
 from .masks import block_mask_fn, check_mask
@@ -158,15 +158,17 @@ class MultiHeadAttention:
     def configuration(self) -> tuple:
         """What a ``Context`` records of the layer that made it, so that ``backward`` knows its own:
         ``(name, value)`` pairs of the class name (the fast twin's is the same), the sizes, the
-        dtype, the flags and the scheme's class. Two layers of one configuration take each other's
-        contexts (and give the gradients of their own weights)."""
+        dtype, the flags, the scheme's class and its settings (``Scheme.settings()``, read now, as
+        ``"scheme.<name>"``). Two layers of one configuration take each other's contexts (and give
+        the gradients of their own weights)."""
         sc = self.scheme
         return (("layer", type(self).__name__), ("d_model", self.d_model), ("num_heads", self.num_heads),
                 ("num_kv_heads", self.num_kv_heads), ("head_dim", self.head_dim), ("dtype", self.dtype.name),
                 ("bias", self.bo is not None), ("block_size", self.block_size),
                 ("attention_chunk", self.attention_chunk), ("sliding_window", self.sliding_window),
                 ("scale", self.scale), ("sinks", self.sinks is not None), ("scheme", type(sc).__name__),
-                ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys))
+                ("position_streams", sc.position_streams), ("rotates_cached_keys", sc.rotates_cached_keys),
+                *check_settings(sc.settings(), sc))
 
     def attention_scale(self) -> float:
         """The factor of ``q . k`` in the logits: ``scale`` if given, else the scheme's (a finite
@@ -211,6 +213,9 @@ class MultiHeadAttention:
             if w.shape != shape:
                 raise ValueError(f"{name} must have shape {letters} = {shape}, got {w.shape}")
 
+    def _weights(self) -> dict:  # name -> array or None, every weight of _weight_shapes(), for an error to name
+        return {name: getattr(self, name) for name in self._weight_shapes()}
+
     def _init(self, rng, d_in, d_out):
         return (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(self.dtype)
 
@@ -248,10 +253,8 @@ class MultiHeadAttention:
         x_in = check_like(sc.embed(x, positions), sc, "embed(x, positions)", x, "(B, T, d_model)")
         # 2) projections, split into heads
         q_p, k_p, v = self._project(x_in)                                      # (B, H, T, D), (B, KV, T, D)
-        for name, a in (("q", q_p), ("k", k_p), ("v", v)):
-            if a is not None and not np.isfinite(a).all():      # x is finite: the weights or an overflow (None: shared)
-                raise Overflow(f"the projection {name} of x is not finite ({a.dtype}): the weights or biases of "
-                               f"step 2 (w{name}, ...) hold NaN or inf, or x @ w{name} overflows; rescale x or them")
+        for name, a in (("q", q_p), ("k", k_p), ("v", v)):      # x is finite: a weight or an overflow (None: shared)
+            check_weighted(a, f"the projection {name} of x (step 2)", self._weights, "x or the weights of step 2")
         # 3) rotate seam: q and k rotated by their positions (RoPE, xPos, M-RoPE)
         q = self._rotate(sc.rotate_q, q_p, rot_pos, seq_len)                    # (B, H, T, D)
         k = k_p if sc.rotates_cached_keys or k_p is None else self._rotate(sc.rotate_k, k_p, rot_pos, seq_len)
@@ -274,7 +277,8 @@ class MultiHeadAttention:
         # 8) merge the heads, gate them (a layer with an output gate), output projection
         B, H, T, D = out.shape
         merged = self._gate(x_in, out.transpose(0, 2, 1, 3).reshape(B, T, H * D))   # (B, T, H*D)
-        y = self._output(merged)                                                # (B, T, d_model)
+        y = check_weighted(self._output(merged), "the output projection merged @ wo + bo (step 8)", self._weights,
+                           "x, wo or bo")                                       # (B, T, d_model)
         if cache is not None:                                                   # the call succeeded
             self._commit(cache, T, tag)
         result = (y, weights) if return_weights else (y,)
@@ -331,9 +335,9 @@ class MultiHeadAttention:
         return dmerged, 0.0
 
     def _output(self, merged):
-        """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)``."""
-        y = merged @ self.wo
-        return y if self.bo is None else y + self.bo
+        """Step 8's product: ``merged @ wo + bo``, ``(B, T, H*Dv) -> (B, T, d_model)`` (checked by the caller)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return merged @ self.wo if self.bo is None else merged @ self.wo + self.bo
 
     def _repeat_kv(self, a):
         """Grouped-query attention: key/value head ``j`` serves query heads ``j G … j G + G - 1``
@@ -391,17 +395,20 @@ class MultiHeadAttention:
         ctx: the ``Context`` returned by ``layer(x, ..., return_context=True)``. Returns a dict keyed
         by parameter name as the golden vectors name them: ``"x"``, ``"wq"``, ``"wk"``, ``"wv"``,
         ``"wo"``, ``"bq"``, ``"bk"``, ``"bv"``, ``"bo"`` (with ``bias=True``), ``"sinks"`` (with
-        ``sinks=True``) and the scheme's
-        learned parameters as ``"scheme.<name>"`` (``"scheme.table"``, ``"scheme.u"``, ...). Keys
-        and values from earlier calls (a cache) are constants here. The forward's steps, reversed.
+        ``sinks=True``) and the scheme's learned parameters as ``"scheme.<name>"`` (``"scheme.table"``,
+        ``"scheme.u"``, ...). Keys and values from earlier calls (a cache) are constants here. The
+        forward's steps, reversed; a weight holding NaN or inf raises ``Overflow`` naming it. A pass
+        with ``B`` or ``T`` 0 gives every gradient as zeros (an empty output depends on nothing).
         """
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context of a forward pass (return_context=True), got {type(ctx).__name__}")
-        self._check_context(ctx)
+        check_context(self.configuration(), ctx.configuration)                # made by a layer of this configuration
         self._check_weights()
         dy = as_float_array(dy, "dy")
         if dy.shape != ctx.x.shape:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
+        if not dy.size:                                                # B or T is 0: an empty y depends on nothing
+            return {n: np.zeros(shape, np.result_type(ctx.merged, dy)) for n, shape in self._grad_shapes(ctx).items()}
         sc, grads = self.scheme, {}
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
         shapes = self._grad_shapes(ctx)
@@ -413,8 +420,8 @@ class MultiHeadAttention:
             if self.bo is not None:
                 add("bo", dy.sum(axis=(0, 1)))
             dmerged, dx_gate = self._gate_backward(ctx, dy @ self.wo.T, add)    # (B, T, H*Dv), before the gate
-        dout = dmerged.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)  # (B, H, T, Dv)
-        check_result(dout, "dy @ wo^T")
+        dout = check_weighted(dmerged, "dy @ wo^T", self._weights, "dy or wo")
+        dout = dout.reshape(B, T, self.num_heads, -1).transpose(0, 2, 1, 3)    # (B, H, T, Dv)
         # 7) attention, and 6) the logits' bias: dS goes to the bias seam and the content-position seam
         dq_c, dk, dv, dq_extra, dk_extra = self._attend_backward(ctx, dout, add)
         # 5) content-position seam: the query used against content
@@ -431,15 +438,14 @@ class MultiHeadAttention:
         dq = self._rotate(sc.rotate_q_backward, dq, rot_pos, ctx.seq_len)
         if not sc.rotates_cached_keys and dk.shape[-2]:
             dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)
-        # 2) projections: q = heads(x_in wq + bq), ...
-        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add) + dx_gate    # 8)'s gate reads x_in too
+        # 2) projections: q = heads(x_in wq + bq), ...; 8)'s gate reads x_in too
+        dx_in = self._project_backward(ctx.x_in, dq, dk, dv, add) + dx_gate
+        check_weighted(dx_in, "the gradient of x (steps 2 and 8 reversed)", self._weights, "dy (or x and the weights)")
         # 1) input seam
         add("x", check_like(sc.embed_backward(dx_in, ctx.positions, sc_add), sc, "embed_backward(dx, positions, add)",
                             dx_in, "(B, T, d_model)"))
         for name, g in grads.items():                                          # a sum over B T may overflow
-            if not np.isfinite(g).all():
-                raise Overflow(f"the gradient of {name} overflows {np.asarray(g).dtype}; rescale dy (or x and the "
-                               "weights), or use float64")
+            check_weighted(np.asarray(g), f"the gradient of {name}", self._weights, "dy (or x and the weights)")
         return grads
 
     def _grad_shapes(self, ctx) -> dict:
@@ -455,17 +461,6 @@ class MultiHeadAttention:
                             f"dict of name -> NumPy array, got {params!r:.200}")
         shapes.update({f"scheme.{name}": p.shape for name, p in params.items()})
         return shapes
-
-    def _check_context(self, ctx) -> None:
-        """Raise unless ``ctx`` comes from a layer of this configuration (``configuration()``)."""
-        ours, theirs = dict(self.configuration()), dict(ctx.configuration)
-        if ours == theirs:
-            return
-        shown = lambda c, name: repr(c[name]) if name in c else "absent"  # noqa: E731
-        differ = [f"{name}={shown(theirs, name)} (this layer: {shown(ours, name)})"
-                  for name in dict.fromkeys([*ours, *theirs]) if ours.get(name) != theirs.get(name)]
-        raise ValueError(f"ctx comes from the forward pass of a layer of another configuration: {', '.join(differ)}; "
-                         "pass the Context this layer's forward returned")
 
     def _project_backward(self, x_in, dq, dk, dv, add):
         """Step 2 reversed: the weights' gradients to ``add``; returns the gradient of ``x_in``."""
@@ -596,4 +591,4 @@ class Context:
     lse: np.ndarray | None     # the blockwise path's row log-sum-exp (B, H, T)
     merged: np.ndarray         # after the output gate, if any (B, T, H*Dv)
     rot_positions: np.ndarray | None = None   # the rotate seam's: (T,), (3, T) or (2, T); None = positions
-    configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme class): no reference to it
+    configuration: tuple = ()  # the layer's configuration() (sizes, flags, scheme, its settings): no reference to it

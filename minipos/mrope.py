@@ -393,6 +393,11 @@ class MRotary(Scheme):
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward
 
+    def settings(self):
+        section = None if self.mrope_section is None else tuple(self.mrope_section)
+        return (("mrope_section", section), ("base", self.base), ("interleaved", self.interleaved),
+                ("rotary_dim", self.rotary_dim), ("layout", self.layout))
+
     def __repr__(self) -> str:
         extra = "" if self.rotary_dim is None else f", rotary_dim={self.rotary_dim}"
         extra += "" if self.layout == "half" else f", layout={self.layout!r}"

@@ -155,5 +155,9 @@ class ProportionalRotary(Scheme):
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward
 
+    def settings(self):
+        return (("base", self.base), ("partial_rotary_factor", self.partial_rotary_factor), ("factor", self.factor),
+                ("layout", self.layout))
+
     def __repr__(self) -> str:
         return f"ProportionalRotary(partial_rotary_factor={self.partial_rotary_factor}, layout={self.layout!r})"

@@ -25,8 +25,9 @@ floor in exact integer arithmetic (``p // L``) and the rest in float64. The two 
 rounding (a relative 1e-7) for every position below 2^24.
 
 Conventions: positions ``(T,)`` integers >= 0 (a cached step's queries start at the cache length);
-q ``(..., T, D)``. ``ScaledQueryRotary`` (the scheme the layer runs: ``Rotary`` whose queries are
-then scaled) is at the bottom.
+q ``(..., T, D)``. ``QueryScaleMixin`` (the query scale on top of any RoPE scheme) and
+``ScaledQueryRotary`` (the scheme the layer runs: ``Rotary`` whose queries are then scaled) are at the
+bottom.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from numpy.typing import ArrayLike
 from ._checks import as_float_array, as_positions, check_float, check_overflow, check_positive_int
 from .rope_scaling import Rotary
 
-__all__ = ["llama4_query_scale", "apply_query_scale", "apply_query_scale_backward", "ScaledQueryRotary"]
+__all__ = ["llama4_query_scale", "apply_query_scale", "apply_query_scale_backward", "QueryScaleMixin",
+           "ScaledQueryRotary"]
 
 
 def llama4_query_scale(positions: ArrayLike, *, beta: float, original_max_position_embeddings: int) -> np.ndarray:
@@ -78,28 +80,19 @@ def apply_query_scale_backward(dy: ArrayLike, positions: ArrayLike, *, beta: flo
     return _scaled(dy, "dy", positions, beta, original_max_position_embeddings, "the gradient of q, s(p) * dy")
 
 
-class ScaledQueryRotary(Rotary):
-    """RoPE whose rotated query at position p is then multiplied by ``1 + beta ln(1 + floor(p / L))``.
+class QueryScaleMixin:
+    """The query scale ``s(p)`` on top of a RoPE scheme (a ``Rotary`` subclass): the rotated query at
+    position p is multiplied by ``s(p)``, the keys are the scheme's own.
 
-    ``Rotary`` with every argument the same, then ``apply_query_scale`` on the queries: transformers'
-    ``llama_4_scaling_beta`` (Ministral 3, Mistral 4).
-
-    beta: ``rope_parameters['llama_4_scaling_beta']``; original_max_position_embeddings: L, the
-    divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``); the
-    defaults are Ministral 3's, 0.1 and 16384.
-    base, layout, rotary_dim, scaling: as ``Rotary``'s (Ministral 3: ``layout="half"``, its YaRN
-    ``rope_parameters`` as ``scaling``). Keys are rotated as by ``Rotary``; the query scale is fixed, not
-    learned.
+    Put it first among the bases (``class Scaled(QueryScaleMixin, SomeRotary)``) and let the class's
+    ``__init__`` pass ``beta`` and ``original_max_position_embeddings`` to it with the scheme's own
+    arguments; ``rotate_q`` and ``rotate_q_backward`` wrap the scheme's (``s(p) R(p) q`` and
+    ``R(p)^T s(p) dq``), ``settings()`` adds beta and L, and ``repr`` shows them. ``ScaledQueryRotary``
+    and MLA's ``ScaledDecoupledRotary`` are this mixin on ``Rotary`` and ``DecoupledRotary``.
     """
 
-    name = "query-scale"
-    sign_convention = ((r"as RoPE, times the query's own scale: $s(i)\, q^\top R(j - i)\, k$, "
-                        r"$s(i) = 1 + \beta \ln(1 + \lfloor i / L \rfloor)$"),
-                       r"transformers `get_llama_4_attn_scale` (Ministral 3, Mistral 4)")
-
-    def __init__(self, *, beta: float = 0.1, original_max_position_embeddings: int = 16384, base: float = 10000.0,
-                 layout: str = "interleaved", rotary_dim: int | None = None, scaling: dict | None = None):
-        super().__init__(base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
+    def __init__(self, *, beta: float, original_max_position_embeddings: int, **scheme_arguments):
+        super().__init__(**scheme_arguments)
         self.beta = check_float(beta, "beta", minimum=0.0)
         self.original_max_position_embeddings = check_positive_int(original_max_position_embeddings,
                                                                    "original_max_position_embeddings")
@@ -114,7 +107,36 @@ class ScaledQueryRotary(Rotary):
         return super().rotate_q_backward(apply_query_scale_backward(dq, positions, **self._kw()), positions,
                                          seq_len=seq_len)
 
+    def settings(self):
+        return (*super().settings(), ("beta", self.beta),
+                ("original_max_position_embeddings", self.original_max_position_embeddings))
+
     def __repr__(self) -> str:
         kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
-        return (f"ScaledQueryRotary(layout={self.layout!r}{kind}, beta={self.beta:g}, "
+        return (f"{type(self).__name__}(layout={self.layout!r}{kind}, beta={self.beta:g}, "
                 f"original_max_position_embeddings={self.original_max_position_embeddings})")
+
+
+class ScaledQueryRotary(QueryScaleMixin, Rotary):
+    """RoPE whose rotated query at position p is then multiplied by ``1 + beta ln(1 + floor(p / L))``.
+
+    ``Rotary`` with every argument the same, then ``apply_query_scale`` on the queries: transformers'
+    ``llama_4_scaling_beta`` (Ministral 3, Mistral 4).
+
+    beta: ``rope_parameters['llama_4_scaling_beta']``; original_max_position_embeddings: L, the
+    divisor of the position (HF reads ``rope_parameters['original_max_position_embeddings']``); the
+    defaults are Ministral 3's, 0.1 and 16384.
+    base, layout, rotary_dim, scaling: as ``Rotary``'s (Ministral 3: ``layout="half"``, its YaRN
+    ``rope_parameters`` as ``scaling``). Keys are rotated as by ``Rotary``; the query scale is fixed, not
+    learned (``QueryScaleMixin``).
+    """
+
+    name = "query-scale"
+    sign_convention = ((r"as RoPE, times the query's own scale: $s(i)\, q^\top R(j - i)\, k$, "
+                        r"$s(i) = 1 + \beta \ln(1 + \lfloor i / L \rfloor)$"),
+                       r"transformers `get_llama_4_attn_scale` (Ministral 3, Mistral 4)")
+
+    def __init__(self, *, beta: float = 0.1, original_max_position_embeddings: int = 16384, base: float = 10000.0,
+                 layout: str = "interleaved", rotary_dim: int | None = None, scaling: dict | None = None):
+        super().__init__(beta=beta, original_max_position_embeddings=original_max_position_embeddings, base=base,
+                         layout=layout, rotary_dim=rotary_dim, scaling=scaling)

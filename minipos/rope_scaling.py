@@ -492,6 +492,14 @@ class Rotary(Scheme):
     rotate_q_backward = _apply_backward
     rotate_k_backward = _apply_backward
 
+    def settings(self):
+        """Base, layout, rotated dims (``None``: all) and the scaling: its kind and its arguments, sorted
+        (a list, LongRoPE's factors, as a tuple)."""
+        args = tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v)
+                            for k, v in self.scaling_args.items()))
+        return (("base", self.base), ("layout", self.layout), ("rotary_dim", self.rotary_dim),
+                ("scaling", self.scaling_kind), ("scaling_args", args))
+
     def __repr__(self) -> str:
         kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
         return f"Rotary(layout={self.layout!r}, rotary_dim={self.rotary_dim}{kind})"

@@ -66,6 +66,13 @@ class Scheme:
         """The scheme's learned position parameters, by their reference names."""
         return {}
 
+    def settings(self) -> tuple:
+        """The scheme's fixed settings that change its forward (a base, a layout, a bucket count): ``(name,
+        value)`` pairs of plain values (numbers, strings, booleans, ``None``, tuples of them), none by
+        default. The layer's ``configuration()`` records them as ``"scheme.<name>"``, so ``backward``
+        refuses a context of a pass under other settings. Learned parameters are ``parameters()``."""
+        return ()
+
     position_streams = 1  # 3: positions (3, T) feed the rotate seam only; mask and cache follow sequence order
     rotates_cached_keys = False  # cache hook: True = the cache keeps raw keys, every call rotates all of them
 

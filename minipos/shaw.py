@@ -269,5 +269,8 @@ class Shaw(Scheme):
         add("scheme.w_v", dw_v)
         return dp
 
+    def settings(self):
+        return (("max_relative_position", self.max_relative_position),)
+
     def __repr__(self) -> str:
         return f"Shaw(max_relative_position={self.max_relative_position})"

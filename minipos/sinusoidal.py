@@ -257,6 +257,9 @@ class Sinusoidal(Scheme):
         pe = sinusoidal_table(positions, x.shape[-1], base=self.base, layout=self.layout)
         return x + pe.astype(x.dtype, copy=False)  # (B, T, d_model) + (T, d_model)
 
+    def settings(self):
+        return (("base", self.base), ("layout", self.layout))
+
     def __repr__(self) -> str:
         return f"Sinusoidal(layout={self.layout!r})"
 
@@ -291,6 +294,9 @@ class LearnedAbsolute(Scheme):
     def embed_backward(self, dx, positions, add):
         add("scheme.table", absolute_embedding_backward(self.table, positions, dx.sum(axis=0)))
         return dx
+
+    def settings(self):  # std only draws the table
+        return (("max_positions", self.max_positions),)
 
     def __repr__(self) -> str:
         return f"LearnedAbsolute(max_positions={self.max_positions})"

@@ -293,6 +293,10 @@ class T5Bias(Scheme):
     def scale(self, head_dim):
         return 1.0
 
+    def settings(self):
+        return (("num_buckets", self.num_buckets), ("max_distance", self.max_distance),
+                ("bidirectional", self.bidirectional))
+
     def __repr__(self) -> str:
         return (f"T5Bias(num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
                 f"bidirectional={self.bidirectional})")

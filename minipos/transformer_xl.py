@@ -578,5 +578,8 @@ class TransformerXL(Scheme):
         add("scheme.w_r", dw_r)
         return dq, 0.0
 
+    def settings(self):  # the base of the fixed sinusoidal table R
+        return (("base", self.base),)
+
     def __repr__(self) -> str:
         return "TransformerXL()"

@@ -250,5 +250,8 @@ class XPos(Scheme):
         backward = apply_xpos_backward if ops is None else ops.apply_xpos_backward
         return backward(dk, positions, base=self.base, scale_base=self.scale_base, downscale=True)
 
+    def settings(self):
+        return (("base", self.base), ("scale_base", self.scale_base))
+
     def __repr__(self) -> str:
         return f"XPos(scale_base={self.scale_base})"

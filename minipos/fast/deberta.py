@@ -56,8 +56,8 @@ def take_rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
 
 
 def _shared_index(idx: np.ndarray) -> np.ndarray | None:
-    """The (T, S) index of an index broadcast to (..., H, T, S), or None when it varies."""
-    if idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2):
+    """The (T, S) index of an index broadcast to (..., H, T, S), or None when it varies or is empty."""
+    if idx.size and (idx.ndim == 2 or idx.strides[:-2] == (0,) * (idx.ndim - 2)):
         return idx[(0,) * (idx.ndim - 2)]
     return None
 

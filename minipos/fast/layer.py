@@ -136,8 +136,9 @@ class MultiHeadAttention(reference.MultiHeadAttention):
 
     def _output(self, merged):
         """Step 8's product, its rows shared among the kernel's workers (``_threads.matmul``)."""
-        y = _threads.matmul(merged, self.wo, _threads.default_workers())
-        return y if self.bo is None else y + self.bo
+        with np.errstate(over="ignore", invalid="ignore"):               # checked by the caller
+            y = _threads.matmul(merged, self.wo, _threads.default_workers())
+            return y if self.bo is None else y + self.bo
 
     def _rotate(self, rotate, x, positions, seq_len):
         """Step 3 (and its backward), with the fast rotation of the schemes in ``ROTATE``."""
