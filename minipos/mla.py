@@ -71,7 +71,7 @@ from ._checks import (as_float_array, as_positions, check_alloc, check_bool, che
 from .attention import attention
 from .gate import OutputGate, check_gate
 from .layer import MultiHeadAttention
-from .query_scale import apply_query_scale, apply_query_scale_backward
+from .query_scale import QueryScaleMixin
 from .rope_scaling import Rotary
 
 __all__ = ["MultiHeadLatentAttention", "DecoupledRotary", "ScaledDecoupledRotary", "rms_norm", "rms_norm_backward",
@@ -218,39 +218,23 @@ class DecoupledRotary(Rotary):
         return f"DecoupledRotary(layout={self.layout!r}{kind})"
 
 
-class ScaledDecoupledRotary(DecoupledRotary):
+class ScaledDecoupledRotary(QueryScaleMixin, DecoupledRotary):
     """MLA's decoupled RoPE whose whole query at position p is then multiplied by ``1 + beta ln(1 + floor(p / L))``.
 
     Mistral 4 (transformers ``Mistral4Attention``): after the rotation, the query ``[q_C | R(p) q_R]`` --
     both slices -- is multiplied by ``llama_4_scaling_beta``'s scale ``s(p)`` (``minipos.query_scale``), so
     every logit of row p is scaled by ``s(p)``; keys are not. beta: ``rope_parameters['llama_4_scaling_beta']``;
     original_max_position_embeddings: L (HF reads ``rope_parameters['original_max_position_embeddings']``,
-    the same L as its YaRN's). base, layout, scaling: as ``DecoupledRotary``'s.
+    the same L as its YaRN's). base, layout, scaling: as ``DecoupledRotary``'s. The query scale is
+    ``minipos.query_scale.QueryScaleMixin``'s, the same as ``ScaledQueryRotary``'s.
     """
 
     name = "mla-rope+query-scale"
 
     def __init__(self, *, beta: float, original_max_position_embeddings: int, base: float = 10000.0,
                  layout: str = "interleaved", scaling: dict | None = None):
-        super().__init__(base=base, layout=layout, scaling=scaling)
-        self.beta = check_float(beta, "beta", minimum=0.0)
-        self.original_max_position_embeddings = check_positive_int(original_max_position_embeddings,
-                                                                   "original_max_position_embeddings")
-
-    def _kw(self):
-        return dict(beta=self.beta, original_max_position_embeddings=self.original_max_position_embeddings)
-
-    def rotate_q(self, q, positions, *, seq_len):  # s(p) [q_C | R(p) q_R]
-        return apply_query_scale(self._apply(q, positions, seq_len=seq_len), positions, **self._kw())
-
-    def rotate_q_backward(self, dq, positions, *, seq_len):  # the rope slice's R(p)^T of s(p) dq
-        return self._apply_backward(apply_query_scale_backward(dq, positions, **self._kw()), positions,
-                                    seq_len=seq_len)
-
-    def __repr__(self) -> str:
-        kind = f", scaling={self.scaling_kind!r}" if self.scaling_kind else ""
-        return (f"ScaledDecoupledRotary(layout={self.layout!r}{kind}, beta={self.beta:g}, "
-                f"original_max_position_embeddings={self.original_max_position_embeddings})")
+        super().__init__(beta=beta, original_max_position_embeddings=original_max_position_embeddings,
+                         base=base, layout=layout, scaling=scaling)
 
 
 # --------------------------------------------------------------------------- the layer
@@ -381,14 +365,12 @@ class MultiHeadLatentAttention(OutputGate, MultiHeadAttention):
                     "the head dims, num_heads and d_model)")
 
     def configuration(self) -> tuple:
-        """``MultiHeadAttention.configuration()`` with the latent ranks, the head dims, the query scale's beta
-        and L of a ``ScaledDecoupledRotary`` (read at each call, so a context must come from a pass with the same)
-        and Dots 3 Note's options (the rope key's norm on or off, the latent scales, the gate's kind or None)."""
-        sc = self.scheme
-        query_scale = (sc.beta, sc.original_max_position_embeddings) if isinstance(sc, ScaledDecoupledRotary) else None
+        """``MultiHeadAttention.configuration()`` (with the scheme's settings: a ``ScaledDecoupledRotary``'s beta
+        and L among them) with the latent ranks, the head dims and Dots 3 Note's options (the rope key's norm on or
+        off, the latent scales, the gate's kind or None)."""
         return (*super().configuration(), ("kv_lora_rank", self.kv_lora_rank), ("q_lora_rank", self.q_lora_rank),
                 ("qk_nope_head_dim", self.qk_nope_head_dim), ("qk_rope_head_dim", self.qk_rope_head_dim),
-                ("v_head_dim", self.v_head_dim), ("eps", self.eps), ("query_scale", query_scale),
+                ("v_head_dim", self.v_head_dim), ("eps", self.eps),
                 ("k_rope_norm", self.k_rope_norm is not None), ("q_lora_scale", self.q_lora_scale),
                 ("kv_lora_scale", self.kv_lora_scale), ("gate", self.gate if self._gated() else None))
 

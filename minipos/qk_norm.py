@@ -144,7 +144,7 @@ class QKNormAttention(OutputGate, MultiHeadAttention):
         if not self.o_norm:
             return merged if dmerged is None else dmerged
         B, T, HD = merged.shape
-        heads = merged.reshape(B, T, self.num_heads, -1)
+        heads = merged.reshape(B, T, self.num_heads, HD // self.num_heads)   # B or T may be 0
         return self._weightless(heads, None if dmerged is None else dmerged.reshape(heads.shape)).reshape(B, T, HD)
 
     def __repr__(self) -> str:
