@@ -200,6 +200,10 @@ def _dots_layer_configs(c: _Config, types: list) -> dict:
     given = c.data.get("per_layer_config")
     if given is None:
         swa = {k: c.data.get(f"swa_{k}", v) for k, v in _DOTS_SWA.items()}
+        nulls = sorted(f"swa_{k}" for k, v in swa.items() if v is None)
+        if nulls:
+            raise c.error(f"config {nulls} null: transformers builds the sliding layers with the value None (leave the "
+                          "key out for its default)")
         swa["qk_rope_head_dim"] = c.data.get("swa_qk_rope_head_dim", None)
         if swa["qk_rope_head_dim"] is None:
             head, nope = swa["head_dim"], swa["qk_nope_head_dim"]
@@ -224,6 +228,10 @@ def _dots_layer_configs(c: _Config, types: list) -> dict:
             if unknown:
                 raise c.error(f"config['per_layer_config'][{key!r}] sets {unknown}, which minipos does not read per "
                               f"layer (it reads {', '.join(_DOTS_LAYER_KEYS)})")
+            nulls = sorted(k for k in entry if k in _DOTS_LAYER_KEYS and entry[k] is None)
+            if nulls:
+                raise c.error(f"config['per_layer_config'][{key!r}] sets {nulls} to null; transformers builds that "
+                              "layer with the value None (a layer's value, or leave the key out for the model's)")
             overrides[i] = {k: v for k, v in entry.items() if k in _DOTS_LAYER_KEYS}
     configs = {}
     for kind in dict.fromkeys(types):

@@ -48,6 +48,8 @@ def test_switches_of_the_released_config():
 @pytest.mark.parametrize("change, words", [
     ({"per_layer_config": {"2": {"skip": ["mlp"]}}}, r"per_layer_config'\]\['2'\] sets \['skip'\]"),
     ({"per_layer_config": {"9": {"num_attention_heads": 2}}}, r"layer indices 0\.\.5"),
+    ({"per_layer_config": {str(i): {"num_attention_heads": None} for i in (2, 3, 4)}},
+     r"sets \['num_attention_heads'\] to null"),
     ({"per_layer_config": {"2": {"num_attention_heads": 2, "num_key_value_heads": 2}}},
      "the sliding_attention layers 2 and 3 differ"),
     ({"swa_num_key_value_heads": 1}, r"num_key_value_heads \(1\) must equal num_attention_heads \(2\)"),
@@ -57,6 +59,7 @@ def test_switches_of_the_released_config():
     ({"rope_parameters": {"indexed_attention": {"rope_type": "default", "rope_theta": 1.0}}},
      "no entry .* for layer type 'sliding_attention'"),
     ({"swa_head_dim": "8"}, "swa_head_dim'.* must be integers"),
+    ({"swa_kv_lora_rank": None}, r"config \['swa_kv_lora_rank'\] null"),
     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic' changes the frequencies"),
     ({"qk_rope_head_dim": 10, "head_dim": 16}, r"qk_rope_head_dim \(10\) is more than index_head_dim \(8\)"),
 ])
