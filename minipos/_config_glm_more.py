@@ -1,8 +1,8 @@
 """The GLM multimodal families of ``minipos.config`` that transformers 5.24 adds beside GLM-4.xV, built from the
 machinery of ``minipos._config_vision`` and ``minipos._config_rope``: GLM-OCR (its decoder and its vision tower),
 GLM-Image (its decoder and its vision tower, whose attention has no position machinery at all) and GLM-5.3-Flash
-(``glm5_next``: its vision tower, GLM-OCR's; its decoder is refused by name in ``NOT_YET``). Its towers are
-registered in ``VISION`` and ``VISION_OF``, its refusals in ``NOT_YET``, its decoders returned in ``FAMILIES`` and
+(``glm5_next``: its vision tower, GLM-OCR's; its decoder is in ``minipos._config_mla``). Its towers are
+registered in ``VISION`` and ``VISION_OF``, its decoders returned in ``FAMILIES`` and
 ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states the contract."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ._checks import check_float
-from ._config_rope import NOT_YET, named_errors
+from ._config_rope import named_errors
 from ._config_types import Family, LayerSpec
 from ._config_types import FamilyConfig as _Config
 from ._config_vision import VISION, VISION_OF, glm4v, qwen_tower
@@ -137,15 +137,6 @@ _GLM_IMAGE_TEXT = {"hidden_size": 4096, "num_hidden_layers": 40, "num_attention_
 
 # --------------------------------------------------------------------------- GLM-5.3-Flash
 
-NOT_YET.update({
-    "glm5_next_text": "GLM-5.3-Flash's decoder layers (its vision tower reads alone: read(config['vision_config'])): "
-                      "KDA in the linear_attention layers (Kimi delta attention: a gated delta-rule recurrence after "
-                      "short convolutions, no attention matrix), and in the indexed_attention layers multi-head latent "
-                      "attention without RoPE (qk_rope_head_dim 0, which minipos.mla's layer does not take) masked by "
-                      "a k-pool indexer's picks (the top index_topk // index_kpool pools of index_kpool keys, each "
-                      "scored through a learned softmax-weighted mean with an in-pool position table "
-                      "index_kpool_compress_ape, plus the incomplete tail)",
-})
 
 VISION.update({"glm_ocr_vision": Family(_glm_ocr_vision, _GLM_OCR_VISION),
                "glm5_next_vision": Family(_glm_ocr_vision, _GLM_OCR_VISION),

@@ -16,6 +16,7 @@ from ._config_types import FamilyConfig as _Config
 from .mla import DecoupledRotary, MultiHeadLatentAttention, ScaledDecoupledRotary
 from .rope import rope_inv_freq
 from .rope_scaling import REGISTRY
+from .seams import NoPE
 
 
 def _mla(c: _Config, layout: str, q_lora_rank, params: dict | None = None, query_scale: dict | None = None) -> tuple:
@@ -330,6 +331,78 @@ def _dots3_note(c):
     return check_built(c, sorted(specs, key=lambda s: s.index))
 
 
+# --------------------------------------------------------------------------- GLM-5.3-Flash
+
+def _glm5_next(c):
+    """GLM-5.3-Flash's decoder (HF ``Glm5NextTextAttention``): its attention layers (``spec.index`` their place; the
+    "indexed_attention" ones, which a "full_attention" in ``layer_types`` means), the KDA layers, the hyper-connections
+    and the k-pool indexer in notes. ``(specs, notes)``.
+
+    Multi-head latent attention without RoPE (``qk_rope_head_dim`` 0, which HF requires): no position enters the
+    layer at all; both latents RMS-normed with ``rms_norm_eps``; the softmax scale ``qk_nope_head_dim ** -0.5``. The
+    only mask is the indexer's picks (causal and padding already), which the caller passes. A "shared" layer reuses the
+    picks of the decoder layer just before it, which must be an attention layer that runs its indexer (HF raises
+    otherwise)."""
+    if isinstance(c.data.get("layer_types"), list):                      # Glm5NextTextConfig renames full_attention
+        c = _Config({**c.data, "layer_types": ["indexed_attention" if t == "full_attention" else t
+                                               for t in c.data["layer_types"]]}, c.model_type, c.defaults)
+    kinds = layer_types_of(c, lambda i: "linear_attention" if i % 4 != 3 else "indexed_attention",
+                           allowed=("linear_attention", "indexed_attention"))
+    types = _indexer_types(c)
+    heads = c.int("num_attention_heads", required=True)
+    kv_heads = c.int("num_key_value_heads") or heads
+    if kv_heads != heads:
+        raise c.error(f"num_key_value_heads ({kv_heads}) must equal num_attention_heads ({heads}); transformers "
+                      "refuses it too")
+    if "q_lora_rank" in c.data and c.data["q_lora_rank"] is None:
+        raise c.error("config['q_lora_rank'] is null; GLM-5.3-Flash's indexer reads the query latent (an integer)")
+    if c.get("qk_rope_head_dim", 0) not in (0, None):
+        raise c.error(f"config['qk_rope_head_dim'] = {c.get('qk_rope_head_dim')!r}: GLM-5.3-Flash's latent attention "
+                      "has no RoPE (transformers requires 0)")
+    kpool, topk = c.int("index_kpool", required=True), c.int("index_topk", required=True)
+    if topk % kpool:
+        raise c.error(f"index_topk ({topk}) must be a multiple of index_kpool ({kpool}); transformers refuses it too")
+    kwargs = {"d_model": c.int("hidden_size", required=True), "num_heads": heads,
+              "kv_lora_rank": c.int("kv_lora_rank", required=True), "q_lora_rank": c.int("q_lora_rank", required=True),
+              "qk_nope_head_dim": c.int("qk_nope_head_dim", required=True), "qk_rope_head_dim": 0,
+              "v_head_dim": c.int("v_head_dim", required=True), "bias": c.flag("attention_bias", False),
+              "eps": c.float("rms_norm_eps", positive=True)}
+    tail = c.flag("index_kpool_always_select_tail", True)
+    indexer = {"num_heads": c.int("index_n_heads", required=True), "head_dim": c.int("index_head_dim", required=True),
+               "rope_dim": 0, "topk": topk, "kpool": kpool, "always_select_tail": tail, "shared_from": None}
+    position = "MLA without RoPE (qk_rope_head_dim 0): no position; the indexer's picks are the mask"
+    specs = []
+    for i, kind in enumerate(kinds):
+        if kind != "indexed_attention":
+            continue
+        note = "call with the picks as mask (B, T, S) and causal=True: the picks are causal already"
+        if types[i] == "shared":
+            if i == 0 or kinds[i - 1] != "indexed_attention" or types[i - 1] != "full":
+                raise c.error(f"layer {i} is 'shared' in indexer_types, but layer {i - 1} is not an attention layer "
+                              "that runs its indexer; transformers hands a shared layer the picks of the layer just "
+                              "before it, and raises")
+            specs.append(LayerSpec(i, kind, MultiHeadLatentAttention, kwargs, NoPE, position, notes=(
+                f"no indexer of its own: it reuses layer {i - 1}'s picks; {note}",),
+                indexer={**indexer, "shared_from": i - 1}))
+        else:
+            specs.append(LayerSpec(i, kind, MultiHeadLatentAttention, kwargs, NoPE, position, notes=(note,),
+                                   indexer=dict(indexer)))
+    linear = [str(i) for i, kind in enumerate(kinds) if kind == "linear_attention"]
+    notes = [f"the indexer (Glm5NextTextIndexer, spec.indexer) scores pools of index_kpool = {kpool} keys, each key "
+             "the mean of its pool's keys weighted by a softmax of a gate plus a learned table over the place in the "
+             f"pool (index_kpool_compress_ape: the only position table of the model), and picks the top "
+             f"{topk // kpool} pools" + (" and the incomplete tail" if tail else "") + "; minipos does not model "
+             "the indexer: pass its picks as the mask",
+             f"hyper-connections: each decoder layer mixes hc_mult = {c.int('hc_mult')} residual streams into its "
+             "input (not position machinery)"]
+    if linear:
+        notes.append(f"layers {', '.join(linear)} are KDA layers (Kimi delta attention: short convolutions of "
+                     f"{c.int('linear_conv_kernel_dim')} taps, then a gated delta-rule recurrence, no attention "
+                     "matrix): they see order by their recurrence, not by positions, which minipos does not model; "
+                     ".layers holds the attention layers only, spec.index their place")
+    return check_built(c, specs), notes
+
+
 FAMILIES = {
     "deepseek_v3": Family(_deepseek_v3, {"rope_theta": 10000.0, "max_position_embeddings": 4096}),
     "mistral4": Family(_mistral4, {"max_position_embeddings": 1048576, "kv_lora_rank": 256, "q_lora_rank": 1024,
@@ -357,5 +430,11 @@ FAMILIES = {
                                             "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                                             "v_head_dim": 128, "rms_norm_eps": 1e-5, "sliding_window_size": 512,
                                             "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}),
+    "glm5_next_text": Family(_glm5_next, {"num_hidden_layers": 45, "hidden_size": 4096, "num_attention_heads": 64,
+                                          "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 256,
+                                          "v_head_dim": 256, "rms_norm_eps": 1e-5, "index_topk": 2048,
+                                          "index_head_dim": 128, "index_n_heads": 32, "index_kpool": 16,
+                                          "max_position_embeddings": 1048576, "linear_conv_kernel_dim": 4,
+                                          "hc_mult": 4}),
 }
 """``model_type`` -> ``Family``: the latent-attention decoders (``minipos.config`` merges them into its own)."""

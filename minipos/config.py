@@ -121,8 +121,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   ``attention_bias`` on ``qkv`` and ``proj``, no learned table
 - glm_image_text (glm_image): the same M-RoPE, half layout, ``attention_bias`` on q, k, v; vision_config: ``.vision``:
   NoPE layers (bidirectional, biases on all four; the learned table before layer 0 and the VQ-VAE named in notes)
-- glm5_next (GLM-5.3-Flash): its decoder (KDA layers; MLA without RoPE behind a k-pool indexer) is refused, "not
-  supported yet"; its tower reads alone (``read(config["vision_config"])``)
+- glm5_next_text (glm5_next, GLM-5.3-Flash): its attention layers (``spec.index`` their place): latent attention without
+  RoPE (``qk_rope_head_dim`` 0, ``scheme`` NoPE), the k-pool indexer's picks the only mask (``spec.indexer``: sizes,
+  ``kpool``, ``shared_from``), the KDA layers and the hyper-connections in notes; vision_config: ``.vision`` as above
 - minimax_m3_vl_text (minimax_m3_vl): every layer; the block-sparse "minimax_m3_sparse" ones carry their indexer's
   sizes (``spec.indexer``) and take its picks as a per-head mask (``minipos.dsa.block_mask``, ``(B, H, T, S)``):
   RoPE half on ``int(head_dim * partial_rotary_factor)`` features (HF reads no
@@ -169,7 +170,7 @@ included). Keys the config leaves out take the defaults of the family's transfor
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
 type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (the decoders of GLM-5.3-Flash and Inkling 2) raise
+minipos does not have yet (Inkling 2's decoder) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).
@@ -479,7 +480,7 @@ FAMILIES.update(MORE_FAMILIES)                # minipos._config_towers: Qwen3.5,
 TEXT_OF.update(MORE_TEXT_OF)
 FAMILIES.update(MORE_FAMILIES_2)              # minipos._config_more: PaddleOCR-VL
 TEXT_OF.update(MORE_TEXT_OF_2)
-FAMILIES.update(GLM_FAMILIES)                 # minipos._config_glm_more: GLM-OCR, GLM-Image (GLM-5.3-Flash refused)
+FAMILIES.update(GLM_FAMILIES)                 # minipos._config_glm_more: GLM-OCR, GLM-Image (GLM-5.3-Flash's tower)
 TEXT_OF.update(GLM_TEXT_OF)
 FAMILIES.update(MUSE_FAMILIES)                # minipos._config_minimax_muse: MiniMax M3, Step 3.7, Muse, Dots 3
 TEXT_OF.update(MUSE_TEXT_OF)

@@ -54,7 +54,9 @@ Biases (``bias=True``, HF ``attention_bias``) exist on ``q_a_proj``, ``kv_a_proj
 ``o_proj`` only. The RMSNorms use ``eps = 1e-6`` (HF builds them with the default, not
 ``rms_norm_eps``).
 
-Variants: Dots 3 Note (HF ``Dots3NoteTextAttention``) norms the rope key before its rotation,
+Variants: ``qk_rope_head_dim=0`` is latent attention without RoPE (GLM-5.3-Flash's, HF ``Glm5NextTextAttention``):
+no rope slice, no rope key, ``scheme`` ``NoPE`` (the default then), the softmax scale ``D_N ** -0.5``. Dots 3 Note
+(HF ``Dots3NoteTextAttention``) norms the rope key before its rotation,
 ``k_R = RMSNorm(k_R)`` (``k_rope_norm=True``), multiplies the normed latents by ``sqrt(d_model / r)``
 (``q_lora_scale``, ``kv_lora_scale``), gates each head's output, ``o_h * sigmoid(x W_g)_h``
 (``gate="head"``, ``minipos.gate``), and builds its norms with ``rms_norm_eps`` (pass it as ``eps``).
@@ -67,10 +69,11 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from . import rope, rope_scaling
 from ._checks import (as_float_array, as_positions, check_alloc, check_bool, check_even_int, check_float,
-                      check_overflow, check_positive_int)
+                      check_int, check_overflow, check_positive_int)
 from .attention import attention
 from .gate import OutputGate, check_gate
 from .layer import MultiHeadAttention
+from .seams import NoPE
 from .query_scale import QueryScaleMixin
 from .rope_scaling import Rotary
 
@@ -262,9 +265,9 @@ class MultiHeadLatentAttention(OutputGate, MultiHeadAttention):
     """DeepSeek-V2/V3 multi-head latent attention with decoupled RoPE (HF ``DeepseekV3Attention``).
 
     d_model, num_heads: HF ``hidden_size``, ``num_attention_heads``. kv_lora_rank (r_kv),
-    qk_nope_head_dim (D_N), qk_rope_head_dim (D_R, even), v_head_dim (D_V), q_lora_rank (r_q, or
+    qk_nope_head_dim (D_N), qk_rope_head_dim (D_R, even, or 0: no RoPE), v_head_dim (D_V), q_lora_rank (r_q, or
     ``None`` for a full-rank ``wq`` as in DeepSeek-V2-Lite): the config keys of the same names.
-    scheme: a ``DecoupledRotary`` (default ``DecoupledRotary()``: interleaved, base 10000).
+    scheme: a ``DecoupledRotary`` (default ``DecoupledRotary()``: interleaved, base 10000); ``NoPE`` when D_R is 0.
     bias: HF ``attention_bias``. eps: the latents' RMSNorm epsilon. Weights (see the module
     docstring for the mapping) are drawn from N(0, 1/d_in) with ``seed``; the norms start at 1.
     ``head_dim`` is ``D_N + D_R``. Called, cached and differentiated like ``MultiHeadAttention``;
@@ -287,8 +290,9 @@ class MultiHeadLatentAttention(OutputGate, MultiHeadAttention):
         self.kv_lora_rank = check_positive_int(kv_lora_rank, "kv_lora_rank")
         self.q_lora_rank = None if q_lora_rank is None else check_positive_int(q_lora_rank, "q_lora_rank")
         self.qk_nope_head_dim = check_positive_int(qk_nope_head_dim, "qk_nope_head_dim")
-        self.qk_rope_head_dim = check_even_int(check_positive_int(qk_rope_head_dim, "qk_rope_head_dim"),
-                                               "qk_rope_head_dim")
+        self.qk_rope_head_dim = check_int(qk_rope_head_dim, "qk_rope_head_dim", minimum=0)
+        if self.qk_rope_head_dim:                                          # 0: no rope slice (GLM-5.3-Flash)
+            check_even_int(self.qk_rope_head_dim, "qk_rope_head_dim")
         self.v_head_dim = check_positive_int(v_head_dim, "v_head_dim")
         self.eps = check_float(eps, "eps", positive=True)
         self._k_rope_normed = check_bool(k_rope_norm, "k_rope_norm")
@@ -298,8 +302,15 @@ class MultiHeadLatentAttention(OutputGate, MultiHeadAttention):
             raise ValueError(f"q_lora_scale ({q_lora_scale!r}) scales the query latent, but q_lora_rank is None: "
                              "there is none")
         self.gate = check_gate(gate)
+        if self.qk_rope_head_dim == 0:                                     # MLA without RoPE: no position at all
+            scheme = NoPE() if scheme is None else scheme
+            if type(scheme) is not NoPE:
+                raise TypeError(f"qk_rope_head_dim = 0 leaves nothing to rotate: scheme must be None or "
+                                f"minipos.seams.NoPE, got {type(scheme).__name__}")
+            if self._k_rope_normed:
+                raise ValueError("k_rope_norm norms the rope key, but qk_rope_head_dim = 0: there is none")
         scheme = DecoupledRotary() if scheme is None else scheme
-        if not isinstance(scheme, DecoupledRotary):
+        if not isinstance(scheme, (DecoupledRotary, NoPE)) or (isinstance(scheme, NoPE) and self.qk_rope_head_dim):
             raise TypeError(f"scheme must be a minipos.mla.DecoupledRotary, got {type(scheme).__name__}")
         super().__init__(d_model, num_heads, scheme=scheme, head_dim=qk_nope_head_dim + qk_rope_head_dim,
                          bias=bias, seed=seed, dtype=dtype, block_size=block_size, sliding_window=sliding_window,
@@ -475,6 +486,8 @@ def latent_kv(layer: MultiHeadLatentAttention, x: ArrayLike, positions: ArrayLik
     docs page on the interleave permutation)."""
     x, positions = _check_decode_call(layer, x, positions)
     c_kv, k_rope = layer._kv_latent(_linear(x, layer.wkv_a, layer.bkv_a))   # (B, T, r_kv), (B, T, D_R)
+    if not layer.qk_rope_head_dim:                                        # MLA without RoPE: no rope key
+        return c_kv, k_rope
     inv_freq, factor = layer.scheme.frequencies(1)                        # fixed: the same at every length
     k_rope = rope.apply_rope(k_rope, positions, inv_freq=inv_freq, layout=layer.scheme.layout,
                              attention_factor=factor)                     # (B, T, D_R): rotated once

@@ -49,7 +49,7 @@ LAYER_KEYWORDS = {
 MLA_KEYWORDS = {
     "kv_lora_rank": "r_kv, the key/value latent's width (HF `kv_lora_rank`)",
     "qk_nope_head_dim": "D_N, the unrotated part of each query/key head (HF `qk_nope_head_dim`)",
-    "qk_rope_head_dim": "D_R (even), the rotated part (HF `qk_rope_head_dim`)",
+    "qk_rope_head_dim": "D_R (even), the rotated part (HF `qk_rope_head_dim`); 0: no rotated part and `scheme` `NoPE` (GLM-5.3-Flash)",
     "v_head_dim": "D_V (HF `v_head_dim`)",
     "q_lora_rank": "r_q, the query latent's width (HF `q_lora_rank`); `None`: a full-rank `wq` (DeepSeek-V2-Lite)",
     "eps": "the latents' RMSNorm epsilon (DeepSeek builds those norms with the default 1e-6, not `rms_norm_eps`; "

@@ -757,6 +757,8 @@ for impl, make in MLAS:
     for arg in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank"):
         for bad, exc in ((0, ValueError), (-2, ValueError), (True, TypeError), (4.0, TypeError), ("4", TypeError),
                          (2 ** 63, ValueError), (2 ** 70, ValueError), (10 ** 9, ValueError)):
+            if (arg, bad) == ("qk_rope_head_dim", 0):                  # MLA without RoPE (GLM-5.3-Flash): valid
+                continue
             case(f"{p} {arg}={bad!r}", lambda m=make, a=arg, b=bad: m(16, 4, **{**MLA_ARGS, a: b}), Named(arg, exc))
     case(f"{p} odd rope dim", lambda m=make: m(16, 4, **{**MLA_ARGS, "qk_rope_head_dim": 3}), Named("qk_rope_head_dim"))
     case(f"{p} eps 0", lambda m=make: m(16, 4, **MLA_ARGS, eps=0.0), Named("eps"))

@@ -1,5 +1,6 @@
 """``minipos.config.read`` without transformers for GLM-OCR, GLM-Image and GLM-5.3-Flash (``glm5_next``): the
-``describe()`` table layer by layer, what is refused and how it says so. Expected values come from transformers
+``describe()`` table layer by layer, what is refused and how it says so (GLM-5.3-Flash's attention layers read,
+its KDA layers in a note). Expected values come from transformers
 5.24's config and modeling classes (``GlmOcrTextConfig``, ``GlmImageVisionConfig``, ``Glm5NextTextConfig``, ...:
 their defaults and the lines that use them, quoted where used), worked by hand; the layers' outputs are checked
 against transformers in test_config_interop_glm_more.py."""
@@ -164,15 +165,33 @@ def test_glm_image_bad_vision_configs_name_the_key(change, key):
 @pytest.mark.parametrize("cfg", [
     {"model_type": "glm5_next", "text_config": {"num_hidden_layers": 4}, "vision_config": {"depth": 1}},
     {"model_type": "glm5_next", "num_hidden_layers": 4},                       # flat: Glm5NextConfig forwards the top
-    {"model_type": "glm5_next_text", "num_hidden_layers": 4, "layer_types": ["indexed_attention"] * 4},
+    {"model_type": "glm5_next_text", "num_hidden_layers": 4, "layer_types": ["linear_attention"] * 3 + ["full_attention"]},
 ])
-def test_glm5_next_decoder_is_refused_not_supported_yet(cfg):
-    # Glm5NextTextConfig: layer_types "linear_attention" (KDA) for idx % 4 != 3, else "indexed_attention" (MLA with
-    # qk_rope_head_dim 0, "Expecting NoPE for the DSA attention layers") behind Glm5NextTextIndexer's k-pools.
-    with pytest.raises(ValueError, match="not support yet") as err:
-        config.read(cfg)
-    for word in ("'glm5_next_text'", "KDA", "qk_rope_head_dim 0", "index_kpool", "read(config['vision_config'])"):
-        assert word in str(err.value)
+def test_glm5_next_attention_layers_are_read(cfg):
+    # Glm5NextTextConfig: layer_types "linear_attention" (KDA) for idx % 4 != 3, else "indexed_attention" (its
+    # "full_attention" renamed); MLA with qk_rope_head_dim 0 behind the k-pool indexer (class defaults: 64 heads,
+    # kv_lora_rank 512, q_lora_rank 1536, qk_nope_head_dim 256, v_head_dim 256, rms_norm_eps 1e-5, index_kpool 16).
+    read = config.read(cfg)
+    assert read.model_type == "glm5_next_text" and [s.index for s in read.specs] == [3]
+    layer, spec = read.specs[0].kwargs, read.specs[0]
+    assert (layer["num_heads"], layer["kv_lora_rank"], layer["q_lora_rank"], layer["qk_nope_head_dim"],
+            layer["qk_rope_head_dim"], layer["v_head_dim"], layer["eps"]) == (64, 512, 1536, 256, 0, 256, 1e-5)
+    assert spec.indexer["kpool"] == 16 and spec.indexer["topk"] == 2048 and spec.layer_type == "indexed_attention"
+    assert read.layers[0].attention_scale() == pytest.approx(256 ** -0.5)
+    assert any("layers 0, 1, 2 are KDA" in n for n in read.notes)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"qk_rope_head_dim": 64}, "has no RoPE"),
+    ({"num_key_value_heads": 1}, r"num_key_value_heads \(1\) must equal num_attention_heads"),
+    ({"q_lora_rank": None}, "q_lora_rank'] is null"),
+    ({"index_topk": 10, "index_kpool": 4}, r"index_topk \(10\) must be a multiple of index_kpool \(4\)"),
+    ({"indexer_types": ["full", "full", "full", "shared"]}, "layer 3 is 'shared'.* layer 2 is not an attention layer"),
+    ({"layer_types": ["sliding_attention"] * 4}, "layer_types"),
+])
+def test_glm5_next_bad_input_is_named(change, words):
+    with pytest.raises(ValueError, match=words):
+        config.read({"model_type": "glm5_next_text", "num_hidden_layers": 4, **change})
 
 
 def test_glm5_next_tower_reads_alone():

@@ -3,12 +3,14 @@ tiny, is built by transformers with random weights in float64; forward hooks cap
 output and mask, and the positions the model builds itself (the decoder's three streams from the model's own
 ``get_rope_index``, the tower's patch rows and columns from its rotary's input). The weights are copied into the
 layer ``read`` builds for the same config, which runs on the captured input with those positions and masks: it must
-match within atol 1e-6. GLM-5.3-Flash's decoder is refused: what makes it so is read off transformers' own config
-class. Skipped when torch or transformers is missing.
+match within atol 1e-6. GLM-5.3-Flash's attention layers (MLA without RoPE) are compared over the picks its k-pool
+indexer made. Skipped when torch or transformers is missing.
 
 transformers rotates q and k in float32 (cos and sin from float32 angles; the towers' ``.float()``) inside the float64
 model: agreement is to float32 accuracy, well inside 1e-6 at these sizes. The towers' q/k RMSNorm, which HF takes in
 float32 too, runs its same formula in float64 here (``_float64_norm``), so that its rounding does not add to it."""
+
+import warnings
 
 import numpy as np
 import pytest
@@ -251,22 +253,95 @@ def test_glm_image_whole_config_reads_its_decoder_and_its_tower():
 
 # --------------------------------------------------------------------------- GLM-5.3-Flash
 
-def test_glm5_next_decoder_is_refused_for_what_transformers_builds():
-    # Glm5NextTextConfig: layer_types KDA "linear_attention" (3 in 4) and "indexed_attention"; head_dim forced to
-    # qk_rope_head_dim, which must be 0 ("Expecting NoPE for the DSA attention layers"); a k-pool indexer.
+def _glm5_next_run(cfg, seed=0):
+    """Glm5NextTextModel in float64 (MoE replaced by zeros: its kernels refuse float64, and it is not compared), every
+    attention weight drawn away from its init; ``(model, {i: (x, out)}, {i: picks})``: each attention layer's input and
+    output, and the picks it attended to (its indexer's, or for a shared layer the ones it was handed)."""
+    from test_config_interop import _float64_norm as norm64, _randomize as randomize
+    torch.manual_seed(seed)
+    cfg._attn_implementation = "eager"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.Glm5NextTextModel(cfg).double().eval()
+    seen, picks, hooks = {}, {}, []
+    for i, layer in enumerate(model.layers):
+        layer.mlp.forward = lambda h, *a, **k: torch.zeros_like(h)
+        if layer.block_type != "indexed_attention":
+            continue
+        randomize(layer.self_attn)
+        for name in ("q_a_layernorm", "kv_a_layernorm"):
+            norm64(getattr(layer.self_attn, name))
+
+        def hook(module, args, kwargs, out, i=i):
+            seen[i] = (kwargs["hidden_states"].detach().numpy().copy(), out[0].detach().numpy().copy())
+            if module.indexer is None:                                   # a shared layer: the picks it was handed
+                picks[i] = kwargs["prev_topk_indices"].numpy().copy()
+        hooks.append(layer.self_attn.register_forward_hook(hook, with_kwargs=True))
+        if layer.self_attn.indexer is not None:
+            hooks.append(layer.self_attn.indexer.register_forward_hook(
+                lambda m, a, k, out, i=i: picks.__setitem__(i, out.numpy().copy()), with_kwargs=True))
+    x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 12, cfg.hidden_size)))
+    with torch.no_grad():
+        model(inputs_embeds=x, use_cache=False)
+    for h in hooks:
+        h.remove()
+    return model, seen, picks
+
+
+@pytest.mark.parametrize("pattern", [None, "FFFFFS"])
+def test_glm5_next_attention_layers_without_rope_over_the_indexers_picks(pattern):
+    # GLM-5.3-Flash: KDA layers (not read) and MLA layers without RoPE whose only mask is the k-pool indexer's picks
+    # (index_topk 4 = 2 pools of 2 keys, plus the incomplete tail); "FFFFFS" makes layer 5 reuse layer 4's picks.
+    layer_types = ["linear_attention", "indexed_attention", "linear_attention", "linear_attention",
+                   "indexed_attention", "indexed_attention"]
+    extra = {} if pattern is None else {"index_topk_pattern": pattern}
+    cfg = _cfg(transformers.Glm5NextTextConfig, num_hidden_layers=6, hidden_size=32, num_attention_heads=2,
+               num_key_value_heads=2, q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=6, v_head_dim=5,
+               index_n_heads=2, index_head_dim=8, index_topk=4, index_kpool=2, linear_num_heads=2, linear_head_dim=8,
+               hc_mult=2, layer_types=layer_types, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+               intermediate_size=16, vocab_size=8, pad_token_id=0, **extra)
+    model, seen, picks = _glm5_next_run(cfg)
+    read = mconfig.read(cfg)
+    assert [s.index for s in read.specs] == [1, 4, 5]
+    assert [s.indexer["shared_from"] for s in read.specs] == [None, None, 4 if pattern else None]
+    for spec, layer in zip(read.specs, read.layers):
+        ref = model.layers[spec.index].self_attn
+        for name, lin in {"wq_a": ref.q_a_proj, "wq_b": ref.q_b_proj, "wkv_a": ref.kv_a_proj_with_mqa,
+                          "wkv_b": ref.kv_b_proj, "wo": ref.o_proj}.items():
+            setattr(layer, name, lin.weight.detach().numpy().T.copy())
+            assert lin.bias is None
+        layer.q_a_norm = ref.q_a_layernorm.weight.detach().numpy().copy()
+        layer.kv_a_norm = ref.kv_a_layernorm.weight.detach().numpy().copy()
+        x, want = seen[spec.index]
+        p = picks[spec.index].astype(np.int64)                            # -1: no pick
+        assert (ref.indexer is None) == (spec.indexer["shared_from"] is not None)
+        mask = np.zeros((2, 12, 12), bool)
+        for b, t, j in zip(*np.nonzero(p >= 0)):
+            mask[b, t, p[b, t, j]] = True
+        assert not mask[:, np.triu_indices(12, 1)[0], np.triu_indices(12, 1)[1]].any()   # the picks are causal
+        got = layer(x, positions=np.arange(12), mask=mask, causal=True)
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {spec.index}")
+        assert np.max(np.abs(want)) > 0.1
+        assert np.max(np.abs(layer(x, positions=np.arange(12), causal=True) - want)) > 1e-3   # the picks matter
+        # no position enters: the keys' order does not matter to a query that sees them all (the last row)
+        perm = np.r_[np.random.default_rng(1).permutation(11), 11]
+        np.testing.assert_allclose(layer(x[:, perm], positions=np.arange(12))[:, -1], layer(x)[:, -1], atol=1e-12)
+
+
+def test_glm5_next_reads_through_its_outer_config_and_refuses_what_transformers_refuses():
     from transformers.models.glm5_next import configuration_glm5_next as hf
     cfg = _cfg(hf.Glm5NextTextConfig, num_hidden_layers=4, hidden_size=32, num_attention_heads=2,
                num_key_value_heads=2)
     assert cfg.layer_types == ["linear_attention"] * 3 + ["indexed_attention"] and cfg.qk_rope_head_dim == 0
-    assert cfg.head_dim == 0 and cfg.index_kpool == 16
     with pytest.raises(Exception, match="NoPE"):
         _cfg(hf.Glm5NextTextConfig, num_hidden_layers=4, qk_rope_head_dim=64)
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        mconfig.read({**cfg.to_dict(), "qk_rope_head_dim": 64})
     for config in (cfg, _cfg(transformers.Glm5NextConfig, text_config=cfg.to_dict(),
                              vision_config={"depth": 2, "hidden_size": 32, "num_heads": 2})):
-        with pytest.raises(ValueError, match="not support yet") as err:
-            mconfig.read(config)
-        assert "'glm5_next_text'" in str(err.value) and "qk_rope_head_dim 0" in str(err.value)
-        assert "KDA" in str(err.value) and "index_kpool" in str(err.value)
+        read = mconfig.read(config)
+        assert read.model_type == "glm5_next_text" and [s.index for s in read.specs] == [3]
+        assert any("KDA" in n for n in read.notes) and any("index_kpool" in n for n in read.notes)
     tower = mconfig.read(_cfg(transformers.Glm5NextConfig, vision_config={"depth": 2, "hidden_size": 32,
                                                                           "num_heads": 2}).vision_config)
     assert (tower.model_type, len(tower.layers)) == ("glm5_next_vision", 2)

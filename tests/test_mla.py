@@ -249,7 +249,7 @@ def test_interleaved_and_half_agree_once_the_rope_columns_are_permuted():
 
 @pytest.mark.parametrize("kwargs, error, word", [
     ({"qk_rope_head_dim": 3}, ValueError, "qk_rope_head_dim"),
-    ({"qk_rope_head_dim": 0}, ValueError, "qk_rope_head_dim"),
+    ({"qk_rope_head_dim": -2}, ValueError, "qk_rope_head_dim"),
     ({"kv_lora_rank": 0}, ValueError, "kv_lora_rank"),
     ({"q_lora_rank": 2.5}, TypeError, "q_lora_rank"),
     ({"v_head_dim": -1}, ValueError, "v_head_dim"),

@@ -176,3 +176,28 @@ def test_the_rope_keys_weight_belongs_before_the_rotation():
     for w, same in ((np.array([0.5, 0.5, 2.0, 2.0]), True), (np.array([0.5, 1.0, 2.0, 3.0]), False)):
         before, after = rot(w * rms(k)), w * rms(rot(k))
         assert np.allclose(before, after, rtol=1e-12, atol=1e-12) == same
+
+
+def test_latent_attention_without_rope():
+    # qk_rope_head_dim 0 (GLM-5.3-Flash): no rope slice, scheme NoPE, scale D_N ** -0.5; permuting the keys of the
+    # last (seeing-all) query changes nothing, the latent cache equals the layer, gradients match differences.
+    layer = MultiHeadLatentAttention(12, 2, q_lora_rank=6, kv_lora_rank=5, qk_nope_head_dim=3, qk_rope_head_dim=0,
+                                     v_head_dim=2, bias=True)
+    assert type(layer.scheme).__name__ == "NoPE" and layer.attention_scale() == pytest.approx(3 ** -0.5)
+    assert layer.wkv_a.shape == (12, 5)
+    x = np.random.default_rng(2).standard_normal((2, 5, 12))
+    perm = np.r_[np.random.default_rng(3).permutation(4), 4]
+    np.testing.assert_allclose(layer(x[:, perm], causal=True)[:, -1], layer(x, causal=True)[:, -1], atol=1e-12)
+    c, k = latent_kv(layer, x, np.arange(5))
+    assert k.shape == (2, 5, 0)
+    np.testing.assert_allclose(absorbed_attention(layer, x, np.arange(5), c, k, np.arange(5)), layer(x, causal=True),
+                               rtol=1e-12, atol=1e-13)
+    check_gradients(layer)
+    with pytest.raises(TypeError, match="nothing to rotate"):
+        MultiHeadLatentAttention(12, 2, kv_lora_rank=5, qk_nope_head_dim=3, qk_rope_head_dim=0, v_head_dim=2,
+                                 scheme=DecoupledRotary())
+    with pytest.raises(ValueError, match="k_rope_norm"):
+        MultiHeadLatentAttention(12, 2, kv_lora_rank=5, qk_nope_head_dim=3, qk_rope_head_dim=0, v_head_dim=2,
+                                 k_rope_norm=True)
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        MultiHeadLatentAttention(12, 2, kv_lora_rank=5, qk_nope_head_dim=3, qk_rope_head_dim=-2, v_head_dim=2)
