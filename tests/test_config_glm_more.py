@@ -213,3 +213,16 @@ def test_config_cli_and_model_vectors(tmp_path, capsys, name, cfg, cases):
     assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
     doc = json.loads((out / "model_layers.json").read_text())
     assert [c["name"] for c in doc["cases"]] == cases and vectors.check(str(out)) == []
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                                 "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                 "rms_norm_eps", "attention_bias", "index_topk", "index_kpool", "index_n_heads",
+                                 "index_head_dim", "index_kpool_always_select_tail", "layer_types", "indexer_types",
+                                 "index_topk_pattern", "hc_mult", "linear_conv_kernel_dim"])
+def test_glm5_next_hostile_values_are_read_or_named_never_a_crash(key):
+    for value in [None, True, 0, -1, 1.5, "3", [], {}, float("nan"), 2 ** 70]:
+        try:
+            config.read({"model_type": "glm5_next_text", "num_hidden_layers": 4, key: value})
+        except (ValueError, TypeError) as err:
+            assert "glm5_next_text" in str(err) or key in str(err), (key, value, err)
