@@ -457,7 +457,7 @@ def test_dots3_note_decoder_read_from_the_hub_layout_too():
     text = _cfg(hf.Dots3NoteTextConfig, num_hidden_layers=2)
     for raw in (text.to_dict(), {**text.to_dict(), "model_type": "dots3_note"}):
         read = mconfig.read(raw)
-        assert read.model_type == "dots3_note_text" and read.layers[0].k_rope_norm is not None
+        assert read.model_type == "dots3_note_text" and read.specs[0].kwargs["k_rope_norm"]
 
 
 # --------------------------------------------------------------------------- MusicFlamingo
