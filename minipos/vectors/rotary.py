@@ -373,12 +373,21 @@ def _axial_cases(grad: bool = False):
                        "tower); two frames of a 2 x 4 grid in 2 x 2 merge blocks",
                        {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
                        {"layout": "minimax_m3", "base": 100.0}))
+    # MLCD's tower, drawn after the cases above: the class token first at (0, 0), turned by learned angles.
+    pos = axial.axial_positions(3, 4, class_token="first")
+    cases.append(_case("qwen_class_angles_d16", f"{what}; layout 'qwen' with class_angles (MLCD's class_pos_emb, one "
+                       "angle per pair): token 0, the class token, turns pair i by class_angles[i] instead of by its "
+                       "position, whose column is the placeholder (0, 0); the patches after it, a 3 x 4 grid "
+                       "row-major", {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos,
+                                     "class_angles": _grid(rng, (8,), 2.0)}, {"layout": "qwen", "base": 100.0}))
     return cases
 
 
 def _axial_run(inputs, params):
-    return {"out": axial.apply_axial_rope(inputs["x"], inputs["positions"], **params)}
+    return {"out": axial.apply_axial_rope(inputs["x"], inputs["positions"], class_angles=inputs.get("class_angles"),
+                                          **params)}
 
 
 def _axial_grad_run(inputs, params):
-    return {"dx": axial.apply_axial_rope_backward(inputs["dy"], inputs["positions"], **params)}
+    return {"dx": axial.apply_axial_rope_backward(inputs["dy"], inputs["positions"],
+                                                  class_angles=inputs.get("class_angles"), **params)}
