@@ -172,3 +172,15 @@ def test_bad_input_is_refused_naming_the_argument(call, exc, words):
         call()
     for w in words:
         assert w in str(err.value), (w, str(err.value))
+
+
+def test_the_proof_fails_on_a_wrong_gradient(monkeypatch):
+    # class_angles_backward with the derivative's sign flipped (R(θ - π/2), i.e. -dy · R(θ + π/2) x): the tie fails.
+    pytest.importorskip("sympy")
+    from _proof_support import proof_failure
+    from proofs.core import TieMismatch
+
+    good = axial.class_angles_backward
+    err = proof_failure("axial.class_angles", monkeypatch, axial, "class_angles_backward",
+                        lambda x, dy, theta, **kw: -good(x, dy, theta, **kw))
+    assert isinstance(err, TieMismatch) and "gradient" in str(err)
