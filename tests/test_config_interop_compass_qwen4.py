@@ -279,17 +279,22 @@ def test_qwen4_exp_vision_tower_is_qwen3_vls():
 
 # --------------------------------------------------------------------------- MLCD
 
+def _mlcd(layers, seed):
+    """A tiny ``MLCDVisionModel`` (2 heads of 16, patches of 2 x 2 pixels, one channel) in float64: (config, model)."""
+    from transformers.models.mlcd import modeling_mlcd as hf
+    cfg = _cfg(hf.MLCDVisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=layers, intermediate_size=8,
+               image_size=8, patch_size=2, num_channels=1, rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
+    torch.manual_seed(seed)
+    return cfg, hf.MLCDVisionModel(cfg).double().eval()
+
+
 def test_mlcd_layers_with_the_class_tokens_learned_angles():
     # MLCDVisionModel: hpos/wpos row-major, MLCDRotaryEmbedding's cat([freq_h, freq_w]) twice with rotate_half (the
     # "qwen" layout, frequencies over head_dim / 2); the class token first, turned by cos and sin of
     # cat([class_pos_emb, class_pos_emb]). Each layer's whole output, the class token's row included, on the input
     # the model itself gave it, with class_pos_emb[0] copied into the scheme.
-    from transformers.models.mlcd import modeling_mlcd as hf
     h, w = 3, 4
-    cfg = _cfg(hf.MLCDVisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=8,
-               image_size=8, patch_size=2, num_channels=1, rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
-    torch.manual_seed(0)
-    tower = hf.MLCDVisionModel(cfg).double().eval()
+    cfg, tower = _mlcd(2, 0)
     seen = {}
     for i, layer in enumerate(tower.encoder.layers):
         _randomize(layer.self_attn)
@@ -325,12 +330,8 @@ def test_mlcd_class_angles_gradient_matches_torch_autograd():
     # MLCDAttention's output differentiated by torch through cos and sin of cat([class_pos_emb, class_pos_emb])
     # (one angle per pair, shared by q and k): its gradient against the layer's backward, "scheme.class_pos_emb",
     # and the input's. HF rotates in float32: agreement to float32 accuracy.
-    from transformers.models.mlcd import modeling_mlcd as hf
     h, w = 2, 3
-    cfg = _cfg(hf.MLCDVisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
-               image_size=4, patch_size=2, num_channels=1, rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
-    torch.manual_seed(1)
-    tower = hf.MLCDVisionModel(cfg).double().eval()
+    cfg, tower = _mlcd(1, 1)
     ref = tower.encoder.layers[0].self_attn
     _randomize(ref)
     rng = np.random.default_rng(1)
