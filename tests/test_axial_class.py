@@ -184,3 +184,23 @@ def test_the_proof_fails_on_a_wrong_gradient(monkeypatch):
     err = proof_failure("axial.class_angles", monkeypatch, axial, "class_angles_backward",
                         lambda x, dy, theta, **kw: -good(x, dy, theta, **kw))
     assert isinstance(err, TieMismatch) and "gradient" in str(err)
+
+
+def test_the_golden_case_of_the_class_angles_gradient_agrees_with_finite_differences():
+    # spec/vectors/axial_rope_grad.json, case qwen_class_angles_d16: its recorded dclass_angles against a central
+    # difference of <dy, apply_axial_rope(x, positions, class_angles=θ)> along each angle, from the recorded inputs.
+    import json
+    from pathlib import Path
+
+    from minipos.vectors.codec import decode
+    doc = json.loads((Path(__file__).resolve().parent.parent / "spec/vectors/axial_rope_grad.json").read_text())
+    case = next(c for c in doc["cases"] if c["name"] == "qwen_class_angles_d16")
+    x, dy, pos, theta = (decode(case["inputs"][k]) for k in ("x", "dy", "positions", "class_angles"))
+    got = decode(case["expected"]["dclass_angles"])
+    h = 1e-6
+
+    def loss(t):
+        return float(np.sum(axial.apply_axial_rope(x, pos, class_angles=t, **case["params"]) * dy))
+    fd = [(loss(theta + h * e) - loss(theta - h * e)) / (2 * h) for e in np.eye(len(theta))]
+    np.testing.assert_allclose(got, fd, rtol=1e-7, atol=1e-8)
+    assert np.max(np.abs(got)) > 0.1

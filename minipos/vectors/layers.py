@@ -106,11 +106,6 @@ def _layer_inputs(rng, scheme, with_bias: bool, heads: int = HEADS, kv: int | No
     return inputs
 
 
-# A scheme's option its registry example leaves off, each case drawn from a generator of its own after every case
-# above: MLCD's class token, token 0 (at position 0: row = column = 0), turned by learned angles scheme.class_pos_emb.
-# (label, scheme name, scheme config, causal)
-LAYER_OPTIONS = (("axial_rope_qwen_class_angles", "axial-rope", {"layout": "qwen", "class_angles": True}, False),)
-
 OWN_FAMILIES = {"mrope": "mrope_layer", "shaw": "shaw_layer", "nope-temperature": "irope_layer"}
 """Registered schemes whose layer cases are in families of their own."""
 
@@ -170,13 +165,6 @@ def _layer_cases():
                   "causal": causal, "chunks": [LENGTH]}
         cases.append(_case(label, f"MultiHeadAttention with {name} (its registry example); one forward pass, "
                            "causal", inputs, params, tol()))
-    for label, name, config, causal in LAYER_OPTIONS:
-        inputs = _layer_inputs(_own_rng(label), _scheme(name, config), False)
-        params = {"d_model": D_MODEL, "num_heads": HEADS, "bias": False, "scheme": name, "scheme_config": config,
-                  "causal": causal, "chunks": [LENGTH]}
-        cases.append(_case(label, f"MultiHeadAttention with {name} {config}: token 0, the class token, turned by "
-                           "scheme.class_pos_emb (one angle per pair) instead of its position; one forward pass, "
-                           "no causal mask", inputs, params, tol()))
     return cases
 
 
@@ -209,8 +197,6 @@ def _layer_grad_cases():
     runs += [(label, label, causal, False, None) for label, _, _, causal in _registered_examples()]
     runs += [(label, scheme_label, True, False, None) for label, scheme_label, chunks in LAYER_GQA
              if len(chunks) == 1]
-    configs.update({label: (name, config) for label, name, config, _ in LAYER_OPTIONS})
-    runs += [(label, label, causal, False, None) for label, _, _, causal in LAYER_OPTIONS]
     for label, scheme_label, causal, with_bias, padding in runs:
         name, config = configs[scheme_label]
         gqa = label in GQA_LABELS
@@ -226,9 +212,6 @@ def _layer_grad_cases():
         if padding:
             inputs["mask"] = _padding(padding)
             notes.append(PADDING_NOTE[padding])
-        if config.get("class_angles"):
-            notes.append("token 0, the class token, turned by scheme.class_pos_emb (one angle per pair) instead of "
-                         "its position: its gradient sums q's and k's")
         params = {"d_model": D_MODEL, "num_heads": heads[0], **({"num_kv_heads": GQA_KV} if gqa else {}),
                   "bias": with_bias, "scheme": name, "scheme_config": config, "causal": causal}
         cases.append(_case(label, "; ".join(notes), inputs, params))
