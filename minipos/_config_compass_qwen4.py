@@ -1,10 +1,11 @@
 """More families of ``minipos.config`` built from the machinery of ``minipos._config_vision`` and
 ``minipos._config_rope`` (transformers 5.24): Cohere Compass (its decoder's interleaved M-RoPE or NoPE per layer type,
 and its vision tower, Qwen3-VL's), Qwen4-Exp (its decoder's attention layers, Qwen3.5's with a QSA indexer, and its
-vision tower), MLCD's vision encoder (read alone), LFM3-VL's vision tower (its attention layers) and Qwen3-Omni's
-thinker's head dim (HF's ``hidden_size // num_attention_heads``, floored). Inkling 2's decoder is refused by name
-(``NOT_YET``). Its towers are registered in ``VISION`` and ``VISION_OF``, its decoders returned in ``FAMILIES`` and
-``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states the contract.
+vision tower), MLCD's vision encoder (read alone, its class token's learned angles too), LFM3-VL's vision tower (its
+attention layers) and Qwen3-Omni's thinker's head dim (HF's ``hidden_size // num_attention_heads``, floored). Inkling
+2's decoder is refused by name (``NOT_YET``). Its towers are registered in ``VISION`` and ``VISION_OF``, its decoders
+returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states
+the contract.
 
 The interleaved M-RoPE of Cohere Compass and Qwen4-Exp is Qwen3-VL's (``MRotary(interleaved=True)``), and transformers
 assigns it whatever ``mrope_section`` adds up to: frequency i of the R/2 is height when ``i % 3 == 1`` and ``i < 3
@@ -245,10 +246,11 @@ _QWEN4_EXP_TEXT = {"hidden_size": 2048, "num_hidden_layers": 40, "num_attention_
 
 def _mlcd_vision(c):
     """MLCD's vision encoder (HF ``MLCDVisionModel``, ``MLCDAttention``): the Qwen towers' 2-D RoPE (``"qwen"``
-    layout: ``cat([freq_h, freq_w])`` twice with ``rotate_half``, frequencies over head_dim / 2), patches row-major
-    from 0, q, k, v and ``out_proj`` with biases, head dim ``hidden_size // num_attention_heads``, bidirectional; no
-    learned position table. Its class token (first) is turned by learned angles, not a position: a note says what is
-    and is not read. ``(specs, notes)``."""
+    layout: ``cat([freq_h, freq_w])`` twice with ``rotate_half``, frequencies over head_dim / 2), q, k, v and
+    ``out_proj`` with biases, head dim ``hidden_size // num_attention_heads``, bidirectional; no learned position
+    table. The class token, first, is turned by learned angles (``class_pos_emb``, its cos and sin prepended to the
+    patches'), not a position: ``AxialRotary(class_angles=True)``; the patches follow it, row-major from 0.
+    ``(specs, notes)``."""
     if c.get("num_key_value_groups", 1) != 1:
         raise c.error(f"config['num_key_value_groups'] = {c.get('num_key_value_groups')!r}: MLCDAttention's k_proj and "
                       "v_proj have num_attention_heads heads whatever it says; transformers' eager attention repeats "
@@ -256,13 +258,16 @@ def _mlcd_vision(c):
     data = {**c.data, "spatial_merge_size": 1, "num_heads": c.int("num_attention_heads", required=True),
             "depth": c.int("num_hidden_layers", required=True)}         # qwen_tower's names for HF's keys here
     specs = qwen_tower(_Config(data, c.model_type, c.defaults), "hidden_size")
-    position = specs[0].position.replace("in the tower's order (merge_positions(h, w, 1))", "row-major from 0 "
-                                         "(axial_positions(h, w)), after the class token")
-    head_dim = specs[0].kwargs["head_dim"]
-    return [replace(s, position=position) for s in specs], [
+    base, head_dim = specs[0].scheme().base, specs[0].kwargs["head_dim"]
+    position = (f"2-D RoPE qwen, theta {base:g}; positions (2, 1 + h w): rows, then columns, the class token's "
+                "placeholder (0, 0) first, then the patches row-major from 0 (axial_positions(h, w, class_token="
+                "'first')); the class token turns by scheme.class_pos_emb = HF's class_pos_emb[0]")
+    make = lambda: AxialRotary(base=base, layout="qwen", class_angles=True)      # noqa: E731
+    return [replace(s, position=position, scheme=make) for s in specs], [
         f"the class token (first) is turned by learned angles, cos and sin of class_pos_emb ({head_dim // 2} values, "
-        "each pair's), not by a position: minipos' 2-D RoPE cannot give them, so these layers are MLCD's on the "
-        "patches alone; with the class token they are not read",
+        "each pair's), not by a position: each layer's scheme holds them as class_pos_emb (HF's one parameter "
+        "is shared by every layer: copy class_pos_emb[0] into each; its gradient is the sum of the layers'); call "
+        "a layer on the whole sequence, the class token first",
         "no learned position table: MLCDVisionEmbeddings' interpolate_pos_encoding refers to a position_embedding "
         "it never creates, and its forward adds none"]
 

@@ -60,6 +60,16 @@ the whole image spans the coordinates a window spans; those positions are not in
 keeps positions integers (the grid's) and takes the fraction as s; the angle is the same real number. A per-axis
 rotation by s p ω is still B(s a ω)^T B(s b ω) = B(s (b - a) ω): relative in each axis, the offsets scaled by s.
 
+A class token turned by learned angles (MLCD's ``MLCDVisionModel``). MLCD puts a class token first in the sequence and
+turns it by no position: pair i of the class token turns by a learned angle θ_i (HF ``class_pos_emb``, ``(1, D/2)``,
+whose ``cat([class_pos_emb, class_pos_emb])`` has its cos and sin prepended to the patches'), in the ``"qwen"`` layout
+the features (i, i + D/2). ``class_angles`` θ, one per pair of ``axial_pairs`` (``(D/2,)``; ``"minimax_m3"``:
+``(3F,)``), turns token 0 of the call instead of its position; its column of ``positions`` must be 0 (0, 0), a
+placeholder (``axial_positions(h, w, class_token="first")``), and any other column is refused. θ is not scaled by
+``position_scale``. d/dθ of the 2x2 rotation R(θ) is R(θ + π/2), so dL/dθ_i = Σ dy_0 · R(θ_i + π/2) x_0 over the
+class token's pair i (``class_angles_backward``). The class token's scores with a patch are not relative in anything:
+q^T R(θ)^T R(r, c) k.
+
 Why it is relative in each axis: every block is a rotation, B(a)^T B(b) = B(b - a), so
 
     <R(r, c) q, R(r', c') k> = q^T R(r' - r, c' - c) k,
@@ -71,7 +81,8 @@ Conventions: positions ``(2, T)`` integers (negative allowed), a ``(T,)`` array 
 column (``"minimax_m3"``: ``(3, T)``, frames, rows, then columns, a ``(T,)`` array meaning all three equal); x
 ``(..., T, D)``; frequencies and angles in float64 (HF: float32), outputs in x's dtype.
 The scheme class the layer runs, ``AxialRotary``, is at the bottom; the layer takes its positions
-``(2, T)`` (``(3, T)`` for ``"minimax_m3"``; ``causal=False`` for a vision tower). Docs page: "2-D (axial) RoPE".
+``(2, T)`` (``(3, T)`` for ``"minimax_m3"``; ``causal=False`` for a vision tower); ``AxialRotary(class_angles=True)`` learns MLCD's
+class angles (``class_pos_emb``) for token 0. Docs page: "2-D (axial) RoPE".
 """
 
 from __future__ import annotations
@@ -84,7 +95,7 @@ from .rope import check_angles, overflow_raises, rope_inv_freq
 from .seams import Scheme
 
 __all__ = ["AXIAL_LAYOUTS", "axial_pairs", "axial_angles", "apply_axial_rope", "apply_axial_rope_backward",
-           "axial_positions", "merge_positions", "axial_window_mask", "AxialRotary"]
+           "class_angles_backward", "axial_positions", "merge_positions", "axial_window_mask", "AxialRotary"]
 
 AXIAL_LAYOUTS = ("pixtral", "gemma4", "llama4", "qwen", "kimi", "minimax_m3")
 ROW, COLUMN = 0, 1                                                     # of positions (2, T); minimax_m3's (3, T): 1, 2
@@ -157,74 +168,141 @@ def _stream_positions(positions, T=None, streams=2) -> np.ndarray:
     return pos
 
 
+def _class_angles(class_angles, pairs: int) -> np.ndarray:
+    """θ ``(pairs,)`` float64, finite: one angle per pair of ``axial_pairs``."""
+    theta = as_float_array(class_angles, "class_angles").astype(np.float64)
+    if theta.shape != (pairs,):
+        raise ValueError(f"class_angles must have shape ({pairs},), one angle per rotated pair of the head, got "
+                         f"{theta.shape}")
+    return theta
+
+
 def axial_angles(positions, head_dim: int, *, base: float = 10000.0, layout: str = "pixtral",
-                 position_scale: float = 1.0) -> np.ndarray:
+                 position_scale: float = 1.0, class_angles=None) -> np.ndarray:
     """The angles ``position_scale * positions[axis[i], t] * omega[i]`` of ``axial_pairs``, float64 ``(T, D/2)``
     (``"minimax_m3"``: ``(T, 3F)``).
 
     positions: integers ``(2, T)`` (rows, then columns), or ``(T,)`` meaning row = column (floats raise: scaled
     coordinates are integer positions and a ``position_scale`` > 0, SAM 3's ``window_size / grid_width``);
-    ``"minimax_m3"``: ``(3, T)``, frames, rows, then columns.
+    ``"minimax_m3"``: ``(3, T)``, frames, rows, then columns. class_angles: ``None``, or θ ``(D/2,)`` (``(3F,)``), the
+    angles of token 0 (MLCD's class token) instead of its position, whose column must then be all 0 (a
+    placeholder; any other is refused).
     """
     pos = _stream_positions(positions, streams=_streams(layout))     # (2, T) or (3, T)
     s = check_float(position_scale, "position_scale", positive=True)
     _, _, axis, omega = axial_pairs(head_dim, base=base, layout=layout)
     check_angles(pos * s, omega, 1.0)
-    return (s * pos[axis].T.astype(np.float64)) * omega                # (T, D/2): (s p_{s(i)}) ω_i, HF's order
+    angles = (s * pos[axis].T.astype(np.float64)) * omega              # (T, D/2): (s p_{s(i)}) ω_i, HF's order
+    if class_angles is None:
+        return angles
+    theta = _class_angles(class_angles, len(omega))                    # (D/2,)
+    if pos.shape[1] and np.any(pos[:, 0]):
+        raise ValueError(f"positions[:, 0] must be all 0 with class_angles: token 0 is the class token, turned by "
+                         f"its learned angles, not by a position (axial_positions(h, w, class_token='first')), got "
+                         f"{pos[:, 0].tolist()}")
+    angles[:1] = theta                                                 # token 0: θ_i (none if T = 0)
+    return angles
 
 
-def _turn(x, positions, base, layout, name, sign, scale=1.0):
+def _check_head(D: int, layout: str, name: str) -> None:
+    if D < 6 if layout == "minimax_m3" else D % (2 if layout == "pixtral" else 4) or D < 2:
+        raise ValueError(f"{name} must have a head dim D (last axis) that is a multiple of 4 for 2-D RoPE in the "
+                         f"{layout!r} layout ('pixtral': even; 'minimax_m3': at least 6), got {D}")
+
+
+def _rotate_pairs(x, a, b, cos, sin):
+    """``x`` with each pair ``(x_a, x_b)`` turned by the angle whose cos and sin are given (broadcast over the
+    pairs' axis); features in no pair pass through."""
+    y = x.copy()
+    y[..., a] = x[..., a] * cos - x[..., b] * sin                     # [[cos, -sin],
+    y[..., b] = x[..., b] * cos + x[..., a] * sin                     #  [sin,  cos]] on (x_a, x_b)
+    return y
+
+
+def _turn(x, positions, base, layout, name, sign, scale=1.0, class_angles=None):
     """Each pair of ``x`` turned by ``sign`` times its angle (``sign = -1``: the transpose)."""
     x = as_float_array(x, name)
     check_ndim(x, name, 2, "(..., T, D)")
     *_, T, D = x.shape
-    if D < 6 if layout == "minimax_m3" else D % (2 if layout == "pixtral" else 4) or D < 2:
-        raise ValueError(f"{name} must have a head dim D (last axis) that is a multiple of 4 for 2-D RoPE in the "
-                         f"{layout!r} layout ('pixtral': even; 'minimax_m3': at least 6), got {D}")
+    _check_head(D, layout, name)
     a, b, _, _ = axial_pairs(D, base=base, layout=layout)
     angles = axial_angles(_stream_positions(positions, T, _streams(layout)), D, base=base, layout=layout,
-                          position_scale=scale)                        # (T, D/2)
+                          position_scale=scale, class_angles=class_angles)          # (T, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), sign * np.sin(angles).astype(x.dtype)
-    y = x.copy()                                                       # features in no pair pass through
     with overflow_raises(x.dtype, name):
-        y[..., a] = x[..., a] * cos - x[..., b] * sin                 # [[cos, -sin],
-        y[..., b] = x[..., b] * cos + x[..., a] * sin                 #  [sin,  cos]] on (x_a, x_b)
-    return y
+        return _rotate_pairs(x, a, b, cos, sin)
 
 
 def apply_axial_rope(x, positions, *, base: float = 10000.0, layout: str = "pixtral",
-                     position_scale: float = 1.0) -> np.ndarray:
+                     position_scale: float = 1.0, class_angles=None) -> np.ndarray:
     """Rotate ``x`` ``(..., T, D)`` by 2-D RoPE at ``positions`` ``(2, T)`` (rows, then columns), integers.
 
     layout: "pixtral", "gemma4", "llama4", "qwen", "kimi" or "minimax_m3" (the table of the module docstring); D a
     multiple of 4 (even for "pixtral"; "minimax_m3": any D >= 6, positions ``(3, T)``, frames, rows, then columns, the
     features past 6F unrotated). position_scale: s > 0, each angle ``s p ω`` (SAM 3's global layers; module docstring).
-    Returns ``(..., T, D)`` in x's floating dtype.
+    class_angles: ``None``, or θ ``(D/2,)`` (one per pair of ``axial_pairs``; ``"minimax_m3"``: ``(3F,)``) turning
+    token 0, MLCD's class token, whose positions column must be all 0 (module docstring). Returns ``(..., T, D)`` in
+    x's floating dtype.
     """
-    return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0, position_scale)
+    return _turn(x, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "x", 1.0, position_scale,
+                 class_angles)
 
 
 def apply_axial_rope_backward(dy, positions, *, base: float = 10000.0, layout: str = "pixtral",
-                              position_scale: float = 1.0) -> np.ndarray:
-    """The gradient of ``apply_axial_rope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair turned back."""
-    return _turn(dy, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "dy", -1.0, position_scale)
+                              position_scale: float = 1.0, class_angles=None) -> np.ndarray:
+    """The gradient of ``apply_axial_rope`` for ``dy`` ``(..., T, D)``: ``R^T dy``, each pair turned back (token 0 by
+    ``-class_angles`` when they are given). The class angles' own gradient: ``class_angles_backward``."""
+    return _turn(dy, positions, base, check_choice(layout, "layout", AXIAL_LAYOUTS), "dy", -1.0, position_scale,
+                 class_angles)
 
 
-def axial_positions(height: int, width: int, *, start: int = 0, class_token: bool = False) -> np.ndarray:
+def class_angles_backward(x, dy, class_angles, *, layout: str = "pixtral") -> np.ndarray:
+    """The gradient of ``class_angles`` θ for ``y = apply_axial_rope(x, positions, class_angles=θ, layout=layout)``
+    and ``dy``, both ``(..., T, D)``: ``(D/2,)`` (``"minimax_m3"``: ``(3F,)``) in their dtype, summed over the
+    leading dims. Only token 0 turns by θ; d/dθ of a 2x2 rotation R(θ) is R(θ + π/2), so pair i gives
+
+        dθ_i = Σ (dy_a, dy_b)_0 · R(θ_i + π/2) (x_a, x_b)_0.
+    """
+    layout = check_choice(layout, "layout", AXIAL_LAYOUTS)
+    x, dy = as_float_array(x, "x"), as_float_array(dy, "dy")
+    check_ndim(x, "x", 2, "(..., T, D)")
+    if dy.shape != x.shape:
+        raise ValueError(f"dy must have the shape of x {x.shape}, got {dy.shape}")
+    _check_head(x.shape[-1], layout, "x")
+    a, b, _, _ = axial_pairs(x.shape[-1], layout=layout)
+    theta = _class_angles(class_angles, len(a))                        # (D/2,)
+    dtype = np.result_type(x, dy)
+    if not x.shape[-2]:                                                # no token 0: y does not depend on θ
+        return np.zeros(len(a), dtype)
+    with overflow_raises(dtype, "x"):
+        turned = _rotate_pairs(x[..., 0, :], a, b, np.cos(theta + np.pi / 2), np.sin(theta + np.pi / 2))
+        d = dy[..., 0, a] * turned[..., a] + dy[..., 0, b] * turned[..., b]   # (..., D/2)
+        return d.reshape(-1, len(a)).sum(axis=0).astype(dtype)                 # (D/2,)
+
+
+def axial_positions(height: int, width: int, *, start: int = 0, class_token: bool | str = False) -> np.ndarray:
     """The positions ``(2, T)`` of a ``height`` x ``width`` grid of patches, row-major (rows, then columns).
 
     ``start``: the first row and column (0: Pixtral's ``meshgrid(arange(h), arange(w), indexing="ij")``
     and Gemma 4's; 1: Llama 4's ``img_idx // idx + 1``, ``img_idx % idx + 1``). ``class_token``: one
-    more token, last, at (0, 0), i.e. unrotated when ``start = 1`` (Llama 4's ``ID_CLS_TOKEN``).
-    T = height * width (+ 1). Int64.
+    more token at (0, 0): ``True`` or ``"last"``, last, i.e. unrotated when ``start = 1`` (Llama 4's
+    ``ID_CLS_TOKEN``); ``"first"``, first, the placeholder column of a class token turned by learned angles
+    (MLCD: ``AxialRotary(class_angles=True)``). T = height * width (+ 1). Int64.
     """
     h = check_positive_int(height, "height")
     w = check_positive_int(width, "width")
     start = check_int(start, "start")
+    if isinstance(class_token, str):                                              # else a bool (TypeError)
+        check_choice(class_token, "class_token", ("first", "last"))
+    else:
+        check_bool(class_token, "class_token")
     rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")          # (h, w) each
     pos = start + np.stack([rows.reshape(-1), cols.reshape(-1)])                  # (2, h w)
-    if check_bool(class_token, "class_token"):
-        pos = np.concatenate([pos, np.zeros((2, 1), np.int64)], axis=1)           # (2, h w + 1)
+    cls = np.zeros((2, 1), np.int64)                                              # the class token's (0, 0)
+    if class_token == "first":
+        pos = np.concatenate([cls, pos], axis=1)                                  # (2, 1 + h w)
+    elif class_token:
+        pos = np.concatenate([pos, cls], axis=1)                                  # (2, h w + 1)
     return pos.astype(np.int64)
 
 
@@ -281,7 +359,13 @@ class AxialRotary(Scheme):
     ``causal=False``. In the ``"minimax_m3"`` layout they are ``(3, T)``, frames, rows, then columns
     (``position_streams`` 3). base: ``rope_parameters['rope_theta']``; layout: "pixtral", "gemma4", "llama4", "qwen",
     "kimi" or "minimax_m3";
-    position_scale: each angle's factor s (SAM 3's global layers: ``window_size / grid_width``). No learned
+    position_scale: each angle's factor s (SAM 3's global layers: ``window_size / grid_width``).
+
+    class_angles: ``True`` for MLCD's class token, token 0 of every call, turned by the learned ``class_pos_emb``
+    ``(D/2,)`` (``"minimax_m3"``: ``(3F,)``; HF ``MLCDVisionModel.class_pos_emb[0]``, one angle per pair of
+    ``axial_pairs``, drawn N(0, 1 / (D/2)) as HF does) instead of a position: its positions column must be all 0
+    (``axial_positions(h, w, class_token="first")``), and a call that continues a KV cache (whose token 0 is no
+    class token) is refused. ``backward`` returns its gradient as ``"scheme.class_pos_emb"``. Otherwise no learned
     parameters.
     """
 
@@ -292,33 +376,66 @@ class AxialRotary(Scheme):
                        r"HF `PixtralVisionRotaryEmbedding`, `Gemma4VisionRotaryEmbedding`, "
                        r"`Llama4VisionRotaryEmbedding`, `Qwen2VLVisionRotaryEmbedding`, `Sam3ViTRotaryEmbedding`")
 
-    def __init__(self, *, base: float = 10000.0, layout: str = "pixtral", position_scale: float = 1.0):
+    def __init__(self, *, base: float = 10000.0, layout: str = "pixtral", position_scale: float = 1.0,
+                 class_angles: bool = False):
         self.base = check_float(base, "base", positive=True)
         self.layout = check_choice(layout, "layout", AXIAL_LAYOUTS)
         self.position_streams = _streams(self.layout)                # the layer's positions (2, T) or (3, T)
         self.position_scale = check_float(position_scale, "position_scale", positive=True)
+        self.class_angles = check_bool(class_angles, "class_angles")
 
     def bind(self, layer, rng):
         super().bind(layer, rng)
         _check_dim(self.head_dim, self.layout)
-        axial_pairs(self.head_dim, base=self.base, layout=self.layout)          # the frequencies are finite
+        pairs = len(axial_pairs(self.head_dim, base=self.base, layout=self.layout)[0])   # the frequencies are finite
+        if self.class_angles:                                         # HF: normal(0, std=(D/2)^-1/2)
+            self.class_pos_emb = (rng.standard_normal(pairs) / np.sqrt(pairs)).astype(layer.dtype)   # (D/2,)
+
+    def parameters(self):
+        return {"class_pos_emb": self.class_pos_emb} if self.class_angles else {}
 
     def cache_tag(self, seq_len):
         return self.base, self.layout, self.position_scale
 
+    def _theta(self, x, seq_len):
+        """The class angles of a call of ``x`` ``(B, H, T, D)``, or None; a call after cached keys is refused."""
+        if not self.class_angles:
+            return None
+        if seq_len != x.shape[-2]:                                    # the first key is at sequence position > 0
+            raise ValueError("class_angles: token 0 of a call is the class token, so the call must hold the whole "
+                             f"sequence; this one continues a KV cache ({seq_len - x.shape[-2]} keys before it)")
+        return self.class_pos_emb
+
     def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (2, T)
-        return apply_axial_rope(x, positions, base=self.base, layout=self.layout, position_scale=self.position_scale)
+        return apply_axial_rope(x, positions, base=self.base, layout=self.layout, position_scale=self.position_scale,
+                                class_angles=self._theta(x, seq_len))
 
     def _apply_backward(self, dx, positions, *, seq_len):             # R^T
         return apply_axial_rope_backward(dx, positions, base=self.base, layout=self.layout,
-                                         position_scale=self.position_scale)
+                                         position_scale=self.position_scale, class_angles=self._theta(dx, seq_len))
 
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward
 
+    def rotate_parameters_backward(self, q, dq, k, dk, positions, add):
+        """``scheme.class_pos_emb``: q's and k's class token turned back by θ (R(θ)^T y, its input), then
+        ``class_angles_backward``; both q and k turn by θ, so both gradients flow into it."""
+        if not self.class_angles:
+            return
+        zero = np.zeros((self.position_streams, 1), np.int64)         # the class token's column
+        for y, dy in ((q, dq), (k, dk)):
+            if y is None or not y.shape[-2]:                          # shared keys, or T = 0
+                continue
+            x0 = apply_axial_rope_backward(y[..., :1, :], zero, base=self.base, layout=self.layout,
+                                           class_angles=self.class_pos_emb)          # (B, H, 1, D)
+            add("scheme.class_pos_emb", class_angles_backward(x0, dy[..., :1, :], self.class_pos_emb,
+                                                              layout=self.layout))
+
     def settings(self):
-        return (("base", self.base), ("layout", self.layout), ("position_scale", self.position_scale))
+        return (("base", self.base), ("layout", self.layout), ("position_scale", self.position_scale),
+                ("class_angles", self.class_angles))
 
     def __repr__(self) -> str:
         scale = f", position_scale={self.position_scale:g}" if self.position_scale != 1.0 else ""
-        return f"AxialRotary(layout={self.layout!r}, base={self.base:g}{scale})"
+        cls = ", class_angles=True" if self.class_angles else ""
+        return f"AxialRotary(layout={self.layout!r}, base={self.base:g}{scale}{cls})"

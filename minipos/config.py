@@ -155,8 +155,9 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   the hyper-connections in notes; vision_config: ``.vision``: Qwen3-VL's tower. In every interleaved
   family (Qwen3-VL(-MoE), Qwen3-Omni, Qwen3.5, Cohere Compass, Qwen4-Exp) an ``mrope_section`` that does not
   count R/2 frequencies, or whose temporal count is below the others, is read as HF assigns it, a note says so
-- mlcd_vision_model (alone): the Qwen towers' 2-D RoPE, patches row-major, biases; its class token's learned angles
-  are not read (a note); vision_config: lfm3_vl_vision (lfm3_vl): ``.vision``: the attention layers only
+- mlcd_vision_model (alone): the Qwen towers' 2-D RoPE, patches row-major, biases; its class token first, turned by
+  learned angles (``AxialRotary(class_angles=True)``: positions ``axial_positions(h, w, class_token="first")``, HF's
+  ``class_pos_emb[0]`` copied into each layer's ``scheme.class_pos_emb``); vision_config: lfm3_vl_vision (lfm3_vl): ``.vision``: the attention layers only
   (``spec.index``), 2-D RoPE ``"qwen"``, ``merge_positions``, GQA, q/k norm (weight w); the convolutions in a note
 - inkling2_text (inkling2): refused, "not supported yet" (no RoPE: a relative bias mixed per token, convolutions on
   k and v); qwen3_omni_moe_text takes HF's head dim, ``hidden_size // num_attention_heads`` floored

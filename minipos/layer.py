@@ -433,8 +433,10 @@ class MultiHeadAttention:
         if sc.rotates_cached_keys:
             dk = self._rotate(sc.rotate_k_backward, dk, ctx.k_positions, ctx.seq_len)
         dk, dv = dk[..., ctx.past:, :], dv[..., ctx.past:, :]                  # none if the keys are shared
-        # 3) rotate seam
+        # 3) rotate seam: its parameters' gradients (of the rotated q and k), then the maps' transposes
         rot_pos = ctx.positions if ctx.rot_positions is None else ctx.rot_positions   # (T,) or (3, T)
+        k_rot = None if sc.rotates_cached_keys else ctx.k_raw[..., ctx.past:, :]      # this call's, (B, KV, T, D)
+        sc.rotate_parameters_backward(ctx.q, dq, k_rot, None if k_rot is None else dk, rot_pos, sc_add)
         dq = self._rotate(sc.rotate_q_backward, dq, rot_pos, ctx.seq_len)
         if not sc.rotates_cached_keys and dk.shape[-2]:
             dk = self._rotate(sc.rotate_k_backward, dk, rot_pos, ctx.seq_len)

@@ -285,7 +285,9 @@ register(AxialRotary, config_names={"base": "vision_config.rope_parameters['rope
                                     "layout": "the vision tower's family: 'pixtral', 'gemma4', 'llama4', 'qwen', "
                                               "'kimi' or 'minimax_m3' (3-D: positions (3, T))",
                                     "position_scale": "SAM 3's global ViT layers: window_size / (image_size // "
-                                                      "patch_size)"})
+                                                      "patch_size)",
+                                    "class_angles": "MLCD's vision model (True): its class token, first, turned by "
+                                                    "the learned class_pos_emb"})
 # Ministral 3 scales its queries from original_max_position_embeddings = 16384 on (a 16th of its 256k context),
 # with beta 0.1; the example steps every L // 4 positions, so the tour, the contract's T = 5 at L = 16 and the
 # golden vectors' 7 positions all cross a step.

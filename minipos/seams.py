@@ -122,6 +122,11 @@ class Scheme:
     def rotate_k_backward(self, dk, positions, *, seq_len: int):
         return dk
 
+    def rotate_parameters_backward(self, q, dq, k, dk, positions, add) -> None:
+        """Rotate seam: the gradients of the rotation's learned parameters (MLCD's class angles), to ``add``, from
+        q ``(B, H, T, D)`` and this call's keys k ``(B, KV, T, D)`` as rotated, and their gradients; k and dk are
+        ``None`` for a scheme that ``rotates_cached_keys``. A rotation without parameters has none."""
+
     def bias_backward(self, q_positions, k_positions, dbias) -> dict:  # bias seam: {"scheme.<name>": grad}
         return {}
 

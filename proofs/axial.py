@@ -16,6 +16,8 @@ R(r, c) = a block-diagonal rotation (in a permuted basis) whose blocks are B(r �
   by the frame, the row, then the column, F pairs each, all three at φ_j = base^(-2j/(2F)) = base^(-j/F); the last
   D - 6F features pass through. Relative in each of the three axes: R(t, r, c)^T R(t', r', c') = R(t' - t, r' - r,
   c' - c).
+- A class token turned by learned angles θ_i (MLCD's class_pos_emb) instead of a position: d/dθ B(θ) = B(θ + π/2), so
+  the gradient of θ_i is dy_0 · B(θ_i + π/2) x_0 over its pair i (class_angles_backward).
 """
 
 from __future__ import annotations
@@ -190,3 +192,40 @@ def _(p):
                   and np.array_equal(om[:F], om[F:2 * F]) and np.array_equal(om[:F], om[2 * F:]),
                   f"minimax_m3, D = {D}: F = {F}, pairs (i, i + 3F) over the first 6F = {6 * F} features, frame, row, "
                   "column in thirds at the same frequencies")
+
+
+GRAD = "minipos.axial.class_angles_backward"
+
+
+@theorem("axial.class_angles",
+         "a class token turned by learned angles θ_i (MLCD's class_pos_emb): d/dθ B(θ) = B(θ + π/2), so the gradient "
+         "of θ_i is dy_0 · B(θ_i + π/2) x_0 over the class token's pair i",
+         checks=(GRAD, APPLY))
+def _(p):
+    th = sp.Symbol("theta", real=True)
+    (p.derive(sp.diff(B(th), th), shown="\\frac{d}{d\\theta} B(\\theta)")
+      .step(B_shown(th + sp.pi / 2), "entry by entry: $\\cos' = -\\sin = \\cos(\\theta + \\pi/2)$, $\\sin' = "
+            "\\cos = \\sin(\\theta + \\pi/2)$: the rotation by $\\theta + \\pi/2$", by="trig"))
+    # qwen, D = 4: the class token's pairs (0, 2) and (1, 3) turn by θ_0 and θ_1; L = dy_0 · y_0.
+    th0, th1 = sp.symbols("theta_0 theta_1", real=True)
+    x, dy, e = [1, 2, -1, 3], [sp.Rational(1, 2), -1, 2, 1], [1, -2]
+    pairs = [(a, b, angle) for (a, b, _, _), angle in zip(table(4, "qwen"), (th0, th1))]
+    L = sum((sp.Matrix([dy[a], dy[b]]).T * B(angle) * sp.Matrix([x[a], x[b]]))[0, 0] for a, b, angle in pairs)
+    turned = sum((sp.Matrix([dy[a], dy[b]]).T * B(angle + sp.pi / 2) * sp.Matrix([x[a], x[b]]))[0, 0] * ei
+                 for (a, b, angle), ei in zip(pairs, e))
+    p.claim(e[0] * sp.diff(L, th0) + e[1] * sp.diff(L, th1), turned,
+            "qwen, D = 4: the derivative of $L = dy_0 \\cdot y_0$ along $e = (1, -2)$ is each pair turned by "
+            "$\\theta_i + \\pi/2$", by="trig", shown=("e \\cdot \\nabla_\\theta L", None))
+    pts = [(0.0, 0.0), (0.3, -1.2), (2.5, 4.0), (-3.0, 0.7)]
+    xn, dyn = np.array(x, float), np.array([float(v) for v in dy])
+    p.tie(APPLY, expected=L, symbols=(th0, th1), points=pts, rtol=1e-12,
+          call=lambda f, a, b: float(dyn @ f(xn[None], np.zeros((2, 1), int), layout="qwen", class_angles=[a, b])[0]),
+          reason="token 0 (positions (0, 0)) turned by the class angles, not by its position")
+    p.tie(GRAD, expected=turned, symbols=(th0, th1), points=pts, rtol=1e-12,
+          call=lambda f, a, b: float(np.array(e, float) @ f(xn[None], dyn[None], [a, b], layout="qwen")),
+          reason="the class angles' gradient along e")
+    rng = np.random.default_rng(9)
+    xs, dys, ths = rng.normal(size=(3, 2, 5, 8)), rng.normal(size=(3, 2, 5, 8)), rng.normal(size=4)
+    others = code.class_angles_backward(np.concatenate([xs[:, :, :1] * 0, xs[:, :, 1:]], axis=2), dys, ths,
+                                        layout="qwen")
+    p.require(np.all(others == 0), "class_angles_backward reads token 0 only: the patches after it do not turn by θ")

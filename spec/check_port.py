@@ -122,7 +122,7 @@ AXES = {
     "mla": {"y": "btd"},
     "mla_grad": {"x": "btd"},
     "axial_rope": {"out": "htd"},
-    "axial_rope_grad": {"dx": "htd"},
+    "axial_rope_grad": {"dx": "htd", "dclass_angles": "i"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value

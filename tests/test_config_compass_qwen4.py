@@ -167,8 +167,13 @@ def test_mlcd_defaults_and_notes():
     m = mconfig.read({"model_type": "mlcd_vision_model"})
     assert m.kind == "vision encoder" and len(m.layers) == 48
     assert m.specs[0].kwargs == {"d_model": 1664, "num_heads": 16, "num_kv_heads": 16, "head_dim": 104, "bias": True}
-    assert "row-major from 0 (axial_positions(h, w)), after the class token" in m.specs[0].position
+    assert "axial_positions(h, w, class_token='first')" in m.specs[0].position
+    assert "scheme.class_pos_emb = HF's class_pos_emb[0]" in m.specs[0].position
     assert "class_pos_emb (52 values" in m.notes[0] and "no learned position table" in m.notes[1]
+    # MLCDVisionModel.class_pos_emb is (1, head_dim // 2): one angle per pair (i, i + 52) of the "qwen" layout
+    scheme = m.layers[0].scheme
+    assert scheme.class_angles and scheme.layout == "qwen" and scheme.class_pos_emb.shape == (52,)
+    assert list(scheme.parameters()) == ["class_pos_emb"]
 
 
 @pytest.mark.parametrize("change, words", [

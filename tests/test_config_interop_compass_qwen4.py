@@ -279,40 +279,79 @@ def test_qwen4_exp_vision_tower_is_qwen3_vls():
 
 # --------------------------------------------------------------------------- MLCD
 
-def test_mlcd_patches_and_the_class_tokens_learned_angles():
-    # MLCDVisionModel: hpos/wpos row-major, MLCDRotaryEmbedding's cat([freq_h, freq_w]) twice with rotate_half (the
-    # "qwen" layout, frequencies over head_dim / 2); the class token first, turned by cos and sin of class_pos_emb.
+def _mlcd(layers, seed):
+    """A tiny ``MLCDVisionModel`` (2 heads of 16, patches of 2 x 2 pixels, one channel) in float64: (config, model)."""
     from transformers.models.mlcd import modeling_mlcd as hf
-    h, w = 3, 4
-    cfg = _cfg(hf.MLCDVisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=8,
+    cfg = _cfg(hf.MLCDVisionConfig, hidden_size=32, num_attention_heads=2, num_hidden_layers=layers, intermediate_size=8,
                image_size=8, patch_size=2, num_channels=1, rope_parameters={"rope_type": "axial", "rope_theta": 100.0})
-    torch.manual_seed(0)
-    tower = hf.MLCDVisionModel(cfg).double().eval()
+    torch.manual_seed(seed)
+    return cfg, hf.MLCDVisionModel(cfg).double().eval()
+
+
+def test_mlcd_layers_with_the_class_tokens_learned_angles():
+    # MLCDVisionModel: hpos/wpos row-major, MLCDRotaryEmbedding's cat([freq_h, freq_w]) twice with rotate_half (the
+    # "qwen" layout, frequencies over head_dim / 2); the class token first, turned by cos and sin of
+    # cat([class_pos_emb, class_pos_emb]). Each layer's whole output, the class token's row included, on the input
+    # the model itself gave it, with class_pos_emb[0] copied into the scheme.
+    h, w = 3, 4
+    cfg, tower = _mlcd(2, 0)
     seen = {}
     for i, layer in enumerate(tower.encoder.layers):
         _randomize(layer.self_attn)
 
         def hook(m, args, kwargs, out, i=i):
-            seen[i] = (kwargs["hidden_states"].numpy().copy(), [t.detach() for t in kwargs["position_embeddings"]])
+            seen[i] = (kwargs["hidden_states"].numpy().copy(), out[0].detach().numpy().copy(),
+                       [t.detach() for t in kwargs["position_embeddings"]])
         layer.self_attn.register_forward_hook(hook, with_kwargs=True)
     with torch.no_grad():
         tower(torch.from_numpy(np.random.default_rng(0).standard_normal((B, 1, 2 * h, 2 * w))))
     model = mconfig.read(cfg)
     assert model.model_type == "mlcd_vision_model" and "class_pos_emb" in model.notes[0]
-    angles = torch.cat([tower.class_pos_emb, tower.class_pos_emb], -1)[0].detach()
+    theta = tower.class_pos_emb[0].detach().numpy()                              # (head_dim // 2,) = (8,)
+    positions = axial_positions(h, w, class_token="first")                        # (2, 1 + h w)
     for i, ref in enumerate(tower.encoder.layers):
-        x, (cos, sin) = seen[i]
-        assert torch.allclose(cos[0].double(), angles.cos(), atol=1e-6)           # learned angles, not a position
+        x, want, (cos, sin) = seen[i]
+        np.testing.assert_allclose(cos[0].double().numpy(), np.cos(np.concatenate([theta, theta])), atol=1e-6)
         layer = model.layers[i]
         _copy(ref.self_attn, layer, ("q_proj", "k_proj", "v_proj", "out_proj"))
-        with torch.no_grad():                                                     # the patches alone, HF's angles
-            want = ref.self_attn(hidden_states=torch.from_numpy(x[:, 1:]),
-                                 position_embeddings=(cos[1:], sin[1:]))[0].numpy()
-        got = layer(x[:, 1:], positions=axial_positions(h, w), causal=False)
+        layer.scheme.class_pos_emb = theta.copy()
+        got = layer(x, positions=positions, causal=False)
         np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"layer {i}")
         assert np.max(np.abs(want)) > 0.1
-        columns_first = layer(x[:, 1:], positions=axial_positions(h, w)[::-1], causal=False)
+        layer.scheme.class_pos_emb = theta + 0.5                                  # the angles matter, every row
+        assert np.min(np.max(np.abs(layer(x, positions=positions, causal=False) - want), axis=-1)) > 1e-4
+        layer.scheme.class_pos_emb = theta.copy()
+        columns_first = layer(x, positions=np.concatenate([positions[:, :1], positions[::-1, 1:]], axis=1),
+                              causal=False)
         assert np.max(np.abs(columns_first - want)) > 1e-3
+
+
+def test_mlcd_class_angles_gradient_matches_torch_autograd():
+    # MLCDAttention's output differentiated by torch through cos and sin of cat([class_pos_emb, class_pos_emb])
+    # (one angle per pair, shared by q and k): its gradient against the layer's backward, "scheme.class_pos_emb",
+    # and the input's. HF rotates in float32: agreement to float32 accuracy.
+    h, w = 2, 3
+    cfg, tower = _mlcd(1, 1)
+    ref = tower.encoder.layers[0].self_attn
+    _randomize(ref)
+    rng = np.random.default_rng(1)
+    x, dy = rng.standard_normal((2, 2, 1 + h * w, 32))
+    theta = torch.tensor(rng.standard_normal(8), dtype=torch.float64, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    pos = torch.from_numpy(axial_positions(h, w)).T                               # (h w, 2), HF's pos_ids
+    cos, sin = tower.vision_rotary_embedding(xt, pos)
+    both = torch.cat([theta, theta])[None]
+    out = ref(hidden_states=xt, position_embeddings=(torch.cat([both.cos(), cos]), torch.cat([both.sin(), sin])))[0]
+    (out * torch.from_numpy(dy)).sum().backward()
+    layer = mconfig.read(cfg).layers[0]
+    _copy(ref, layer, ("q_proj", "k_proj", "v_proj", "out_proj"))
+    layer.scheme.class_pos_emb = theta.detach().numpy().copy()
+    y, ctx = layer(x, positions=axial_positions(h, w, class_token="first"), causal=False, return_context=True)
+    np.testing.assert_allclose(y, out.detach().numpy(), rtol=0, atol=ATOL)
+    grads = layer.backward(ctx, dy)
+    assert np.max(np.abs(theta.grad.numpy())) > 0.1
+    np.testing.assert_allclose(grads["scheme.class_pos_emb"], theta.grad.numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(grads["x"], xt.grad.numpy(), rtol=0, atol=1e-5)
 
 
 def test_mlcd_key_value_groups_other_than_one_are_refused():

@@ -23,8 +23,9 @@ own config, or SAM's video trackers' memory attention, ``memory<i>``, gets those
 head as wide as the model's, so the frequencies are the model's), bidirectional, at positions
 ``(2, T)`` (rows, then columns) that reach the edge of the tower's largest patch grid (64 a side when the
 config names none); a layer with
-square windows (Qwen2.5-VL) runs with its ``axial_window_mask``. A vision tower's own config (Qwen3.5's
-``vision_config``, say) gets those cases only.
+square windows (Qwen2.5-VL) runs with its ``axial_window_mask``; the first, at (0, 0), is MLCD's class token, turned
+by its learned angles. A vision tower's own config (Qwen3.5's ``vision_config``, say) gets those cases only. A
+scheme's learned parameters are inputs like the weights, ``scheme.<name>`` (MLCD's ``scheme.class_pos_emb``).
 """
 
 from __future__ import annotations
@@ -88,9 +89,16 @@ def _stride(spec, text: dict) -> int:
 
 
 def _weights(layer) -> list:
-    """The names of the layer's weight attributes that are set (the sinks included)."""
+    """The names of the layer's weight attributes that are set (the sinks included), then its scheme's learned
+    parameters as ``scheme.<name>`` (MLCD's ``scheme.class_pos_emb``)."""
     names = [n for n in layer._weight_shapes() if getattr(layer, n) is not None]
-    return names + (["sinks"] if getattr(layer, "sinks", None) is not None else [])
+    names += ["sinks"] if getattr(layer, "sinks", None) is not None else []
+    return names + [f"scheme.{n}" for n in layer.scheme.parameters()]
+
+
+def _owner(layer, name: str) -> tuple:
+    """``(object, attribute)`` of the weight ``name`` of ``_weights``: the layer's, or its scheme's."""
+    return (layer.scheme, name[len("scheme."):]) if name.startswith("scheme.") else (layer, name)
 
 
 def cases(config) -> list:
@@ -130,7 +138,7 @@ def cases(config) -> list:
 def _weight_inputs(rng, layer, inputs: dict, prefix: str = "") -> None:
     """Each weight of ``layer`` drawn on the case's grid into ``inputs`` (norm weights about 1)."""
     for name in _weights(layer):
-        value = getattr(layer, name)
+        value = getattr(*_owner(layer, name))
         base = 1.0 if name.endswith("_norm") and not getattr(layer, "norm_offset", 0.0) else 0.0
         inputs[prefix + name] = base + _grid(rng, value.shape, 0.5 if value.ndim == 1 else 1 / np.sqrt(value.shape[0]))
 
@@ -219,14 +227,14 @@ def run(inputs, params) -> dict:
         raise ValueError(f"inputs: {unknown[0]!r} is not a weight of this layer; it has {names}")
     for name in names:
         if name in inputs and not name.startswith("source."):
-            setattr(layer, name, inputs[name])
+            setattr(*_owner(layer, name), inputs[name])
     if isinstance(layer, SharedKVAttention):
         if "source.x" not in inputs:
             raise ValueError(f"inputs: 'source.x' is required: layer {index} attends with the keys and values of "
                              f"layer {layer.kv_source} on that input")
         for name in names:
             if name in inputs and name.startswith("source.") and name != "source.x":
-                setattr(source, name[len("source."):], inputs[name])
+                setattr(*_owner(source, name[len("source."):]), inputs[name])
         cache = source.new_cache()
         source(inputs["source.x"], positions=inputs["positions"], causal=spec.causal, cache=cache)
     mask = None

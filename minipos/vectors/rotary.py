@@ -373,12 +373,29 @@ def _axial_cases(grad: bool = False):
                        "tower); two frames of a 2 x 4 grid in 2 x 2 merge blocks",
                        {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos},
                        {"layout": "minimax_m3", "base": 100.0}))
+    # MLCD's tower, drawn after the cases above: the class token first at (0, 0), turned by learned angles; the
+    # backward's case also gives the angles' gradient, for which it takes the forward's x.
+    pos = axial.axial_positions(3, 4, class_token="first")
+    inputs = {name: _grid(rng, (2, pos.shape[1], 16)), "positions": pos, "class_angles": _grid(rng, (8,), 2.0)}
+    if grad:
+        inputs["x"] = _grid(rng, (2, pos.shape[1], 16))
+    cases.append(_case("qwen_class_angles_d16", f"{what}" + ("; dclass_angles = the gradient of class_angles for "
+                       "out = apply_axial_rope(x, ...) and dy: token 0's pairs turned by class_angles + pi/2, dotted "
+                       "with dy, summed over the heads" if grad else "") + "; layout 'qwen' with class_angles "
+                       "(MLCD's class_pos_emb, one angle per pair): token 0, the class token, turns pair i by "
+                       "class_angles[i] instead of by its position, whose column is the placeholder (0, 0); the "
+                       "patches after it, a 3 x 4 grid row-major", inputs, {"layout": "qwen", "base": 100.0}))
     return cases
 
 
 def _axial_run(inputs, params):
-    return {"out": axial.apply_axial_rope(inputs["x"], inputs["positions"], **params)}
+    return {"out": axial.apply_axial_rope(inputs["x"], inputs["positions"], class_angles=inputs.get("class_angles"),
+                                          **params)}
 
 
 def _axial_grad_run(inputs, params):
-    return {"dx": axial.apply_axial_rope_backward(inputs["dy"], inputs["positions"], **params)}
+    theta = inputs.get("class_angles")
+    out = {"dx": axial.apply_axial_rope_backward(inputs["dy"], inputs["positions"], class_angles=theta, **params)}
+    if theta is not None:                                      # the class angles' gradient, from the forward's x
+        out["dclass_angles"] = axial.class_angles_backward(inputs["x"], inputs["dy"], theta, layout=params["layout"])
+    return out
