@@ -219,3 +219,18 @@ def test_glm4v_tower_from_a_whole_config():
 def test_glm4v_vision_bad_input_names_the_key(kw, error, match):
     with pytest.raises(error, match=match):
         mconfig.read({"model_type": "glm4v_moe_vision", **kw})
+
+
+def test_golden_vectors_of_a_tower_on_a_grid_of_its_own(tmp_path):
+    # DeepSeek-OCR-2's SAM-style tower: its decomposed relative position bias takes flat (T,) positions of its own grid
+    # (14 x 14 windows, the 64 x 64 global grid of image 1024 / patch 16); the export gave it (2, T) and failed.
+    import json
+
+    from minipos import cli, vectors
+    path, out = tmp_path / "config.json", tmp_path / "v"
+    path.write_text(json.dumps({"model_type": "deepseek_ocr2_vision"}))
+    assert cli.main(["vectors", "export", "--config", str(path), str(out)]) == 0
+    cases = json.loads((out / "model_layers.json").read_text())["cases"]
+    flat = {c["name"]: c["inputs"]["positions"]["data"] for c in cases}
+    assert flat == {"vision0": [0, 1, 14, 15, 31, 195, 195], "vision2": [0, 1, 64, 65, 131, 2069, 4095]}
+    assert vectors.check(str(out)) == []

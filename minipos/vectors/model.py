@@ -173,6 +173,9 @@ def _vision_cases(tower) -> list:
         positions = _vision_positions(tower)
         if layer.scheme.position_streams == 3:                  # MiniMax M3's 3-D tower: (3, T), frames first
             positions = np.vstack([np.array([0, 0, 0, 0, 1, 1, 2], np.int64), positions])
+        elif isinstance(getattr(layer.scheme, "width", None), int):   # a grid of its own (DecomposedRelPos): (T,) flat
+            h, w = layer.scheme.height, layer.scheme.width      # row-major indices, the rows and columns inside it
+            positions = np.minimum(positions[0], h - 1) * w + np.minimum(positions[1], w - 1)
         inputs = {"x": _grid(rng, (BATCH, LENGTH, WIDTH)), "positions": positions}
         _weight_inputs(rng, layer, inputs)
         note = (f"{tower.model_type} {tower.kind} layer {spec.index} ({spec.position}) as {type(layer).__name__}, "
