@@ -377,17 +377,22 @@ class MRotary(Scheme):
             what = "head_dim/2" if self.rotary_dim is None else "rotary_dim/2"
             raise ValueError(f"mrope_section {self.mrope_section} must add up to {what} = {half}")
         mrope_streams(self.mrope_section, interleaved=self.interleaved)   # refuses a bad interleaving
-        self.inv_freq = rope_inv_freq(R, base=self.base)
+        self._R, self.inv_freq, self._made_from = R, rope_inv_freq(R, base=self.base), self.base
+
+    def _current(self):  # inv_freq, computed again if base was set since
+        if self.base != self._made_from:
+            self.inv_freq, self._made_from = rope_inv_freq(self._R, base=self.base), self.base
+        return self.inv_freq
 
     def cache_tag(self, seq_len):
-        return self.inv_freq.tobytes(), tuple(self.mrope_section), self.interleaved, self.rotary_dim, self.layout
+        return self._current().tobytes(), tuple(self.mrope_section), self.interleaved, self.rotary_dim, self.layout
 
     def _apply(self, x, positions, *, seq_len):                       # (B, H, T, D), positions (3, T)
-        return apply_mrope(x, positions, self.mrope_section, inv_freq=self.inv_freq, interleaved=self.interleaved,
+        return apply_mrope(x, positions, self.mrope_section, inv_freq=self._current(), interleaved=self.interleaved,
                            rotary_dim=self.rotary_dim, layout=self.layout)
 
     def _apply_backward(self, dx, positions, *, seq_len):             # R^T
-        return apply_mrope_backward(dx, positions, self.mrope_section, inv_freq=self.inv_freq,
+        return apply_mrope_backward(dx, positions, self.mrope_section, inv_freq=self._current(),
                                     interleaved=self.interleaved, rotary_dim=self.rotary_dim, layout=self.layout)
 
     rotate_q = rotate_k = _apply

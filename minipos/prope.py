@@ -140,17 +140,25 @@ class ProportionalRotary(Scheme):
         super().bind(layer, rng)
         if self.head_dim % 2:
             raise ValueError(f"p-RoPE needs an even head dim, got head_dim = {self.head_dim}")
-        self.inv_freq, _ = proportional_inv_freq(self.head_dim, base=self.base, factor=self.factor,
-                                                 partial_rotary_factor=self.partial_rotary_factor)   # (D/2,)
+        self._made_from = None
+        self._current()
+
+    def _current(self):  # inv_freq (D/2,), computed again if base, factor or the proportion was set since
+        made_from = (self.base, self.factor, self.partial_rotary_factor)
+        if made_from != self._made_from:
+            self.inv_freq, _ = proportional_inv_freq(self.head_dim, base=self.base, factor=self.factor,
+                                                     partial_rotary_factor=self.partial_rotary_factor)
+            self._made_from = made_from
+        return self.inv_freq
 
     def cache_tag(self, seq_len):
-        return self.inv_freq.tobytes(), self.layout
+        return self._current().tobytes(), self.layout
 
     def _apply(self, x, positions, *, seq_len):                        # (B, H, T, D)
-        return apply_rope(x, positions, inv_freq=self.inv_freq, layout=self.layout)
+        return apply_rope(x, positions, inv_freq=self._current(), layout=self.layout)
 
     def _apply_backward(self, dx, positions, *, seq_len):              # R(m)^T
-        return apply_rope_backward(dx, positions, inv_freq=self.inv_freq, layout=self.layout)
+        return apply_rope_backward(dx, positions, inv_freq=self._current(), layout=self.layout)
 
     rotate_q = rotate_k = _apply
     rotate_q_backward = rotate_k_backward = _apply_backward

@@ -451,6 +451,10 @@ class Rotary(Scheme):
             raise ValueError(f"rotary_dim must be even, >= 2 and <= head_dim ({self.head_dim}), got {rd}")
         self._dim = rd
         self.inv_freq, self.attention_factor = self._frequencies(1)  # validates the scaling now
+        self._made_from = self._frequency_settings()
+
+    def _frequency_settings(self):  # what the fixed inv_freq is computed from: base and scaling
+        return self.base, self.scaling_kind, repr(sorted(self.scaling_args.items()))
 
     def _frequencies(self, seq_len: int):
         if self.scaling_kind is None:
@@ -461,11 +465,15 @@ class Rotary(Scheme):
     def frequencies(self, seq_len: int):
         """``(inv_freq (rotary_dim/2,), attention_factor)`` at ``seq_len`` (max key position + 1).
 
-        Fixed kinds return ``inv_freq`` and ``attention_factor`` (attributes, computed once);
+        Fixed kinds return ``inv_freq`` and ``attention_factor`` (attributes, computed once, and again
+        after ``base`` or the scaling is set);
         ``dynamic`` and ``longrope`` compute them for this length, without storing them.
         """
         if self.rotates_cached_keys:
             return self._frequencies(seq_len)
+        if self._frequency_settings() != self._made_from:               # base or scaling set since: recompute
+            self.inv_freq, self.attention_factor = self._frequencies(1)
+            self._made_from = self._frequency_settings()
         return self.inv_freq, self.attention_factor
 
     def cache_tag(self, seq_len):

@@ -16,6 +16,8 @@ from minipos import layer as L
 from minipos import schemes
 from minipos._checks import Overflow
 from minipos.mla import DecoupledRotary, MultiHeadLatentAttention
+from minipos.mrope import MRotary
+from minipos.prope import ProportionalRotary
 from minipos.qk_norm import QKNormAttention
 from minipos.query_scale import ScaledQueryRotary
 from minipos.seams import NoPE
@@ -231,3 +233,21 @@ def test_an_empty_pass_through_the_output_norm_and_gate():
         assert y.shape == shape
         grads = layer.backward(ctx, y)
         assert grads["x"].shape == shape and grads["wg"].shape == (8, 2) and not grads["wg"].any()
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: L.Rotary(layout="half", **kw),
+    lambda **kw: L.Rotary(scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4}, **kw),
+    lambda **kw: MRotary(mrope_section=[2, 1, 1], **kw),
+    lambda **kw: ProportionalRotary(partial_rotary_factor=0.5, **kw),          # 0.25 of 8: one pair, at 1 rad/token
+])
+def test_a_base_set_after_the_layer_was_built_takes_effect(make):
+    # These schemes compute their frequencies once, at bind: a base set afterwards changed the recorded settings
+    # (so backward refused an older context) but not the forward. It now gives a fresh layer's output of that base.
+    x = np.random.default_rng(0).standard_normal((1, 5, 16))
+    positions = np.arange(5) if make().position_streams == 1 else np.stack([np.arange(5)] * 3)
+    layer, fresh = L.MultiHeadAttention(16, 2, scheme=make()), L.MultiHeadAttention(16, 2, scheme=make(base=50.0))
+    before = layer(x, positions=positions)
+    layer.scheme.base = 50.0
+    np.testing.assert_array_equal(layer(x, positions=positions), fresh(x, positions=positions))
+    assert not np.allclose(before, fresh(x, positions=positions))
