@@ -70,7 +70,8 @@ class OutputGate:
     def _gate_shapes(self) -> dict:
         if self.gate is None:
             return {}
-        n, letters = self._gate_width(), "num_heads * head_dim" if self.gate == "feature" else "num_heads"
+        dv = "head_dim" if self._value_dim() == self.head_dim else "v_head_dim"    # MLA: D_V
+        n, letters = self._gate_width(), f"num_heads * {dv}" if self.gate == "feature" else "num_heads"
         return {"wg": ((self.d_model, n), f"(d_model, {letters})", True), "bg": ((n,), f"({letters},)", True)}
 
     def _check_gate_weights(self) -> None:

@@ -201,3 +201,12 @@ def test_latent_attention_without_rope():
                                  k_rope_norm=True)
     with pytest.raises(ValueError, match="qk_rope_head_dim"):
         MultiHeadLatentAttention(12, 2, kv_lora_rank=5, qk_nope_head_dim=3, qk_rope_head_dim=-2, v_head_dim=2)
+
+
+def test_a_feature_gates_shape_is_named_by_the_value_width():
+    # MLA's heads output D_V features (2 here), not head_dim = D_N + D_R (7): the error names v_head_dim.
+    layer = _dots(gate="feature")
+    assert layer.wg.shape == (12, 2 * 2)
+    layer.wg = np.ones((12, 14))
+    with pytest.raises(ValueError, match=r"wg must have shape \(d_model, num_heads \* v_head_dim\) = \(12, 4\)"):
+        layer(np.ones((1, 2, 12)))
