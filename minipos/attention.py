@@ -31,7 +31,8 @@ exponent ``<= 0``. ``minipos.fast`` has the same functions, faster, equal up to 
 row of head ``h`` before the softmax, dropped after, so the row's weights sum to
 ``1 - p_sink`` with ``p_sink = e^{sink} / (e^{sink} + sum_s e^{logit_s})``, so a query may attend
 to nothing. The sink has no value (its output is 0) and is not scaled. Blockwise, the running max
-and sum start from the sink, ``m = sink``, ``l = 1``.
+and sum start from the sink, ``m = sink``, ``l = 1``. Sinks may also be one per query, ``(..., H, T)``
+(Inkling 2's ``sink_proj`` of each token's hidden state): row ``t`` of head ``h`` then gets ``sinks[..., h, t]``.
 
 Conventions: q ``(..., H, T, D)``, k ``(..., H, S, D)``, v ``(..., H, S, Dv)``; bias and mask
 broadcast to ``(..., H, T, S)`` without enlarging it. Masks are boolean, ``True`` = may attend; a
@@ -102,8 +103,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, bias: ArrayLike | Non
     value_fn: ``value_fn(q_slice, k_slice, p)`` -> ``(..., H, tq, Dv)``, a term added to the output
       that is linear in the weights ``p`` of those queries and keys (Shaw et al.'s
       ``sum_j p_ij a^V_ij``), or ``None``.
-    sinks: ``(H,)`` per-head sink logits (gpt-oss), or ``None``: a column appended to the logits
-      before the softmax and dropped after (not scaled, not masked).
+    sinks: ``(H,)`` per-head sink logits (gpt-oss), ``(..., H, T)`` per-query ones (Inkling 2), or ``None``:
+      a column appended to the logits before the softmax and dropped after (not scaled, not masked).
     Returns ``out`` ``(..., H, T, Dv)``, and the weights ``(..., H, T, S)`` too when
     ``return_weights``. Rows with no allowed key give zero weights and a zero output.
     """
@@ -145,14 +146,15 @@ def _check_attention_args(q, k, v, bias, mask, scale, return_weights, value_fn, 
 
 
 def _check_sinks(sinks, q, dtype):
-    """``sinks`` as a finite ``(H,)`` array for queries ``q`` ``(..., H, T, D)``, or ``None``; each
-    sink must fit the logits' ``dtype`` (it is one more logit)."""
+    """``sinks`` as a finite ``(H,)`` (one per head) or ``(..., H, T)`` (one per query, ``q.shape[:-1]``)
+    array for queries ``q`` ``(..., H, T, D)``, or ``None``; each sink must fit the logits' ``dtype``
+    (it is one more logit)."""
     if sinks is None:
         return None
     sinks = as_float_array(sinks, "sinks")
-    if q.ndim < 3 or sinks.shape != (q.shape[-3],):
-        raise ValueError(f"sinks must have shape (H,) with H = q.shape[-3] (one logit per head); got sinks "
-                         f"{sinks.shape} for q {q.shape}")
+    if q.ndim < 3 or sinks.shape not in ((q.shape[-3],), q.shape[:-1]):
+        raise ValueError(f"sinks must have shape (H,) with H = q.shape[-3] (one logit per head) or q.shape[:-1] "
+                         f"(..., H, T) (one per query); got sinks {sinks.shape} for q {q.shape}")
     with np.errstate(over="ignore"):                                      # checked just below
         fits = np.isfinite(sinks.astype(dtype, copy=False)).all()
     if not fits:
@@ -186,8 +188,10 @@ def _softmax_with_sinks(logits, sinks):
 
 
 def _sink_column(sinks, shape, dtype):
-    """The sink logits as a column ``(..., H, T, 1)`` for logits of ``shape`` ``(..., H, T, S)``."""
-    return np.broadcast_to(sinks.astype(dtype, copy=False)[:, None, None], (*shape[:-1], 1))
+    """The sink logits as a column ``(..., H, T, 1)`` for logits of ``shape`` ``(..., H, T, S)``: a head's
+    sink ``(H,)`` in each of its rows, or each row's own ``(..., H, T)``."""
+    column = sinks[:, None, None] if sinks.ndim == 1 else sinks[..., None]
+    return np.broadcast_to(column.astype(dtype, copy=False), (*shape[:-1], 1))
 
 
 def _value_term(value_fn, qs, ks, p, shape):
@@ -277,8 +281,8 @@ def blockwise_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, bias_fn: Ca
     value_fn: as in ``attention``, called per block with the block's unnormalised weights
       ``e^{x - m_new}``; linear in them, its term is rescaled and summed with ``P V`` by the same
       online softmax.
-    sinks: ``(H,)`` per-head sink logits, or ``None``, as in ``attention``: the running max and sum
-      of every row start from its head's sink (``lse`` then counts the sink).
+    sinks: ``(H,)`` per-head or ``(..., H, T)`` per-query sink logits, or ``None``, as in ``attention``:
+      the running max and sum of every row start from its sink (``lse`` then counts the sink).
     Rows with no allowed key give zeros. Equal to ``attention`` up to rounding.
     """
     q, k, v, scale, block, offset = check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
@@ -340,7 +344,8 @@ def _attend_rows(qs, blocks, v, out, lse, value_fn=None, sinks=None) -> None:
     m = np.full((*lead, tq, 1), -np.inf, dtype)                         # running row max
     l = np.zeros((*lead, tq, 1), dtype)                                 # running row sum
     if sinks is not None:                                               # the sink column folded in first:
-        m = _sink_column(sinks, (*lead, tq, 1), dtype).copy()           # m = sink
+        rows = sinks if sinks.ndim == 1 else sinks[..., qs]             # a head's, or these rows' own
+        m = _sink_column(rows, (*lead, tq, 1), dtype).copy()            # m = sink
         l = np.ones((*lead, tq, 1), dtype)                              # l = e^{sink - m} = 1
     o = np.zeros((*lead, tq, out.shape[-1]), dtype)                     # running output
     for ks in blocks.key_slices(qs):                                    # a loop over key blocks
@@ -410,9 +415,10 @@ def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, dout: ArrayLike
     ``attention``), ``value_grad_fn(q_slice, k_slice, P, dO)`` returns its share of ``dP``
     ``(..., H, tq, tk)`` (and sums its parameters' gradients), added to ``dO V^T``.
 
-    With ``sinks`` ``(H,)`` a fifth value ``dsinks`` ``(H,)``: the sink column has no value, so its
-    ``dP`` is 0 and ``dS_sink = -p_sink rowsum(dO * O)``, with ``p_sink = 1 - rowsum(P)``, summed
-    over every row of the head. The formulas above hold unchanged with P the sink softmax's.
+    With ``sinks`` a fifth value ``dsinks`` of their shape: the sink column has no value, so its
+    ``dP`` is 0 and ``dS_sink = -p_sink rowsum(dO * O)``, with ``p_sink = 1 - rowsum(P)``, one per row
+    ``(..., H, T)``, summed over every row of the head for ``(H,)`` sinks. The formulas above hold
+    unchanged with P the sink softmax's.
     """
     check_callable(value_grad_fn, "value_grad_fn", "(q_slice, k_slice, weights, dout) -> array")
     if (value_fn is None) != (value_grad_fn is None):
@@ -436,13 +442,14 @@ def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, dout: ArrayLike
     if sinks is None:
         return grads
     p_sink = 1 - p.sum(axis=-1)                                           # (..., H, T)
-    return (*grads, _sink_grad(p_sink, np.sum(dout * out, axis=-1)))
+    return (*grads, _sink_grad(p_sink, np.sum(dout * out, axis=-1), sinks))
 
 
-def _sink_grad(p_sink, rowsum):
-    """``dsinks`` ``(H,)``: ``-p_sink * rowsum(dO * O)`` summed over the rows of each head, both ``(..., H, T)``."""
-    d = -(p_sink * rowsum)                                                # dS of the sink column
-    return d.reshape(-1, *d.shape[-2:]).sum(axis=(0, 2))                  # (H,)
+def _sink_grad(p_sink, rowsum, sinks):
+    """``dsinks`` of the shape of ``sinks``: ``-p_sink * rowsum(dO * O)``, both ``(..., H, T)``, per query;
+    summed over the rows of each head for ``(H,)`` sinks."""
+    d = -(p_sink * rowsum)                                                # dS of the sink column, (..., H, T)
+    return d.reshape(-1, *d.shape[-2:]).sum(axis=(0, 2)) if np.ndim(sinks) == 1 else d   # (H,) or (..., H, T)
 
 
 def _check_grad(grad, like: np.ndarray, name: str) -> np.ndarray:
@@ -475,8 +482,9 @@ def blockwise_attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, out: 
     value_grad_fn: for a forward with a ``value_fn``: as in ``attention_backward``, called per block
     with ``P_ij`` and ``dO_i``; ``dP_ij`` gains the value term's share (``D_i`` holds it already,
     as ``out`` includes the term).
-    sinks: the forward's ``(H,)`` sink logits, or ``None``; with them the result has a fourth value,
-      ``dsinks`` ``(H,)`` = ``-sum_i p_sink_i D_i`` per head, where ``p_sink_i = exp(sink - lse_i)``.
+    sinks: the forward's ``(H,)`` or ``(..., H, T)`` sink logits, or ``None``; with them the result has a
+      fourth value, ``dsinks`` of their shape: ``-p_sink_i D_i`` per row, ``p_sink_i = exp(sink_i - lse_i)``
+      (summed over each head's rows for ``(H,)``).
     """
     q, k, v, scale, block, offset = check_blockwise_args(q, k, v, bias_fn, mask_fn, causal, scale,
                                                          block_size, q_offset)
@@ -492,8 +500,9 @@ def blockwise_attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, out: 
     check_grads((dq, dk, dv))
     if sinks is None:
         return dq, dk, dv
-    p_sink = np.exp(sinks.astype(dtype, copy=False)[:, None] - lse)     # (..., H, T): e^{sink - lse}
-    return dq, dk, dv, _sink_grad(p_sink, np.sum(dout * out, axis=-1))
+    column = sinks[:, None] if sinks.ndim == 1 else sinks                 # a head's sink in each row, or the row's
+    p_sink = np.exp(column.astype(dtype, copy=False) - lse)              # (..., H, T): e^{sink - lse}
+    return dq, dk, dv, _sink_grad(p_sink, np.sum(dout * out, axis=-1), sinks)
 
 
 def _blockwise_grads(blocks, v, lse, dout, out, dq, dk, dv, bias_grad_fn, scale, value_grad_fn=None) -> None:
