@@ -2,8 +2,7 @@
 ``minipos._config_rope`` (transformers 5.24): Cohere Compass (its decoder's interleaved M-RoPE or NoPE per layer type,
 and its vision tower, Qwen3-VL's), Qwen4-Exp (its decoder's attention layers, Qwen3.5's with a QSA indexer, and its
 vision tower), MLCD's vision encoder (read alone, its class token's learned angles too), LFM3-VL's vision tower (its
-attention layers) and Qwen3-Omni's thinker's head dim (HF's ``hidden_size // num_attention_heads``, floored). Inkling
-2's decoder is refused by name (``NOT_YET``). Its towers are registered in ``VISION`` and ``VISION_OF``, its decoders
+attention layers) and Qwen3-Omni's thinker's head dim (HF's ``hidden_size // num_attention_heads``, floored). Its towers are registered in ``VISION`` and ``VISION_OF``, its decoders
 returned in ``FAMILIES`` and ``TEXT_OF`` for ``minipos.config`` to merge. ``minipos.config``'s module docstring states
 the contract.
 
@@ -17,7 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ._config_rope import (
-    NOT_YET,
     axial_theta,
     layer_types_of,
     rope_parameters,
@@ -312,7 +310,7 @@ VISION.update({
 VISION_OF.update({"lfm3_vl": "lfm3_vl_vision"})
 
 
-# --------------------------------------------------------------------------- Qwen3-Omni's head dim, Inkling 2
+# --------------------------------------------------------------------------- Qwen3-Omni's head dim
 
 def _qwen3_omni_moe_text(c):
     """Qwen3-Omni's thinker decoder (HF ``Qwen3OmniMoeThinkerTextAttention``): Qwen3-VL's (``qwen3_vl``). Its config
@@ -335,11 +333,6 @@ def _qwen3_omni_moe_text(c):
     return [replace(s, notes=s.notes + note) for s in specs]
 
 
-_INKLING2 = ("Inkling 2's decoder attention (no RoPE: a relative position bias mixed per token from its hidden state "
-             "over backward distances below rel_extent, short causal convolutions on the keys and values, L2-clipped "
-             "queries and keys, log-scaled queries, per-token sinks); its vision tower is read alone: "
-             "read(config['vision_config'])")
-NOT_YET.update({"inkling2_text": _INKLING2, "inkling2": _INKLING2})
 
 FAMILIES = {
     "cohere_compass_text": Family(_cohere_compass, _COHERE_COMPASS_TEXT),

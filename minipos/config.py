@@ -191,6 +191,8 @@ from ._config_gemma import FAMILIES as GEMMA_FAMILIES
 from ._config_gemma import TEXT_OF as GEMMA_TEXT_OF
 from ._config_glm_more import FAMILIES as GLM_FAMILIES
 from ._config_glm_more import TEXT_OF as GLM_TEXT_OF
+from ._config_inkling import FAMILIES as INKLING_FAMILIES
+from ._config_inkling import TEXT_OF as INKLING_TEXT_OF
 from ._config_minimax_muse import FAMILIES as MUSE_FAMILIES
 from ._config_minimax_muse import TEXT_OF as MUSE_TEXT_OF
 from ._config_mla import FAMILIES as MLA_FAMILIES
@@ -487,6 +489,8 @@ FAMILIES.update(MUSE_FAMILIES)                # minipos._config_minimax_muse: Mi
 TEXT_OF.update(MUSE_TEXT_OF)
 FAMILIES.update(COMPASS_FAMILIES)             # minipos._config_compass_qwen4: Cohere Compass, Qwen4-Exp, Qwen3-Omni
 TEXT_OF.update(COMPASS_TEXT_OF)
+FAMILIES.update(INKLING_FAMILIES)             # minipos._config_inkling: Inkling 2's decoder
+TEXT_OF.update(INKLING_TEXT_OF)
 
 
 # --------------------------------------------------------------------------- read

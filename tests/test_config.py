@@ -590,7 +590,7 @@ def test_bad_qwen_vision_settings_are_named(change, words):
     ({"model_type": "ernie4_5_vl_moe_text", "rope_parameters": {"rope_type": "default", "rope_theta": 1.0,
                                                                  "mrope_section": [3, 1, 0]}},
      ["mrope_section", "'ernie4_5_vl_moe_text'", "'hw'"]),
-    ({"model_type": "inkling2_text"}, ["inkling2_text", "not support yet"]),
+    ({"model_type": "sam3_video"}, ["sam3_video", "not support yet"]),
     ({"model_type": "pixtral", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}}, ["'yarn'", "'pixtral'"]),
     ({"model_type": "deepseek_v32", "kv_lora_rank": 8, "q_lora_rank": None}, ["q_lora_rank", "'deepseek_v32'"]),
     ({"num_attention_heads": None}, ["num_attention_heads", "model_type 'llama'"]),
@@ -636,7 +636,7 @@ def test_minipos_config_prints_the_table_and_errors_in_one_line(capsys, tmp_path
     out = capsys.readouterr().out
     assert "llama4_text: 48 decoder layers" in out and "chunks of 8192" in out
     bad = tmp_path / "c.json"
-    bad.write_text(json.dumps({**LLAMA, "model_type": "inkling2_text"}))
+    bad.write_text(json.dumps({**LLAMA, "model_type": "sam3_video"}))
     assert cli.main(["config", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not support yet" in err and "Traceback" not in err

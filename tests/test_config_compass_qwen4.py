@@ -224,10 +224,10 @@ def test_qwen3_omni_moe_default_head_dim_is_refused_with_hfs_rule():
 
 
 @pytest.mark.parametrize("model_type", ["inkling2", "inkling2_text"])
-def test_inkling2_decoder_is_not_supported_yet(model_type):
-    with pytest.raises(ValueError, match="not support yet") as err:
-        mconfig.read({"model_type": model_type, "text_config": {"model_type": "inkling2_text"}})
-    assert f"model_type '{model_type}'" in str(err.value) and "read(config['vision_config'])" in str(err.value)
+def test_inkling2_decoder_is_read(model_type):
+    """Inkling 2's decoder (minipos.inkling; its reader and its checks are in tests/test_config_inkling.py)."""
+    m = mconfig.read({"model_type": model_type, "text_config": {"model_type": "inkling2_text"}})
+    assert m.model_type == "inkling2_text" and len(m.layers) == 48
 
 
 # --------------------------------------------------------------------------- golden vectors

@@ -425,11 +425,14 @@ def test_qwen3_omni_moe_head_dim_is_hfs_floored_quotient():
         mconfig.read(odd)
 
 
-def test_inkling2_decoder_is_refused_and_its_tower_read_alone():
-    cfg = _cfg(transformers.Inkling2Config, text_config={"hidden_size": 32, "num_hidden_layers": 2},
+def test_inkling2_reads_its_decoder_and_its_tower():
+    """The decoder is compared with transformers in tests/test_config_interop_inkling.py; here the whole config gives
+    both, and the tower read alone is the same tower."""
+    cfg = _cfg(transformers.Inkling2Config, text_config={"hidden_size": 32, "num_hidden_layers": 2,
+                                                         "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                         "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2},
                vision_config={"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1,
                               "text_hidden_size": 32})
-    with pytest.raises(ValueError, match="not support yet") as err:
-        mconfig.read(cfg)
-    assert "relative position bias mixed per token" in str(err.value)
+    m = mconfig.read(cfg)
+    assert m.model_type == "inkling2_text" and len(m.layers) == 2 and m.vision is not None
     assert mconfig.read(cfg.vision_config).model_type == "inkling2_vision"
