@@ -61,8 +61,8 @@ NO_PICTURE = {
 }
 CODE_BESIDE_MATH = ["schemes/sinusoidal/", "schemes/learned/", "schemes/alibi/", "schemes/transformer-xl/",
                     "schemes/t5/", "schemes/deberta/", "schemes/rope/", "schemes/rope-scaling/", "schemes/xpos/",
-                    "schemes/fire/", "schemes/shaw/", "schemes/query-scale/", "rope-frequencies/", "mrope/", "mla/",
-                    "local-global/", "irope/", "layer/"]
+                    "schemes/fire/", "schemes/shaw/", "schemes/query-scale/", "schemes/inkling/", "rope-frequencies/",
+                    "mrope/", "mla/", "local-global/", "irope/", "layer/"]
 INTERACTIVE = {"schemes/rope/": "rope-rotation", "schemes/rope-scaling/": "rope-scaling", "schemes/alibi/": "alibi-heads",
                "schemes/t5/": "t5-buckets", "schemes/sinusoidal/": "sinusoidal-dot", "layer/": "attention-pattern"}
 
