@@ -21,6 +21,7 @@ if ROOT not in sys.path:
 
 from minipos.cache import KVCache                          # noqa: E402
 from minipos.layer import MultiHeadAttention                # noqa: E402
+from minipos.inkling import InklingAttention                         # noqa: E402
 from minipos.mla import DecoupledRotary, MultiHeadLatentAttention   # noqa: E402
 from minipos.schemes import ENTRIES, config_keys            # noqa: E402
 from minipos.streaming import StreamingCache                # noqa: E402
@@ -60,6 +61,21 @@ MLA_KEYWORDS = {
     "kv_lora_scale": "multiplies the normed key/value latent (Dots 3 Note: `sqrt(hidden_size / kv_lora_rank)`)",
     "gate": "`\"head\"`: each head's output times `sigmoid(x wg)_h` before `wo` (`wg` `(d_model, H)`, Dots 3 Note's "
             "`g_proj`); `\"feature\"`: one gate per output feature; `None`: no gate",
+}
+
+# InklingAttention's own keywords (minipos.inkling's docstrings).
+INKLING_KEYWORDS = {
+    "d_rel": "the relative states' width per head (HF `d_rel`)",
+    "rel_extent": "E, the bias's reach back of a full layer (HF `rel_extent`; `None`: 1024); a sliding layer's is its "
+                  "window",
+    "conv_kernel": "K, the taps of the keys' and values' causal convolutions (HF `conv_kernel_size`)",
+    "dynamic_conv": "`True`: each token adds its own tap per key/value head (`k_conv_w`, `v_conv_w`), a full layer's",
+    "log_scaling": "`(alpha, n_floor)`: queries and relative states times `1 + alpha ln max((p + 1) / n_floor, 1)`, a "
+                   "full layer's (HF `log_scaling_alpha`, `log_scaling_n_floor`); `None`: no scale",
+    "qk_clip": "the L2 clip of each query and key head (HF `qk_l2_clip_threshold`)",
+    "rel_clip": "the L2 clip of each relative state (HF `rel_l2_clip_threshold`)",
+    "norm_eps": "the values' RMSNorm epsilon (HF `rms_norm_eps`)",
+    "scheme": "`NoPE` only: the layer's position machinery is its own",
 }
 
 # Settings of a layer case that are not constructor keywords.
@@ -130,6 +146,15 @@ def layer() -> list:
               "above, and its own:", "",
               "| keyword | default | what it does |", "|---|---|---|"]
     lines += [f"| `{n}` | {d} | {MLA_KEYWORDS[n]} |" for n, d in own]
+    own = [(n, d) for n, d in _signature_rows(InklingAttention) if n not in LAYER_KEYWORDS or n == "scheme"]
+    unknown = [n for n, _ in own if n not in INKLING_KEYWORDS]
+    if unknown:
+        raise SystemExit(f"spec/catalogue.py: describe InklingAttention's keyword(s) {unknown} in INKLING_KEYWORDS")
+    lines += ["", "`minipos.inkling.InklingAttention` (the `inkling` families) takes `d_model`, `num_heads`, "
+              "`num_kv_heads`, `head_dim`, `bias`, `seed`, `dtype`, `block_size`, `sliding_window`, `scale` as above "
+              "(through `**kwargs`), and its own:", "",
+              "| keyword | default | what it does |", "|---|---|---|"]
+    lines += [f"| `{n}` | {d} | {INKLING_KEYWORDS[n]} |" for n, d in own]
     return lines + [""]
 
 

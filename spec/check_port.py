@@ -123,6 +123,8 @@ AXES = {
     "mla_grad": {"x": "btd"},
     "axial_rope": {"out": "htd"},
     "axial_rope_grad": {"dx": "htd", "dclass_angles": "i"},
+    "inkling": {"y": "btd"},
+    "inkling_grad": {"x": "btd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value
@@ -148,6 +150,7 @@ OUTPUT_GRADIENT = {
     "local_global_grad": "dy",
     "mla_grad": "dy",
     "axial_rope_grad": "dy",
+    "inkling_grad": "dy",
 }
 
 

@@ -166,7 +166,7 @@ def test_every_family_and_output_of_the_spec_has_named_axes():
             for name, array in case["expected"].items():
                 if name in axes:
                     assert len(axes[name]) <= len(array["shape"]), (doc["family"], name)
-                elif array["shape"] and not (doc["family"].endswith("layer_grad") or doc["family"] == "mla_grad" or
+                elif array["shape"] and not (doc["family"].endswith("layer_grad") or doc["family"] in ("mla_grad", "inkling_grad") or
                                              doc["family"] == "local_global_grad" and name[0] in "wb"):
                     # a layer's weight gradients: flat
                     pytest.fail(f"{doc['family']}/{case['name']}: {name} has no named axes")

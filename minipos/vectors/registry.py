@@ -28,6 +28,7 @@ from .gradients import (_alibi_grad_cases, _alibi_grad_run, _attention_grad_case
 from .layers import (_irope_grad_cases, _irope_grad_run, _irope_layer_cases, _irope_layer_run, _layer_cases,
                      _layer_grad_cases, _layer_grad_run, _layer_run, _local_global_cases, _local_global_grad_run,
                      _local_global_run, _mla_cases, _mla_grad_cases, _mla_grad_run, _mla_run, _shaw_layer_cases)
+from . import inkling as _inkling
 from . import model as _model
 from .rotary import (_axial_cases, _axial_grad_run, _axial_run, _mrope_cases, _mrope_grad_run, _mrope_layer_cases,
                      _mrope_layer_grad_run, _mrope_layer_run,
@@ -35,7 +36,7 @@ from .rotary import (_axial_cases, _axial_grad_run, _axial_run, _mrope_cases, _m
                      _rope_scaling_cases, _rope_scaling_run, _rope_scores_cases, _rope_scores_run, _xpos_cases,
                      _xpos_run, _xpos_scores_cases, _xpos_scores_run)
 
-SPEC_VERSION = "1.3.0"
+SPEC_VERSION = "1.4.0"
 
 # The float32 tolerance of each family, and of the cases whose error is of another size (large
 # positions): about ten times the largest error |got - expected| / (1 + |expected|) of a float32
@@ -49,7 +50,7 @@ FLOAT32_TOLERANCE = {
     "alibi_bias_key_only": 1e-6, "rope_scores": 5e-6, "xpos_scores": 5e-6,
     "attention_grad": 5e-6, "rope_grad": 2e-5, "t5_grad": 1e-6, "alibi_grad": 1e-6, "xl_grad": 1e-6,
     "deberta_grad": 1e-6, "xpos_grad": 5e-6, "learned_grad": 1e-6, "layer_grad": 2e-5,
-    "mla": 5e-6, "mla_grad": 2e-5,
+    "mla": 5e-6, "mla_grad": 2e-5, "inkling": 1e-6, "inkling_grad": 1e-5,
     "mrope": 1e-5, "mrope_grad": 1e-5, "mrope_layer": 2e-6, "mrope_layer_grad": 2e-5,
     "shaw_logits": 1e-6, "shaw_values": 1e-6, "shaw_layer": 5e-6, "shaw_layer_grad": 2e-5,
     # positions up to 4096 / 4097 at the high frequencies: the float32 angle m * theta_i errs by
@@ -176,6 +177,12 @@ FAMILIES = {
                   "decoupled RoPE: a full forward pass, weights included, and cached decoding", _mla_cases, _mla_run),
     "mla_grad": Family("minipos.mla.MultiHeadLatentAttention.backward", "the MLA layer's backward: the gradient "
                        "of x and of every weight, the RMSNorms' included", _mla_grad_cases, _mla_grad_run),
+    "inkling": Family("minipos.inkling.InklingAttention", "Inkling 2's decoder attention: a relative bias mixed by "
+                      "each query from its hidden state, short convolutions of keys and values, the log scale, "
+                      "per-query sinks; sliding and full layers, cached decoding, left padding", _inkling.inkling_cases,
+                      _inkling.inkling_run),
+    "inkling_grad": Family("minipos.inkling.InklingAttention.backward", "the Inkling layer's backward: the gradient "
+                           "of x and of every weight", _inkling.inkling_grad_cases, _inkling.inkling_grad_run),
 }
 
 
