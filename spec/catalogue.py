@@ -125,6 +125,16 @@ def schemes() -> list:
     return lines
 
 
+def _own_keywords(cls, table: dict, table_name: str, also: tuple, intro: str) -> list:
+    """The rows of ``cls``'s keywords beyond the layer's (and ``also``), each described in ``table``."""
+    own = [(n, d) for n, d in _signature_rows(cls) if n not in LAYER_KEYWORDS or n in also]
+    unknown = [n for n, _ in own if n not in table]
+    if unknown:
+        raise SystemExit(f"spec/catalogue.py: describe {cls.__name__}'s keyword(s) {unknown} in {table_name}")
+    return ["", intro, "", "| keyword | default | what it does |", "|---|---|---|",
+            *(f"| `{n}` | {d} | {table[n]} |" for n, d in own)]
+
+
 def layer() -> list:
     unknown = [n for n, _ in _signature_rows(MultiHeadAttention) if n not in LAYER_KEYWORDS]
     if unknown:
@@ -137,24 +147,14 @@ def layer() -> list:
     lines += ["", "Settings of a case that are not constructor keywords:", "",
               "| param | default | what it does |", "|---|---|---|"]
     lines += [f"| `{n}` | {d} | {what} |" for n, d, what in CALL_SETTINGS]
-    own = [(n, d) for n, d in _signature_rows(MultiHeadLatentAttention) if n not in LAYER_KEYWORDS]
-    unknown = [n for n, _ in own if n not in MLA_KEYWORDS]
-    if unknown:
-        raise SystemExit(f"spec/catalogue.py: describe MultiHeadLatentAttention's keyword(s) {unknown} in MLA_KEYWORDS")
-    lines += ["", "`minipos.mla.MultiHeadLatentAttention` (the `mla` families) takes `d_model`, `num_heads`, "
-              "`scheme` (a `DecoupledRotary`), `bias`, `seed`, `dtype`, `block_size`, `sliding_window`, `scale` as "
-              "above, and its own:", "",
-              "| keyword | default | what it does |", "|---|---|---|"]
-    lines += [f"| `{n}` | {d} | {MLA_KEYWORDS[n]} |" for n, d in own]
-    own = [(n, d) for n, d in _signature_rows(InklingAttention) if n not in LAYER_KEYWORDS or n == "scheme"]
-    unknown = [n for n, _ in own if n not in INKLING_KEYWORDS]
-    if unknown:
-        raise SystemExit(f"spec/catalogue.py: describe InklingAttention's keyword(s) {unknown} in INKLING_KEYWORDS")
-    lines += ["", "`minipos.inkling.InklingAttention` (the `inkling` families) takes `d_model`, `num_heads`, "
-              "`num_kv_heads`, `head_dim`, `bias`, `seed`, `dtype`, `block_size`, `sliding_window`, `scale` as above "
-              "(through `**kwargs`), and its own:", "",
-              "| keyword | default | what it does |", "|---|---|---|"]
-    lines += [f"| `{n}` | {d} | {INKLING_KEYWORDS[n]} |" for n, d in own]
+    lines += _own_keywords(MultiHeadLatentAttention, MLA_KEYWORDS, "MLA_KEYWORDS", (),
+                           "`minipos.mla.MultiHeadLatentAttention` (the `mla` families) takes `d_model`, `num_heads`, "
+                           "`scheme` (a `DecoupledRotary`), `bias`, `seed`, `dtype`, `block_size`, `sliding_window`, "
+                           "`scale` as above, and its own:")
+    lines += _own_keywords(InklingAttention, INKLING_KEYWORDS, "INKLING_KEYWORDS", ("scheme",),
+                           "`minipos.inkling.InklingAttention` (the `inkling` families) takes `d_model`, `num_heads`, "
+                           "`num_kv_heads`, `head_dim`, `bias`, `seed`, `dtype`, `block_size`, `sliding_window`, "
+                           "`scale` as above (through `**kwargs`), and its own:")
     return lines + [""]
 
 
