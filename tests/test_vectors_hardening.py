@@ -240,7 +240,12 @@ def test_cli_export_into_a_foreign_directory_is_one_line_on_stderr(tmp_path, cap
     assert captured.err.count("\n") == 1 and "notes.txt" in captured.err and "Traceback" not in captured.err
 
 
-_EXPORT = "import sys; from minipos import vectors; vectors.export(sys.argv[1])"
+# Every family but the slowest six (the layers' backwards, checked against finite differences, and the 36-case
+# layer family): forty files written one after another, a third of the whole export's time. Atomicity is a
+# property of each file's write, so these show it as well as all of them would.
+_SLOW = {"layer_grad", "mrope_layer_grad", "inkling_grad", "layer", "local_global_grad", "mla_grad"}
+_EXPORT = ("import sys; from minipos import vectors; "
+           f"vectors.export(sys.argv[1], families=[f for f in vectors.FAMILIES if f not in {sorted(_SLOW)!r}])")
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
@@ -254,7 +259,7 @@ def test_an_export_killed_at_any_moment_leaves_old_or_complete_files(tmp_path):
     spec = _spec_copy(tmp_path)
     for path in spec.iterdir():  # old bytes that differ from what the export writes
         path.write_bytes(path.read_bytes().replace(b'"description": "', b'"description": "old: ', 1))
-    old = _snapshot(spec)
+    old = _snapshot(spec)                        # the slow families' files too: no export may touch them
     rng = random.Random(20240601)
     killed = 0
     for attempt in range(8):
@@ -268,10 +273,10 @@ def test_an_export_killed_at_any_moment_leaves_old_or_complete_files(tmp_path):
             if name.startswith("."):
                 assert re.fullmatch(r"\.[a-z_0-9]+\.json\.\d+\.[0-9a-f]{8}\.tmp", name), name
                 continue
-            assert data in (old[name], new[name]), f"attempt {attempt}: {name} is neither old nor new"
+            assert data in (old[name], new.get(name)), f"attempt {attempt}: {name} is neither old nor new"
     assert killed, "every export finished before it was killed; the test did not exercise a kill"
-    vectors.export(spec)  # the next export completes and clears any temp file a killed one left
-    assert _snapshot(spec) == new
+    vectors.export(spec, families=[f for f in vectors.FAMILIES if f not in _SLOW])   # completes, clears temp files
+    assert _snapshot(spec) == {**old, **new}
 
 
 # --- check cannot be fooled into "ok" ------------------------------------------------------------
