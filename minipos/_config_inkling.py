@@ -19,9 +19,9 @@ _NOT_READ = (
     "each decoder layer also runs a short causal convolution over its attention output and another over its MLP "
     "output (post_attention_convolution, post_mlp_convolution: minipos.inkling.short_conv with static taps), outside "
     "the attention module",
-    "the layers' inputs are attention residuals over blocks of n_layers_per_attn_res_block layers; a full layer's keys "
-    "and values come from their own mixes of them (key_hidden_states, value_hidden_states, each RMS-normed): call the "
-    "layer on one x, as the model's first layer is called")
+    "the layers' inputs are attention residuals over blocks of n_layers_per_attn_res_block layers; a full layer after "
+    "the first takes its query, keys and values (and its dynamic taps) from three mixes of them, each RMS-normed: the "
+    "layer here takes one x for all three, as the model's first full layer does")
 
 
 def _aliased(c, key: str, alias: str) -> int:

@@ -21,31 +21,38 @@ logarithmic scale of the full-attention layers (HF ``Inkling2LogScale``)::
     s(p) = 1 + alpha · ln(max((p + 1) / n_floor, 1))                    1 until p + 1 = n_floor, then grows like ln p
 
 The bias is what replaces RoPE: a trained bank of E-long profiles of bias against backward distance
-(``rel_proj``, ``(d_rel, E)``), which each query mixes by its own relative state. It is zero beyond E tokens
-back (and for keys after the query), so past E only the convolutions and the content see order.
-A sliding layer's E is its window W, so its bias covers exactly the keys it sees.
+(``rel_proj``, ``(d_rel, E)``), which each query mixes by its own relative state. It is zero for keys E or more
+tokens back (and for keys after the query): beyond E, nothing in a logit depends on the distance itself. A sliding
+layer's E is its window W, so its bias covers exactly the keys it sees.
 
 The convolutions (HF ``Inkling2ShortConvolution`` on the sliding layers, ``Inkling2DynamicShortConvolution``
 on the full ones) mix each channel over the last K tokens, with a residual, before the clip and the norm::
 
     conv(u)_t = (u_t + Σ_{l<K} w_{t,l} ⊙ ũ_{t-l}) / sqrt(c)
-    static:   w_{t,l} = conv[l]                              c = K + 1    (K, KV*D): HF conv1d.weight[:, 0, ::-1].T
-    dynamic:  w_{t,l} = conv[l] + (x_t conv_w)_{g,l}         c = 2K + 1   one per-token tap per key/value head g
+    static:   w_{t,l} = conv[l]                              c = K + 1    (K, KV*D): HF conv1d.weight[:, 0].flip(-1).T
+    dynamic:  w_{t,l} = conv[l] + (x_t conv_w)_{g,l}         c = 2K + 1   K per-token taps (one per lag) per
+                                                                           key/value head g, on its D channels
 
 ``ũ`` is ``u`` with the call's padding zeroed (a ``(B, S)`` mask's last T columns, HF's ``conv_mask``; not for
-a single-token call, which HF never pads) and the tokens before the first zero. The taps are indexed by lag:
-``conv[0]`` weights the token itself. A cached call takes the K - 1 inputs before it from the cache
-(``InklingCache``), as HF's conv state does.
+a single-token call, which HF never pads), preceded by the K - 1 inputs before the call (zeros at the start of a
+sequence, else the cache's: ``InklingCache``). The taps are indexed by lag: ``conv[0]`` weights the token itself.
+HF's conv state holds the last K inputs, channels first, ``(B, KV*D, K)``: ``InklingCache.conv_k`` is its
+``[..., 1:]`` transposed.
 
 Not position machinery, but part of the map: the clips, the values' RMSNorm and the sigmoid output gate
-(``minipos.gate``, ``"feature"``); ``wg = None`` switches the gate off. The model feeds a full layer's keys
-and values from their own mixes of the residual stream (``key_hidden_states``, ``value_hidden_states``,
-through their own RMSNorms); this layer takes one ``x`` for all three, as the model's first layer does.
+(``minipos.gate``, ``"feature"``); ``wg = None`` switches the gate off. The model calls its sliding layers on one
+input; a full layer after the first gets three, the query's, the keys' and the values' own mixes of the residual
+stream, each through its own RMSNorm (``hidden_states``, ``key_hidden_states``, ``value_hidden_states``; the dynamic
+taps are projected from the keys' and the values' inputs). This layer takes one ``x`` for all three: the model's
+first full layer, or a full layer whose three inputs are equal.
 
-Positions: ``p`` is the layer's ``positions`` for both the bias's distances and the log scale. HF counts the
-distances from the cache's sequence indices and the scale from ``position_ids``; they agree unless the
-caller makes them differ (left padding with shifted ``position_ids``, say). HF computes the clips, norms and
-convolutions in float32 (``.float()``); minipos in the input's dtype (float64 for float64 input).
+Positions: ``p`` is the layer's ``positions`` (one row for the batch) for both the bias's distances and the log
+scale. HF counts the distances from the cache's sequence indices and the scale from ``position_ids`` (per row);
+they agree unless ``position_ids`` are shifted, as ``generate`` does for left-padded rows, which matters only where
+``p + 1 > n_floor``. Precision: HF computes the clips with their learned scales, the log scale, the convolutions
+(the dynamic taps too), the values' norm, the softmax with its sinks and the gate in float32 (``.float()``, which
+casts a float64 model's tensors down); minipos computes every step in the dtype of ``x`` and the weights (NumPy's
+promotion: float64 for float64 weights).
 
 Conventions: weights ``(d_in, d_out)`` used as ``x @ W``; heads laid out ``h * D + d`` (HF ``view``).
 """
@@ -283,7 +290,8 @@ def relative_bias_backward(dbias: ArrayLike, q_positions: ArrayLike, k_positions
 
 class InklingCache(KVCache):
     """``KVCache`` plus the K - 1 convolution inputs before the next call, ``conv_k`` and ``conv_v``
-    ``(B, K - 1, KV*D)`` (``None`` before the first call: zeros), changed only once a call has succeeded."""
+    ``(B, K - 1, KV*D)`` (``None`` before the first call: zeros), changed only once a call has succeeded. HF's conv
+    state ``(B, KV*D, K)`` holds one input more: ``conv_k = state[..., 1:].transpose(0, 2, 1)``."""
 
     def __init__(self, mem_len: int | None = None):
         super().__init__(mem_len)
@@ -335,13 +343,13 @@ class InklingAttention(OutputGate, MultiHeadAttention):
     (``rel_l2_clip_threshold``), ``norm_eps`` (``rms_norm_eps``). Its scheme is ``NoPE``: the position
     machinery is the layer's own. Weights, HF's ``Inkling2SlidingAttention`` / ``Inkling2FullAttention`` names:
 
-    ==============  ==========================  ==========================================================
+    ==============  ==========================  ==============================================================
     minipos         shape                       HF
-    ==============  ==========================  ==========================================================
+    ==============  ==========================  ==============================================================
     ``wq``          (d_model, H*D)              ``q_proj.linear.weight.T``
     ``q_scale``     (H, D)                      ``q_proj.norm.scale``
     ``wk``, ``wv``  (d_model, KV*D)             ``k_proj.linear.weight.T``, ``v_proj.linear.weight.T``
-    ``k_conv``      (K, KV*D)                   sliding: ``k_proj.sconv.conv1d.weight[:, 0, ::-1].T``;
+    ``k_conv``      (K, KV*D)                   sliding: ``k_proj.sconv.conv1d.weight[:, 0].flip(-1).T``;
     ``v_conv``                                  full: ``k_proj.sconv.static_weight`` (v likewise)
     ``k_conv_w``    (d_model, KV*K)             full only: ``k_proj.sconv.weight_proj.weight.T`` (v likewise)
     ``rel_w``       (d_model, H*d_rel)          ``relative_position_bias.linear.weight.T``
@@ -350,7 +358,7 @@ class InklingAttention(OutputGate, MultiHeadAttention):
     ``w_sink``      (d_model, H)                ``sink_proj.weight.T``
     ``wg``          (d_model, H*D)              ``o_proj.gate_proj.weight.T`` (``None``: no gate)
     ``wo``          (H*D, d_model)              ``o_proj.linear.weight.T``
-    ==============  ==========================  ==========================================================
+    ==============  ==========================  ==============================================================
 
     Called like every layer, ``layer(x, positions=p, causal=True)``; ``new_cache()`` gives an ``InklingCache``.
     ``backward(ctx, dy)`` returns the gradients of ``x`` and of every weight above.
