@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch  # noqa: E402
 
 from proofs.markdown import svg  # noqa: E402
 
@@ -544,10 +544,12 @@ def permutation_picture(T: int = 6) -> str:
 # --------------------------------------------------------------------------- models read from their configs
 
 STACK_COLORS = {"RoPE": "#dd8452", "RoPE + window": "#4c72b0", "RoPE + chunks": "#c44e52", "NoPE": "#8172b3",
-                "M-RoPE": "#55a868", "MLA": "#937860"}
+                "M-RoPE": "#55a868", "MLA": "#937860", "relative bias": "#da8bc3", "relative bias + window": "#8c8c8c"}
 
 
 def _stack_kind(spec) -> str:
+    if spec.cls.__name__ == "InklingAttention":                                 # no RoPE: minipos.inkling
+        return "relative bias + window" if spec.kwargs.get("sliding_window") else "relative bias"
     if spec.position.startswith("MLA"):
         return "MLA"
     if spec.position.startswith("M-RoPE"):
@@ -570,11 +572,10 @@ def model_stacks(names, layers: int = 24) -> str:
         for spec in model.specs[:layers]:
             ax.add_patch(plt.Rectangle((spec.index, -row - 0.4), 0.9, 0.8, fc=STACK_COLORS[_stack_kind(spec)]))
         ax.text(-0.5, -row, name, ha="right", va="center", fontsize=8)
-    ax.set_xlim(-9, layers), ax.set_ylim(-len(names) + 0.4, 1.4)
+    ax.set_xlim(-9, layers), ax.set_ylim(-len(names) + 0.4, 0.6)
     ax.axis("off")
-    for i, (kind, color) in enumerate(STACK_COLORS.items()):
-        ax.add_patch(plt.Rectangle((i * 4, 0.7), 0.9, 0.5, fc=color))
-        ax.text(i * 4 + 1.2, 0.95, kind, va="center", fontsize=7.5)
-    ax.set_title(f"layers 0 to {layers - 1} of each model, as minipos.config.read builds them", fontsize=9)
+    ax.legend(handles=[Patch(fc=color, label=kind) for kind, color in STACK_COLORS.items()], loc="lower center",
+              bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=7.5, frameon=False)
+    ax.set_title(f"layers 0 to {layers - 1} of each model, as minipos.config.read builds them", fontsize=9, pad=40)
     fig.tight_layout()
     return svg(fig)
