@@ -159,8 +159,11 @@ The families read (``model_type``; transformers 5.24 defines what each key means
   learned angles (``AxialRotary(class_angles=True)``: positions ``axial_positions(h, w, class_token="first")``, HF's
   ``class_pos_emb[0]`` copied into each layer's ``scheme.class_pos_emb``); vision_config: lfm3_vl_vision (lfm3_vl): ``.vision``: the attention layers only
   (``spec.index``), 2-D RoPE ``"qwen"``, ``merge_positions``, GQA, q/k norm (weight w); the convolutions in a note
-- inkling2_text (inkling2): refused, "not supported yet" (no RoPE: a relative bias mixed per token, convolutions on
-  k and v); qwen3_omni_moe_text takes HF's head dim, ``hidden_size // num_attention_heads`` floored
+- inkling2_text (inkling2): ``minipos.inkling.InklingAttention`` per layer type, no RoPE: a relative bias each query
+  mixes from its hidden state, causal convolutions of k and v, per-query sinks, the gate; sliding layers ("hybrid_
+  sliding": ``swa_*`` sizes, the window, which is the bias's extent, static taps), full layers ("hybrid":
+  ``rel_extent``, dynamic taps, the log scale); vision_config: ``.vision``: its tower (``minipos._config_sam``)
+- qwen3_omni_moe_text takes HF's head dim, ``hidden_size // num_attention_heads`` floored
 
 Conventions. Every ``rope_type`` of ``minipos.rope_scaling`` is read (``default``, ``linear``,
 ``dynamic``, ``yarn``, ``llama3``, ``longrope``), and ``proportional`` (p-RoPE, ``minipos.prope``),
@@ -170,8 +173,9 @@ is the model's own: HF's rule, the query at ``i`` sees keys ``i - W < j <= i`` (
 included). Keys the config leaves out take the defaults of the family's transformers config class.
 A key the reader does not understand raises ``ValueError`` naming the key and the model type, never
 a silent default: an unknown ``model_type`` or ``rope_type``, a key of ``rope_parameters`` that its
-type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Schemes
-minipos does not have yet (Inkling 2's decoder) raise
+type does not take, a setting no minipos layer models (Gemma 2's logit soft-capping, say). Settings
+minipos does not read yet (``NOT_YET``: SAM 3 video's two models at once, SAM 3's window layers on a grid that is
+not a multiple of the window, interleaved M-RoPE in a family whose M-RoPE is split) raise
 ``ValueError`` saying "not supported yet", naming what is missing; a vision tower the list above does not name
 is named in ``.notes`` (with the reason, where one is known) and ``.vision`` is ``None``. Docs:
 "What does my model do with positions?" (``docs/my-model.md``).
