@@ -20,8 +20,8 @@ _NOT_READ = (
     "output (post_attention_convolution, post_mlp_convolution: minipos.inkling.short_conv with static taps), outside "
     "the attention module",
     "the layers' inputs are attention residuals over blocks of n_layers_per_attn_res_block layers; a full layer after "
-    "the first takes its query, keys and values (and its dynamic taps) from three mixes of them, each RMS-normed: the "
-    "layer here takes one x for all three, as the model's first full layer does")
+    "the first takes its query, keys and values (and its dynamic taps) from three mixes of them, each RMS-normed: "
+    "call it as layer(x, x_k=..., x_v=...) with HF's hidden_states, key_hidden_states and value_hidden_states")
 
 
 def _aliased(c, key: str, alias: str) -> int:

@@ -43,8 +43,8 @@ Not position machinery, but part of the map: the clips, the values' RMSNorm and 
 (``minipos.gate``, ``"feature"``); ``wg = None`` switches the gate off. The model calls its sliding layers on one
 input; a full layer after the first gets three, the query's, the keys' and the values' own mixes of the residual
 stream, each through its own RMSNorm (``hidden_states``, ``key_hidden_states``, ``value_hidden_states``; the dynamic
-taps are projected from the keys' and the values' inputs). This layer takes one ``x`` for all three: the model's
-first full layer, or a full layer whose three inputs are equal.
+taps are projected from the keys' and the values' inputs). This layer takes them as ``x``, ``x_k`` and ``x_v``
+(``x_k``, ``x_v`` default to ``x``).
 
 Positions: ``p`` is the layer's ``positions`` (one row for the batch) for both the bias's distances and the log
 scale. HF counts the distances from the cache's sequence indices and the scale from ``position_ids`` (per row);
@@ -318,6 +318,7 @@ class InklingContext:
     past: int                  # cached keys in front of this call's
     keep: np.ndarray | None    # (B, T): the convolutions' padding (False: zeroed), or None
     history: tuple             # (conv_k, conv_v), each (B, K - 1, KV*D): the inputs before this call
+    x_kv: tuple                # (x_k, x_v): the keys' and the values' inputs, each None where it is x
     k: np.ndarray              # every key attended (B, KV, S, D)
     v: np.ndarray              # (B, KV, S, D)
     out: np.ndarray            # attention's output (B, H, T, D)
@@ -360,8 +361,9 @@ class InklingAttention(OutputGate, MultiHeadAttention):
     ``wo``          (H*D, d_model)              ``o_proj.linear.weight.T``
     ==============  ==========================  ==============================================================
 
-    Called like every layer, ``layer(x, positions=p, causal=True)``; ``new_cache()`` gives an ``InklingCache``.
-    ``backward(ctx, dy)`` returns the gradients of ``x`` and of every weight above.
+    Called like every layer, ``layer(x, positions=p, causal=True)``, and ``x_k=``, ``x_v=`` for a full layer's own
+    key and value inputs; ``new_cache()`` gives an ``InklingCache``. ``backward(ctx, dy)`` returns the gradients of
+    ``x`` (and ``x_k``, ``x_v``) and of every weight above.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, d_rel: int = 16, rel_extent: int | None = None,
@@ -465,9 +467,11 @@ class InklingAttention(OutputGate, MultiHeadAttention):
                                  f"{int(np.max(positions))}; alpha must be smaller")
         return s.astype(self.dtype)
 
-    def _parts(self, x, positions, keep, history):
-        """Everything before attention, from the input ``x`` (module docstring's first five lines): a dict of
-        the intermediate arrays, which ``backward`` computes again."""
+    def _parts(self, x, positions, keep, history, x_kv=(None, None)):
+        """Everything before attention, from the input ``x`` and the keys' and values' inputs ``x_kv`` (``None``:
+        ``x``) (module docstring's first five lines): a dict of the intermediate arrays, which ``backward`` computes
+        again."""
+        xk, xv = (x if a is None else a for a in x_kv)
         B, T, _ = x.shape
         H, KV, D, K = self.num_heads, self.num_kv_heads, self.head_dim, self.conv_kernel
         s = self._scale_of(positions)[:, None, None]                          # (T, 1, 1)
@@ -476,10 +480,10 @@ class InklingAttention(OutputGate, MultiHeadAttention):
             a_q = lin_q.reshape(B, T, H, D) * self.q_scale                      # q_scale ⊙ heads(x wq)
             lin_r = x @ self.rel_w
             a_r = lin_r.reshape(B, T, H, self.d_rel) * self.rel_scale
-            u_k = x @ self.wk if self.bk is None else x @ self.wk + self.bk     # (B, T, KV*D)
-            u_v = x @ self.wv if self.bv is None else x @ self.wv + self.bv
-            dyn_k = None if not self.dynamic_conv else (x @ self.k_conv_w).reshape(B, T, KV, K)
-            dyn_v = None if not self.dynamic_conv else (x @ self.v_conv_w).reshape(B, T, KV, K)
+            u_k = xk @ self.wk if self.bk is None else xk @ self.wk + self.bk   # (B, T, KV*D)
+            u_v = xv @ self.wv if self.bv is None else xv @ self.wv + self.bv
+            dyn_k = None if not self.dynamic_conv else (xk @ self.k_conv_w).reshape(B, T, KV, K)
+            dyn_v = None if not self.dynamic_conv else (xv @ self.v_conv_w).reshape(B, T, KV, K)
             sinks = (x @ self.w_sink).transpose(0, 2, 1)                        # (B, H, T)
         for name, a in (("q", a_q), ("k", u_k), ("v", u_v), ("relative states", a_r), ("sinks", sinks),
                         ("k_conv_w", dyn_k), ("v_conv_w", dyn_v), ("k_conv", self.k_conv), ("v_conv", self.v_conv)):
@@ -518,6 +522,13 @@ class InklingAttention(OutputGate, MultiHeadAttention):
         return zeros, zeros
 
     @staticmethod
+    def _check_input(a, name, x):  # x_k or x_v: a finite float array of x's shape
+        a = as_float_array(a, name)
+        if a.shape != x.shape:
+            raise ValueError(f"{name} must have the shape of x {x.shape} (B, T, d_model), got {a.shape}")
+        return a
+
+    @staticmethod
     def _keep(mask, T):  # (B, T) booleans from a (B, S) padding mask (HF's conv_mask), or None
         if mask is None or mask.shape[2] != 1 or mask.shape[1] != 1 or T == 1:
             return None
@@ -525,18 +536,22 @@ class InklingAttention(OutputGate, MultiHeadAttention):
 
     def __call__(self, x: ArrayLike, *, positions: ArrayLike | None = None, mask: ArrayLike | None = None,
                  causal: bool = False, cache: InklingCache | None = None, return_weights: bool = False,
-                 return_context: bool = False):
+                 return_context: bool = False, x_k: ArrayLike | None = None, x_v: ArrayLike | None = None):
         """Attend ``x`` ``(B, T, d_model)`` to itself (and to the cache); return ``(B, T, d_model)``. The
         arguments are ``MultiHeadAttention``'s; a ``(B, S)`` mask also zeroes the padded tokens' inputs to the
-        convolutions (module docstring)."""
+        convolutions (module docstring). ``x_k``, ``x_v`` (``x``'s shape; ``None``: ``x``) are the keys' and the
+        values' own inputs, as the model's full layers after the first get them (HF ``key_hidden_states``,
+        ``value_hidden_states``): the keys' projection and dynamic taps read ``x_k``, the values' ``x_v``; the
+        query, the relative states, the sinks and the gate read ``x``."""
         if cache is not None and not isinstance(cache, InklingCache):
             raise TypeError(f"cache must be an InklingCache (layer.new_cache()), got {type(cache).__name__}")
         x, positions, mask, causal = self._check_call(x, positions, mask, causal, cache, return_weights)
+        x_kv = tuple(None if a is None else self._check_input(a, name, x) for a, name in ((x_k, "x_k"), (x_v, "x_v")))
         return_context = check_bool(return_context, "return_context")
         B, T, _ = x.shape
         past, k_pos = self._key_positions(positions, cache)
         keep, history = self._keep(mask, T), self._history(cache, B)
-        parts = self._parts(x, positions, keep, history)
+        parts = self._parts(x, positions, keep, history, x_kv)
         k, v = parts["k"], parts["v"]                                           # (B, KV, T, D)
         if cache is not None:
             k, v = cache.extend(k, v, positions)[:2]                            # (B, KV, S, D)
@@ -551,8 +566,8 @@ class InklingAttention(OutputGate, MultiHeadAttention):
             self._commit(cache, T, None)
         result = (y, weights) if return_weights else (y,)
         if return_context:
-            result += (InklingContext(x, positions, k_pos, mask, causal, len(past), keep, history, k, v, out, lse,
-                                      merged, self.configuration()),)
+            result += (InklingContext(x, positions, k_pos, mask, causal, len(past), keep, history, x_kv, k, v, out,
+                                      lse, merged, self.configuration()),)
         return result if len(result) > 1 else y
 
     def _attend_all(self, parts, k, v, q_pos, k_pos, mask, causal, return_weights, return_lse):
@@ -576,8 +591,9 @@ class InklingAttention(OutputGate, MultiHeadAttention):
     # ----------------------------------------------------------------------- backward
 
     def backward(self, ctx: InklingContext, dy: ArrayLike) -> dict:
-        """The gradients of a pass for ``dy`` ``(B, T, d_model)``: a dict with ``"x"`` and every weight by its
-        attribute name. Keys, values and convolution inputs from earlier calls are constants."""
+        """The gradients of a pass for ``dy`` ``(B, T, d_model)``: a dict with ``"x"`` (and ``"x_k"``, ``"x_v"`` for
+        a pass given them) and every weight by its attribute name. Keys, values and convolution inputs from earlier
+        calls are constants."""
         if not isinstance(ctx, InklingContext):
             raise TypeError(f"ctx must be the InklingContext of a forward pass (return_context=True), got "
                             f"{type(ctx).__name__}")
@@ -586,15 +602,17 @@ class InklingAttention(OutputGate, MultiHeadAttention):
         dy = as_float_array(dy, "dy")
         if dy.shape != ctx.x.shape:
             raise ValueError(f"dy must have the shape of the output {ctx.x.shape}, got {dy.shape}")
-        shapes = {"x": ctx.x.shape, **{n: w.shape for n, w in self._weights().items() if w is not None}}
+        shapes = {"x": ctx.x.shape, **{n: ctx.x.shape for n, a in zip(("x_k", "x_v"), ctx.x_kv) if a is not None},
+                  **{n: w.shape for n, w in self._weights().items() if w is not None}}
         if not dy.size:
             return {n: np.zeros(shape, np.result_type(ctx.merged, dy)) for n, shape in shapes.items()}
         grads = {}
         add = lambda name, g: grads.__setitem__(name, g if name not in grads else grads[name] + g)  # noqa: E731
         x, B, T = ctx.x, *dy.shape[:2]
-        flat = x.reshape(B * T, -1)
-        outer = lambda d: flat.T @ d.reshape(B * T, -1)                          # noqa: E731  x^T d
-        parts = self._parts(x, ctx.positions, ctx.keep, ctx.history)
+        inputs = {"x": x, "k": x if ctx.x_kv[0] is None else ctx.x_kv[0], "v": x if ctx.x_kv[1] is None else ctx.x_kv[1]}
+        outer = lambda d, of="x": inputs[of].reshape(B * T, -1).T @ d.reshape(B * T, -1)   # noqa: E731  input^T d
+        parts = self._parts(x, ctx.positions, ctx.keep, ctx.history, ctx.x_kv)
+        dxs = {"k": 0.0, "v": 0.0}                                              # the keys' and values' inputs
         with np.errstate(over="ignore", invalid="ignore"):                       # every gradient is checked at the end
             # 8) output projection and gate
             add("wo", ctx.merged.reshape(B * T, -1).T @ dy.reshape(B * T, -1))
@@ -636,12 +654,17 @@ class InklingAttention(OutputGate, MultiHeadAttention):
                                                       keep=ctx.keep)
                 add(name + "_conv", dtaps)
                 if ddyn is not None:
-                    add(name + "_conv_w", outer(ddyn))
-                    dx = dx + ddyn.reshape(B, T, -1) @ getattr(self, name + "_conv_w").T
-                add("w" + name, outer(du))
+                    add(name + "_conv_w", outer(ddyn, name))
+                    dxs[name] = dxs[name] + ddyn.reshape(B, T, -1) @ getattr(self, name + "_conv_w").T
+                add("w" + name, outer(du, name))
                 if getattr(self, "b" + name) is not None:
                     add("b" + name, du.sum(axis=(0, 1)))
-                dx = dx + du @ getattr(self, "w" + name).T
+                dxs[name] = dxs[name] + du @ getattr(self, "w" + name).T
+        for name, given in zip("kv", ctx.x_kv):
+            if given is None:
+                dx = dx + dxs[name]                                             # x was the input of the keys / values
+            else:
+                add("x_" + name, dxs[name])
         add("x", dx)
         for name, g in grads.items():
             check_weighted(np.asarray(g), f"the gradient of {name}", self._weights, "dy (or x and the weights)")

@@ -124,7 +124,7 @@ AXES = {
     "axial_rope": {"out": "htd"},
     "axial_rope_grad": {"dx": "htd", "dclass_angles": "i"},
     "inkling": {"y": "btd"},
-    "inkling_grad": {"x": "btd"},
+    "inkling_grad": {"x": "btd", "x_k": "btd", "x_v": "btd"},
 }
 POSITIONS = {"t": ("positions", "q_positions"), "s": ("k_positions",)}   # inputs that give an axis' positions
 VALUES = {"n": "relative_position", "r": "relative_pos"}                 # axes named by an input's value

@@ -5,8 +5,10 @@ inputs and output; the weights are copied into the layer ``read`` builds (the ma
 docstring), which runs on the captured input: it must match within atol 1e-6. Skipped when torch or transformers is
 missing.
 
-The model feeds a full layer's keys and values from their own mixes of the residual stream; its attention residuals'
-queries start at zero, so every mix is the same and the test asserts it: one ``x`` is the module's whole input.
+A full layer after the first gets three inputs, the query's, the keys' and the values' own mixes of the residual
+stream; the test draws the mixes' queries and norms away from their init, so that the three differ, and passes them
+as ``x``, ``x_k`` and ``x_v``.
+
 transformers computes the clips with their scales, the log scale, the convolutions, the values' norm, the softmax with
 its sinks and the gate in float32 (``.float()`` casts the float64 model's tensors down); the two agree to float32
 accuracy (about 4e-7 here), inside 1e-6 at these sizes."""
@@ -75,6 +77,11 @@ def _run(cfg, attention_mask=None, seed=0):
         with torch.no_grad():
             for p in layer.self_attn.parameters():
                 p.normal_(0.0, 0.5)
+            if getattr(layer, "q_input_layernorm", None) is not None and layer.attention_input is not None:
+                # a full layer after the first: three different mixes, three norms
+                layer.attention_input.query.normal_(0.0, 1.0)
+                for norm in (layer.q_input_layernorm, layer.k_input_layernorm, layer.v_input_layernorm):
+                    norm.weight.uniform_(0.5, 1.5)
 
         def hook(module, args, kwargs, out, i=i):
             seen[i] = ({k: _np(v) for k, v in kwargs.items() if k.endswith("hidden_states") and v is not None},
@@ -93,13 +100,12 @@ def _check(cfg, mask=None):
     read = mconfig.read(cfg)
     kinds = set()
     for i, (inputs, out) in seen.items():
-        x = inputs["hidden_states"]
-        for other in ("key_hidden_states", "value_hidden_states"):            # one x is the module's whole input
-            if other in inputs:
-                np.testing.assert_array_equal(inputs[other], x)
+        x, x_k, x_v = (inputs.get(k) for k in ("hidden_states", "key_hidden_states", "value_hidden_states"))
+        if x_k is not None:                                                  # a full layer after the first
+            assert np.abs(x_k - x).max() > 0.1 and np.abs(x_v - x).max() > 0.1, "the test wants three inputs"
         layer = read.layers[i]
         _copy(model.layers[i].self_attn, layer)
-        got = layer(x, positions=np.arange(T), causal=True, mask=mask)
+        got = layer(x, x_k=x_k, x_v=x_v, positions=np.arange(T), causal=True, mask=mask)
         np.testing.assert_allclose(got, out, atol=ATOL, rtol=0, err_msg=f"layer {i}")
         kinds.add(read.specs[i].layer_type)
     assert kinds == {"hybrid", "hybrid_sliding"}

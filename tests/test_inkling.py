@@ -155,8 +155,10 @@ def test_sinks_of_another_shape_are_refused():
 
 # --------------------------------------------------------------------------- the layer, written out
 
-def _written_out(layer, x, positions, mask=None):
-    """The layer's map with a loop over every (b, h, i, j): HF's forward, read line by line (float64)."""
+def _written_out(layer, x, positions, mask=None, x_k=None, x_v=None):
+    """The layer's map with a loop over every (b, h, i, j): HF's forward, read line by line (float64); the keys'
+    and the values' inputs ``x_k``, ``x_v`` (default ``x``) feed their projections and dynamic taps."""
+    x_k, x_v = (x if a is None else a for a in (x_k, x_v))
     B, T, _ = x.shape
     H, KV, D, K, E = layer.num_heads, layer.num_kv_heads, layer.head_dim, layer.conv_kernel, layer.rel_extent
     G, full = H // KV, layer.sliding_window is None
@@ -178,9 +180,9 @@ def _written_out(layer, x, positions, mask=None):
         return (out + u) / math.sqrt(2 * K + 1 if w_dyn is not None else K + 1)
     y = np.zeros_like(x)
     for b in range(B):
-        xb = x[b]
-        ck = conv(xb @ layer.wk, layer.k_conv, None if not full else xb @ layer.k_conv_w)
-        cv = conv(xb @ layer.wv, layer.v_conv, None if not full else xb @ layer.v_conv_w)
+        xb, xk, xv = x[b], x_k[b], x_v[b]
+        ck = conv(xk @ layer.wk, layer.k_conv, None if not full else xk @ layer.k_conv_w)
+        cv = conv(xv @ layer.wv, layer.v_conv, None if not full else xv @ layer.v_conv_w)
         heads_out = np.zeros((T, H * D))
         for h in range(H):
             g = h // G
@@ -220,6 +222,9 @@ def test_layer_equals_its_equations_written_out(full):
                                _written_out(layer, x, positions, mask), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(layer(x, positions=positions, causal=True),
                                _written_out(layer, x, positions), rtol=1e-10, atol=1e-12)
+    x_k, x_v = rng.standard_normal((2, 2, 9, 16))                          # a full layer's own key and value inputs
+    np.testing.assert_allclose(layer(x, x_k=x_k, x_v=x_v, positions=positions, causal=True, mask=mask),
+                               _written_out(layer, x, positions, mask, x_k, x_v), rtol=1e-10, atol=1e-12)
 
 
 def test_the_gate_switched_off_is_the_identity():
@@ -242,14 +247,15 @@ def test_gradients_match_central_differences(full, block_size):
     positions = np.arange(8) + 3
     mask = np.ones((2, 8), bool)
     mask[0, :2] = False
-    kw = dict(positions=positions, causal=True, mask=mask)
+    x_k, x_v = rng.standard_normal((2, 2, 8, 16))
+    kw = dict(positions=positions, causal=True, mask=mask, x_k=x_k, x_v=x_v)
     _, ctx = layer(x, return_context=True, **kw)
     grads = layer.backward(ctx, dy)
     names = {n for n, w in layer._weights().items() if w is not None}
-    assert set(grads) == {"x", *names}
+    assert set(grads) == {"x", "x_k", "x_v", *names}
     h = 1e-6
     for name in grads:
-        a = x if name == "x" else getattr(layer, name)
+        a = {"x": x, "x_k": x_k, "x_v": x_v}[name] if name.startswith("x") else getattr(layer, name)
         e = rng.standard_normal(a.shape)
         a += h * e
         up = (layer(x, **kw) * dy).sum()
@@ -327,6 +333,10 @@ def test_bad_arguments_are_refused_by_name():
         layer(np.zeros((1, 2, 16)), causal=True)
     with pytest.raises(ValueError, match="sliding_window"):
         _layer(False)(np.zeros((1, 2, 16)), causal=False)
+    with pytest.raises(ValueError, match=r"x_k must have the shape of x \(1, 2, 16\)"):
+        _layer(True)(np.zeros((1, 2, 16)), x_k=np.zeros((1, 3, 16)), causal=True)
+    with pytest.raises(ValueError, match="x_v"):
+        _layer(True)(np.zeros((1, 2, 16)), x_v=np.full((1, 2, 16), np.nan), causal=True)
 
 
 def test_a_failed_call_leaves_the_cache_as_it_was():
