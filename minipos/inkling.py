@@ -7,11 +7,11 @@ the query positions and ``j`` the key positions, each head ``h`` computes (H que
 head dim D, kernel K, bias extent E, relative-state width d_rel)::
 
     q      = clip(q_scale ⊙ heads(x wq), τ_qk) · s(p)                   (B, H, T, D)     s = 1 on sliding layers
-    u_k    = x wk,   u_v = x wv                                          (B, T, KV*D)     before the convolutions
+    u_k    = x_k wk,   u_v = x_v wv                                      (B, T, KV*D)     x_k = x_v = x unless given
     k      = clip(conv(u_k), τ_qk),   v = rms(conv(u_v))                 (B, KV, S, D)    rms: RMSNorm without a weight
     r      = clip(rel_scale ⊙ heads(x rel_w), τ_rel) · s(p)              (B, H, T, d_rel) the relative states
     b[i,j] = (r_i rel_proj)[p_i - j]  if 0 <= p_i - j < E, else 0        (B, H, T, S)     the relative bias
-    sink   = x w_sink                                                    (B, H, T)        one sink logit per query
+    sink   = x w_sink                                                    (B, H, T)        one per query and head
     out    = softmax([D^-1/2 q k^T + b | sink]) v, the sink column dropped (masked: causal, and the window W)
     y      = (merge(out) ⊙ sigmoid(x wg)) wo                             (B, T, d_model)
 
@@ -30,7 +30,7 @@ on the full ones) mix each channel over the last K tokens, with a residual, befo
 
     conv(u)_t = (u_t + Σ_{l<K} w_{t,l} ⊙ ũ_{t-l}) / sqrt(c)
     static:   w_{t,l} = conv[l]                              c = K + 1    (K, KV*D): HF conv1d.weight[:, 0].flip(-1).T
-    dynamic:  w_{t,l} = conv[l] + (x_t conv_w)_{g,l}         c = 2K + 1   K per-token taps (one per lag) per
+    dynamic:  w_{t,l} = conv[l] + (x_k,t conv_w)_{g,l}       c = 2K + 1   K per-token taps (one per lag) per
                                                                            key/value head g, on its D channels
 
 ``ũ`` is ``u`` with the call's padding zeroed (a ``(B, S)`` mask's last T columns, HF's ``conv_mask``; not for
