@@ -880,6 +880,13 @@ for name in ("bq", "bk", "bv", "bo", "bg"):
 case("layer full bg without wg", lambda: _changed(_layer(True, bias=True), wg=None)(XL, causal=True),
      Named(("bg", "wg")))
 case("layer sliding without causal", _call(False, causal=False), Named(("sliding_window", "causal")))
+# a full layer's own key and value inputs (x_k, x_v): checked like x; equal to x, they change nothing
+case("layer full x_k of another shape", _call(True, x_k=np.zeros((2, 5, 16))), Named("x_k"))
+case("layer full x_v NaN", _call(True, x_v=np.full((2, 6, 16), np.nan)), Named("x_v"))
+case("layer full x_k a string", _call(True, x_k="keys"), Named("x_k"))
+case("layer full x_k = x_v = x == written out", _call(True, x_k=XL, x_v=XL), _like_loop(True))
+case("layer sliding x_k, x_v lists = x == written out", _call(False, x_k=XL.tolist(), x_v=XL.tolist()),
+     _like_loop(False))
 case("layer full without causal == written out", _call(True, causal=False), _like_loop(True, causal=False))
 case("layer full without causal, padded == written out", _call(True, causal=False, mask=PADL),
      _like_loop(True, causal=False, mask=PADL))
