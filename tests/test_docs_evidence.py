@@ -53,6 +53,21 @@ def test_a_summary_se_is_used_when_present():
     assert format(c, ".2f") == "0.50 ± 0.01"
 
 
+def test_a_history_curve_is_every_seeds_checkpoints_mean_and_range():
+    # expected values from the records' own history lists, over every seed the task runs (TASK_SEEDS)
+    from lab.run import TASK_SEEDS
+    recs = _runs("markov", "rope")
+    assert [r["seed"] for r in recs] == list(TASK_SEEDS["markov"])
+    per_seed = [[_at({"results": {"base": {"lengths": h["lengths"]}}}, 256)["excess"] for h in r["history"]]
+                for r in recs]
+    got = evidence.history("markov", "rope", 256)
+    assert got["step"] == [h["step"] for h in recs[0]["history"]]
+    for i, column in enumerate(zip(*per_seed)):
+        assert got["mean"][i] == pytest.approx(statistics.fmean(column), abs=1e-12)
+        assert (got["low"][i], got["high"][i]) == (min(column), max(column))
+    assert evidence.history("markov", "learned", 128) is None          # a 64-row table cannot run at 2L
+
+
 def test_a_scheme_that_cannot_run_gives_none():
     assert evidence.cell("markov", "learned", 128) is None
 

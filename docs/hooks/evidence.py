@@ -496,10 +496,15 @@ def _metric_of(entry: dict, task: str, offset: int | None, where: str) -> float:
 
 
 def history(task: str, row: str, length: int, offset: int | None = None, where: Path = FULL,
-            seeds=(0, 1, 2)) -> dict | None:
+            seeds=None) -> dict | None:
     """The metric of ``row`` at ``length`` (retrieval: at ``offset``, or over every offset) at each
     checkpoint of training: ``{"step": [...], "mean": [...], "low": [...], "high": [...]}`` over the
-    seeds (their mean, least and greatest value), or None where the scheme cannot run there."""
+    seeds (default: the task's ``TASK_SEEDS``; their mean, least and greatest value), or None where the
+    scheme cannot run there."""
+    if seeds is None:
+        if task not in TASK_SEEDS:
+            raise EvidenceError(f"task must be one of {', '.join(TASK_SEEDS)}, got {task!r}")
+        seeds = TASK_SEEDS[task]
     scheme = row.partition(" +")[0]
     steps, per_seed = None, []
     for s in seeds:
