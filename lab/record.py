@@ -253,11 +253,14 @@ def _number(value, where, *, lo=-math.inf, hi=math.inf, allow_none=False):
         _fail(where, f"must be in [{lo}, {hi}], got {value}")
 
 
-def _numbers(values, where, **kw):
+def _numbers(values, where, *, lo=-math.inf, hi=math.inf, allow_none=False):
     if not isinstance(values, list):
         _fail(where, f"must be a list, got {type(values).__name__}")
-    for i, v in enumerate(values):
-        _number(v, f"{where}[{i}]", **kw)
+    if (not allow_none and {type(v) for v in values} <= {float, int} and all(map(math.isfinite, values))
+            and (not values or lo <= min(values) and max(values) <= hi)):
+        return                                    # the common case, checked at C speed
+    for i, v in enumerate(values):                # else find the first bad one, for its message
+        _number(v, f"{where}[{i}]", lo=lo, hi=hi, allow_none=allow_none)
 
 
 def _keys(obj, keys, where):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import stat
 
@@ -122,6 +123,14 @@ def _refuse_constant(name: str):
     raise ValueError(f"holds {name}, which is not JSON (numbers must be finite)")
 
 
+_MAY_OVERFLOW = re.compile(r"[0-9.][eE][+-]?0*[0-9]{3}|[0-9]{200}")
+"""A float literal that could exceed float64: a three-digit exponent, or 200 digits in a row (with an
+exponent of two digits at most, fewer digits stay below 1e308). A string that looks like one (a hash
+with ``3e123`` in it) only costs time. Only a document that holds one is parsed
+with the per-number check (``_finite_float``), which costs a Python call per number; NaN and Infinity are
+refused by ``parse_constant`` either way."""
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -167,7 +176,8 @@ def loads_json(data, *, max_depth: int = MAX_DEPTH, path=None):
     except UnicodeDecodeError as err:
         raise FileError(path, f"is not UTF-8 text (byte {err.start}: {bytes(data[err.start:err.start + 1])!r})") from None
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_object)
+        floats = {"parse_float": _finite_float} if _MAY_OVERFLOW.search(text) else {}
+        doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_object, **floats)
     except RecursionError:  # the parser's own limit, about a thousand levels: refused, deep as it is
         raise FileError(path, f"nests lists and objects deeper than {max_depth} levels") from None
     except json.JSONDecodeError as err:

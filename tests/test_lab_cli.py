@@ -4,6 +4,7 @@ umask's mode. Nothing here trains: the training entry point is replaced where a 
 
 import errno
 import json
+import re
 import os
 import signal
 import subprocess
@@ -179,6 +180,29 @@ def test_record_validation_refuses_every_wrong_type_with_a_value_error():
                 except ValueError as error:
                     assert str(error).startswith("record field "), (where, value, error)
             target[where[-1]] = kept
+
+
+@pytest.mark.parametrize("bad, message", [(float("nan"), "must be a finite number, got nan"),
+                                          (float("inf"), "must be a finite number, got inf"),
+                                          (True, "must be a finite number, got True"),
+                                          ("0.5", "must be a finite number, got '0.5'"),
+                                          (None, "must be a finite number, got None")])
+def test_a_bad_number_deep_in_a_long_list_is_named_by_its_index(bad, message):
+    # the third of a list of per-sequence losses: the message names that element, whatever the list's length
+    rec = json.loads((QUICK / "markov-learned-s0.json").read_text())
+    losses = rec["results"]["base"]["lengths"][0]["sequence_losses"]
+    assert len(losses) > 3
+    losses[2] = bad
+    with pytest.raises(ValueError, match=r"sequence_losses\[2\]: " + re.escape(message) + "$"):
+        records.validate(rec)
+
+
+def test_a_number_below_its_floor_in_a_list_is_named_by_its_index():
+    rec = json.loads((QUICK / "markov-learned-s0.json").read_text())
+    entropy = rec["results"]["base"]["lengths"][0]["attention"]["entropy"][0]
+    entropy[-1] = -0.25                                                  # an entropy is >= 0
+    with pytest.raises(ValueError, match=rf"entropy\[0\]\[{len(entropy) - 1}\]: must be in \[0, inf\], got -0.25$"):
+        records.validate(rec)
 
 
 # ----------------------------------------------------------------------------- usage errors before any work

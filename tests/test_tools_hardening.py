@@ -116,6 +116,22 @@ def _full(*args):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+@pytest.mark.parametrize("literal", [b"1e999", b"-1E+0400", b"1" + b"0" * 400 + b".0", b"1" + b"9" * 250 + b"e99",
+                                     b"17976931348623159e292"])
+def test_a_float_beyond_float64_is_refused_wherever_it_sits(literal):
+    # hand-worked: float64 ends at 1.7976931348623157e308, so each literal above parses to inf (the last
+    # is just past that end); the reader's quick scan must send each to its per-number check, also in a
+    # document whose strings hold digits and an "e"
+    for doc in (b"[" + literal + b"]", b'{"commit": "0bf76ee", "x": [0.5, ' + literal + b"]}"):
+        with pytest.raises(safe_io.FileError, match="which is out of range for float64"):
+            safe_io.loads_json(doc)
+
+
+def test_floats_within_float64_parse_as_python_does():
+    doc = b'{"commit": "3e123abc", "v": [1.5e308, 1e-400, 0.1, -2.5E+10, ' + b"9" * 300 + b'.5]}'
+    assert safe_io.loads_json(doc) == json.loads(doc)
+
+
 def test_a_full_disk_leaves_the_old_file_whole_and_no_temp_file(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
     path.write_bytes(b"old")
