@@ -78,12 +78,16 @@ LAB = [
     Less("T3", EXTRA, "code: ALiBi's loss at 16L is below RoPE's", mk("text", "alibi", 16), mk("text", "rope", 16)),
     Less("T4", EXTRA, "code: ALiBi's loss at 16L is below sinusoidal's", mk("text", "alibi", 16),
          mk("text", "sinusoidal", 16)),
+    Less("T5", EXTRA, "code: T5's loss at 16L is above that at 2L", mk("text", "t5", 2), mk("text", "t5", 16)),
+    Less("T6", EXTRA, "code: ALiBi's loss at 16L is below T5's", mk("text", "alibi", 16), mk("text", "t5", 16)),
     Less("P1", EXTRA, "prose: sinusoidal's loss at 2L is above that at L", mk("prose", "sinusoidal", 1),
          mk("prose", "sinusoidal", 2)),
     Less("P2", EXTRA, "prose: RoPE's loss at 2L is above that at L", mk("prose", "rope", 1), mk("prose", "rope", 2)),
     Less("P3", EXTRA, "prose: ALiBi's loss at 16L is below RoPE's", mk("prose", "alibi", 16), mk("prose", "rope", 16)),
     Less("P4", EXTRA, "prose: ALiBi's loss at 16L is below sinusoidal's", mk("prose", "alibi", 16),
          mk("prose", "sinusoidal", 16)),
+    Less("P5", EXTRA, "prose: T5's loss at 16L is above that at 2L", mk("prose", "t5", 2), mk("prose", "t5", 16)),
+    Less("P6", EXTRA, "prose: ALiBi's loss at 16L is below T5's", mk("prose", "alibi", 16), mk("prose", "t5", 16)),
     # the orderings the other pages draw beyond the ones above (each costs the family power: few, none asserted)
     Less("D2", "schemes/rope.md", "RoPE with linear interpolation by 2 is closer to the floor at 2L after its short "
          "fine-tune than without it", mk("markov", "rope +pi-finetune", 2), mk("markov", "rope +linear", 2)),
