@@ -183,3 +183,25 @@ def test_links_from_code_output_follow_the_generator(monkeypatch):
     monkeypatch.setenv("MINIPOS_DOCS_GENERATOR", "zensical")
     assert site_url("schemes/alibi.md", "claims", "m5") == "../claims/#m5"
     assert site_url("article-table.md", "source/alibi") == "source/alibi/"
+
+
+
+def test_the_stated_holm_bounds_follow_the_claims_the_ledger_tests():
+    # lab/README.md states "0.05 / m" and the t a test over three (and five) seeds needs. Student's upper
+    # tail has closed forms at 2 degrees of freedom, (1 - t / sqrt(t^2 + 2)) / 2, and at 4,
+    # (1 - t (t^2 + 6) / (t^2 + 4)^(3/2)) / 2: the stated t, rounded to a tenth, must just pass the bound.
+    import re
+    from pathlib import Path
+
+    from docs.hooks import claims
+
+    m = sum(not isinstance(c, L.Fact) for c in claims.LAB)
+    tail = {2: lambda t: (1 - t / math.sqrt(t * t + 2)) / 2,
+            4: lambda t: (1 - t * (t * t + 6) / (t * t + 4) ** 1.5) / 2}
+    readme = (Path(__file__).resolve().parents[1] / "lab" / "README.md").read_text(encoding="utf-8")
+    text = " ".join(readme.split())
+    three = re.search(r"0\.05 / (\d+) .*? needs t > ([\d.]+)", text)
+    assert three and int(three[1]) == m, (three and three[1], m)
+    five = re.search(r"Five seeds give 4 degrees of freedom \(t > ([\d.]+)\)", text)
+    for df, t in ((2, float(three[2])), (4, float(five[1]))):
+        assert tail[df](t) < 0.05 / m < tail[df](t - 0.1), (df, t)
