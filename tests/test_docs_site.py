@@ -36,6 +36,9 @@ from urllib.parse import urlparse
 
 import pytest
 
+# --dist loadgroup keeps this module on one worker, so it starts one server and one browser
+pytestmark = pytest.mark.xdist_group("test_docs_site")
+
 SITE = Path(__file__).resolve().parent.parent / "site"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -14,6 +14,9 @@ from lab import record as records
 from lab.run import Settings, command_for, record_path, run_one
 from lab.summary import check_sane, summarize
 
+# --dist loadgroup keeps this module on one worker, so the record is trained once
+pytestmark = pytest.mark.xdist_group("test_lab_run")
+
 # The checkpoints' evaluations (history_tokens, history_probes) as small as the final one's: at the
 # defaults (40960 tokens per length) the 8 checkpoints of a run took seconds of 8-token forward passes,
 # nearly all of a run's time here, and a test here reads the history only as part of the whole record.

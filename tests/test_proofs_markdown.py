@@ -21,6 +21,9 @@ from proofs import core  # noqa: E402
 from proofs import markdown as proofs_markdown  # noqa: E402
 from proofs.markdown import ProofNotPassed, derivation  # noqa: E402
 
+# --dist loadgroup keeps this module on one worker, so every theorem is run once
+pytestmark = pytest.mark.xdist_group("test_proofs_markdown")
+
 ROOT = Path(__file__).resolve().parent.parent
 CSS = ROOT / "docs" / "assets" / "extra.css"
 SITE = ROOT / "site"

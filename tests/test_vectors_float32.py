@@ -33,6 +33,9 @@ import pytest
 from minipos import vectors
 from minipos.vectors.cases import EXACT
 
+# --dist loadgroup keeps this module on one worker, so the float32 errors are measured once
+pytestmark = pytest.mark.xdist_group("test_vectors_float32")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LOOSE = 40      # a float32 tolerance may be at most this many times the measured error ...
 FLOOR = 1e-7    # ... or this floor (about one float32 ulp at 1), whichever is larger
