@@ -185,7 +185,6 @@ def test_links_from_code_output_follow_the_generator(monkeypatch):
     assert site_url("article-table.md", "source/alibi") == "source/alibi/"
 
 
-
 def test_the_stated_holm_bounds_follow_the_claims_the_ledger_tests():
     # lab/README.md states "0.05 / m" and the t a test over three (and five) seeds needs. Student's upper
     # tail has closed forms at 2 degrees of freedom, (1 - t / sqrt(t^2 + 2)) / 2, and at 4,
@@ -203,5 +202,6 @@ def test_the_stated_holm_bounds_follow_the_claims_the_ledger_tests():
     three = re.search(r"0\.05 / (\d+) .*? needs t > ([\d.]+)", text)
     assert three and int(three[1]) == m, (three and three[1], m)
     five = re.search(r"Five seeds give 4 degrees of freedom \(t > ([\d.]+)\)", text)
+    assert five, "lab/README.md no longer states the five-seed bound"
     for df, t in ((2, float(three[2])), (4, float(five[1]))):
         assert tail[df](t) < 0.05 / m < tail[df](t - 0.1), (df, t)
