@@ -219,10 +219,12 @@ SEED = [
       "biases and content-position terms change the logits; RoPE only rotates q and k and leaves the "
       "attention formula as it is, yet its scores are relative", ["rope.relative.headline", "rope.rotate_half"]),
     S("B7", "absolute, generalisation: can extrapolate to long sequences", "refuted",
-      "the sinusoidal model leaves the floor by 2L, and a learned table cannot run past its rows", ["M1", "M2", "C5"]),
+      "the sinusoidal model leaves the floor by 2L, its loss on code rises by 2L, and a learned table cannot "
+      "run past its rows", ["M1", "M2", "T1", "C5"]),
     S("B8", "relative, generalisation: more flexible, suits long text and generation", "partly",
-      "ALiBi, T5, Transformer-XL and DeBERTa hold their loss past L; RoPE, relative too, does not, and on prose "
-      "its loss at 16L is far above ALiBi's", ["M5", "M8", "M6", "M7", "M3", "M4", "P2", "P3"]),
+      "ALiBi, T5, Transformer-XL and DeBERTa hold their loss past L; RoPE, relative too, does not, and on code "
+      "and on prose its loss at 16L is far above ALiBi's",
+      ["M5", "M8", "M6", "M7", "M3", "M4", "T2", "T3", "P2", "P3"]),
     S("B9", "absolute, example: the original Transformer", "confirmed", "sinusoids added to the input", ["C1"]),
     S("B10", "relative, examples: Transformer-XL, T5, DeBERTa", "confirmed", "each is relative",
       ["C2", "C3", "C4"]),
@@ -265,8 +267,8 @@ SEED = [
     S("S18", "RoPE unifies relative and absolute encodings: absolute rotations, relative scores", "confirmed",
       "R(m) R(n)^T = R(m - n)", ["rope.relative.headline"]),
     S("S19", "RoPE supports any length: strong extrapolation past the training length", "refuted",
-      "plain RoPE's loss rises by 2L, on Markov and on prose; that is why the scalings exist",
-      ["M3", "M4", "P2", "C5", "C7"]),
+      "plain RoPE's loss rises by 2L, on Markov, on code and on prose; that is why the scalings exist",
+      ["M3", "M4", "T2", "P2", "C5", "C7"]),
     S("S20", "RoPE is simple and efficient: a rotation per pair, computed in parallel", "confirmed",
       "x cos + rotate_half(x) sin, elementwise", ["rope.rotate_half", "C12"]),
     S("S21", "RoPE has a natural decay: the larger the distance, the weaker the score", "refuted",
