@@ -184,7 +184,8 @@ SEED = [
     S("A15", "T5, adds parameters: yes", "confirmed",
       "one table of num_buckets x H scalars, computed in the first layer and shared by all", ["C3"]),
     S("A16", "T5, can extrapolate: yes (limited buckets)", "partly",
-      "with every distance past max_distance in one bucket, its loss holds and it reads far values", ["M8", "R4"]),
+      "with every distance past max_distance in one bucket, its loss holds far past L; whether it reads more than "
+      "half of the far values back is R4's test", ["M8", "R4"]),
     S("A17", "T5, modifies the attention formula: yes", "confirmed",
       "a bias on the logits, and no 1/sqrt(D) scale", ["t5.score.terms"]),
     S("A18", "T5, summary: engineering-friendly, few parameters", "partly",
