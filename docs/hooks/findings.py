@@ -9,7 +9,7 @@ alone: it names its own subject, its comparison and its numbers, and refers to n
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from . import ledger
 
